@@ -1,0 +1,51 @@
+# mmuscope: `make run` opens the explorer, `make test` runs every check.
+# Both create .venv and install the project on first use (a fresh Debian needs only
+# python3 and apt).  Graphviz's `dot` (for PDF/SVG/PNG export) comes from apt-get when
+# it is missing and we are root; otherwise the exact command is printed.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.mmuscope-installed
+
+.PHONY: run test lint bench screenshots graphviz clean
+
+run: $(STAMP) graphviz
+	$(BIN)/mmuscope
+
+test: $(STAMP) graphviz lint
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/memslot_speed.py
+
+$(STAMP): pyproject.toml
+	@if ! $(PYTHON) -c 'import venv, ensurepip' >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv; \
+	  else \
+	    echo "python3 cannot create a virtual environment: run  sudo apt-get install python3-venv"; exit 2; \
+	  fi; \
+	fi
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+graphviz:
+	@if ! command -v dot >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Graphviz (dot) with apt-get"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz; \
+	  else \
+	    echo "Graphviz 'dot' is missing (PDF/SVG/PNG export needs it): run  sudo apt-get install graphviz"; \
+	  fi; \
+	fi
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,46 @@
+"""Events: what the engine did, shaped like a kernel tracepoint record.
+
+DESIGN.md: "everything is an event".  An event is small immutable data with the fields
+of the tracepoint it imitates (or of the kernel function, where KVM has no tracepoint),
+and the `ts`/`cpu`/`pid`/`comm` columns a `trace-cmd report` line carries.  The engine
+hands events to a listener; the app and the trace parser both speak this type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+FieldValue = int | str | bool
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    name: str
+    fields: Mapping[str, FieldValue] = field(default_factory=dict)
+    ts: float = 0.0
+    cpu: int = 0
+    pid: int = 0
+    comm: str = "mmuscope"
+
+    def to_json(self) -> dict[str, Any]:
+        """The CONTRACT's JSON shape: event, ts, cpu, pid, comm, fields."""
+        return {
+            "event": self.name,
+            "ts": self.ts,
+            "cpu": self.cpu,
+            "pid": self.pid,
+            "comm": self.comm,
+            "fields": dict(self.fields),
+        }
+
+    def format_fields(self) -> str:
+        """`key=value` pairs, ints in hex like most kvm tracepoints print them."""
+        return " ".join(
+            f"{k}={v:#x}" if isinstance(v, int) and not isinstance(v, bool) else f"{k}={v}"
+            for k, v in self.fields.items()
+        )
+
+
+Listener = Callable[[Event], None]

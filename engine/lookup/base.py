@@ -1,0 +1,160 @@
+"""The one small interface every memslot lookup structure implements.
+
+KVM has searched memslots five ways over the years (kvm-reference §1.6, seed 000): an
+unsorted array, an array sorted by size, a sorted array with binary search, Alex
+Williamson's weight-balanced tree (RFC, not merged) and today's gfn rbtree.  Each is a
+`LookupStrategy`: it is told about slot inserts, erases and replacements, answers
+`search(gfn)` bare (for speed), and can `explain(gfn)` a lookup as the list of slots or
+tree nodes it touched (for animation and cost tables).  `shape()` gives a read-only view
+of the structure for drawing and export.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..memslot import MemorySlot
+
+# Probe outcomes.
+HIT = "hit"
+GO_LEFT = "left"  # tree: gfn < base_gfn
+GO_RIGHT = "right"  # tree: gfn >= base_gfn + npages
+LOWER = "lower"  # binary search: continue in the lower half of the array
+HIGHER = "higher"  # binary search: continue in the upper half
+NEXT = "next"  # linear scan: not here, try the next entry
+EMPTY = "empty"  # linear scan over the 2011 array: an unused entry (npages == 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """One slot or node a lookup looked at."""
+
+    slot: MemorySlot | None  # None: an empty array entry
+    position: int  # array index, or depth in the tree (root = 0)
+    comparisons: int  # gfn comparisons made here, short-circuit counted as the C code does
+    outcome: str  # one of HIT, GO_LEFT, GO_RIGHT, LOWER, HIGHER, NEXT, EMPTY
+
+
+@dataclass(frozen=True, slots=True)
+class CacheProbe:
+    """A look at one of the caches in front of the structure (kvm-reference §1.3)."""
+
+    cache: str  # "vcpu" (vcpu->last_used_slot) or "vm" (slots->last_used_slot)
+    slot: MemorySlot | None
+    hit: bool
+    note: str = ""  # for example "generation changed: cache reset"
+
+
+@dataclass(frozen=True, slots=True)
+class LookupTrace:
+    """A lookup that explains itself: what it looked at, in order, and what it found."""
+
+    gfn: int
+    as_id: int
+    strategy: str
+    cache_probes: tuple[CacheProbe, ...]
+    probes: tuple[Probe, ...]
+    slot: MemorySlot | None
+
+    @property
+    def cache_hit(self) -> bool:
+        return any(c.hit for c in self.cache_probes)
+
+    @property
+    def found(self) -> bool:
+        return self.slot is not None
+
+    @property
+    def visited(self) -> int:
+        """Slots or nodes of the structure looked at (cache checks not counted)."""
+        return len(self.probes)
+
+    @property
+    def comparisons(self) -> int:
+        return sum(p.comparisons for p in self.probes) + sum(
+            2 if c.slot is not None else 0 for c in self.cache_probes
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TreeNodeView:
+    """One node of a drawn tree; children are indexes into `TreeView.nodes`."""
+
+    slot: MemorySlot
+    weight: int
+    color: str | None  # "red"/"black" for the rbtree, None otherwise
+    left: int | None
+    right: int | None
+    depth: int
+
+
+@dataclass(frozen=True, slots=True)
+class TreeView:
+    """A tree flattened breadth-first: `nodes[0]` is the root (no recursion for deep trees)."""
+
+    strategy: str
+    nodes: tuple[TreeNodeView, ...]
+
+    @property
+    def height(self) -> int:
+        return 1 + max((n.depth for n in self.nodes), default=-1)
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayView:
+    """An array drawn in the order a lookup scans it; None marks an unused entry."""
+
+    strategy: str
+    entries: tuple[MemorySlot | None, ...]
+    order: str  # how the array is kept, e.g. "by slot id", "npages descending"
+
+
+Shape = TreeView | ArrayView
+
+
+class LookupStrategy(ABC):
+    """A memslot lookup structure for one address space."""
+
+    name: ClassVar[str]
+    era: ClassVar[str]
+    title: ClassVar[str]
+    summary: ClassVar[str]
+
+    @abstractmethod
+    def insert(self, slot: MemorySlot) -> None:
+        """Add a slot that overlaps no other."""
+
+    @abstractmethod
+    def erase(self, slot: MemorySlot) -> None:
+        """Remove a slot (the same object that was inserted, or one with the same id)."""
+
+    def replace(self, old: MemorySlot, new: MemorySlot) -> None:
+        """Swap `old` for `new` (same id); structures with an O(1) path override this."""
+        self.erase(old)
+        self.insert(new)
+
+    @abstractmethod
+    def search(self, gfn: int) -> MemorySlot | None:
+        """Bare lookup: the slot holding `gfn`, or None."""
+
+    @abstractmethod
+    def explain(self, gfn: int) -> tuple[tuple[Probe, ...], MemorySlot | None]:
+        """The same lookup, recording every slot or node looked at."""
+
+    @abstractmethod
+    def shape(self) -> Shape:
+        """A read-only view of the structure for drawing and export."""
+
+    @abstractmethod
+    def audit(self) -> None:
+        """Raise `AuditError` if an invariant is broken."""
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """Number of slots held."""
+
+    @abstractmethod
+    def slots(self) -> list[MemorySlot]:
+        """All slots held, in no particular order."""

@@ -1,0 +1,151 @@
+"""What the two memslot trees share: binary-search-tree walks over nodes keyed by `base_gfn`.
+
+Both the rbtree (today) and the wbtree (2011 RFC) hold one node per slot with the slot's
+`[base, end)` bounds cached, and search it the way `search_memslots()` does: left when
+`gfn < base_gfn`, right when `gfn >= base_gfn + npages`, hit otherwise.  Only the shape
+differs: colours versus weights.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Protocol, TypeVar
+
+from ..memslot import MemorySlot
+from .base import GO_LEFT, GO_RIGHT, HIT, Probe, TreeNodeView
+
+
+class BstNode(Protocol):
+    """A tree node: `base`/`end` of its slot, children and parent."""
+
+    base: int
+    end: int
+    slot: MemorySlot
+
+    @property
+    def left(self) -> BstNode | None: ...
+
+    @property
+    def right(self) -> BstNode | None: ...
+
+    @property
+    def parent(self) -> BstNode | None: ...
+
+
+N = TypeVar("N", bound=BstNode)
+
+
+def search(root: BstNode | None, gfn: int) -> MemorySlot | None:
+    """Bare descent: the slot holding `gfn`, or None."""
+    node = root
+    while node is not None:
+        if gfn < node.base:
+            node = node.left
+        elif gfn >= node.end:
+            node = node.right
+        else:
+            return node.slot
+    return None
+
+
+def explain(root: BstNode | None, gfn: int) -> tuple[tuple[Probe, ...], BstNode | None]:
+    """The same descent, one `Probe` per node; returns the hit node or the last visited."""
+    probes: list[Probe] = []
+    node, last, depth = root, None, 0
+    while node is not None:
+        last = node
+        if gfn < node.base:
+            probes.append(Probe(node.slot, depth, 1, GO_LEFT))
+            node = node.left
+        elif gfn >= node.end:
+            probes.append(Probe(node.slot, depth, 2, GO_RIGHT))
+            node = node.right
+        else:
+            probes.append(Probe(node.slot, depth, 2, HIT))
+            return tuple(probes), node
+        depth += 1
+    return tuple(probes), last
+
+
+def leftmost(node: N | None) -> N | None:
+    """`rb_first()` / `wb_first()` from `node` down."""
+    while node is not None and node.left is not None:
+        node = node.left  # type: ignore[assignment]
+    return node
+
+
+def successor(node: N) -> N | None:
+    """`rb_next()` / `wb_next()`: the in-order successor."""
+    if node.right is not None:
+        return leftmost(node.right)  # type: ignore[return-value]
+    parent = node.parent
+    while parent is not None and node is parent.right:
+        node, parent = parent, parent.parent  # type: ignore[assignment]
+    return parent  # type: ignore[return-value]
+
+
+def in_order(root: N | None) -> Iterator[N]:
+    node = leftmost(root)
+    while node is not None:
+        yield node
+        node = successor(node)
+
+
+def height(root: BstNode | None) -> int:
+    """Nodes on the longest root-to-leaf path (iterative: a wbtree chain can be 32k deep)."""
+    best = 0
+    stack = [(root, 1)] if root is not None else []
+    while stack:
+        node, depth = stack.pop()
+        assert node is not None
+        best = max(best, depth)
+        stack.extend((c, depth + 1) for c in (node.left, node.right) if c is not None)
+    return best
+
+
+def flatten(
+    root: BstNode | None,
+    weight: Callable[[BstNode], int],
+    color: Callable[[BstNode], str | None],
+) -> tuple[TreeNodeView, ...]:
+    """Breadth-first `TreeNodeView`s with children as indexes (no recursion)."""
+    if root is None:
+        return ()
+    order: list[tuple[BstNode, int]] = []
+    index: dict[int, int] = {}
+    queue: deque[tuple[BstNode, int]] = deque([(root, 0)])
+    while queue:
+        node, depth = queue.popleft()
+        index[id(node)] = len(order)
+        order.append((node, depth))
+        queue.extend((c, depth + 1) for c in (node.left, node.right) if c is not None)
+    return tuple(
+        TreeNodeView(
+            slot=node.slot,
+            weight=weight(node),
+            color=color(node),
+            left=index[id(node.left)] if node.left is not None else None,
+            right=index[id(node.right)] if node.right is not None else None,
+            depth=depth,
+        )
+        for node, depth in order
+    )
+
+
+def audit_order(root: BstNode | None, what: str) -> int:
+    """In-order walk: keys increase and ranges do not overlap; returns the node count."""
+    from ..errors import AuditError
+
+    count, prev_end = 0, -1
+    for node in in_order(root):
+        count += 1
+        if node.base < prev_end:
+            raise AuditError(f"{what}: slot {node.slot.id} out of order or overlapping")
+        if node.base != node.slot.base_gfn or node.end != node.slot.end_gfn:
+            raise AuditError(f"{what}: cached bounds stale for slot {node.slot.id}")
+        for child in (node.left, node.right):
+            if child is not None and child.parent is not node:
+                raise AuditError(f"{what}: bad parent link under slot {node.slot.id}")
+        prev_end = node.end
+    return count
