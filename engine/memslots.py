@@ -6,14 +6,18 @@ rbtree, which also answers the overlap check), the lookup structure under study 
 `last_used_slot` cache.  The kernel keeps two such sets per address space and swaps them;
 the model keeps the active one and counts the swaps in `generation`.
 
-Extra structures can be attached (`structure(name)`) so the same gfn can be explained by
-every strategy while all of them follow each update.
+By default every strategy's structure is kept and follows each update, so the same gfn
+can be explained by all of them (the cost comparison of seed 000).  With
+`track_all=False` only the gfn tree and the chosen structure are kept; another one is
+built on demand by inserting the live slots in the order they were created (for the
+wbtree, whose shape depends on history when weights tie, that may differ from a tree
+that saw every update).
 """
 
 from __future__ import annotations
 
 from .errors import AuditError
-from .lookup import LookupStrategy, make_strategy
+from .lookup import LOOKUP_STRATEGIES, LookupStrategy, make_strategy
 from .lookup.base import CacheProbe, LookupTrace
 from .lookup.rbtree import RbTree
 from .memslot import MemorySlot
@@ -29,7 +33,7 @@ def try_get_memslot(slot: MemorySlot | None, gfn: int) -> MemorySlot | None:
 class MemslotSet:
     """One address space's memslots: id hash, gfn rbtree, lookup structure, caches."""
 
-    def __init__(self, as_id: int, lookup: str) -> None:
+    def __init__(self, as_id: int, lookup: str, track_all: bool = True) -> None:
         self.as_id = as_id
         self.generation = as_id  # kvm_create_vm(): "generations must be different"
         self.id_hash: dict[int, MemorySlot] = {}
@@ -37,6 +41,11 @@ class MemslotSet:
         self.last_used_slot: MemorySlot | None = None
         self.use_last_used_slot = True
         self._structures: dict[str, LookupStrategy] = {"rbtree": self.gfn_tree}
+        self._created: dict[int, int] = {}  # slot id -> creation sequence number
+        self._next_seq = 0
+        if track_all:
+            for name in LOOKUP_STRATEGIES:
+                self.structure(name)
         self.lookup: LookupStrategy = self.structure(lookup)
 
     # -- structures -----------------------------------------------------------------
@@ -46,7 +55,7 @@ class MemslotSet:
         found = self._structures.get(name)
         if found is None:
             found = make_strategy(name)
-            for slot in self.gfn_tree.slots():
+            for slot in sorted(self.id_hash.values(), key=lambda s: self._created[s.id]):
                 found.insert(slot)
             self._structures[name] = found
         return found
@@ -61,11 +70,14 @@ class MemslotSet:
 
     def install(self, slot: MemorySlot) -> None:
         self.id_hash[slot.id] = slot
+        self._created[slot.id] = self._next_seq
+        self._next_seq += 1
         for structure in self._structures.values():
             structure.insert(slot)
 
     def remove(self, slot: MemorySlot) -> None:
         del self.id_hash[slot.id]
+        del self._created[slot.id]
         for structure in self._structures.values():
             structure.erase(slot)
         if self.last_used_slot is slot:

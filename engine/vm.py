@@ -41,7 +41,11 @@ class Vcpu:
 
 
 class Vm:
-    """Memslots of one VM: address spaces, lookups, caches, generations, events."""
+    """Memslots of one VM: address spaces, lookups, caches, generations, events.
+
+    `track_all` (default) keeps every strategy's structure up to date so any of them can
+    explain a lookup; `False` keeps only the gfn rbtree and the chosen structure.
+    """
 
     def __init__(
         self,
@@ -52,13 +56,14 @@ class Vm:
         vcpu_cache: bool = True,
         readonly_mem: bool = True,
         host_phys_bits: int = 52,
+        track_all: bool = True,
     ) -> None:
         if lookup not in LOOKUP_STRATEGIES:
             make_strategy(lookup)  # raises the ValueError with the list of names
         if not 1 <= address_spaces <= KVM_MAX_NR_ADDRESS_SPACES:
             raise ValueError(f"address_spaces must be 1 or 2, not {address_spaces}")
         self.limits = VmLimits(address_spaces, readonly_mem, host_phys_bits)
-        self._sets = [MemslotSet(as_id, lookup) for as_id in range(address_spaces)]
+        self._sets = [MemslotSet(as_id, lookup, track_all) for as_id in range(address_spaces)]
         self.nr_memslot_pages = 0
         self.vcpu_cache = vcpu_cache
         self._vcpus: dict[int, Vcpu] = {}

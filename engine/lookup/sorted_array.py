@@ -60,7 +60,7 @@ class SortedSlotArray:
     def audit(self) -> None:
         if len(self.keys) != len(self.entries):
             raise AuditError(f"{self.what}: keys and entries differ in length")
-        for i, (key, (base, end, slot)) in enumerate(zip(self.keys, self.entries)):
+        for i, (key, (base, end, slot)) in enumerate(zip(self.keys, self.entries, strict=True)):
             if key != self.key(slot) or base != slot.base_gfn or end != slot.end_gfn:
                 raise AuditError(f"{self.what}: entry {i} (slot {slot.id}) is stale")
             if i and self.keys[i - 1] >= key:

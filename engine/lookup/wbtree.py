@@ -19,6 +19,8 @@ compaction algorithm added after insert and remove".  The model keeps that behav
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 from ..errors import AuditError
 from ..memslot import MemorySlot
 from . import bst
@@ -54,6 +56,8 @@ class WbTree(LookupStrategy):
     def __init__(self) -> None:
         self.root: WbNode | None = None
         self._nodes: dict[int, WbNode] = {}
+        self._bases: list[int] = []  # sorted keys, to find in-order neighbours
+        self._by_base: dict[int, WbNode] = {}
 
     # -- rotations (__wb_rotate_left / __wb_rotate_right) --------------------------
 
@@ -92,25 +96,28 @@ class WbTree(LookupStrategy):
     # -- updates -------------------------------------------------------------------
 
     def insert(self, slot: MemorySlot) -> None:
-        """BST insert by `base_gfn` (`wb_link_node`), then `wb_rebalance`."""
+        """BST insert by `base_gfn` (`wb_link_node`), then `wb_rebalance`.
+
+        The leaf position of a new key is unique: the right child of its in-order
+        predecessor if that is free, else the left child of its successor.  It is found
+        through the sorted keys (bisect) rather than by walking down, so inserting stays
+        O(log n) even when equal weights have grown the tree into a long chain.
+        """
         node = WbNode(slot)
-        parent: WbNode | None = None
-        cur = self.root
-        while cur is not None:
-            parent = cur
-            if node.base < cur.base:
-                cur = cur.left
-            elif node.base > cur.base:
-                cur = cur.right
-            else:
-                raise AuditError(f"two slots at base_gfn {node.base:#x}")
-        node.parent = parent
-        if parent is None:
-            self.root = node
-        elif node.base < parent.base:
-            parent.left = node
+        index = bisect_left(self._bases, node.base)
+        if index < len(self._bases) and self._bases[index] == node.base:
+            raise AuditError(f"two slots at base_gfn {node.base:#x}")
+        pred = self._by_base[self._bases[index - 1]] if index else None
+        if pred is not None and pred.right is None:
+            pred.right, node.parent = node, pred
+        elif index < len(self._bases):
+            succ = self._by_base[self._bases[index]]
+            assert succ.left is None  # the predecessor's right subtree holds no key
+            succ.left, node.parent = node, succ
         else:
-            parent.right = node
+            self.root = node
+        self._bases.insert(index, node.base)
+        self._by_base[node.base] = node
         self._nodes[slot.id] = node
         self.rebalance(node)
 
@@ -125,6 +132,8 @@ class WbTree(LookupStrategy):
     def erase(self, slot: MemorySlot) -> None:
         """`wb_erase`: rotate the node down (heavier child up) until it is a leaf; unlink."""
         node = self._nodes.pop(slot.id)
+        del self._bases[bisect_left(self._bases, node.base)]
+        del self._by_base[node.base]
         while node.left is not None or node.right is not None:
             if node.left is None:
                 self._rotate_left(node)
@@ -188,7 +197,7 @@ class WbTree(LookupStrategy):
             _audit_weight(node)
             if self._nodes.get(node.slot.id) is not node:
                 raise AuditError(f"wbtree: node index stale for slot {node.slot.id}")
-        if count != len(self._nodes):
+        if count != len(self._nodes) or len(self._bases) != count or len(self._by_base) != count:
             raise AuditError(f"wbtree: {count} nodes reachable, {len(self._nodes)} indexed")
 
 

@@ -1,0 +1,116 @@
+"""The `mmuscope` command line (CONTRACT.md).  Heavy modules are imported where needed.
+
+Exit codes: 0 success, 2 bad input or a missing tool (one line on stderr), 1 a bug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from engine.lookup import LOOKUP_STRATEGIES
+
+
+class CliError(Exception):
+    """Bad input: printed as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _int(text: str) -> int:
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
+    return value
+
+
+def _add_guest_options(parser: argparse.ArgumentParser) -> None:
+    from engine.layouts import DEFAULT_LAYOUT, PRESETS
+
+    parser.add_argument(
+        "--lookup",
+        default="rbtree",
+        choices=LOOKUP_STRATEGIES,
+        help="lookup strategy (default rbtree)",
+    )
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--layout",
+        default=None,
+        metavar="NAME",
+        help=f"preset guest: {', '.join(PRESETS)} (default {DEFAULT_LAYOUT})",
+    )
+    source.add_argument("--mtree", type=Path, metavar="FILE", help="QEMU 'info mtree' text")
+    parser.add_argument("--as", dest="as_id", type=_int, default=0, help="address space (1 = SMM)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="mmuscope",
+        description="A terminal microscope for KVM's MMU.  Without a command: the explorer.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    lookup = sub.add_parser("lookup", help="explain one memslot lookup in text")
+    lookup.add_argument("gfn", type=_int, help="guest frame number (0x... or decimal)")
+    lookup.add_argument("--gpa", action="store_true", help="the number is an address")
+    lookup.add_argument("--no-cache", action="store_true", help="bypass last_used_slot")
+    lookup.add_argument("--compare", action="store_true", help="cost under every strategy")
+    lookup.add_argument("--all", action="store_true", help="print every probe of long scans")
+    _add_guest_options(lookup)
+
+    export = sub.add_parser("export", help="write the memslot structure as dot/pdf/svg/png")
+    export.add_argument("-o", "--output", type=Path, required=True, metavar="OUT")
+    export.add_argument("--path", type=_int, metavar="GFN", help="highlight one lookup")
+    _add_guest_options(export)
+
+    layout = sub.add_parser("layout", help="show a guest layout, or import a QEMU one")
+    src = layout.add_mutually_exclusive_group()
+    src.add_argument("--mtree", type=Path, metavar="FILE", help="QEMU 'info mtree [-f]' text")
+    src.add_argument(
+        "--trace",
+        type=Path,
+        metavar="FILE",
+        help="QEMU kvm_set_user_memory trace or strace KVM_SET_USER_MEMORY_REGION lines",
+    )
+    src.add_argument("--preset", metavar="NAME", help="a preset layout")
+    layout.add_argument("--address-space", default="memory", help="mtree address space")
+    layout.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command is None:
+            from .console import show_overview
+
+            return show_overview()
+        if args.command == "lookup":
+            from .commands import run_lookup
+
+            return run_lookup(args)
+        if args.command == "export":
+            from .commands import run_export
+
+            return run_export(args)
+        if args.command == "layout":
+            from .commands import run_layout
+
+            return run_layout(args)
+    except CliError as err:
+        print(f"mmuscope: error: {err}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+    parser.error(f"unknown command {args.command!r}")

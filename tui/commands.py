@@ -1,0 +1,227 @@
+"""The text commands: `lookup`, `export`, `layout` (plain text and JSON, no TUI)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from engine import KvmError, Vm
+from engine.constants import PAGE_SHIFT
+from engine.layouts import DEFAULT_LAYOUT, Layout, build_vm, layout_from_ram_regions, preset
+from engine.lookup.base import EMPTY, HIT, LookupTrace, Probe
+
+from .cli import CliError
+
+PROBE_LIMIT = 24  # long linear scans print the head and tail unless --all
+
+
+def read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError as err:
+        raise CliError(f"cannot read {path}: {err.strerror}") from None
+
+
+def load_layout(name: str | None, mtree: Path | None, address_space: str = "memory") -> Layout:
+    """A preset by name, or the slots QEMU would register for an `info mtree` dump."""
+    if mtree is not None:
+        from engine.layouts.qemu_mtree import MtreeError, parse_mtree
+
+        try:
+            regions = parse_mtree(read_text(mtree), address_space)
+        except MtreeError as err:
+            raise CliError(f"{mtree}: {err}") from None
+        ram = [(r.name, r.gpa, r.size, r.readonly) for r in regions]
+        return layout_from_ram_regions(mtree.name, ram)
+    try:
+        return preset(name or DEFAULT_LAYOUT)
+    except ValueError as err:
+        raise CliError(str(err)) from None
+
+
+def load_guest(args: argparse.Namespace) -> tuple[Layout, Vm]:
+    layout = load_layout(args.layout, args.mtree)
+    try:
+        vm = build_vm(layout, args.lookup)
+    except KvmError as err:
+        raise CliError(f"{layout.name}: the layout is refused by KVM: {err}") from None
+    if not 0 <= args.as_id < vm.address_spaces:
+        raise CliError(f"address space {args.as_id} does not exist (0..{vm.address_spaces - 1})")
+    return layout, vm
+
+
+# -- lookup ---------------------------------------------------------------------------
+
+
+def describe_probe(probe: Probe, layout: Layout, gfn: int) -> str:
+    if probe.slot is None:
+        return f"[{probe.position}] unused entry (npages 0): no match"
+    slot = probe.slot
+    name = layout.name_of(slot.as_id, slot.id)
+    where = f"slot {slot.id:<3} {name:<18} gfn {slot.base_gfn:#x}-{slot.end_gfn - 1:#x}"
+    verdict = {
+        HIT: "holds the gfn: hit",
+        "left": "gfn < base_gfn: go left",
+        "right": "gfn >= base_gfn + npages: go right",
+        "lower": "gfn >= base_gfn: search lower indexes",
+        "higher": "gfn < base_gfn: search higher indexes",
+        "next": "not here: next entry",
+        EMPTY: "unused entry",
+    }[probe.outcome]
+    return f"{where}  {verdict}"
+
+
+def format_trace(trace: LookupTrace, layout: Layout, show_all: bool) -> list[str]:
+    lines = []
+    for cache in trace.cache_probes:
+        held = f"slot {cache.slot.id}" if cache.slot is not None else "empty"
+        state = "hit" if cache.hit else "miss"
+        note = f" ({cache.note})" if cache.note else ""
+        lines.append(f"  cache {cache.cache:<4} last_used_slot: {held} -> {state}{note}")
+    probes = list(enumerate(trace.probes, 1))
+    if not show_all and len(probes) > PROBE_LIMIT:
+        hidden = len(probes) - PROBE_LIMIT
+        probes = [*probes[: PROBE_LIMIT - 4], (0, None), *probes[-4:]]
+        skipped = f"  ... {hidden} more probes (--all prints them)"
+    for number, probe in probes:
+        if probe is None:
+            lines.append(skipped)
+            continue
+        lines.append(f"  #{number:<4} {describe_probe(probe, layout, trace.gfn)}")
+    return lines
+
+
+def trace_verdict(trace: LookupTrace, layout: Layout) -> str:
+    cost = f"{trace.visited} visited, {trace.comparisons} comparisons"
+    if trace.slot is None:
+        return f"miss: no slot holds gfn {trace.gfn:#x} (MMIO) after {cost}"
+    name = layout.name_of(trace.slot.as_id, trace.slot.id)
+    via = "the cache" if trace.cache_hit else trace.strategy
+    return f"hit slot {trace.slot.id} ({name}) via {via} after {cost}"
+
+
+def run_lookup(args: argparse.Namespace) -> int:
+    layout, vm = load_guest(args)
+    gfn = args.gfn >> PAGE_SHIFT if args.gpa else args.gfn
+    vm.set_last_used_slot(not args.no_cache)
+    slots = vm.memslot_set(args.as_id)
+    strategy = slots.lookup
+    print(
+        f"lookup gfn {gfn:#x} (gpa {gfn << PAGE_SHIFT:#x}) in address space {args.as_id} of "
+        f"{layout.name}: {strategy.name} ({strategy.era}), {len(strategy)} slots"
+    )
+    trace = vm.explain(gfn, args.as_id)
+    print("\n".join(format_trace(trace, layout, args.all)))
+    print(f"  {trace_verdict(trace, layout)}")
+    if args.compare:
+        print("\nthe same gfn under every strategy (no cache):")
+        for name in sorted(slots.structures(), key=lambda s: s.name):
+            other = slots.search_explained(gfn, name.name)
+            print(
+                f"  {name.name:<12} {other.visited:>6} visited {other.comparisons:>7} comparisons"
+            )
+    return 0
+
+
+# -- export ---------------------------------------------------------------------------
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from engine.export.dot import shape_to_dot
+    from engine.export.render import ExportError, write_export
+
+    layout, vm = load_guest(args)
+    slots = vm.memslot_set(args.as_id)
+    trace = slots.search_explained(args.path, args.lookup) if args.path is not None else None
+    title = f"{layout.name} · {args.lookup} · as {args.as_id}"
+    text = shape_to_dot(slots.structure(args.lookup).shape(), title=title, trace=trace)
+    if len(slots.id_hash) > 2000 and args.output.suffix.lower() != ".dot":
+        print(f"note: dot lays out {len(slots.id_hash)} nodes slowly", file=sys.stderr)
+    try:
+        write_export(text, args.output)
+    except ExportError as err:
+        raise CliError(str(err)) from None
+    print(f"wrote {args.output}")
+    return 0
+
+
+# -- layout ---------------------------------------------------------------------------
+
+
+def run_layout(args: argparse.Namespace) -> int:
+    if args.trace is not None:
+        return _replay_trace(args)
+    if args.mtree is not None:
+        from engine.layouts.qemu_mtree import MtreeError, parse_mtree
+
+        try:
+            regions = parse_mtree(read_text(args.mtree), args.address_space)
+        except MtreeError as err:
+            raise CliError(f"{args.mtree}: {err}") from None
+        rows = [
+            {"name": r.name, "gpa": r.gpa, "size": r.size, "readonly": r.readonly} for r in regions
+        ]
+    else:
+        layout = load_layout(args.preset, None)
+        rows = [
+            {
+                "name": r.name,
+                "gpa": r.gpa,
+                "size": r.size,
+                "readonly": r.readonly,
+                "slot": r.slot,
+            }
+            for r in sorted(layout.regions, key=lambda r: (r.as_id, r.gpa))
+        ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for row in rows:
+        ro = " readonly" if row["readonly"] else ""
+        end = int(row["gpa"]) + int(row["size"]) - 1
+        print(f"{int(row['gpa']):#018x}-{end:#018x} {int(row['size']):>14} {row['name']}{ro}")
+    return 0
+
+
+def _replay_trace(args: argparse.Namespace) -> int:
+    from engine.layouts.qemu_trace import TraceFormatError, parse_memory_region_calls, replay_calls
+
+    try:
+        calls = parse_memory_region_calls(read_text(args.trace))
+    except TraceFormatError as err:
+        raise CliError(f"{args.trace}: {err}") from None
+    results = replay_calls(Vm(), calls)
+    if args.json:
+        print(json.dumps([_result_json(r) for r in results], indent=2))
+        return 0
+    for r in results:
+        c = r.call
+        verdict = "ok" if r.ret == 0 else f"{r.errno_name}: {r.reason}"
+        mismatch = "" if r.matches_recorded in (True, None) else "  (recorded ret differs!)"
+        print(
+            f"line {c.lineno:>5} slot {c.slot:#x} gpa {c.guest_phys_addr:#x} size "
+            f"{c.memory_size:#x} flags {c.flags:#x}: {verdict}, gen {r.generation}{mismatch}"
+        )
+    return 0
+
+
+def _result_json(r: object) -> dict[str, object]:
+    from engine.layouts.qemu_trace import ReplayResult
+
+    assert isinstance(r, ReplayResult)
+    c = r.call
+    return {
+        "line": c.lineno,
+        "slot": c.slot,
+        "flags": c.flags,
+        "gpa": c.guest_phys_addr,
+        "size": c.memory_size,
+        "ret": r.ret,
+        "errno": r.errno_name,
+        "reason": r.reason,
+        "generation": r.generation,
+        "recorded_ret": c.recorded_ret,
+        "matches_recorded": r.matches_recorded,
+    }
