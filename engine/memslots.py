@@ -30,6 +30,9 @@ def try_get_memslot(slot: MemorySlot | None, gfn: int) -> MemorySlot | None:
     return None
 
 
+_EMPTY_LRU: tuple[int, int, MemorySlot | None] = (0, 0, None)
+
+
 class MemslotSet:
     """One address space's memslots: id hash, gfn rbtree, lookup structure, caches."""
 
@@ -38,7 +41,9 @@ class MemslotSet:
         self.generation = as_id  # kvm_create_vm(): "generations must be different"
         self.id_hash: dict[int, MemorySlot] = {}
         self.gfn_tree = RbTree()
-        self.last_used_slot: MemorySlot | None = None
+        # last_used_slot as (base, end, slot); (0, 0, None) when empty, so the hot path is
+        # one tuple unpack and one chained comparison.
+        self.lru: tuple[int, int, MemorySlot | None] = _EMPTY_LRU
         self.use_last_used_slot = True
         self._structures: dict[str, LookupStrategy] = {"rbtree": self.gfn_tree}
         self._created: dict[int, int] = {}  # slot id -> creation sequence number
@@ -47,6 +52,15 @@ class MemslotSet:
             for name in LOOKUP_STRATEGIES:
                 self.structure(name)
         self.lookup: LookupStrategy = self.structure(lookup)
+
+    @property
+    def last_used_slot(self) -> MemorySlot | None:
+        """`slots->last_used_slot`: the VM-wide cache of the last slot found."""
+        return self.lru[2]
+
+    @last_used_slot.setter
+    def last_used_slot(self, slot: MemorySlot | None) -> None:
+        self.lru = _EMPTY_LRU if slot is None else (slot.base_gfn, slot.end_gfn, slot)
 
     # -- structures -----------------------------------------------------------------
 
@@ -102,9 +116,9 @@ class MemslotSet:
 
     def gfn_to_memslot(self, gfn: int) -> MemorySlot | None:
         """`____gfn_to_memslot(slots, gfn, approx=false)`: last_used_slot, then search."""
-        slot = self.last_used_slot
-        if slot is not None and slot.base_gfn <= gfn < slot.base_gfn + slot.npages:
-            return slot
+        base, end, cached = self.lru
+        if base <= gfn < end:
+            return cached
         slot = self.lookup.search(gfn)
         if slot is not None and self.use_last_used_slot:
             self.last_used_slot = slot

@@ -222,9 +222,9 @@ class Vm:
     def gfn_to_memslot(self, gfn: int, as_id: int = 0) -> MemorySlot | None:
         """`__gfn_to_memslot()`: VM-wide `last_used_slot`, then the lookup structure."""
         slots = self._sets[as_id]
-        slot = slots.last_used_slot
-        if slot is not None and slot.base_gfn <= gfn < slot.base_gfn + slot.npages:
-            return slot
+        base, end, cached = slots.lru
+        if base <= gfn < end:
+            return cached
         return slots.gfn_to_memslot(gfn)
 
     def gfn_to_memslot_approx(self, gfn: int, as_id: int = 0) -> MemorySlot | None:

@@ -45,7 +45,7 @@ _ALIAS_RE = re.compile(
     r"^alias (?P<name>.*?) @(?P<target>.*) (?P<off>[0-9a-fA-F]{1,16})-[0-9a-fA-F]{1,16}$"
 )
 _FLAT_NAME_RE = re.compile(
-    r"^(?P<name>.*?)(?: @[0-9a-fA-F]{1,16})?(?: (?:kvm|hvf|whpx|nvmm|xen))?$"
+    r"^(?P<name>.*?)(?: @[0-9a-fA-F]{1,16})?(?: (?i:kvm|hvf|whpx|nvmm|xen|tcg))?$"
 )
 _OWNER_RE = re.compile(r"\s+(?:owner|parent):\{.*$")
 _AS_HEADER_RE = re.compile(r"^address-space(?P<flat> \(flat view\))?:\s*(?P<name>.*?)\s*$")
