@@ -14,15 +14,15 @@ from __future__ import annotations
 from bisect import bisect_left
 
 from ..memslot import MemorySlot
-from .base import EMPTY, HIGHER, HIT, LOWER, NEXT, ArrayView, LookupStrategy, Probe
-from .sorted_array import Key, SortedSlotArray
+from .base import EMPTY, HIGHER, HIT, LOWER, NEXT, ArrayView, Probe
+from .sorted_array import Key, SortedArrayStrategy
 
 
 def _gfn_desc_key(slot: MemorySlot) -> Key:
     return (-slot.base_gfn, 0)
 
 
-class BinarySearchArray(LookupStrategy):
+class BinarySearchArray(SortedArrayStrategy):
     """Used slots by base_gfn descending; binary search then one range check."""
 
     name = "binary"
@@ -33,17 +33,7 @@ class BinarySearchArray(LookupStrategy):
         "misses alike, then one range check."
     )
 
-    def __init__(self) -> None:
-        self.array = SortedSlotArray(_gfn_desc_key, self.name)
-
-    def insert(self, slot: MemorySlot) -> None:
-        self.array.insert(slot)
-
-    def erase(self, slot: MemorySlot) -> None:
-        self.array.erase(slot)
-
-    def replace(self, old: MemorySlot, new: MemorySlot) -> None:
-        self.array.replace(old, new)
+    sort_key = staticmethod(_gfn_desc_key)
 
     def search(self, gfn: int) -> MemorySlot | None:
         # The same narrowing as the kernel loop, run by bisect over the negated keys.
@@ -79,12 +69,3 @@ class BinarySearchArray(LookupStrategy):
 
     def shape(self) -> ArrayView:
         return ArrayView(self.name, tuple(self.array.slots()), "base_gfn descending")
-
-    def slots(self) -> list[MemorySlot]:
-        return self.array.slots()
-
-    def __len__(self) -> int:
-        return len(self.array.entries)
-
-    def audit(self) -> None:
-        self.array.audit()

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from ..memslot import MemorySlot
-from .base import GO_LEFT, GO_RIGHT, HIT, Probe, TreeNodeView
+from .base import GO_LEFT, GO_RIGHT, HIT, LookupStrategy, Probe, TreeNodeView
 
 
 class BstNode(Protocol):
@@ -149,3 +149,45 @@ def audit_order(root: BstNode | None, what: str) -> int:
                 raise AuditError(f"{what}: bad parent link under slot {node.slot.id}")
         prev_end = node.end
     return count
+
+
+class TreeStrategy(LookupStrategy, Generic[N]):
+    """What both trees do alike: node index by slot id, search, explain, relabel."""
+
+    def __init__(self) -> None:
+        self.root: N | None = None
+        self._nodes: dict[int, N] = {}
+
+    def replace(self, old: MemorySlot, new: MemorySlot) -> None:
+        """Same range: the node stays and takes the new slot (`rb_replace_node()`, O(1));
+        otherwise erase + insert."""
+        node = self._nodes.get(old.id)
+        if node is not None and old.base_gfn == new.base_gfn and old.npages == new.npages:
+            node.slot = new
+            del self._nodes[old.id]
+            self._nodes[new.id] = node
+            return
+        self.erase(old)
+        self.insert(new)
+
+    def search(self, gfn: int) -> MemorySlot | None:
+        return search(self.root, gfn)
+
+    def explain(self, gfn: int) -> tuple[tuple[Probe, ...], MemorySlot | None]:
+        probes, node = explain(self.root, gfn)
+        if node is not None and node.base <= gfn < node.end:
+            return probes, node.slot
+        return probes, None
+
+    def first(self) -> N | None:
+        """`rb_first()` / `wb_first()`."""
+        return leftmost(self.root)
+
+    def in_order(self) -> Iterator[N]:
+        return in_order(self.root)
+
+    def slots(self) -> list[MemorySlot]:
+        return [node.slot for node in in_order(self.root)]
+
+    def __len__(self) -> int:
+        return len(self._nodes)

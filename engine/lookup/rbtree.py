@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from ..errors import AuditError
 from ..memslot import MemorySlot
 from . import bst
-from .base import LookupStrategy, Probe, TreeView
+from .base import TreeView
 
 
 class RbNode:
@@ -39,7 +39,7 @@ def _is_red(node: RbNode | None) -> bool:
     return node is not None and node.red
 
 
-class RbTree(LookupStrategy):
+class RbTree(bst.TreeStrategy[RbNode]):
     """The gfn rbtree of one memslot set."""
 
     name = "rbtree"
@@ -49,10 +49,6 @@ class RbTree(LookupStrategy):
         "Maciej Szmigiero's scalable memslots (v5.17): O(log n) lookups and updates; "
         "search_memslots() descends left when gfn < base_gfn, right when past the end."
     )
-
-    def __init__(self) -> None:
-        self.root: RbNode | None = None
-        self._nodes: dict[int, RbNode] = {}
 
     # -- updates -------------------------------------------------------------------
 
@@ -86,17 +82,6 @@ class RbTree(LookupStrategy):
         rebalance = self._unlink(node)
         if rebalance is not None:
             self._erase_color(rebalance)
-
-    def replace(self, old: MemorySlot, new: MemorySlot) -> None:
-        """`rb_replace_node()` when `base_gfn` is unchanged (O(1)), else erase + insert."""
-        node = self._nodes.get(old.id)
-        if node is not None and old.base_gfn == new.base_gfn and old.npages == new.npages:
-            node.slot = new
-            del self._nodes[old.id]
-            self._nodes[new.id] = node
-            return
-        self.erase(old)
-        self.insert(new)
 
     # -- rebalancing (lib/rbtree.c) -------------------------------------------------
 
@@ -268,19 +253,10 @@ class RbTree(LookupStrategy):
 
     # -- lookups -------------------------------------------------------------------
 
-    def search(self, gfn: int) -> MemorySlot | None:
-        """`search_memslots(slots, gfn, approx=false)`, bare."""
-        return bst.search(self.root, gfn)
-
     def search_approx(self, gfn: int) -> MemorySlot | None:
         """`search_memslots(slots, gfn, approx=true)`: on a miss, the last node visited."""
         _, node = bst.explain(self.root, gfn)
         return node.slot if node is not None else None
-
-    def explain(self, gfn: int) -> tuple[tuple[Probe, ...], MemorySlot | None]:
-        probes, node = bst.explain(self.root, gfn)
-        hit = node is not None and node.base <= gfn < node.end
-        return probes, node.slot if hit and node is not None else None
 
     def floor(self, gfn: int) -> RbNode | None:
         """The node with the largest `base_gfn <= gfn` (start of a gfn-range walk)."""
@@ -292,15 +268,6 @@ class RbTree(LookupStrategy):
                 node = node.left
         return best
 
-    # -- iteration -----------------------------------------------------------------
-
-    def first(self) -> RbNode | None:
-        """`rb_first()`."""
-        return bst.leftmost(self.root)
-
-    def in_order(self) -> Iterator[RbNode]:
-        return bst.in_order(self.root)
-
     def in_range(self, start: int, end: int) -> Iterator[MemorySlot]:
         """`kvm_for_each_memslot_in_gfn_range()`: slots that may overlap [start, end)."""
         node = self.floor(start) or self.first()
@@ -308,12 +275,6 @@ class RbTree(LookupStrategy):
             if node.end > start:
                 yield node.slot
             node = bst.successor(node)
-
-    def slots(self) -> list[MemorySlot]:
-        return [n.slot for n in self.in_order()]
-
-    def __len__(self) -> int:
-        return len(self._nodes)
 
     def shape(self) -> TreeView:
         return TreeView(

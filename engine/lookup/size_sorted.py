@@ -12,15 +12,15 @@ unspecified order).
 from __future__ import annotations
 
 from ..memslot import MemorySlot
-from .base import HIT, NEXT, ArrayView, LookupStrategy, Probe
-from .sorted_array import Key, SortedSlotArray
+from .base import HIT, NEXT, ArrayView, Probe
+from .sorted_array import Key, SortedArrayStrategy
 
 
 def _size_key(slot: MemorySlot) -> Key:
     return (-slot.npages, slot.id)
 
 
-class SizeSortedArray(LookupStrategy):
+class SizeSortedArray(SortedArrayStrategy):
     """Used slots by npages descending; lookup scans until a slot holds the gfn."""
 
     name = "size-sorted"
@@ -31,17 +31,7 @@ class SizeSortedArray(LookupStrategy):
         "misses still scan every used slot (O(n))."
     )
 
-    def __init__(self) -> None:
-        self.array = SortedSlotArray(_size_key, self.name)
-
-    def insert(self, slot: MemorySlot) -> None:
-        self.array.insert(slot)
-
-    def erase(self, slot: MemorySlot) -> None:
-        self.array.erase(slot)
-
-    def replace(self, old: MemorySlot, new: MemorySlot) -> None:
-        self.array.replace(old, new)
+    sort_key = staticmethod(_size_key)
 
     def search(self, gfn: int) -> MemorySlot | None:
         for base, end, slot in self.array.entries:
@@ -60,12 +50,3 @@ class SizeSortedArray(LookupStrategy):
 
     def shape(self) -> ArrayView:
         return ArrayView(self.name, tuple(self.array.slots()), "npages descending")
-
-    def slots(self) -> list[MemorySlot]:
-        return self.array.slots()
-
-    def __len__(self) -> int:
-        return len(self.array.entries)
-
-    def audit(self) -> None:
-        self.array.audit()

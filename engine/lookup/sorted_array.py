@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from ..errors import AuditError
 from ..memslot import MemorySlot
+from .base import LookupStrategy
 
 Key = tuple[int, int]
 
@@ -65,3 +66,32 @@ class SortedSlotArray:
                 raise AuditError(f"{self.what}: entry {i} (slot {slot.id}) is stale")
             if i and self.keys[i - 1] >= key:
                 raise AuditError(f"{self.what}: entries {i - 1} and {i} out of order")
+
+
+class SortedArrayStrategy(LookupStrategy):
+    """A strategy over one `SortedSlotArray`; subclasses give the key, search and explain."""
+
+    @staticmethod
+    def sort_key(slot: MemorySlot) -> Key:
+        raise NotImplementedError
+
+    def __init__(self) -> None:
+        self.array = SortedSlotArray(self.sort_key, self.name)
+
+    def insert(self, slot: MemorySlot) -> None:
+        self.array.insert(slot)
+
+    def erase(self, slot: MemorySlot) -> None:
+        self.array.erase(slot)
+
+    def replace(self, old: MemorySlot, new: MemorySlot) -> None:
+        self.array.replace(old, new)
+
+    def slots(self) -> list[MemorySlot]:
+        return self.array.slots()
+
+    def __len__(self) -> int:
+        return len(self.array.entries)
+
+    def audit(self) -> None:
+        self.array.audit()

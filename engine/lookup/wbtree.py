@@ -24,7 +24,7 @@ from bisect import bisect_left
 from ..errors import AuditError
 from ..memslot import MemorySlot
 from . import bst
-from .base import LookupStrategy, Probe, TreeView
+from .base import TreeView
 
 
 class WbNode:
@@ -42,7 +42,7 @@ class WbNode:
         self.parent: WbNode | None = None
 
 
-class WbTree(LookupStrategy):
+class WbTree(bst.TreeStrategy[WbNode]):
     """The memslot wbtree of one address space (`struct wb_root`)."""
 
     name = "wbtree"
@@ -54,8 +54,7 @@ class WbTree(LookupStrategy):
     )
 
     def __init__(self) -> None:
-        self.root: WbNode | None = None
-        self._nodes: dict[int, WbNode] = {}
+        super().__init__()
         self._bases: list[int] = []  # sorted keys, to find in-order neighbours
         self._by_base: dict[int, WbNode] = {}
 
@@ -147,38 +146,6 @@ class WbTree(LookupStrategy):
             node.parent.left = None
         else:
             node.parent.right = None
-
-    def replace(self, old: MemorySlot, new: MemorySlot) -> None:
-        """Same range and weight: the node stays where it is; otherwise erase + insert."""
-        node = self._nodes.get(old.id)
-        if node is not None and old.base_gfn == new.base_gfn and old.npages == new.npages:
-            node.slot = new
-            del self._nodes[old.id]
-            self._nodes[new.id] = node
-            return
-        self.erase(old)
-        self.insert(new)
-
-    # -- lookups -------------------------------------------------------------------
-
-    def search(self, gfn: int) -> MemorySlot | None:
-        return bst.search(self.root, gfn)
-
-    def explain(self, gfn: int) -> tuple[tuple[Probe, ...], MemorySlot | None]:
-        probes, node = bst.explain(self.root, gfn)
-        hit = node is not None and node.base <= gfn < node.end
-        return probes, node.slot if hit and node is not None else None
-
-    # -- iteration (wb_first / wb_next) --------------------------------------------
-
-    def first(self) -> WbNode | None:
-        return bst.leftmost(self.root)
-
-    def slots(self) -> list[MemorySlot]:
-        return [node.slot for node in bst.in_order(self.root)]
-
-    def __len__(self) -> int:
-        return len(self._nodes)
 
     def height(self) -> int:
         return bst.height(self.root)
