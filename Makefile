@@ -8,7 +8,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.mmuscope-installed
 
-.PHONY: run test lint bench screenshots graphviz clean
+.PHONY: run test lint bench graphviz clean
 
 run: $(STAMP) graphviz
 	$(BIN)/mmuscope

@@ -227,7 +227,7 @@ def test_errors(text: str, message: str) -> None:
 
 
 def test_error_names_the_source_and_deep_nesting_is_refused() -> None:
-    with pytest.raises(MtreeError, match="no address space 'smm' in vm.txt"):
+    with pytest.raises(MtreeError, match=r"no address space 'smm' in vm\.txt"):
         parse_mtree(tree(SYSTEM), "smm", source="vm.txt")
     deep = [f"{' ' * (2 * i)}0000000000000000-0000000000000fff (prio 0, i/o): r" for i in range(99)]
     with pytest.raises(MtreeError, match="nested deeper"):
@@ -289,3 +289,75 @@ LINE_PIECES = st.sampled_from(
 @given(st.lists(LINE_PIECES, max_size=30))
 def test_fuzz_shuffled_lines(lines: list[str]) -> None:
     _check_valid("\n".join(lines))
+
+
+# --- the real dumps in shared/realdata ---------------------------------------------------
+
+# pc, 6 GiB, KVM.  smram-region (prio 1, i/o alias of pci) renders pci's vga-lowmem over
+# 0xa0000-0xbffff; the prio 1 pam aliases beat pci's pc.rom and isa-bios (pci is prio -1);
+# kvmvapic-rom (prio 1000) cuts 0xcb000-0xcdfff out of them; neighbouring aliases of the
+# same name continue pc.ram and merge (flatview_simplify).
+PC_6G = [
+    R("ram-below-4g", 0x0, 0xA0000, False),
+    R("pam-rom", 0xC0000, 0xB000, False),
+    R("kvmvapic-rom", 0xCB000, 0x3000, False),
+    R("pam-rom", 0xCE000, 0x16000, False),
+    R("pam-ram", 0xE4000, 0xC000, False),
+    R("pam-rom", 0xF0000, 0x10000, False),
+    R("ram-below-4g", 0x100000, 0xBFF00000, False),
+    R("vga.vram", 0xFE000000, 0x800000, False),
+    R("pc.bios", 0xFFFC0000, 0x40000, True),
+    R("ram-above-4g", 0x100000000, 0xC0000000, False),
+]
+Q35_16G = [
+    R("ram-below-4g", 0x0, 0xA0000, False),
+    R("pam-rom", 0xC0000, 0xB000, False),
+    R("kvmvapic-rom", 0xCB000, 0x3000, False),
+    R("pam-rom", 0xCE000, 0x16000, False),
+    R("pam-ram", 0xE4000, 0xC000, False),
+    R("pam-rom", 0xF0000, 0x10000, False),
+    R("ram-below-4g", 0x100000, 0x7FF00000, False),
+    R("vga.vram", 0xFD000000, 0x1000000, False),
+    R("pc.bios", 0xFFFC0000, 0x40000, True),
+    R("ram-above-4g", 0x100000000, 0x380000000, False),
+]
+SMRAM_LOW = R("smram-low", 0xA0000, 0x20000, False)
+
+
+def test_realdata_pc_kvm_6g() -> None:
+    text = realdata("qemu-info-mtree-x86-pc-kvm-6g.txt")
+    assert parse_mtree(text) == PC_6G
+    assert parse_mtree(text, "cpu-memory-1") == PC_6G
+    assert parse_mtree(text, "KVM-SMRAM") == sorted([*PC_6G, SMRAM_LOW], key=_gpa)
+    assert parse_mtree(text, "I/O") == []
+    assert list_address_spaces(text)[:4] == ["memory", "I/O", "cpu-memory-0", "cpu-memory-1"]
+    assert "pc.ram" not in list_address_spaces(text)  # memory-region blocks are not spaces
+
+
+def test_realdata_q35_16g() -> None:
+    text = realdata("qemu-info-mtree-x86-q35-kvm-intel-iommu-pt.txt")
+    assert parse_mtree(text) == Q35_16G
+    names = list_address_spaces(text)
+    assert [f"cpu-memory-{i}" in names for i in range(12)] == [True] * 12
+    for i in (0, 7, 11):  # the twelve body-less headers share memory's body
+        assert parse_mtree(text, f"cpu-memory-{i}") == Q35_16G
+    assert parse_mtree(text, "KVM-SMRAM") == sorted([*Q35_16G, SMRAM_LOW], key=_gpa)
+
+
+def test_realdata_pc_tcg_flatview() -> None:
+    text = realdata("qemu-info-mtree-f-x86-pc-tcg-flatview.txt")
+    tail = [
+        R("pc.ram", 0xC0000, 0xB000, True),
+        R("pc.ram", 0xCB000, 0x3000, False),
+        R("pc.ram", 0xCE000, 0x16000, True),
+        R("pc.ram", 0xE4000, 0xC000, False),
+        R("pc.ram", 0xF0000, 0x10000, True),
+        R("pc.ram", 0x100000, 0xBFF00000, False),
+        R("vga.vram", 0xFD000000, 0x1000000, False),
+        R("pc.bios", 0xFFFC0000, 0x40000, True),
+        R("pc.ram", 0x100000000, 0xC0000000, False),
+    ]
+    assert parse_mtree(text) == [R("pc.ram", 0x0, 0xA0000, False), *tail]
+    assert parse_mtree(text, "cpu-smm-0") == [R("pc.ram", 0x0, 0xC0000, False), *tail]
+    with pytest.raises(MtreeError, match="'VGA' in the input has no rendered ranges"):
+        parse_mtree(text, "VGA")

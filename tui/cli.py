@@ -28,8 +28,8 @@ def _int(text: str) -> int:
         value = int(text, 0)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
+    if not 0 <= value < 1 << 64:
+        raise argparse.ArgumentTypeError(f"out of range (0 to 2**64-1): {text!r}")
     return value
 
 
@@ -56,7 +56,10 @@ def _add_guest_options(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="mmuscope",
-        description="A terminal microscope for KVM's MMU.  Without a command: the explorer.",
+        description=(
+            "A terminal microscope for KVM's MMU.  Without a command: an overview of the "
+            "default guest's memslots and lookups (the explorer TUI is coming)."
+        ),
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 

@@ -30,9 +30,9 @@ def load_layout(name: str | None, mtree: Path | None, address_space: str = "memo
         from engine.layouts.qemu_mtree import MtreeError, parse_mtree
 
         try:
-            regions = parse_mtree(read_text(mtree), address_space)
+            regions = parse_mtree(read_text(mtree), address_space, source=str(mtree))
         except MtreeError as err:
-            raise CliError(f"{mtree}: {err}") from None
+            raise CliError(str(err)) from None
         ram = [(r.name, r.gpa, r.size, r.readonly) for r in regions]
         return layout_from_ram_regions(mtree.name, ram)
     try:
@@ -69,6 +69,7 @@ def describe_probe(probe: Probe, layout: Layout, gfn: int) -> str:
         "higher": "gfn < base_gfn: search higher indexes",
         "next": "not here: next entry",
         EMPTY: "unused entry",
+        "miss": "range check: gfn not in this slot, miss",
     }[probe.outcome]
     return f"{where}  {verdict}"
 
@@ -81,10 +82,11 @@ def format_trace(trace: LookupTrace, layout: Layout, show_all: bool) -> list[str
         note = f" ({cache.note})" if cache.note else ""
         lines.append(f"  cache {cache.cache:<4} last_used_slot: {held} -> {state}{note}")
     probes = list(enumerate(trace.probes, 1))
+    skipped = ""
     if not show_all and len(probes) > PROBE_LIMIT:
         hidden = len(probes) - PROBE_LIMIT
         probes = [*probes[: PROBE_LIMIT - 4], (0, None), *probes[-4:]]
-        skipped = f"  ... {hidden} more probes (--all prints them)"
+        skipped = f"  ... {hidden} more probes (--all prints them)"  # printed at the gap
     for number, probe in probes:
         if probe is None:
             lines.append(skipped)
@@ -105,6 +107,8 @@ def trace_verdict(trace: LookupTrace, layout: Layout) -> str:
 def run_lookup(args: argparse.Namespace) -> int:
     layout, vm = load_guest(args)
     gfn = args.gfn >> PAGE_SHIFT if args.gpa else args.gfn
+    if gfn >= 1 << (64 - PAGE_SHIFT):
+        raise CliError(f"gfn {gfn:#x} is beyond a 64-bit guest physical address space")
     vm.set_last_used_slot(not args.no_cache)
     slots = vm.memslot_set(args.as_id)
     strategy = slots.lookup
@@ -133,6 +137,8 @@ def run_export(args: argparse.Namespace) -> int:
     from engine.export.render import ExportError, write_export
 
     layout, vm = load_guest(args)
+    if args.path is not None and args.path >= 1 << (64 - PAGE_SHIFT):
+        raise CliError(f"--path gfn {args.path:#x} is beyond a 64-bit guest physical space")
     slots = vm.memslot_set(args.as_id)
     trace = slots.search_explained(args.path, args.lookup) if args.path is not None else None
     title = f"{layout.name} · {args.lookup} · as {args.as_id}"
@@ -157,9 +163,9 @@ def run_layout(args: argparse.Namespace) -> int:
         from engine.layouts.qemu_mtree import MtreeError, parse_mtree
 
         try:
-            regions = parse_mtree(read_text(args.mtree), args.address_space)
+            regions = parse_mtree(read_text(args.mtree), args.address_space, source=str(args.mtree))
         except MtreeError as err:
-            raise CliError(f"{args.mtree}: {err}") from None
+            raise CliError(str(err)) from None
         rows = [
             {"name": r.name, "gpa": r.gpa, "size": r.size, "readonly": r.readonly} for r in regions
         ]

@@ -56,8 +56,8 @@ _OLD_FLAGS_RE = re.compile(r"^[R-][W-]$")
 _RAM_KINDS = frozenset({"ram", "rom", "ramd", "romd"})
 _READONLY_KINDS = frozenset({"rom", "romd"})
 _MAX_TREE_DEPTH = 64  # QEMU trees are ~10 deep; this also bounds recursion
-_MAX_ALIAS_DEPTH = 64
-_MAX_RENDER_STEPS = 500_000
+_MAX_ALIAS_DEPTH = 32  # tree levels plus alias hops before an alias stops resolving
+_MAX_RENDER_STEPS = 200_000
 _SPACE_END = 1 << 64
 
 # Block forms.
@@ -99,14 +99,8 @@ def _parse_range(line: str) -> _Line | None:
     m = _RANGE_RE.match(line)
     if m is None:
         return None
-    return _Line(
-        indent=len(m["indent"]),
-        start=int(m["start"], 16),
-        end=int(m["end"], 16) + 1,
-        prio=int(m["prio"]),
-        kind=m["kind"].strip(),
-        rest=m["rest"].strip(),
-    )
+    start, end = int(m["start"], 16), int(m["end"], 16) + 1
+    return _Line(len(m["indent"]), start, end, int(m["prio"]), m["kind"].strip(), m["rest"].strip())
 
 
 class _Splitter:
@@ -198,21 +192,16 @@ class _Node:
 
 
 def _make_node(uid: int, line: _Line) -> _Node:
+    """Split ``NAME`` or ``alias NAME @TARGET OFF-END``, ``[disabled]`` and ``owner:{..}``."""
     rest = _OWNER_RE.sub("", line.rest).strip()
     disabled = "[disabled]" in rest
     rest = rest.replace("[disabled]", "").strip()
+    node = _Node(uid, line.start, line.end, line.prio, line.kind, rest, None, 0, disabled)
     alias = _ALIAS_RE.match(rest)
-    return _Node(
-        uid=uid,
-        start=line.start,
-        end=line.end,
-        prio=line.prio,
-        kind=line.kind,
-        name=alias["name"] if alias else rest,
-        alias_target=alias["target"] if alias else None,
-        alias_offset=int(alias["off"], 16) if alias else 0,
-        disabled=disabled,
-    )
+    if alias is not None:
+        node.name, node.alias_target = alias["name"], alias["target"]
+        node.alias_offset = int(alias["off"], 16)
+    return node
 
 
 def _build_forest(lines: list[_Line], first_uid: int) -> list[_Node]:
@@ -396,7 +385,7 @@ def _select_block(blocks: list[_Block], address_space: str, source: str) -> _Blo
     candidates = [b for b in blocks if b.form in (_TREE, _FLAT) and address_space in b.names]
     known = _address_space_names(blocks)
     if not known:
-        raise MtreeError(f"{source}: not QEMU 'info mtree' output (no address spaces found)")
+        raise MtreeError(f"{source} is not QEMU 'info mtree' output (no address spaces found)")
     if not candidates:
         listed = ", ".join(repr(n) for n in known[:8]) + (", ..." if len(known) > 8 else "")
         raise MtreeError(f"no address space {address_space!r} in {source} (found {listed})")
@@ -424,11 +413,8 @@ def parse_mtree(
     """
     blocks = _split_blocks(text)
     block = _select_block(blocks, address_space, source)
-    if all(_OLD_FLAGS_RE.match(line.kind) for line in block.lines):
-        raise MtreeError(
-            f"{source} is from an old QEMU that prints access flags ('RW') instead of "
-            "region types: RAM cannot be told from I/O"
-        )
+    if all(_OLD_FLAGS_RE.match(line.kind) for line in block.lines):  # QEMU 1.x: "(prio 0, RW)"
+        raise MtreeError(f"{source} prints access flags, not region types: RAM looks like I/O")
     if block.form == _FLAT:
         pieces = _flat_pieces(block)
     else:

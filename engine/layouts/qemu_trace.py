@@ -86,8 +86,10 @@ _STRACE_CALL_RE = re.compile(
     r"(?:\s*\*/)?,\s*\{(?P<body>[^{}]*)\}(?P<tail>.*)$"
 )
 _STRACE_RESUMED_RE = re.compile(r"<\.\.\. ioctl resumed>(?P<tail>.*)$")
-_STRACE_RESULT_RE = re.compile(r"^\s*\)\s*=\s*(?P<ret>-?\d+|\?)(?:\s+(?P<err>E[A-Z0-9]+))?")
-_STRACE_PID_RE = re.compile(r"^\s*(?:\[pid\s+(?P<pid1>\d+)\]|(?P<pid2>\d+)(?=\s))")
+_STRACE_RESULT_RE = re.compile(
+    r"^\s*\)\s*=\s*(?P<ret>-?\d{1,20}(?!\d)|\?)(?:\s+(?P<err>E[A-Z0-9]+))?"
+)
+_STRACE_PID_RE = re.compile(r"^\s*(?:\[pid\s+(?P<pid1>\d{1,10})\]|(?P<pid2>\d{1,10})(?=\s))")
 _STRACE_FIELDS = {
     "slot": "slot",
     "flags": "flags",
@@ -111,7 +113,7 @@ def _number(text: str) -> int | None:
     digits = text.lstrip("-")
     if re.fullmatch(r"0[xX][0-9a-fA-F]+", digits):
         return sign * int(digits, 16)
-    if digits.isascii() and digits.isdigit():
+    if digits.isascii() and digits.isdigit() and len(digits) <= 20:  # a u64 at most
         return sign * int(digits)
     return None
 
@@ -178,7 +180,10 @@ def _flags_value(text: str) -> int | None:
 
 
 def _strace_fields(body: str) -> dict[str, int]:
-    """The struct fields strace decoded, ``slot=0, flags=0, guest_phys_addr=...``."""
+    """The struct fields strace decoded, ``slot=0, flags=0, guest_phys_addr=...``.
+
+    A field that does not parse (an unknown flag name) is -1, so `_make_call` drops it.
+    """
     fields: dict[str, int] = {}
     for item in body.split(","):
         key, sep, raw = item.partition("=")
@@ -186,8 +191,7 @@ def _strace_fields(body: str) -> dict[str, int]:
         if not sep or name is None:
             continue
         value = _flags_value(raw) if name == "flags" else _number(raw)
-        if value is not None:
-            fields[name] = value
+        fields[name] = -1 if value is None else value
     return fields
 
 
@@ -253,14 +257,21 @@ def parse_memory_region_calls(text: str) -> list[MemoryRegionCall]:
     """
     calls: list[MemoryRegionCall] = []
     strace = _StraceJoiner()
+    mentions = 0
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
+        mentions += "KVM_SET_USER_MEMORY_REGION" in line or "kvm_set_user_memory" in line
         call = _parse_trace_line(lineno, line)
         if call is None:
             call = strace.feed(lineno, line)
         if call is not None:
             calls.append(call)
+    if not calls and mentions:
+        raise TraceFormatError(
+            f"{mentions} line(s) name KVM_SET_USER_MEMORY_REGION or kvm_set_user_memory but"
+            " none has the slot, gpa, size and ua fields (strace must decode the struct)"
+        )
     if not calls:
         raise TraceFormatError(
             "no kvm_set_user_memory trace event or KVM_SET_USER_MEMORY_REGION strace line found"

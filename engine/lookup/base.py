@@ -25,6 +25,7 @@ LOWER = "lower"  # binary search: continue in the lower half of the array
 HIGHER = "higher"  # binary search: continue in the upper half
 NEXT = "next"  # linear scan: not here, try the next entry
 EMPTY = "empty"  # linear scan over the 2011 array: an unused entry (npages == 0)
+MISS = "miss"  # binary search: the final range check on memslots[start] fails
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +35,7 @@ class Probe:
     slot: MemorySlot | None  # None: an empty array entry
     position: int  # array index, or depth in the tree (root = 0)
     comparisons: int  # gfn comparisons made here, short-circuit counted as the C code does
-    outcome: str  # one of HIT, GO_LEFT, GO_RIGHT, LOWER, HIGHER, NEXT, EMPTY
+    outcome: str  # HIT, GO_LEFT, GO_RIGHT, LOWER, HIGHER, NEXT, EMPTY, MISS
 
 
 @dataclass(frozen=True, slots=True)

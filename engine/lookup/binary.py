@@ -14,7 +14,7 @@ from __future__ import annotations
 from bisect import bisect_left
 
 from ..memslot import MemorySlot
-from .base import EMPTY, HIGHER, HIT, LOWER, NEXT, ArrayView, Probe
+from .base import EMPTY, HIGHER, HIT, LOWER, MISS, ArrayView, Probe
 from .sorted_array import Key, SortedArrayStrategy
 
 
@@ -64,7 +64,7 @@ class BinarySearchArray(SortedArrayStrategy):
         if base <= gfn < end_gfn:
             probes.append(Probe(slot, start, 2, HIT))
             return tuple(probes), slot
-        probes.append(Probe(slot, start, 1 if gfn < base else 2, NEXT))
+        probes.append(Probe(slot, start, 1 if gfn < base else 2, MISS))
         return tuple(probes), None
 
     def shape(self) -> ArrayView:
