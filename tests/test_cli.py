@@ -2,8 +2,8 @@
 a subprocess, asserting on stdout, stderr and the exit code (CONTRACT.md, "Command line").
 
 Exit codes: 0 success, 2 bad input or a missing tool (one line on stderr, no traceback).
-Real QEMU dumps and traces are read from /work/shared/realdata (or $MMUSCOPE_REALDATA);
-those tests are skipped when the files are absent.
+Real QEMU dumps and traces are read from ../shared/realdata beside the checkout
+(or $MMUSCOPE_REALDATA); those tests are skipped when the files are absent.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
+from tests.datafiles import FIXTURES, realdata_path
+
 MMUSCOPE = Path(sys.executable).parent / "mmuscope"
-FIXTURES = Path(__file__).parent / "fixtures"
-REALDATA = Path(os.environ.get("MMUSCOPE_REALDATA", "/work/shared/realdata"))
 STRATEGIES = ("linear", "size-sorted", "binary", "wbtree", "rbtree")
 FORMATS = ("dot", "svg", "pdf", "png")
 MAGIC = {"dot": b"digraph", "svg": b"<?xml", "pdf": b"%PDF", "png": b"\x89PNG\r\n\x1a\n"}
@@ -78,10 +78,7 @@ def assert_user_error(done: subprocess.CompletedProcess[str]) -> str:
 
 
 def realdata(name: str) -> Path:
-    path = REALDATA / name
-    if not path.is_file():
-        pytest.skip(f"{path} is not available")
-    return path
+    return realdata_path(name)
 
 
 def layout_json(*args: str | Path) -> list[dict[str, Any]]:

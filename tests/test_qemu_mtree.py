@@ -2,28 +2,22 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.layouts.qemu_mtree import MtreeError, RamRegion, list_address_spaces, parse_mtree
+from tests.datafiles import fixture_text, realdata_path
 
-FIXTURES = Path(__file__).parent / "fixtures"
-REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"
 R = RamRegion
 
 
 def fixture(name: str) -> str:
-    return (FIXTURES / name).read_text()
+    return fixture_text(name)
 
 
 def realdata(name: str) -> str:
-    path = REALDATA / name
-    if not path.exists():
-        pytest.skip(f"{path} not present")
-    return path.read_text()
+    return realdata_path(name).read_text()
 
 
 def tree(*lines: str, name: str = "memory") -> str:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,22 +13,18 @@ from engine.layouts.qemu_trace import (
     replay_calls,
 )
 from engine.vm import Vm
+from tests.datafiles import fixture_text, realdata_path
 
-FIXTURES = Path(__file__).parent / "fixtures"
-REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"
 C = MemoryRegionCall
 T, S = "qemu-trace", "strace"
 
 
 def fixture(name: str) -> str:
-    return (FIXTURES / name).read_text()
+    return fixture_text(name)
 
 
 def realdata(name: str) -> str:
-    path = REALDATA / name
-    if not path.exists():
-        pytest.skip(f"{path} not present")
-    return path.read_text()
+    return realdata_path(name).read_text()
 
 
 def slots(vm: Vm, as_id: int) -> list[tuple[int, int, int, int, int]]:
