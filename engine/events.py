@@ -14,6 +14,9 @@ from typing import Any
 
 FieldValue = int | str | bool
 
+# Fields the kernel's TP_printk prints with %u/%d (counts and ids); the rest in hex.
+DECIMAL_FIELDS = frozenset({"vcpu", "vcpu_id", "slot", "visited", "len", "as_id", "step"})
+
 
 @dataclass(frozen=True, slots=True)
 class Event:
@@ -36,9 +39,11 @@ class Event:
         }
 
     def format_fields(self) -> str:
-        """`key=value` pairs, ints in hex like most kvm tracepoints print them."""
+        """`key=value` pairs, addresses and gfns in hex as kvm tracepoints print them."""
         return " ".join(
-            f"{k}={v:#x}" if isinstance(v, int) and not isinstance(v, bool) else f"{k}={v}"
+            f"{k}={v:#x}"
+            if isinstance(v, int) and not isinstance(v, bool) and k not in DECIMAL_FIELDS
+            else f"{k}={v}"
             for k, v in self.fields.items()
         )
 

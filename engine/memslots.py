@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from .errors import AuditError
 from .lookup import LOOKUP_STRATEGIES, LookupStrategy, make_strategy
-from .lookup.base import CacheProbe, LookupTrace
+from .lookup.base import CacheProbe, LookupTrace, Probe
 from .lookup.rbtree import RbTree
 from .memslot import MemorySlot
 
@@ -28,6 +28,14 @@ def try_get_memslot(slot: MemorySlot | None, gfn: int) -> MemorySlot | None:
     if slot is not None and slot.base_gfn <= gfn < slot.base_gfn + slot.npages:
         return slot
     return None
+
+
+def _search(
+    structure: LookupStrategy, gfn: int, with_probes: bool
+) -> tuple[tuple[Probe, ...], MemorySlot | None]:
+    if with_probes:
+        return structure.explain(gfn)
+    return (), structure.search(gfn)
 
 
 _EMPTY_LRU: tuple[int, int, MemorySlot | None] = (0, 0, None)
@@ -124,8 +132,11 @@ class MemslotSet:
             self.last_used_slot = slot
         return slot
 
-    def explain(self, gfn: int, strategy: str | None = None) -> LookupTrace:
-        """`____gfn_to_memslot` step by step: the VM-wide cache, then the structure."""
+    def explain(
+        self, gfn: int, strategy: str | None = None, *, with_probes: bool = True
+    ) -> LookupTrace:
+        """`____gfn_to_memslot` step by step: the VM-wide cache, then the structure.
+        `with_probes=False` records the caches only and searches bare (fast)."""
         structure = self.structure(strategy) if strategy else self.lookup
         cache: tuple[CacheProbe, ...] = ()
         if self.use_last_used_slot:
@@ -133,15 +144,17 @@ class MemslotSet:
             cache = (CacheProbe("vm", self.last_used_slot, cached is not None),)
             if cached is not None:
                 return LookupTrace(gfn, self.as_id, structure.name, cache, (), cached)
-        probes, slot = structure.explain(gfn)
+        probes, slot = _search(structure, gfn, with_probes)
         if slot is not None and self.use_last_used_slot:
             self.last_used_slot = slot
         return LookupTrace(gfn, self.as_id, structure.name, cache, probes, slot)
 
-    def search_explained(self, gfn: int, strategy: str | None = None) -> LookupTrace:
+    def search_explained(
+        self, gfn: int, strategy: str | None = None, *, with_probes: bool = True
+    ) -> LookupTrace:
         """`search_memslots()` alone, no cache (what the per-vCPU path falls back to)."""
         structure = self.structure(strategy) if strategy else self.lookup
-        probes, slot = structure.explain(gfn)
+        probes, slot = _search(structure, gfn, with_probes)
         return LookupTrace(gfn, self.as_id, structure.name, (), probes, slot)
 
     # -- listing and audit ------------------------------------------------------------

@@ -249,15 +249,22 @@ class Vm:
         return self.explain(gfn, vcpu=vcpu_id).slot
 
     def explain(
-        self, gfn: int, as_id: int = 0, *, vcpu: int | None = None, strategy: str | None = None
+        self,
+        gfn: int,
+        as_id: int = 0,
+        *,
+        vcpu: int | None = None,
+        strategy: str | None = None,
+        with_probes: bool = True,
     ) -> LookupTrace:
         """The lookup `gfn_to_memslot()` (or, for a vCPU, `kvm_vcpu_gfn_to_memslot()`) makes,
-        step by step.  Caches are read and filled exactly as the bare lookup does."""
+        step by step.  Caches are read and filled exactly as the bare lookup does.
+        `with_probes=False` records the cache checks but searches the structure bare."""
         if vcpu is None:
-            return self._memslot_set(as_id).explain(gfn, strategy)
+            return self._memslot_set(as_id).explain(gfn, strategy, with_probes=with_probes)
         state = self.vcpu(vcpu)
         if not self.vcpu_cache:  # before 2021 the vCPU path used the VM-wide cache
-            return self._memslot_set(state.as_id).explain(gfn, strategy)
+            return self._memslot_set(state.as_id).explain(gfn, strategy, with_probes=with_probes)
         slots = self._memslot_set(state.as_id)
         note = ""
         if state.last_used_slot_gen != slots.generation:
@@ -267,7 +274,7 @@ class Vm:
         probe = CacheProbe("vcpu", state.last_used_slot, cached is not None, note)
         if cached is not None:
             return LookupTrace(gfn, slots.as_id, slots.lookup.name, (probe,), (), cached)
-        trace = slots.search_explained(gfn, strategy)
+        trace = slots.search_explained(gfn, strategy, with_probes=with_probes)
         if trace.slot is not None:
             state.last_used_slot = trace.slot
         return LookupTrace(gfn, slots.as_id, trace.strategy, (probe,), trace.probes, trace.slot)

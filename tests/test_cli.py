@@ -113,7 +113,7 @@ def entry(rows: list[dict[str, Any]], gpa: int) -> dict[str, Any]:
 
 def test_help_lists_the_commands() -> None:
     out = ok("--help")
-    for command in ("lookup", "export", "layout"):
+    for command in ("overview", "lookup", "export", "layout"):
         assert re.search(rf"^\s+{command}\s", out, re.MULTILINE), out
 
 
@@ -133,7 +133,7 @@ def test_python_dash_m_tui_is_the_same_command() -> None:
 
 def test_overview_shows_slots_and_strategies() -> None:
     env = dict(os.environ, COLUMNS="120")
-    done = run(env=env)
+    done = run("overview", env=env)
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     out = done.stdout

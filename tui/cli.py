@@ -53,15 +53,41 @@ def _add_guest_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--as", dest="as_id", type=_int, default=0, help="address space (1 = SMM)")
 
 
+def _add_explorer_options(parser: argparse.ArgumentParser) -> None:
+    from engine.pacing import DEFAULT_SPEED
+    from engine.workload import DEFAULT_WORKLOAD, WORKLOADS
+
+    group = parser.add_argument_group("explorer")
+    _add_guest_options(group)  # type: ignore[arg-type]
+    group.add_argument(
+        "--workload",
+        default=DEFAULT_WORKLOAD,
+        choices=tuple(WORKLOADS),
+        help=f"access mix (default {DEFAULT_WORKLOAD})",
+    )
+    group.add_argument("--seed", type=_int, default=1, help="workload seed (default 1)")
+    group.add_argument(
+        "--speed", type=float, default=DEFAULT_SPEED, help="lookups per second to start with"
+    )
+    group.add_argument("--paused", action="store_true", help="start paused")
+    group.add_argument("--theme", help="theme name (default mmuscope-dark)")
+    group.add_argument(
+        "--export-dir", type=Path, default=Path("."), help="where e and S write files"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="mmuscope",
         description=(
-            "A terminal microscope for KVM's MMU.  Without a command: an overview of the "
-            "default guest's memslots and lookups (the explorer TUI is coming)."
+            "A terminal microscope for KVM's MMU.  Without a command: the explorer, a "
+            "Textual app that animates memslot lookups live (ctrl+q quits, ? lists keys)."
         ),
     )
+    _add_explorer_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    sub.add_parser("overview", help="print the default guest's memslots and lookup costs")
 
     lookup = sub.add_parser("lookup", help="explain one memslot lookup in text")
     lookup.add_argument("gfn", type=_int, help="guest frame number (0x... or decimal)")
@@ -91,11 +117,48 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def run_explorer(args: argparse.Namespace) -> int:
+    """Open the explorer (the app factory shared with the tests and screenshots)."""
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise CliError("the explorer needs a terminal; `mmuscope overview` prints a summary")
+    from .commands import load_layout
+    from .themes import load_themes
+
+    layout = load_layout(args.layout, args.mtree)
+    if args.theme is not None:
+        names = [theme.name for theme in load_themes()[0]]
+        if args.theme not in names:
+            raise CliError(f"unknown theme {args.theme!r}; choose from {', '.join(names)}")
+    if args.as_id not in (0, 1):
+        raise CliError(f"address space {args.as_id} does not exist (0..1)")
+    if not args.export_dir.is_dir():
+        raise CliError(f"--export-dir {args.export_dir}: no such directory")
+    if not 0 < args.speed <= 100000:
+        raise CliError(f"--speed {args.speed:g}: give lookups per second, 0.5 to 10000")
+    from .app import make_app
+
+    app = make_app(
+        layout,
+        lookup=args.lookup,
+        workload=args.workload,
+        seed=args.seed,
+        speed=args.speed,
+        playing=not args.paused,
+        theme=args.theme,
+        export_dir=args.export_dir,
+        as_id=args.as_id,
+    )
+    app.run()
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         if args.command is None:
+            return run_explorer(args)
+        if args.command == "overview":
             from .console import show_overview
 
             return show_overview()

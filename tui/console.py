@@ -1,5 +1,5 @@
-"""`mmuscope` without a command, until the explorer lands: the default guest's memslots and
-a few explained lookups, printed with rich."""
+"""`mmuscope overview`: the default guest's memslots and a few explained lookups, printed
+with rich (for a pipe, a log or a terminal where the explorer cannot run)."""
 
 from __future__ import annotations
 

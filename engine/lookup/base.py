@@ -144,6 +144,12 @@ class LookupStrategy(ABC):
     def explain(self, gfn: int) -> tuple[tuple[Probe, ...], MemorySlot | None]:
         """The same lookup, recording every slot or node looked at."""
 
+    def visits(self, gfn: int, found: MemorySlot | None) -> int:
+        """How many slots or nodes `explain(gfn)` would look at, given the slot it finds
+        (`found`, known from any structure).  The cost tables call this for every
+        strategy on every lookup, so structures override it with an O(1)/O(log n) count."""
+        return len(self.explain(gfn)[0])
+
     @abstractmethod
     def shape(self) -> Shape:
         """A read-only view of the structure for drawing and export."""

@@ -67,5 +67,18 @@ class BinarySearchArray(SortedArrayStrategy):
         probes.append(Probe(slot, start, 1 if gfn < base else 2, MISS))
         return tuple(probes), None
 
+    def visits(self, gfn: int, found: MemorySlot | None) -> int:
+        # The halving loop's length depends only on where it ends, then one range check.
+        bases = self.array.keys
+        start, end, steps, key = 0, len(bases), 1, -gfn
+        while start < end:
+            mid = start + (end - start) // 2
+            if bases[mid][0] >= key:  # gfn >= base_gfn
+                end = mid
+            else:
+                start = mid + 1
+            steps += 1
+        return steps
+
     def shape(self) -> ArrayView:
         return ArrayView(self.name, tuple(self.array.slots()), "base_gfn descending")

@@ -179,6 +179,19 @@ class TreeStrategy(LookupStrategy, Generic[N]):
             return probes, node.slot
         return probes, None
 
+    def visits(self, gfn: int, found: MemorySlot | None) -> int:
+        node: BstNode | None = self.root
+        steps = 0
+        while node is not None:
+            steps += 1
+            if gfn < node.base:
+                node = node.left
+            elif gfn >= node.end:
+                node = node.right
+            else:
+                break
+        return steps
+
     def first(self) -> N | None:
         """`rb_first()` / `wb_first()`."""
         return leftmost(self.root)

@@ -71,6 +71,10 @@ class LinearArray(LookupStrategy):
             probes.append(Probe(slot, index, 1 if gfn < base else 2, NEXT))
         return tuple(probes), None
 
+    def visits(self, gfn: int, found: MemorySlot | None) -> int:
+        # The scan stops at memslots[found.id]; a miss walks all nmemslots entries.
+        return self.nmemslots if found is None else found.id + 1
+
     def shape(self) -> ArrayView:
         entries = tuple(
             (self._entries[i] or (0, 0, None))[2] if i < len(self._entries) else None

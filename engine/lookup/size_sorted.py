@@ -48,5 +48,8 @@ class SizeSortedArray(SortedArrayStrategy):
             probes.append(Probe(slot, index, 1 if gfn < base else 2, NEXT))
         return tuple(probes), None
 
+    def visits(self, gfn: int, found: MemorySlot | None) -> int:
+        return len(self.array.entries) if found is None else self.array.index_of(found) + 1
+
     def shape(self) -> ArrayView:
         return ArrayView(self.name, tuple(self.array.slots()), "npages descending")

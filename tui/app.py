@@ -1,0 +1,134 @@
+"""The explorer app and its one factory, `make_app`, used by the CLI, the tests, the
+benchmarks and the screenshot script."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+
+from engine.explorer import MemslotExplorer
+from engine.layouts import DEFAULT_LAYOUT, Layout, preset
+from engine.pacing import DEFAULT_SPEED, Pacer
+from engine.workload import DEFAULT_WORKLOAD
+
+from .themes import DEFAULT_THEME, THEME_VARIABLES, register_themes
+
+
+@dataclass(frozen=True, slots=True)
+class AppConfig:
+    layout: Layout = field(default_factory=lambda: preset(DEFAULT_LAYOUT))
+    lookup: str = "rbtree"
+    workload: str = DEFAULT_WORKLOAD
+    seed: int = 1
+    speed: float = DEFAULT_SPEED
+    playing: bool = True
+    theme: str | None = None
+    export_dir: Path = Path(".")
+    as_id: int = 0
+
+
+class MmuscopeApp(App[None]):
+    """mmuscope: KVM's MMU, live."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "mmuscope"
+    BINDINGS = [
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("t", "next_theme", "Theme", tooltip="Cycle the mmuscope themes"),
+        Binding("S", "screenshot_svg", "Screenshot", tooltip="Save an SVG screenshot"),
+    ]
+
+    def __init__(self, config: AppConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.export_dir = config.export_dir
+        textual_themes = set(self.available_themes)
+        self.theme_warnings = register_themes(self)
+        #: mmuscope's themes (built-in and the user's), in the order `t` cycles them
+        self.own_themes = [n for n in self.available_themes if n not in textual_themes]
+        self.theme = config.theme or DEFAULT_THEME
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        return dict(THEME_VARIABLES)
+
+    def on_mount(self) -> None:
+        for warning in self.theme_warnings:
+            self.notify(warning, severity="warning", timeout=10)
+        self.push_screen(self.memslots_screen())
+
+    def memslots_screen(self) -> Screen[None]:
+        from .screens.memslots import MemslotsScreen
+
+        config = self.config
+        explorer = MemslotExplorer(
+            config.layout,
+            config.lookup,
+            workload=config.workload,
+            seed=config.seed,
+            as_id=config.as_id,
+        )
+        return MemslotsScreen(explorer, Pacer(config.speed, config.playing))
+
+    # -- actions ----------------------------------------------------------------------
+
+    def action_help(self) -> None:
+        from .screens.help import HelpScreen
+
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.screen))
+
+    def action_next_theme(self) -> None:
+        names = self.own_themes
+        current = names.index(self.theme) if self.theme in names else -1
+        self.theme = names[(current + 1) % len(names)]
+        self.notify(f"theme: {self.theme}", timeout=2)
+
+    def action_screenshot_svg(self) -> None:
+        path = self.save_screenshot(path=str(self.export_dir))
+        self.notify(f"wrote {path}", title="screenshot", timeout=6)
+
+    # -- command palette --------------------------------------------------------------
+
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        seen: set[str] = set()
+        for active in screen.active_bindings.values():
+            binding = active.binding
+            if binding.action in seen or not binding.description or binding.system:
+                continue
+            seen.add(binding.action)
+            help_text = binding.tooltip or binding.description
+            key = binding.key_display or self.get_key_display(binding)
+            yield SystemCommand(
+                f"{binding.description} ({key})",
+                help_text,
+                partial(self.run_action, binding.action, active.node),
+            )
+
+
+def make_app(
+    layout: Layout | str = DEFAULT_LAYOUT,
+    *,
+    lookup: str = "rbtree",
+    workload: str = DEFAULT_WORKLOAD,
+    seed: int = 1,
+    speed: float = DEFAULT_SPEED,
+    playing: bool = True,
+    theme: str | None = None,
+    export_dir: Path | str = ".",
+    as_id: int = 0,
+) -> MmuscopeApp:
+    """The explorer on a guest (a preset name or a `Layout`)."""
+    if isinstance(layout, str):
+        layout = preset(layout)
+    config = AppConfig(
+        layout, lookup, workload, seed, speed, playing, theme, Path(export_dir), as_id
+    )
+    return MmuscopeApp(config)

@@ -1,0 +1,1 @@
+"""Screens of the explorer: one per MMU mechanism, plus dialogs."""

@@ -1,0 +1,126 @@
+"""What every explorer screen has: the event panel, the regex filter, export, and a clear
+message instead of a broken layout when the terminal is too small."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import Static
+
+from engine.events import Event
+from engine.stats import compile_filter
+
+from ..widgets.events import EventPanel
+
+MIN_WIDTH, MIN_HEIGHT = 80, 24
+WIDE = 120  # below this width, side panels shrink (the `-narrow` class)
+COUNTER_REFRESH = 1.0  # seconds between kvm_stat samples
+
+
+class TooSmall(Static):
+    DEFAULT_CSS = """
+    TooSmall { display: none; width: 1fr; height: 1fr; content-align: center middle;
+        text-align: center; background: $background; color: $warning; text-style: bold; }
+    """
+
+
+class MmuScreen(Screen[None]):
+    """Base of the explorer's screens."""
+
+    BINDINGS = [
+        Binding("f", "filter", "Filter", tooltip="Filter events by regex (as kvm_stat's f)"),
+        Binding("e", "export", "Export", tooltip="Write the view as dot and PDF"),
+    ]
+
+    DEFAULT_CSS = """
+    MmuScreen.-too-small > * { display: none; }
+    MmuScreen.-too-small > TooSmall { display: block; }
+    """
+
+    #: a short name for exported files and screenshots
+    view_name = "view"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending_events: list[Event] = []
+
+    def compose_too_small(self) -> ComposeResult:
+        yield TooSmall(id="too-small")
+
+    @property
+    def events_panel(self) -> EventPanel:
+        return self.query_one(EventPanel)
+
+    def on_mount(self) -> None:
+        self.set_interval(COUNTER_REFRESH, self._refresh_counters, name="counters")
+        self._check_size()
+
+    def on_resize(self) -> None:
+        self._check_size()
+
+    def _check_size(self) -> None:
+        width, height = self.app.size
+        small = width < MIN_WIDTH or height < MIN_HEIGHT
+        self.set_class(small, "-too-small")
+        self.set_class(width < WIDE, "-narrow")
+        if small:
+            self.query_one(TooSmall).update(
+                f"mmuscope needs a terminal of at least {MIN_WIDTH}×{MIN_HEIGHT}.\n"
+                f"This one is {width}×{height}: enlarge the window or reduce the font."
+            )
+
+    def flush_events(self) -> None:
+        if self.pending_events:
+            batch = self.pending_events[:]
+            self.pending_events.clear()  # the engine appends to this very list
+            self.events_panel.add_events(batch)
+
+    def _refresh_counters(self) -> None:
+        self.events_panel.refresh_counters(time.monotonic())
+
+    # -- filter -----------------------------------------------------------------------
+
+    def action_filter(self) -> None:
+        from .dialogs import FilterDialog
+
+        panel = self.events_panel
+
+        def apply(text: str) -> str | None:
+            try:
+                panel.set_filter(compile_filter(text))
+            except ValueError as err:
+                return str(err)
+            return None
+
+        self.app.push_screen(FilterDialog(panel.filter_text, apply))
+
+    # -- export -----------------------------------------------------------------------
+
+    def export_dot(self) -> tuple[str, int] | None:
+        """The view as dot text and its node count; None when there is nothing to draw."""
+        return None
+
+    def action_export(self) -> None:
+        found = self.export_dot()
+        if found is None:
+            self.notify("nothing to export on this screen", severity="warning")
+            return
+        text, nodes = found
+        directory = Path(getattr(self.app, "export_dir", "."))
+        stem = f"mmuscope-{self.view_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        self._export(text, nodes, directory / stem)
+
+    @work(thread=True, exclusive=True, group="export")
+    def _export(self, text: str, nodes: int, stem: Path) -> None:
+        from ..export import export_view
+
+        message, severity = export_view(text, nodes, stem)
+        self.app.call_from_thread(self._notify_export, message, severity)
+
+    def _notify_export(self, message: str, severity: str) -> None:
+        self.notify(message, title="export", severity=severity, timeout=8)  # type: ignore[arg-type]

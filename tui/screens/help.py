@@ -1,0 +1,62 @@
+"""`?`: every key of the screen underneath and of the app, with what it does."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Label, Static
+
+ABOUT = (
+    "mmuscope animates KVM's memslot lookups: each guest access searches the memslots "
+    "for its gfn; the drawing shows the nodes visited, the cost table what every strategy "
+    "would have paid on the same stream. ctrl+p opens the command palette."
+)
+
+
+def key_rows(screen: Screen[object]) -> list[tuple[str, str, str]]:
+    """(key, description, longer help) for every binding active on `screen`."""
+    rows: list[tuple[str, str, str]] = []
+    seen: set[tuple[str, str]] = set()
+    for key, active in screen.active_bindings.items():
+        binding = active.binding
+        if (binding.action, key) in seen or not binding.description:
+            continue
+        seen.add((binding.action, key))
+        shown = binding.key_display or screen.app.get_key_display(binding)
+        rows.append((shown, binding.description, binding.tooltip))
+    return rows
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [
+        Binding("escape", "dismiss_help", "Close"),
+        Binding("question_mark", "dismiss_help", "Close", show=False),
+        Binding("q", "dismiss_help", "Close", show=False),
+    ]
+
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > Vertical { width: 90%; max-width: 100; height: 90%; border: thick $primary;
+        background: $surface; padding: 0 1; }
+    HelpScreen .title { text-style: bold; color: $primary; }
+    HelpScreen #about { color: $text-muted; margin-bottom: 1; }
+    HelpScreen DataTable { height: 1fr; }
+    """
+
+    def __init__(self, under: Screen[object]) -> None:
+        super().__init__()
+        self.rows = key_rows(under)
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label("mmuscope keys", classes="title")
+            yield Static(ABOUT, id="about")
+            table: DataTable[str] = DataTable(cursor_type="row", zebra_stripes=True)
+            table.add_columns("key", "action", "what it does")
+            table.add_rows(self.rows)
+            yield table
+
+    def action_dismiss_help(self) -> None:
+        self.dismiss(None)

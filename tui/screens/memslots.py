@@ -1,0 +1,390 @@
+"""The memslots screen: the lookup structure drawn live, the slot table, every strategy's
+cost on the same gfn stream, and the events (seed 000, kvm-reference §1)."""
+
+from __future__ import annotations
+
+import time
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Footer, Header
+
+from engine.errors import KvmError
+from engine.explorer import LookupRecord, MemslotExplorer
+from engine.export.dot import shape_to_dot
+from engine.lookup import LOOKUP_STRATEGIES, STRATEGY_CLASSES
+from engine.lookup.base import TreeView
+from engine.pacing import Pacer
+from engine.workload import WORKLOADS
+
+from ..widgets.cost_panel import CostPanel
+from ..widgets.events import EventPanel
+from ..widgets.highlight import Highlight
+from ..widgets.lookup_bar import LookupBar
+from ..widgets.slot_table import SlotTable
+from ..widgets.structure import StructureView
+from .base import MmuScreen
+from .dialogs import GfnDialog, SlotDialog, SlotRequest, parse_number
+
+FRAME = 1 / 30  # seconds between ticks of the player
+ENGINE_BUDGET = 0.008  # seconds of engine work per tick, at most (the rest waits)
+PREFIX_SCANS = ("linear", "size-sorted")  # scans whose probes are positions 0..visits-1
+
+
+class MemslotsScreen(MmuScreen):
+    view_name = "memslots"
+
+    BINDINGS = [
+        Binding("space", "play_pause", "Play/Pause", tooltip="Play or pause the workload"),
+        Binding("s", "step", "Step", tooltip="Reveal the next probe (or start the next lookup)"),
+        Binding("n", "next_lookup", "Next", tooltip="Run the next lookup whole, paused"),
+        Binding("plus,equals_sign", "faster", "Faster", key_display="+"),
+        Binding("minus", "slower", "Slower", key_display="-"),
+        Binding("l", "next_strategy", "Strategy", tooltip="Cycle the lookup strategy"),
+        Binding("1", "strategy(0)", "linear", show=False, tooltip="2011 unsorted array"),
+        Binding("2", "strategy(1)", "size-sorted", show=False, tooltip="array by npages"),
+        Binding("3", "strategy(2)", "binary", show=False, tooltip="binary search (2014)"),
+        Binding("4", "strategy(3)", "wbtree", show=False, tooltip="weight-balanced tree RFC"),
+        Binding("5", "strategy(4)", "rbtree", show=False, tooltip="today's gfn rbtree"),
+        Binding("c", "toggle_vm_cache", "VM cache", tooltip="slots->last_used_slot on/off"),
+        Binding("v", "toggle_vcpu_cache", "vCPU cache", tooltip="vcpu->last_used_slot on/off"),
+        Binding("w", "next_workload", "Workload", show=False, tooltip="Cycle the access mix"),
+        Binding("g", "lookup_gfn", "Look up", tooltip="Look up a gfn you type"),
+        Binding("a", "add_slot", "Add", tooltip="Create a memslot"),
+        Binding("d", "delete_slot", "Delete", tooltip="Delete the selected memslot"),
+        Binding("m", "move_slot", "Move", tooltip="Move the selected memslot"),
+        Binding("z", "zoom(1)", "Zoom in", show=False, tooltip="More detail per node"),
+        Binding("Z", "zoom(-1)", "Zoom out", show=False, tooltip="Less detail per node"),
+        Binding(
+            "left_square_bracket",
+            "levels(-1)",
+            "Fewer levels",
+            show=False,
+            key_display="[",
+            tooltip="Collapse the deepest level shown",
+        ),
+        Binding(
+            "right_square_bracket",
+            "levels(1)",
+            "More levels",
+            show=False,
+            key_display="]",
+            tooltip="Show one more level",
+        ),
+        Binding("u", "window_up", "Up", show=False, tooltip="Window root up one level"),
+        Binding("r", "window_root", "Root", show=False, tooltip="Window back to the root"),
+        Binding(
+            "F",
+            "toggle_follow",
+            "Follow",
+            show=False,
+            tooltip="Let the window follow each lookup down the tree",
+        ),
+        Binding("x", "reset_costs", "Reset", show=False, tooltip="Reset costs and hits"),
+    ]
+
+    def __init__(self, explorer: MemslotExplorer, pacer: Pacer) -> None:
+        super().__init__()
+        self.explorer = explorer
+        self.pacer = pacer
+        self.record: LookupRecord | None = None
+        self.highlight: Highlight | None = None
+        self.lookups_done = 0
+        self._last_tick = time.monotonic()
+        self._changed_hits: set[int] = set()
+        self._costs_shown_at = 0.0
+        explorer.subscribe(self.pending_events.append)
+
+    # -- layout -----------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="main"):
+            with Vertical(id="left"):
+                yield LookupBar(id="lookup-bar")
+                yield StructureView(id="structure")
+            with Vertical(id="right"):
+                yield SlotTable(id="slots")
+                yield CostPanel(id="costs")
+        yield EventPanel(id="events")
+        yield Footer()
+        yield from self.compose_too_small()
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one("#slots").border_title = "memslots"
+        self.query_one("#costs").border_title = "slots looked at per lookup"
+        self._show_structure()
+        self.query_one(SlotTable).set_slots(self.explorer.slots(), self.explorer.names)
+        self.query_one(LookupBar).show(None, 0, "", "")
+        self.set_interval(FRAME, self.tick, name="player")
+        self._update_header()
+
+    # -- the player -------------------------------------------------------------------
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        dt, self._last_tick = now - self._last_tick, now
+        started = self.pacer.advance(min(dt, 0.25))
+        if started:
+            self._run(started)
+        elif self.highlight is not None and self.pacer.playing and self.pacer.animating:
+            self._reveal(self.pacer.revealed(self.highlight.steps))
+        self._show_progress(now)
+
+    def _run(self, count: int) -> None:
+        """Run up to `count` lookups within the engine budget; show the last one."""
+        deadline = time.perf_counter() + ENGINE_BUDGET
+        record = None
+        for _ in range(count):
+            record = self.explorer.step()
+            self.lookups_done += 1
+            if record.slot is not None:
+                self._changed_hits.add(record.slot.id)
+            if time.perf_counter() > deadline:
+                break
+        if record is not None:
+            self._show_record(record)
+
+    def _show_record(self, record: LookupRecord, shown: int | None = None) -> None:
+        self.record = record
+        highlight = self._highlight_for(record)
+        if shown is None:
+            shown = self.pacer.revealed(highlight.steps) if self.pacer.playing else 1
+        self._set_highlight(highlight.with_shown(shown))
+
+    def _highlight_for(self, record: LookupRecord) -> Highlight:
+        trace = record.trace
+        lookup = self.explorer.lookup
+        if trace.cache_hit or lookup in PREFIX_SCANS:
+            return Highlight.from_scan(trace, record.visits.get(lookup, 0))
+        return Highlight.from_trace(self.explorer.explain(record))
+
+    def _reveal(self, shown: int) -> None:
+        if self.highlight is not None and shown != self.highlight.shown:
+            self._set_highlight(self.highlight.with_shown(shown))
+
+    def _set_highlight(self, highlight: Highlight | None) -> None:
+        self.highlight = highlight
+        self.query_one(StructureView).set_highlight(highlight)
+        record = self.record
+        name = ""
+        if highlight is not None and highlight.slot is not None:
+            name = self.explorer.slot_name(highlight.slot)
+        vcpu = record.access.vcpu if record is not None else 0
+        self.query_one(LookupBar).show(highlight, vcpu, self.explorer.lookup, name)
+
+    def _show_progress(self, now: float) -> None:
+        self.flush_events()
+        if self._changed_hits:
+            hits = self.explorer.slot_hits
+            self.query_one(SlotTable).update_hits({i: hits.get(i, 0) for i in self._changed_hits})
+            self._changed_hits.clear()
+        if now - self._costs_shown_at >= 0.25:
+            self._costs_shown_at = now
+            self.query_one(CostPanel).update_costs(self.explorer.costs, self.explorer.lookup)
+
+    def _update_header(self) -> None:
+        explorer = self.explorer
+        state = "▶ playing" if self.pacer.playing else "⏸ paused"
+        caches = []
+        if explorer.vm.vcpu_cache:
+            caches.append("vcpu")
+        if explorer.vm.last_used_slot:
+            caches.append("vm")
+        self.title = f"mmuscope · {explorer.layout.name}"
+        self.sub_title = (
+            f"{explorer.lookup} · gen {explorer.generation} · cache {'+'.join(caches) or 'off'}"
+            f" · {explorer.workload.mix.name} · {state} {self.pacer.speed:g}/s"
+        )
+
+    def _show_structure(self) -> None:
+        view = self.query_one(StructureView)
+        view.set_shape(self.explorer.shape())
+        cls = STRATEGY_CLASSES[self.explorer.lookup]
+        view.border_title = f"{cls.name} ({cls.era}): {cls.title}"
+        if self.record is not None and self.record.generation == self.explorer.generation:
+            self._show_record(self.record, self.highlight.shown if self.highlight else None)
+
+    # -- actions: playing -------------------------------------------------------------
+
+    def action_play_pause(self) -> None:
+        self.pacer.toggle()
+        self._last_tick = time.monotonic()
+        self._update_header()
+
+    def _pause(self) -> None:
+        if self.pacer.playing:
+            self.pacer.playing = False
+            self._update_header()
+
+    def action_step(self) -> None:
+        self._pause()
+        if self.highlight is not None and not self.highlight.done:
+            self._reveal(self.highlight.shown + 1)
+        else:
+            self._run(1)
+            if self.highlight is not None:
+                self._reveal(1)
+        self._show_progress(time.monotonic())
+
+    def action_next_lookup(self) -> None:
+        self._pause()
+        self._run(1)
+        if self.highlight is not None:
+            self._reveal(self.highlight.steps)
+        self._show_progress(time.monotonic())
+
+    def action_faster(self) -> None:
+        self.pacer.faster()
+        self._update_header()
+
+    def action_slower(self) -> None:
+        self.pacer.slower()
+        self._update_header()
+
+    # -- actions: strategy, caches, workload ------------------------------------------
+
+    def action_next_strategy(self) -> None:
+        names = LOOKUP_STRATEGIES
+        self._set_strategy(names[(names.index(self.explorer.lookup) + 1) % len(names)])
+
+    def action_strategy(self, index: int) -> None:
+        self._set_strategy(LOOKUP_STRATEGIES[index])
+
+    def _set_strategy(self, name: str) -> None:
+        self.explorer.set_lookup(name)
+        self._show_structure()
+        self.query_one(CostPanel).update_costs(self.explorer.costs, name)
+        self._update_header()
+        self.notify(STRATEGY_CLASSES[name].summary, title=name, timeout=4)
+
+    def action_toggle_vm_cache(self) -> None:
+        self.explorer.set_vm_cache(not self.explorer.vm.last_used_slot)
+        self._update_header()
+
+    def action_toggle_vcpu_cache(self) -> None:
+        self.explorer.set_vcpu_cache(not self.explorer.vm.vcpu_cache)
+        self._update_header()
+
+    def action_next_workload(self) -> None:
+        names = list(WORKLOADS)
+        mix = names[(names.index(self.explorer.workload.mix.name) + 1) % len(names)]
+        self.explorer.workload.set_mix(mix)
+        self._update_header()
+        self.notify(WORKLOADS[mix].description, title=f"workload {mix}", timeout=4)
+
+    def action_reset_costs(self) -> None:
+        self.explorer.reset_costs()
+        self.query_one(SlotTable).set_slots(self.explorer.slots(), self.explorer.names)
+        self.query_one(CostPanel).update_costs(self.explorer.costs, self.explorer.lookup)
+
+    def action_lookup_gfn(self) -> None:
+        def apply(text: str) -> str | None:
+            words = text.split()
+            try:
+                if len(words) == 2 and words[0].lower() == "gpa":
+                    gfn = parse_number(words[1], "gpa") >> 12
+                elif len(words) == 1:
+                    gfn = parse_number(words[0], "gfn")
+                else:
+                    return "type a gfn, or 'gpa' and an address"
+            except ValueError as err:
+                return str(err)
+            if gfn >= 1 << 52:
+                return f"gfn {gfn:#x} is beyond a 64-bit guest physical space"
+            self._pause()
+            self._show_record(self.explorer.lookup_gfn(gfn), shown=1)
+            self._show_progress(time.monotonic())
+            return None
+
+        self.app.push_screen(GfnDialog(apply))
+
+    # -- actions: KVM_SET_USER_MEMORY_REGION ------------------------------------------
+
+    def _apply_slot(self, request: SlotRequest) -> str | None:
+        explorer = self.explorer
+        try:
+            if request.mode == "add":
+                explorer.add_slot(
+                    request.slot_id,
+                    request.gpa,
+                    request.size,
+                    readonly=request.readonly,
+                    dirty=request.dirty,
+                )
+            elif request.mode == "delete":
+                explorer.delete_slot(request.slot_id)
+            else:
+                explorer.move_slot(request.slot_id, request.gpa)
+        except KvmError as err:
+            return f"{err.errno_name}: {err.reason} (nothing changed)"
+        self.record = self.highlight = None
+        self._show_structure()
+        self.query_one(SlotTable).set_slots(explorer.slots(), explorer.names)
+        self.query_one(SlotTable).update_hits(explorer.slot_hits)
+        self.query_one(LookupBar).show(None, 0, "", "")
+        self._update_header()
+        self.notify(
+            f"slot {request.slot_id}: {request.mode} done, generation {explorer.generation}"
+        )
+        return None
+
+    def _selected(self) -> int:
+        selected = self.query_one(SlotTable).selected_slot_id()
+        return selected if selected is not None else 0
+
+    def action_add_slot(self) -> None:
+        used = {s.id for s in self.explorer.slots()}
+        free = next(i for i in range(len(used) + 1) if i not in used)
+        top = max((s.end_gfn for s in self.explorer.slots()), default=0x100000)
+        self.app.push_screen(
+            SlotDialog("add", self._apply_slot, slot_id=free, gpa=top << 12, size=256 << 20)
+        )
+
+    def action_delete_slot(self) -> None:
+        self.app.push_screen(SlotDialog("delete", self._apply_slot, slot_id=self._selected()))
+
+    def action_move_slot(self) -> None:
+        slot_id = self._selected()
+        slot = self.explorer.vm.slot(self.explorer.as_id, slot_id)
+        gpa = slot.base_gfn << 12 if slot is not None else 0
+        self.app.push_screen(SlotDialog("move", self._apply_slot, slot_id=slot_id, gpa=gpa))
+
+    # -- actions: the drawing ---------------------------------------------------------
+
+    def action_zoom(self, delta: int) -> None:
+        view = self.query_one(StructureView)
+        view.set_zoom(view.zoom + delta)
+
+    def action_levels(self, delta: int) -> None:
+        view = self.query_one(StructureView)
+        view.levels = max(1, min(64, view.window_depth + delta))
+
+    def action_window_up(self) -> None:
+        view = self.query_one(StructureView)
+        view.follow = False
+        view.reroot_up()
+
+    def action_window_root(self) -> None:
+        view = self.query_one(StructureView)
+        view.reroot(None)
+
+    def action_toggle_follow(self) -> None:
+        view = self.query_one(StructureView)
+        view.follow = not view.follow
+        self.notify(f"window follows lookups: {'on' if view.follow else 'off'}", timeout=2)
+
+    # -- export -----------------------------------------------------------------------
+
+    def export_dot(self) -> tuple[str, int] | None:
+        explorer = self.explorer
+        shape = explorer.shape()
+        trace = None
+        if self.record is not None and self.record.generation == explorer.generation:
+            trace = explorer.explain(self.record)
+        title = f"{explorer.layout.name} · {explorer.lookup} · as {explorer.as_id}"
+        count = len(shape.nodes) if isinstance(shape, TreeView) else len(shape.entries)
+        self.view_name = f"memslots-{explorer.layout.name}-{explorer.lookup}"
+        return shape_to_dot(shape, title=title, trace=trace), count

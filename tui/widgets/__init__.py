@@ -1,0 +1,1 @@
+"""Widgets of the explorer, grouped by feature."""

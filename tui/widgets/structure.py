@@ -1,0 +1,493 @@
+"""The memslot lookup structure drawn in the terminal, with the lookup in progress.
+
+Trees are node-link diagrams (in-order columns, one level per row, box-drawing edges) of a
+window of levels (`engine.lookup.window`), so a 32764-slot tree is never laid out at once;
+cut-off subtrees show "+N" and a click re-roots the window there.  Arrays are strips of
+cells in search order, wrapped to the width and rendered a line at a time.  Colours come
+from component classes whose TCSS uses the theme's `$node-*` variables only.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.geometry import Region, Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from engine.lookup.base import ArrayView, Shape, TreeNodeView, TreeView
+from engine.lookup.window import TreeIndex, TreeWindow, follow_root, layout_window
+from engine.memslot import MemorySlot
+
+from .highlight import CACHE_HIT, COMPARE, HIT_STATE, IDLE, Highlight
+
+ZOOM_LEVELS = 3  # 0: slot ids, 1: id:base_gfn, 2: id base_gfn+npages
+Run = tuple[int, int, str]  # start column, end column, component
+
+
+def slot_label(slot: MemorySlot, zoom: int) -> str:
+    if zoom <= 0:
+        return str(slot.id)
+    if zoom == 1:
+        return f"{slot.id}:{slot.base_gfn:x}"
+    return f"{slot.id} {slot.base_gfn:x}+{slot.npages:x}"
+
+
+@dataclass(frozen=True, slots=True)
+class TreeGeometry:
+    """The rows of a drawn tree window: text and base styles, before highlighting."""
+
+    window: TreeWindow
+    rows: tuple[str, ...]
+    runs: tuple[tuple[Run, ...], ...]  # per row, sorted by start
+    edge_runs: dict[tuple[int, int], tuple[int, tuple[Run, ...]]]  # (parent, child) -> row
+
+
+def _node_component(node: TreeNodeView) -> str:
+    if node.color == "red":
+        return "rb-red"
+    if node.color == "black":
+        return "rb-black"
+    return IDLE
+
+
+def build_tree_geometry(index: TreeIndex, window: TreeWindow) -> TreeGeometry:
+    nodes = index.view.nodes
+    width = max(window.width, 1)
+    height = max(2 * window.levels - 1, 0)
+    chars = [[" "] * width for _ in range(height)]
+    runs: list[list[Run]] = [[] for _ in range(height)]
+    for placed in window.nodes:
+        row = chars[2 * placed.level]
+        row[placed.x : placed.end] = placed.label
+        name_end = placed.end - (len(f" +{placed.hidden}") if placed.hidden else 0)
+        runs[2 * placed.level].append((placed.x, name_end, _node_component(nodes[placed.index])))
+        if placed.hidden:
+            runs[2 * placed.level].append((name_end, placed.end, "stub"))
+    edge_runs: dict[tuple[int, int], tuple[int, tuple[Run, ...]]] = {}
+    children: dict[int, list[int]] = {}
+    for parent, child in window.edges:
+        children.setdefault(parent, []).append(child)
+    for parent, kids in children.items():
+        top = window.nodes[parent]
+        row_index = 2 * top.level + 1
+        row = chars[row_index]
+        center = top.center
+        for child in kids:
+            c = window.nodes[child].center
+            lo, hi = (c, center) if c < center else (center, c)
+            for x in range(lo + 1, hi):
+                row[x] = "─"
+            row[c] = "┌" if c < center else "┐"
+            span = (lo, hi + 1)
+            edge_runs[(window.nodes[parent].index, window.nodes[child].index)] = (
+                row_index,
+                ((span[0], span[1], "edge-path"),),
+            )
+            runs[row_index].append((span[0], span[1], "edge"))
+        sides = {window.nodes[k].center < center for k in kids}
+        row[center] = "┴" if len(sides) == 2 else ("┘" if True in sides else "└")
+    for row_runs in runs:
+        row_runs.sort()
+    return TreeGeometry(
+        window,
+        tuple("".join(r) for r in chars),
+        tuple(tuple(r) for r in runs),
+        edge_runs,
+    )
+
+
+class StructureView(ScrollView, can_focus=True):
+    """Draws the current strategy's structure and animates the lookup on it."""
+
+    COMPONENT_CLASSES = {
+        "structure--idle",
+        "structure--path",
+        "structure--compare",
+        "structure--hit",
+        "structure--miss",
+        "structure--cache-hit",
+        "structure--stub",
+        "structure--empty",
+        "structure--edge",
+        "structure--edge-path",
+        "structure--rb-red",
+        "structure--rb-black",
+    }
+
+    DEFAULT_CSS = """
+    StructureView { background: $surface; }
+    StructureView > .structure--idle { color: $node-idle; }
+    StructureView > .structure--path { color: $node-path; text-style: bold; }
+    StructureView > .structure--compare { color: $background; background: $node-compare;
+        text-style: bold; }
+    StructureView > .structure--hit { color: $background; background: $node-hit;
+        text-style: bold; }
+    StructureView > .structure--miss { color: $background; background: $node-miss;
+        text-style: bold; }
+    StructureView > .structure--cache-hit { color: $background; background: $node-cache-hit;
+        text-style: bold; }
+    StructureView > .structure--stub { color: $node-stub; text-style: italic; }
+    StructureView > .structure--empty { color: $node-empty; }
+    StructureView > .structure--edge { color: $edge; }
+    StructureView > .structure--edge-path { color: $edge-path; text-style: bold; }
+    StructureView > .structure--rb-red { color: $rb-red; }
+    StructureView > .structure--rb-black { color: $rb-black; }
+    """
+
+    zoom: reactive[int] = reactive(1)
+    levels: reactive[int] = reactive(0)  # tree levels shown; 0 = fit the height
+    follow: reactive[bool] = reactive(True)
+
+    class Rerooted(Message):
+        """The window's root changed (a click on a node, or `u`)."""
+
+        def __init__(self, slot_id: int | None) -> None:
+            super().__init__()
+            self.slot_id = slot_id
+
+    def __init__(self, *, name: str | None = None, id: str | None = None) -> None:
+        super().__init__(name=name, id=id)
+        self.shape: Shape | None = None
+        self.index: TreeIndex | None = None
+        self.window_root = 0
+        self.highlight: Highlight | None = None
+        self._geometry: TreeGeometry | None = None
+        self._node_of_slot: dict[int, int] = {}
+        self._cell_width = 4
+        self._pad_x = 0  # columns left blank to centre a narrow tree
+        self.auto_zoom = True  # pick the most detailed labels that fit, until `z`/`Z`
+        self._style_cache: dict[str, Style] = {}
+
+    # -- state ----------------------------------------------------------------------
+
+    def set_shape(self, shape: Shape) -> None:
+        """A new structure (strategy switch or slot update)."""
+        self.shape = shape
+        if isinstance(shape, TreeView):
+            self.index = TreeIndex.build(shape)
+            self._node_of_slot = {n.slot.id: i for i, n in enumerate(shape.nodes)}
+            self.window_root = 0
+        else:
+            self.index = None
+            self._node_of_slot = {}
+        self.highlight = None
+        self._relayout()
+
+    def set_highlight(self, highlight: Highlight | None) -> None:
+        self.highlight = highlight
+        if self.follow and highlight is not None and self.index is not None:
+            self._follow(highlight)
+        self._scroll_to_head()
+        self.refresh()
+
+    def watch_zoom(self) -> None:
+        self._relayout()
+
+    def set_zoom(self, zoom: int) -> None:
+        """The user's zoom: fixed from now on (auto-fit is off)."""
+        self.auto_zoom = False
+        self.zoom = max(0, min(ZOOM_LEVELS - 1, zoom))
+
+    def watch_levels(self) -> None:
+        self._relayout()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._relayout()
+
+    def _style(self, component: str) -> Style:
+        style = self._style_cache.get(component)
+        if style is None:
+            style = self.get_component_rich_style(f"structure--{component}")
+            self._style_cache[component] = style
+        return style
+
+    def notify_style_update(self) -> None:
+        self._style_cache.clear()
+        super().notify_style_update()
+
+    # -- tree window ----------------------------------------------------------------
+
+    @property
+    def window_depth(self) -> int:
+        if self.levels:
+            return self.levels
+        return max(2, (self.scrollable_content_region.height + 1) // 2)
+
+    def _relayout(self) -> None:
+        shape = self.shape
+        if isinstance(shape, TreeView) and shape.nodes and self.index is not None:
+            self._layout_tree(self.index)
+        elif isinstance(shape, ArrayView):
+            self._layout_array(shape)
+        else:
+            self._geometry = None
+            self.virtual_size = Size(0, 0)
+        self.refresh()
+
+    def _tree_window(self, index: TreeIndex, zoom: int) -> TreeWindow:
+        def label(node: TreeNodeView) -> str:
+            return slot_label(node.slot, zoom)
+
+        return layout_window(index, self.window_root, self.window_depth, label)
+
+    def _layout_tree(self, index: TreeIndex) -> None:
+        window = self._tree_window(index, self.zoom)
+        view_width = self.scrollable_content_region.width
+        if self.auto_zoom and view_width:
+            # The most detailed labels that fit the width; the least detailed otherwise.
+            for zoom in range(ZOOM_LEVELS - 1, -1, -1):
+                window = self._tree_window(index, zoom)
+                if window.width <= view_width:
+                    break
+            self.set_reactive(StructureView.zoom, zoom)
+        self._geometry = build_tree_geometry(index, window)
+        self._pad_x = max(0, (view_width - window.width) // 2)
+        self.virtual_size = Size(window.width, len(self._geometry.rows))
+
+    def _layout_array(self, shape: ArrayView) -> None:
+        self._geometry = None
+        self._pad_x = 0
+        used = [e for e in shape.entries if e is not None]
+        height = self.scrollable_content_region.height or 1
+        zooms = range(ZOOM_LEVELS - 1, -1, -1) if self.auto_zoom else (self.zoom,)
+        for zoom in zooms:
+            self._cell_width = max((len(slot_label(e, zoom)) for e in used), default=1) + 1
+            rows = -(-len(shape.entries) // self._cells_per_row())
+            if rows <= height:
+                break
+        if self.auto_zoom:
+            self.set_reactive(StructureView.zoom, zoom)
+        per_row = self._cells_per_row()
+        self.virtual_size = Size(per_row * self._cell_width, -(-len(shape.entries) // per_row))
+
+    def _follow(self, highlight: Highlight) -> None:
+        assert self.index is not None
+        target = self._target_node(highlight)
+        if target is None:
+            return
+        root = follow_root(self.index, target, self.window_depth)
+        if self.window_root != root and not self._in_window(target):
+            self.window_root = root
+            self._relayout()
+
+    def _in_window(self, target: int) -> bool:
+        if self._geometry is None or self.index is None:
+            return False
+        path = self.index.path_to(target)
+        if self.window_root not in path:
+            return False
+        return len(path) - path.index(self.window_root) <= self.window_depth
+
+    def _target_node(self, highlight: Highlight) -> int | None:
+        if highlight.cache_hit and highlight.slot is not None:
+            return self._node_of_slot.get(highlight.slot.id)
+        probes = highlight.probes or ()
+        if not probes:
+            return None
+        last = probes[max(0, min(highlight.shown, len(probes)) - 1)]
+        return self._node_of_slot.get(last.slot.id) if last.slot else None
+
+    def reroot(self, index: int | None) -> None:
+        """Show the window from node `index` (None: the tree's root)."""
+        if self.index is None:
+            return
+        self.window_root = 0 if index is None else index
+        self._relayout()
+        self.scroll_to(0, 0, animate=False)
+        slot = self.index.view.nodes[self.window_root].slot.id if self.index.view.nodes else None
+        self.post_message(self.Rerooted(slot))
+
+    def reroot_up(self) -> None:
+        if self.index is not None and self.index.view.nodes:
+            parent = self.index.parent[self.window_root]
+            self.reroot(parent)
+
+    def on_click(self, event: events.Click) -> None:
+        if self._geometry is None:
+            return
+        x = event.x + int(self.scroll_x) - self._pad_x
+        y = event.y + int(self.scroll_y)
+        if y % 2:
+            return
+        for placed in self._geometry.window.nodes:
+            if placed.level == y // 2 and placed.x <= x < placed.end:
+                self.follow = False
+                self.reroot(placed.index)
+                return
+
+    # -- highlighting ---------------------------------------------------------------
+
+    def _tree_states(self) -> tuple[dict[int, str], list[tuple[int, int]]]:
+        """Node index -> state, and the (parent, child) edges on the revealed path."""
+        states: dict[int, str] = {}
+        path_edges: list[tuple[int, int]] = []
+        highlight = self.highlight
+        if highlight is None:
+            return states, path_edges
+        if highlight.cache_hit and highlight.slot is not None:
+            node = self._node_of_slot.get(highlight.slot.id)
+            if node is not None:
+                states[node] = CACHE_HIT
+            return states, path_edges
+        previous = None
+        for k, probe in enumerate(highlight.probes or ()):
+            state = highlight.state_at(k)
+            if state is None or probe.slot is None:
+                break
+            node = self._node_of_slot.get(probe.slot.id)
+            if node is None:
+                continue
+            states[node] = state
+            if previous is not None:
+                path_edges.append((previous, node))
+            previous = node
+        return states, path_edges
+
+    def _array_state(self, position: int, binary: dict[int, str] | None) -> str | None:
+        highlight = self.highlight
+        if highlight is None:
+            return None
+        if highlight.cache_hit:
+            slot = highlight.slot
+            entry = self.shape.entries[position] if isinstance(self.shape, ArrayView) else None
+            return CACHE_HIT if slot is not None and entry is slot else None
+        if binary is not None:
+            return binary.get(position)
+        return highlight.state_at(position)
+
+    def _binary_states(self) -> dict[int, str] | None:
+        highlight = self.highlight
+        if highlight is None or highlight.probes is None:
+            return None
+        states: dict[int, str] = {}
+        for k, probe in enumerate(highlight.probes):
+            state = highlight.state_at(k)
+            if state is None:
+                break
+            states[probe.position] = state
+        return states
+
+    def _scroll_to_head(self) -> None:
+        highlight = self.highlight
+        if highlight is None or self.shape is None:
+            return
+        if isinstance(self.shape, ArrayView):
+            position = self._head_position(highlight)
+            if position is not None:
+                per_row = self._cells_per_row()
+                x = (position % per_row) * self._cell_width
+                region = Region(x, position // per_row, self._cell_width, 1)
+                self.scroll_to_region(region, animate=False)
+            return
+        if self._geometry is None:
+            return
+        states, _ = self._tree_states()
+        head = [i for i, s in states.items() if s in (COMPARE, HIT_STATE, CACHE_HIT, "miss")]
+        for placed in self._geometry.window.nodes:
+            if placed.index in head:
+                region = Region(placed.x, 2 * placed.level, len(placed.label), 1)
+                self.scroll_to_region(region, animate=False, spacing=None)
+                return
+
+    def _head_position(self, highlight: Highlight) -> int | None:
+        assert isinstance(self.shape, ArrayView)
+        if highlight.cache_hit:
+            entries = self.shape.entries
+            return next((i for i, e in enumerate(entries) if e is highlight.slot), None)
+        if highlight.probes is not None:
+            probes = highlight.probes[: highlight.shown]
+            return probes[-1].position if probes else None
+        return max(0, highlight.shown - 1)
+
+    # -- drawing --------------------------------------------------------------------
+
+    def _cells_per_row(self) -> int:
+        width = self.scrollable_content_region.width or 80
+        return max(1, width // self._cell_width)
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        width = self.scrollable_content_region.width
+        base = self.rich_style
+        row = y + scroll_y
+        if isinstance(self.shape, ArrayView):
+            strip = self._array_line(row, scroll_x, width)
+        elif self._geometry is not None and row < len(self._geometry.rows):
+            pad = self._pad_x
+            strip = self._tree_line(row, scroll_x, width - pad)
+            if pad:
+                strip = Strip.join([Strip.blank(pad, base), strip])
+        else:
+            strip = Strip.blank(width, base)
+        return strip.crop_extend(0, width, base)
+
+    def _tree_line(self, row: int, scroll_x: int, width: int) -> Strip:
+        geometry = self._geometry
+        assert geometry is not None
+        text = geometry.rows[row][scroll_x : scroll_x + width]
+        styles: list[str | None] = [None] * len(text)
+        runs = geometry.runs[row]
+        first = max(0, bisect_right(runs, (scroll_x, 1 << 60, "")) - 1)
+        for start, end, component in runs[first:]:
+            if start >= scroll_x + width:
+                break
+            _paint(styles, start - scroll_x, end - scroll_x, component)
+        states, path_edges = self._tree_states()
+        if row % 2 == 0:
+            for placed in geometry.window.nodes:
+                if 2 * placed.level == row and placed.index in states:
+                    end = placed.end - (len(f" +{placed.hidden}") if placed.hidden else 0)
+                    _paint(styles, placed.x - scroll_x, end - scroll_x, states[placed.index])
+        else:
+            for edge in path_edges:
+                found = geometry.edge_runs.get(edge)
+                if found is not None and found[0] == row:
+                    for start, end, component in found[1]:
+                        _paint(styles, start - scroll_x, end - scroll_x, component)
+        return self._segments(text, styles)
+
+    def _array_line(self, row: int, scroll_x: int, width: int) -> Strip:
+        shape = self.shape
+        assert isinstance(shape, ArrayView)
+        per_row = self._cells_per_row()
+        cell = self._cell_width
+        binary = self._binary_states() if shape.strategy == "binary" else None
+        parts: list[str] = []
+        styles: list[str | None] = []
+        start = row * per_row
+        for position in range(start, min(start + per_row, len(shape.entries))):
+            entry = shape.entries[position]
+            label = slot_label(entry, self.zoom) if entry is not None else "·"
+            state = self._array_state(position, binary)
+            component = state or (IDLE if entry is not None else "empty")
+            if entry is not None and entry.readonly and state is None:
+                component = "stub"
+            parts.append(label.ljust(cell - 1) + " ")
+            styles.extend([component] * (cell - 1) + [None])
+        text = "".join(parts)[scroll_x : scroll_x + width]
+        return self._segments(text, styles[scroll_x : scroll_x + width])
+
+    def _segments(self, text: str, styles: list[str | None]) -> Strip:
+        base = self.rich_style
+        segments: list[Segment] = []
+        start = 0
+        for i in range(1, len(text) + 1):
+            if i == len(text) or styles[i] != styles[start]:
+                component = styles[start]
+                style = base + self._style(component) if component else base
+                segments.append(Segment(text[start:i], style))
+                start = i
+        return Strip(segments)
+
+
+def _paint(styles: list[str | None], start: int, end: int, component: str) -> None:
+    start, end = max(start, 0), min(end, len(styles))
+    if start < end:
+        styles[start:end] = [component] * (end - start)
