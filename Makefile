@@ -8,7 +8,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.mmuscope-installed
 
-.PHONY: run test lint bench graphviz clean
+.PHONY: run test lint bench screenshots graphviz clean
 
 run: $(STAMP) graphviz
 	$(BIN)/mmuscope
@@ -23,6 +23,9 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/memslot_speed.py
+
+screenshots: $(STAMP)
+	$(BIN)/python scripts/screenshots.py
 
 $(STAMP): pyproject.toml
 	@if ! $(PYTHON) -c 'import venv, ensurepip' >/dev/null 2>&1; then \

@@ -10,7 +10,9 @@ from pathlib import Path
 from engine import KvmError, Vm
 from engine.constants import PAGE_SHIFT
 from engine.layouts import DEFAULT_LAYOUT, Layout, build_vm, layout_from_ram_regions, preset
-from engine.lookup.base import EMPTY, HIT, LookupTrace, Probe
+from engine.lookup.base import LookupTrace
+from engine.lookup.describe import describe_probe
+from engine.memslot import MemorySlot
 
 from .cli import CliError
 
@@ -55,26 +57,10 @@ def load_guest(args: argparse.Namespace) -> tuple[Layout, Vm]:
 # -- lookup ---------------------------------------------------------------------------
 
 
-def describe_probe(probe: Probe, layout: Layout, gfn: int) -> str:
-    if probe.slot is None:
-        return f"[{probe.position}] unused entry (npages 0): no match"
-    slot = probe.slot
-    name = layout.name_of(slot.as_id, slot.id)
-    where = f"slot {slot.id:<3} {name:<18} gfn {slot.base_gfn:#x}-{slot.end_gfn - 1:#x}"
-    verdict = {
-        HIT: "holds the gfn: hit",
-        "left": "gfn < base_gfn: go left",
-        "right": "gfn >= base_gfn + npages: go right",
-        "lower": "gfn >= base_gfn: search lower indexes",
-        "higher": "gfn < base_gfn: search higher indexes",
-        "next": "not here: next entry",
-        EMPTY: "unused entry",
-        "miss": "range check: gfn not in this slot, miss",
-    }[probe.outcome]
-    return f"{where}  {verdict}"
-
-
 def format_trace(trace: LookupTrace, layout: Layout, show_all: bool) -> list[str]:
+    def name_of(slot: MemorySlot) -> str:
+        return layout.name_of(slot.as_id, slot.id)
+
     lines = []
     for cache in trace.cache_probes:
         held = f"slot {cache.slot.id}" if cache.slot is not None else "empty"
@@ -91,7 +77,7 @@ def format_trace(trace: LookupTrace, layout: Layout, show_all: bool) -> list[str
         if probe is None:
             lines.append(skipped)
             continue
-        lines.append(f"  #{number:<4} {describe_probe(probe, layout, trace.gfn)}")
+        lines.append(f"  #{number:<4} {describe_probe(probe, name_of)}")
     return lines
 
 

@@ -19,7 +19,8 @@ from ..widgets.events import EventPanel
 
 MIN_WIDTH, MIN_HEIGHT = 80, 24
 WIDE = 120  # below this width, side panels shrink (the `-narrow` class)
-COUNTER_REFRESH = 1.0  # seconds between kvm_stat samples
+COUNTER_REFRESH = 1.0  # seconds between kvm_stat samples (CurAvg/s)
+COUNTER_REDRAW = 0.25  # seconds between redraws of the totals
 
 
 class TooSmall(Static):
@@ -48,6 +49,7 @@ class MmuScreen(Screen[None]):
     def __init__(self) -> None:
         super().__init__()
         self.pending_events: list[Event] = []
+        self._counters_shown_at = 0.0
 
     def compose_too_small(self) -> ComposeResult:
         yield TooSmall(id="too-small")
@@ -75,10 +77,18 @@ class MmuScreen(Screen[None]):
             )
 
     def flush_events(self) -> None:
-        if self.pending_events:
-            batch = self.pending_events[:]
-            self.pending_events.clear()  # the engine appends to this very list
-            self.events_panel.add_events(batch)
+        """Hand the events gathered since the last frame to the panel; totals are redrawn
+        at most every COUNTER_REDRAW seconds (rates are sampled every COUNTER_REFRESH)."""
+        if not self.pending_events:
+            return
+        batch = self.pending_events[:]
+        self.pending_events.clear()  # the engine appends to this very list
+        panel = self.events_panel
+        panel.add_events(batch)
+        now = time.monotonic()
+        if now - self._counters_shown_at >= COUNTER_REDRAW:
+            self._counters_shown_at = now
+            panel.show_counters()
 
     def _refresh_counters(self) -> None:
         self.events_panel.refresh_counters(time.monotonic())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen, Screen
@@ -16,17 +16,20 @@ ABOUT = (
 
 
 def key_rows(screen: Screen[object]) -> list[tuple[str, str, str]]:
-    """(key, description, longer help) for every binding active on `screen`."""
-    rows: list[tuple[str, str, str]] = []
-    seen: set[tuple[str, str]] = set()
-    for key, active in screen.active_bindings.items():
+    """(key, description, longer help) for every binding active on `screen`: the screen's
+    and the app's first, then those of the focused widget (scrolling and the like)."""
+    own: list[tuple[str, str, str]] = []
+    widget: list[tuple[str, str, str]] = []
+    seen: set[tuple[str, int]] = set()
+    for active in screen.active_bindings.values():
         binding = active.binding
-        if (binding.action, key) in seen or not binding.description:
+        if (binding.action, id(active.node)) in seen or not binding.description:
             continue
-        seen.add((binding.action, key))
+        seen.add((binding.action, id(active.node)))
         shown = binding.key_display or screen.app.get_key_display(binding)
-        rows.append((shown, binding.description, binding.tooltip))
-    return rows
+        row = (shown, binding.description, binding.tooltip)
+        (own if isinstance(active.node, (Screen, App)) else widget).append(row)
+    return own + widget
 
 
 class HelpScreen(ModalScreen[None]):

@@ -22,6 +22,7 @@ from ..widgets.cost_panel import CostPanel
 from ..widgets.events import EventPanel
 from ..widgets.highlight import Highlight
 from ..widgets.lookup_bar import LookupBar
+from ..widgets.path_panel import PathPanel
 from ..widgets.slot_table import SlotTable
 from ..widgets.structure import StructureView
 from .base import MmuScreen
@@ -39,8 +40,20 @@ class MemslotsScreen(MmuScreen):
         Binding("space", "play_pause", "Play/Pause", tooltip="Play or pause the workload"),
         Binding("s", "step", "Step", tooltip="Reveal the next probe (or start the next lookup)"),
         Binding("n", "next_lookup", "Next", tooltip="Run the next lookup whole, paused"),
-        Binding("plus,equals_sign", "faster", "Faster", key_display="+"),
-        Binding("minus", "slower", "Slower", key_display="-"),
+        Binding(
+            "plus,equals_sign",
+            "faster",
+            "Faster",
+            key_display="+",
+            tooltip="More lookups per second (animation above 30/s shows whole lookups)",
+        ),
+        Binding(
+            "minus",
+            "slower",
+            "Slower",
+            key_display="-",
+            tooltip="Fewer lookups per second (below 30/s each probe is animated)",
+        ),
         Binding("l", "next_strategy", "Strategy", tooltip="Cycle the lookup strategy"),
         Binding("1", "strategy(0)", "linear", show=False, tooltip="2011 unsorted array"),
         Binding("2", "strategy(1)", "size-sorted", show=False, tooltip="array by npages"),
@@ -104,6 +117,7 @@ class MemslotsScreen(MmuScreen):
             with Vertical(id="left"):
                 yield LookupBar(id="lookup-bar")
                 yield StructureView(id="structure")
+                yield PathPanel(id="path")
             with Vertical(id="right"):
                 yield SlotTable(id="slots")
                 yield CostPanel(id="costs")
@@ -115,6 +129,7 @@ class MemslotsScreen(MmuScreen):
         super().on_mount()
         self.query_one("#slots").border_title = "memslots"
         self.query_one("#costs").border_title = "slots looked at per lookup"
+        self.query_one("#path").border_title = "this lookup"
         self._show_structure()
         self.query_one(SlotTable).set_slots(self.explorer.slots(), self.explorer.names)
         self.query_one(LookupBar).show(None, 0, "", "")
@@ -174,6 +189,8 @@ class MemslotsScreen(MmuScreen):
             name = self.explorer.slot_name(highlight.slot)
         vcpu = record.access.vcpu if record is not None else 0
         self.query_one(LookupBar).show(highlight, vcpu, self.explorer.lookup, name)
+        caches = record.trace.cache_probes if record is not None else ()
+        self.query_one(PathPanel).show(highlight, caches, self.explorer.slot_name)
 
     def _show_progress(self, now: float) -> None:
         self.flush_events()
@@ -325,6 +342,7 @@ class MemslotsScreen(MmuScreen):
         self.query_one(SlotTable).set_slots(explorer.slots(), explorer.names)
         self.query_one(SlotTable).update_hits(explorer.slot_hits)
         self.query_one(LookupBar).show(None, 0, "", "")
+        self.query_one(PathPanel).show(None, (), self.explorer.slot_name)
         self._update_header()
         self.notify(
             f"slot {request.slot_id}: {request.mode} done, generation {explorer.generation}"

@@ -30,14 +30,14 @@ def trace_line(event: Event) -> str:
 
 class EventLog(Log):
     DEFAULT_CSS = """
-    EventLog { width: 2fr; border: round $panel; border-title-color: $text-muted; }
+    EventLog { width: 1fr; border: round $panel; border-title-color: $text-muted; }
     EventLog:focus { border: round $primary; }
     """
 
 
 class CountersTable(DataTable[object]):
     DEFAULT_CSS = """
-    CountersTable { width: 1fr; min-width: 44; border: round $panel;
+    CountersTable { width: 50; border: round $panel;
         border-title-color: $text-muted; }
     CountersTable:focus { border: round $primary; }
     """

@@ -28,6 +28,7 @@ from engine.memslot import MemorySlot
 from .highlight import CACHE_HIT, COMPARE, HIT_STATE, IDLE, Highlight
 
 ZOOM_LEVELS = 3  # 0: slot ids, 1: id:base_gfn, 2: id base_gfn+npages
+MIN_AUTO_LEVELS = 4  # fitting the width never shows fewer levels than this
 Run = tuple[int, int, str]  # start column, end column, component
 
 
@@ -163,6 +164,7 @@ class StructureView(ScrollView, can_focus=True):
         self._cell_width = 4
         self._pad_x = 0  # columns left blank to centre a narrow tree
         self.auto_zoom = True  # pick the most detailed labels that fit, until `z`/`Z`
+        self._auto_depth = MIN_AUTO_LEVELS  # levels that fit the view (when `levels` is 0)
         self._style_cache: dict[str, Style] = {}
 
     # -- state ----------------------------------------------------------------------
@@ -216,9 +218,12 @@ class StructureView(ScrollView, can_focus=True):
 
     @property
     def window_depth(self) -> int:
-        if self.levels:
-            return self.levels
-        return max(2, (self.scrollable_content_region.height + 1) // 2)
+        """Levels shown: the user's `levels`, else as many as fit the view."""
+        return self.levels or self._auto_depth
+
+    @property
+    def _height_levels(self) -> int:
+        return max(MIN_AUTO_LEVELS, (self.scrollable_content_region.height + 1) // 2)
 
     def _relayout(self) -> None:
         shape = self.shape
@@ -231,19 +236,34 @@ class StructureView(ScrollView, can_focus=True):
             self.virtual_size = Size(0, 0)
         self.refresh()
 
-    def _tree_window(self, index: TreeIndex, zoom: int) -> TreeWindow:
+    def _tree_window(self, index: TreeIndex, zoom: int, depth: int) -> TreeWindow:
         def label(node: TreeNodeView) -> str:
             return slot_label(node.slot, zoom)
 
-        return layout_window(index, self.window_root, self.window_depth, label)
+        return layout_window(index, self.window_root, depth, label)
+
+    def _fit_depth(self, index: TreeIndex, view_width: int) -> int:
+        """The most levels whose ids-only drawing fits the width (at least
+        MIN_AUTO_LEVELS) and the height.  Widths about double per level, so trying
+        depths upwards costs about twice the window finally drawn."""
+        depth = MIN_AUTO_LEVELS
+        while depth < self._height_levels:
+            wider = self._tree_window(index, 0, depth + 1)
+            if wider.width > view_width or wider.levels <= depth:
+                break
+            depth += 1
+        return depth
 
     def _layout_tree(self, index: TreeIndex) -> None:
-        window = self._tree_window(index, self.zoom)
         view_width = self.scrollable_content_region.width
+        if not self.levels and view_width:
+            self._auto_depth = self._fit_depth(index, view_width)
+        depth = self.window_depth
+        window = self._tree_window(index, self.zoom, depth)
         if self.auto_zoom and view_width:
             # The most detailed labels that fit the width; the least detailed otherwise.
             for zoom in range(ZOOM_LEVELS - 1, -1, -1):
-                window = self._tree_window(index, zoom)
+                window = self._tree_window(index, zoom, depth)
                 if window.width <= view_width:
                     break
             self.set_reactive(StructureView.zoom, zoom)

@@ -1,0 +1,85 @@
+"""Regenerate the SVG screenshots in screenshots/ (`make screenshots`), one per screen.
+
+The app comes from the same factory as the CLI and the tests; each shot starts paused
+with a fixed seed and terminal size, then presses the keys a user would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tui.app import make_app  # noqa: E402
+
+SIZE = (132, 40)
+
+
+@dataclass(frozen=True)
+class Shot:
+    name: str
+    layout: str = "pc-4g"
+    lookup: str = "rbtree"
+    theme: str | None = None
+    keys: tuple[str, ...] = ()
+    size: tuple[int, int] = SIZE
+
+
+SHOTS = (
+    Shot("memslots-rbtree", keys=("n", "n", "n", "s")),
+    Shot("memslots-linear", lookup="linear", keys=("c", "v", "n", "n")),
+    Shot("memslots-binary", layout="assigned-devices", lookup="binary", keys=("c", "v", "n", "s")),
+    Shot("memslots-wbtree-512", layout="assigned-devices", lookup="wbtree", keys=("n", "n", "n")),
+    Shot("memslots-max", layout="max", keys=("n", "n")),
+    Shot("memslots-projector", theme="projector", keys=("n", "n", "n")),
+    Shot("memslots-colorblind", theme="colorblind", keys=("n", "n", "n")),
+    Shot("memslots-light", theme="mmuscope-light", keys=("n", "n", "n")),
+    Shot("help", keys=("question_mark",)),
+    Shot("add-slot", keys=("a",)),
+    Shot("filter", keys=("n", "f")),
+    Shot("too-small", size=(70, 20)),
+)
+
+
+async def take(shot: Shot, out: Path) -> Path:
+    app = make_app(shot.layout, lookup=shot.lookup, theme=shot.theme, playing=False, seed=7)
+    app.animation_level = "none"
+    async with app.run_test(size=shot.size, notifications=False) as pilot:
+        await pilot.pause()
+        for key in shot.keys:
+            await pilot.press(key)
+            await pilot.pause()
+        await pilot.pause(0.1)
+        svg = app.export_screenshot(title=f"mmuscope: {shot.name}")
+    path = out / f"{shot.name}.svg"
+    partial = path.with_suffix(".svg.tmp")
+    partial.write_text(svg, encoding="utf-8")
+    partial.replace(path)  # never a half-written screenshot
+    return path
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "screenshots")
+    parser.add_argument("names", nargs="*", help="only these shots")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as config:
+        os.environ["MMUSCOPE_CONFIG_DIR"] = config  # the user's own themes stay out
+        for shot in SHOTS:
+            if args.names and shot.name not in args.names:
+                continue
+            path = await take(shot, args.out)
+            print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

@@ -1,0 +1,64 @@
+"""The lookup on screen in words, probe by probe, as `mmuscope lookup` prints it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rich.text import Text
+from textual.widgets import Static
+
+from engine.lookup.base import CacheProbe
+from engine.lookup.describe import describe_probe
+from engine.memslot import MemorySlot
+
+from .highlight import Highlight
+
+MAX_LINES = 12
+
+
+def cache_words(cache: CacheProbe) -> str:
+    holder = "vcpu->last_used_slot" if cache.cache == "vcpu" else "slots->last_used_slot"
+    held = f"slot {cache.slot.id}" if cache.slot is not None else "empty"
+    note = f" ({cache.note})" if cache.note else ""
+    return f"{holder}: {held}, {'hit' if cache.hit else 'miss'}{note}"
+
+
+class PathPanel(Static):
+    """Cache checks, then each revealed probe with its decision; long scans are elided."""
+
+    DEFAULT_CSS = """
+    PathPanel { height: auto; max-height: 14; padding: 0 1; border: round $panel;
+        border-title-color: $text-muted; color: $foreground;
+        text-wrap: nowrap; text-overflow: ellipsis; }
+    """
+
+    def show(
+        self,
+        highlight: Highlight | None,
+        caches: tuple[CacheProbe, ...],
+        name_of: Callable[[MemorySlot], str],
+    ) -> None:
+        if highlight is None:
+            self.update("")
+            return
+        text = Text(no_wrap=True, overflow="ellipsis")
+        for cache in caches:
+            text.append(f"   {cache_words(cache)}\n", style="italic")
+        if not highlight.cache_hit:
+            for line in self._probe_lines(highlight, name_of):
+                text.append(line + "\n")
+        text.append(f"   {highlight.verdict()}", style="bold")
+        self.update(text)
+
+    def _probe_lines(self, highlight: Highlight, name_of: Callable[[MemorySlot], str]) -> list[str]:
+        shown = min(highlight.shown, highlight.visits)
+        if highlight.probes is None:
+            return [f"   scanned entries 0..{shown - 1} in order ({shown} of {highlight.visits})"]
+        lines = [
+            f"{k + 1:>3} {describe_probe(p, name_of, 14)}"
+            for k, p in enumerate(highlight.probes[:shown])
+        ]
+        if len(lines) > MAX_LINES:
+            hidden = len(lines) - MAX_LINES + 1
+            lines = [f"   ... {hidden} earlier probes", *lines[-(MAX_LINES - 1) :]]
+        return lines
