@@ -19,6 +19,7 @@ from ..widgets.events import EventPanel
 
 MIN_WIDTH, MIN_HEIGHT = 80, 24
 WIDE = 120  # below this width, side panels shrink (the `-narrow` class)
+TALL = 34  # below this height, the event panel and the path shrink (`-short`)
 COUNTER_REFRESH = 1.0  # seconds between kvm_stat samples (CurAvg/s)
 COUNTER_REDRAW = 0.25  # seconds between redraws of the totals
 
@@ -70,6 +71,7 @@ class MmuScreen(Screen[None]):
         small = width < MIN_WIDTH or height < MIN_HEIGHT
         self.set_class(small, "-too-small")
         self.set_class(width < WIDE, "-narrow")
+        self.set_class(height < TALL, "-short")
         if small:
             self.query_one(TooSmall).update(
                 f"mmuscope needs a terminal of at least {MIN_WIDTH}×{MIN_HEIGHT}.\n"

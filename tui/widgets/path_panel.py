@@ -45,12 +45,20 @@ class PathPanel(Static):
         for cache in caches:
             text.append(f"   {cache_words(cache)}\n", style="italic")
         if not highlight.cache_hit:
-            for line in self._probe_lines(highlight, name_of):
+            budget = self._line_budget() - len(caches) - 1  # the verdict takes a line
+            for line in self._probe_lines(highlight, name_of, max(budget, 1)):
                 text.append(line + "\n")
         text.append(f"   {highlight.verdict()}", style="bold")
         self.update(text)
 
-    def _probe_lines(self, highlight: Highlight, name_of: Callable[[MemorySlot], str]) -> list[str]:
+    def _line_budget(self) -> int:
+        """Lines of text the panel may show (its max-height less the border)."""
+        limit = self.styles.max_height
+        return int(limit.value) - 2 if limit is not None and limit.is_cells else MAX_LINES
+
+    def _probe_lines(
+        self, highlight: Highlight, name_of: Callable[[MemorySlot], str], budget: int
+    ) -> list[str]:
         shown = min(highlight.shown, highlight.visits)
         if highlight.probes is None:
             return [f"   scanned entries 0..{shown - 1} in order ({shown} of {highlight.visits})"]
@@ -58,7 +66,8 @@ class PathPanel(Static):
             f"{k + 1:>3} {describe_probe(p, name_of, 14)}"
             for k, p in enumerate(highlight.probes[:shown])
         ]
-        if len(lines) > MAX_LINES:
-            hidden = len(lines) - MAX_LINES + 1
-            lines = [f"   ... {hidden} earlier probes", *lines[-(MAX_LINES - 1) :]]
+        if len(lines) > budget:
+            keep = budget - 1
+            hidden = len(lines) - keep
+            lines = [f"   ... {hidden} earlier probes", *(lines[-keep:] if keep else [])]
         return lines
