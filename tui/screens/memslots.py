@@ -164,6 +164,7 @@ class MemslotsScreen(MmuScreen):
 
     def _show_record(self, record: LookupRecord, shown: int | None = None) -> None:
         self.record = record
+        self.query_one(SlotTable).mark_found(record.slot.id if record.slot else None)
         highlight = self._highlight_for(record)
         if shown is None:
             shown = self.pacer.revealed(highlight.steps) if self.pacer.playing else 1
@@ -340,7 +341,6 @@ class MemslotsScreen(MmuScreen):
         self.record = self.highlight = None
         self._show_structure()
         self.query_one(SlotTable).set_slots(explorer.slots(), explorer.names)
-        self.query_one(SlotTable).update_hits(explorer.slot_hits)
         self.query_one(LookupBar).show(None, 0, "", "")
         self.query_one(PathPanel).show(None, (), self.explorer.slot_name)
         self._update_header()
