@@ -17,6 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from engine.export.render import write_atomically  # noqa: E402
 from tui.app import make_app  # noqa: E402
 
 SIZE = (132, 40)
@@ -59,9 +60,7 @@ async def take(shot: Shot, out: Path) -> Path:
         await pilot.pause(0.1)
         svg = app.export_screenshot(title=f"mmuscope: {shot.name}")
     path = out / f"{shot.name}.svg"
-    partial = path.with_suffix(".svg.tmp")
-    partial.write_text(svg, encoding="utf-8")
-    partial.replace(path)  # never a half-written screenshot
+    write_atomically(path, svg.encode("utf-8"))  # never a half-written screenshot
     return path
 
 

@@ -3,6 +3,7 @@ benchmarks and the screenshot script."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
@@ -91,7 +92,16 @@ class MmuscopeApp(App[None]):
         self.notify(f"theme: {self.theme}", timeout=2)
 
     def action_screenshot_svg(self) -> None:
-        path = self.save_screenshot(path=str(self.export_dir))
+        """An SVG of the screen as it is, written to a temporary name and renamed."""
+        from engine.export.render import ExportError, write_atomically
+
+        view = getattr(self.screen, "view_name", "view")
+        path = self.export_dir / f"mmuscope-{view}-{time.strftime('%Y%m%d-%H%M%S')}.svg"
+        try:
+            write_atomically(path, self.export_screenshot(title=f"mmuscope: {view}").encode())
+        except ExportError as err:
+            self.notify(str(err), title="screenshot", severity="error", timeout=8)
+            return
         self.notify(f"wrote {path}", title="screenshot", timeout=6)
 
     # -- command palette --------------------------------------------------------------

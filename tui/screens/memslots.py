@@ -34,8 +34,6 @@ PREFIX_SCANS = ("linear", "size-sorted")  # scans whose probes are positions 0..
 
 
 class MemslotsScreen(MmuScreen):
-    view_name = "memslots"
-
     BINDINGS = [
         Binding("space", "play_pause", "Play/Pause", tooltip="Play or pause the workload"),
         Binding("s", "step", "Step", tooltip="Reveal the next probe (or start the next lookup)"),
@@ -108,6 +106,10 @@ class MemslotsScreen(MmuScreen):
         self._changed_hits: set[int] = set()
         self._costs_shown_at = 0.0
         explorer.subscribe(self.pending_events.append)
+
+    @property
+    def view_name(self) -> str:  # type: ignore[override]
+        return f"memslots-{self.explorer.layout.name}-{self.explorer.lookup}"
 
     # -- layout -----------------------------------------------------------------------
 
@@ -404,5 +406,4 @@ class MemslotsScreen(MmuScreen):
             trace = explorer.explain(self.record)
         title = f"{explorer.layout.name} · {explorer.lookup} · as {explorer.as_id}"
         count = len(shape.nodes) if isinstance(shape, TreeView) else len(shape.entries)
-        self.view_name = f"memslots-{explorer.layout.name}-{explorer.lookup}"
         return shape_to_dot(shape, title=title, trace=trace), count
