@@ -105,6 +105,9 @@ class MemslotsScreen(MmuScreen):
         self._last_tick = time.monotonic()
         self._changed_hits: set[int] = set()
         self._costs_shown_at = 0.0
+        self.rate = 0.0  # lookups per second measured over the last second
+        self._rate_at = time.monotonic()
+        self._rate_count = 0
         explorer.subscribe(self.pending_events.append)
 
     @property
@@ -204,6 +207,16 @@ class MemslotsScreen(MmuScreen):
         if now - self._costs_shown_at >= 0.25:
             self._costs_shown_at = now
             self.query_one(CostPanel).update_costs(self.explorer.costs, self.explorer.lookup)
+        if now - self._rate_at >= 1.0:
+            self._measure_rate(now)
+
+    def _measure_rate(self, now: float) -> None:
+        """Lookups actually run per second: below the speed asked for when the engine
+        cannot keep up within its budget per frame (the header then says so)."""
+        done = self.lookups_done - self._rate_count
+        self.rate = done / (now - self._rate_at) if self.pacer.playing else 0.0
+        self._rate_at, self._rate_count = now, self.lookups_done
+        self._update_header()
 
     def _update_header(self) -> None:
         explorer = self.explorer
@@ -214,9 +227,12 @@ class MemslotsScreen(MmuScreen):
         if explorer.vm.last_used_slot:
             caches.append("vm")
         self.title = f"mmuscope · {explorer.layout.name}"
+        speed = f"{self.pacer.speed:g}/s"
+        if self.pacer.playing and 0 < self.rate < 0.9 * self.pacer.speed:
+            speed += f" (runs {self.rate:.0f}/s)"
         self.sub_title = (
             f"{explorer.lookup} · gen {explorer.generation} · cache {'+'.join(caches) or 'off'}"
-            f" · {explorer.workload.mix.name} · {state} {self.pacer.speed:g}/s"
+            f" · {explorer.workload.mix.name} · {state} {speed}"
         )
 
     def _show_structure(self) -> None:

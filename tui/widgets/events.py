@@ -11,15 +11,19 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from rich import box
+from rich.table import Table
 from textual.app import ComposeResult
 from textual.containers import Horizontal
-from textual.widgets import DataTable, Log
+from textual.widgets import Log
 
 from engine.events import Event
-from engine.stats import EventCounters
+from engine.stats import CounterRow, EventCounters
 
-LOG_LINES_PER_FRAME = 40
-LOG_MAX_LINES = 2000
+from .panel import TextPanel
+
+LOG_LINES_PER_FRAME = 12  # at full speed the log scrolls faster than anyone reads anyway
+LOG_MAX_LINES = 1000
 
 
 def trace_line(event: Event) -> str:
@@ -35,11 +39,21 @@ class EventLog(Log):
     """
 
 
-class CountersTable(DataTable[object]):
+def counters_table(rows: list[CounterRow]) -> Table:
+    """kvm_stat's columns, biggest totals first."""
+    table = Table(box=box.SIMPLE_HEAD, expand=True, pad_edge=False, show_edge=False)
+    table.add_column("Event", no_wrap=True, overflow="ellipsis")
+    for column in ("Total", "%Total", "CurAvg/s"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for row in rows:
+        table.add_row(row.event, str(row.total), f"{row.percent:.1f}", f"{row.rate:.0f}")
+    return table
+
+
+class CountersTable(TextPanel):
     DEFAULT_CSS = """
-    CountersTable { width: 50; border: round $panel;
+    CountersTable { width: 50; height: 1fr; padding: 0 1; border: round $panel;
         border-title-color: $text-muted; }
-    CountersTable:focus { border: round $primary; }
     """
 
 
@@ -60,16 +74,9 @@ class EventPanel(Horizontal):
         log = EventLog(max_lines=LOG_MAX_LINES, auto_scroll=True, id="event-log")
         log.border_title = "events"
         yield log
-        table = CountersTable(id="counters", cursor_type="none", show_cursor=False)
+        table = CountersTable(id="counters")
         table.border_title = "kvm_stat"
         yield table
-
-    def on_mount(self) -> None:
-        table = self.query_one(CountersTable)
-        table.add_column("Event", key="event")
-        table.add_column("Total", key="total")
-        table.add_column("%Total", key="pct")
-        table.add_column("CurAvg/s", key="rate")
 
     @property
     def filter_text(self) -> str:
@@ -99,10 +106,7 @@ class EventPanel(Horizontal):
         self.show_counters()
 
     def show_counters(self) -> None:
-        table = self.query_one(CountersTable)
-        table.clear()
-        for row in self.counters.rows(self.pattern):
-            table.add_row(row.event, row.total, f"{row.percent:5.1f}", f"{row.rate:8.1f}")
+        self.query_one(CountersTable).show_content(counters_table(self.counters.rows(self.pattern)))
 
     def clear_log(self) -> None:
         self.query_one(EventLog).clear()

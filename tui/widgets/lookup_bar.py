@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from engine.constants import PAGE_SHIFT
 
 from .highlight import Highlight
+from .panel import TextPanel
 
 
-class LookupBar(Static):
+class LookupBar(TextPanel):
     DEFAULT_CSS = """
     LookupBar { height: 1; padding: 0 1; background: $panel; color: $foreground; }
     """
 
     def show(self, highlight: Highlight | None, vcpu: int, strategy: str, name: str) -> None:
         if highlight is None:
-            self.update("no lookup yet: space plays, s steps, g looks up a gfn")
+            self.show_content("no lookup yet: space plays, s steps, g looks up a gfn")
             return
         text = Text()
         text.append(f"vcpu {vcpu} ", style="bold")
@@ -28,4 +28,4 @@ class LookupBar(Static):
         if highlight.done and highlight.slot is not None:
             verdict += f" → slot {highlight.slot.id}" + (f" {name}" if name else "")
         text.append(f"  {verdict}", style="bold")
-        self.update(text)
+        self.show_content(text)

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rich.text import Text
-from textual.widgets import Static
 
 from engine.lookup.base import CacheProbe
 from engine.lookup.describe import describe_probe
 from engine.memslot import MemorySlot
 
 from .highlight import Highlight
+from .panel import TextPanel
 
 MAX_LINES = 12
 
@@ -23,11 +23,11 @@ def cache_words(cache: CacheProbe) -> str:
     return f"{holder}: {held}, {'hit' if cache.hit else 'miss'}{note}"
 
 
-class PathPanel(Static):
+class PathPanel(TextPanel):
     """Cache checks, then each revealed probe with its decision; long scans are elided."""
 
     DEFAULT_CSS = """
-    PathPanel { height: auto; max-height: 14; padding: 0 1; border: round $panel;
+    PathPanel { height: 10; padding: 0 1; border: round $panel;
         border-title-color: $text-muted; color: $foreground;
         text-wrap: nowrap; text-overflow: ellipsis; }
     """
@@ -39,7 +39,7 @@ class PathPanel(Static):
         name_of: Callable[[MemorySlot], str],
     ) -> None:
         if highlight is None:
-            self.update("")
+            self.show_content("")
             return
         text = Text(no_wrap=True, overflow="ellipsis")
         for cache in caches:
@@ -49,12 +49,12 @@ class PathPanel(Static):
             for line in self._probe_lines(highlight, name_of, max(budget, 1)):
                 text.append(line + "\n")
         text.append(f"   {highlight.verdict()}", style="bold")
-        self.update(text)
+        self.show_content(text)
 
     def _line_budget(self) -> int:
-        """Lines of text the panel may show (its max-height less the border)."""
-        limit = self.styles.max_height
-        return int(limit.value) - 2 if limit is not None and limit.is_cells else MAX_LINES
+        """Lines of text the panel shows (its height less the border)."""
+        height = self.styles.height
+        return int(height.value) - 2 if height is not None and height.is_cells else MAX_LINES
 
     def _probe_lines(
         self, highlight: Highlight, name_of: Callable[[MemorySlot], str], budget: int

@@ -74,6 +74,7 @@ class SlotTable(ScrollView, can_focus=True):
         self._hits: dict[int, int] = {}
         self._row_of: dict[int, int] = {}
         self.found: int | None = None  # slot id of the latest lookup's answer
+        self._styles: dict[str, Style] = {}  # component -> style; "" is the base style
 
     # -- state ----------------------------------------------------------------------
 
@@ -159,22 +160,37 @@ class SlotTable(ScrollView, can_focus=True):
         )
         return " " + fixed + cells[-1]
 
+    def _style(self, component: str) -> Style:
+        style = self._styles.get(component)
+        if style is None:
+            style = (
+                self.rich_style
+                if not component
+                else self.get_component_rich_style(f"slot-table--{component}")
+            )
+            self._styles[component] = style
+        return style
+
+    def notify_style_update(self) -> None:
+        self._styles.clear()
+        super().notify_style_update()
+
     def _row_style(self, row: int, slot: MemorySlot) -> Style:
         kind = "rom" if slot.readonly else "dirty" if slot.dirty_logging else "ram"
-        style = self.get_component_rich_style(f"slot-table--{kind}")
+        style = self._style(kind)
         if slot.id == self.found:
-            style += self.get_component_rich_style("slot-table--found")
+            style += self._style("found")
         if row == self.cursor_row:
-            style += self.get_component_rich_style("slot-table--cursor")
+            style += self._style("cursor")
         return style
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
         scroll_x, scroll_y = self.scroll_offset
-        base = self.rich_style
+        base = self._style("")
         if y == 0:
             titles = [title for title, _ in COLUMNS] + ["name"]
-            style = base + self.get_component_rich_style("slot-table--header")
+            style = base + self._style("header")
             text, line_style = self._line(titles), style
         else:
             row = scroll_y + y - 1

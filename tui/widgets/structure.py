@@ -210,6 +210,13 @@ class StructureView(ScrollView, can_focus=True):
             self._style_cache[component] = style
         return style
 
+    def _base_style(self) -> Style:
+        """`rich_style`, cached: Textual computes it afresh on every call."""
+        style = self._style_cache.get("")
+        if style is None:
+            style = self._style_cache[""] = self.rich_style
+        return style
+
     def notify_style_update(self) -> None:
         self._style_cache.clear()
         super().notify_style_update()
@@ -435,7 +442,7 @@ class StructureView(ScrollView, can_focus=True):
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
         width = self.scrollable_content_region.width
-        base = self.rich_style
+        base = self._base_style()
         row = y + scroll_y
         if isinstance(self.shape, ArrayView):
             strip = self._array_line(row, scroll_x, width)
@@ -495,7 +502,7 @@ class StructureView(ScrollView, can_focus=True):
         return self._segments(text, styles[scroll_x : scroll_x + width])
 
     def _segments(self, text: str, styles: list[str | None]) -> Strip:
-        base = self.rich_style
+        base = self._base_style()
         segments: list[Segment] = []
         start = 0
         for i in range(1, len(text) + 1):
