@@ -75,6 +75,9 @@ class MmuscopeApp(App[None]):
         gc.collect()
         gc.freeze()
 
+    def on_unmount(self) -> None:
+        gc.unfreeze()  # the app is done; let its objects be collected
+
     def memslots_screen(self) -> Screen[None]:
         from .screens.memslots import MemslotsScreen
 

@@ -51,6 +51,7 @@ class MmuScreen(Screen[None]):
         super().__init__()
         self.pending_events: list[Event] = []
         self._counters_shown_at = 0.0
+        self._counters_stale = False
 
     def compose_too_small(self) -> ComposeResult:
         yield TooSmall(id="too-small")
@@ -79,17 +80,19 @@ class MmuScreen(Screen[None]):
             )
 
     def flush_events(self) -> None:
-        """Hand the events gathered since the last frame to the panel; totals are redrawn
-        at most every COUNTER_REDRAW seconds (rates are sampled every COUNTER_REFRESH)."""
-        if not self.pending_events:
-            return
-        batch = self.pending_events[:]
-        self.pending_events.clear()  # the engine appends to this very list
+        """Hand the events gathered since the last frame to the panel (called every
+        frame); the totals are redrawn at most every COUNTER_REDRAW seconds, and once
+        more after the last change (rates are sampled every COUNTER_REFRESH)."""
         panel = self.events_panel
-        panel.add_events(batch)
+        if self.pending_events:
+            batch = self.pending_events[:]
+            self.pending_events.clear()  # the engine appends to this very list
+            panel.add_events(batch)
+            self._counters_stale = True
         now = time.monotonic()
-        if now - self._counters_shown_at >= COUNTER_REDRAW:
+        if self._counters_stale and now - self._counters_shown_at >= COUNTER_REDRAW:
             self._counters_shown_at = now
+            self._counters_stale = False
             panel.show_counters()
 
     def _refresh_counters(self) -> None:

@@ -313,7 +313,7 @@ class MemslotsScreen(MmuScreen):
 
     def action_reset_costs(self) -> None:
         self.explorer.reset_costs()
-        self.query_one(SlotTable).set_slots(self.explorer.slots(), self.explorer.names)
+        self.query_one(SlotTable).clear_hits()
         self.query_one(CostPanel).update_costs(self.explorer.costs, self.explorer.lookup)
 
     def action_lookup_gfn(self) -> None:

@@ -97,6 +97,10 @@ class SlotTable(ScrollView, can_focus=True):
         self._hits.update(hits)
         self.refresh()
 
+    def clear_hits(self) -> None:
+        self._hits.clear()
+        self.refresh()
+
     def mark_found(self, slot_id: int | None) -> None:
         if slot_id != self.found:
             self.found = slot_id

@@ -339,8 +339,11 @@ class StructureView(ScrollView, can_focus=True):
     def on_click(self, event: events.Click) -> None:
         if self._geometry is None:
             return
-        x = event.x + int(self.scroll_x) - self._pad_x
-        y = event.y + int(self.scroll_y)
+        offset = event.get_content_offset(self)  # inside the border and padding
+        if offset is None:
+            return
+        x = offset.x + int(self.scroll_x) - self._pad_x
+        y = offset.y + int(self.scroll_y)
         if y % 2:
             return
         for placed in self._geometry.window.nodes:
