@@ -79,7 +79,7 @@ class MmuScreen(Screen[None]):
                 f"This one is {width}×{height}: enlarge the window or reduce the font."
             )
 
-    def flush_events(self) -> None:
+    def flush_events(self, force: bool = False) -> None:
         """Hand the events gathered since the last frame to the panel (called every
         frame); the totals are redrawn at most every COUNTER_REDRAW seconds, and once
         more after the last change (rates are sampled every COUNTER_REFRESH)."""
@@ -90,7 +90,8 @@ class MmuScreen(Screen[None]):
             panel.add_events(batch)
             self._counters_stale = True
         now = time.monotonic()
-        if self._counters_stale and now - self._counters_shown_at >= COUNTER_REDRAW:
+        due = force or now - self._counters_shown_at >= COUNTER_REDRAW
+        if self._counters_stale and due:
             self._counters_shown_at = now
             self._counters_stale = False
             panel.show_counters()

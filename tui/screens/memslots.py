@@ -138,8 +138,17 @@ class MemslotsScreen(MmuScreen):
         self._show_structure()
         self.query_one(SlotTable).set_slots(self.explorer.slots(), self.explorer.names)
         self.query_one(LookupBar).show(None, 0, "", "")
-        self.set_interval(FRAME, self.tick, name="player")
+        self._player = self.set_interval(FRAME, self.tick, name="player")
+        self._sync_player()
         self._update_header()
+
+    def _sync_player(self) -> None:
+        """The frame timer runs only while playing: a paused explorer costs no CPU."""
+        if self.pacer.playing:
+            self._last_tick = time.monotonic()
+            self._player.resume()
+        else:
+            self._player.pause()
 
     # -- the player -------------------------------------------------------------------
 
@@ -198,13 +207,15 @@ class MemslotsScreen(MmuScreen):
         caches = record.trace.cache_probes if record is not None else ()
         self.query_one(PathPanel).show(highlight, caches, self.explorer.slot_name)
 
-    def _show_progress(self, now: float) -> None:
-        self.flush_events()
+    def _show_progress(self, now: float, force: bool = False) -> None:
+        """Tables follow the engine: every frame while playing (throttled), and at once
+        (`force`) after a key pressed while paused."""
+        self.flush_events(force)
         if self._changed_hits:
             hits = self.explorer.slot_hits
             self.query_one(SlotTable).update_hits({i: hits.get(i, 0) for i in self._changed_hits})
             self._changed_hits.clear()
-        if now - self._costs_shown_at >= 0.25:
+        if force or now - self._costs_shown_at >= 0.25:
             self._costs_shown_at = now
             self.query_one(CostPanel).update_costs(self.explorer.costs, self.explorer.lookup)
         if now - self._rate_at >= 1.0:
@@ -247,12 +258,13 @@ class MemslotsScreen(MmuScreen):
 
     def action_play_pause(self) -> None:
         self.pacer.toggle()
-        self._last_tick = time.monotonic()
+        self._sync_player()
         self._update_header()
 
     def _pause(self) -> None:
         if self.pacer.playing:
             self.pacer.playing = False
+            self._sync_player()
             self._update_header()
 
     def action_step(self) -> None:
@@ -263,14 +275,14 @@ class MemslotsScreen(MmuScreen):
             self._run(1)
             if self.highlight is not None:
                 self._reveal(1)
-        self._show_progress(time.monotonic())
+        self._show_progress(time.monotonic(), force=True)
 
     def action_next_lookup(self) -> None:
         self._pause()
         self._run(1)
         if self.highlight is not None:
             self._reveal(self.highlight.steps)
-        self._show_progress(time.monotonic())
+        self._show_progress(time.monotonic(), force=True)
 
     def action_faster(self) -> None:
         self.pacer.faster()
@@ -332,7 +344,7 @@ class MemslotsScreen(MmuScreen):
                 return f"gfn {gfn:#x} is beyond a 64-bit guest physical space"
             self._pause()
             self._show_record(self.explorer.lookup_gfn(gfn), shown=1)
-            self._show_progress(time.monotonic())
+            self._show_progress(time.monotonic(), force=True)
             return None
 
         self.app.push_screen(GfnDialog(apply))
@@ -361,6 +373,7 @@ class MemslotsScreen(MmuScreen):
         self.query_one(SlotTable).set_slots(explorer.slots(), explorer.names)
         self.query_one(LookupBar).show(None, 0, "", "")
         self.query_one(PathPanel).show(None, (), self.explorer.slot_name)
+        self._show_progress(time.monotonic(), force=True)
         self._update_header()
         self.notify(
             f"slot {request.slot_id}: {request.mode} done, generation {explorer.generation}"
