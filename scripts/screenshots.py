@@ -28,13 +28,14 @@ class Shot:
     name: str
     layout: str = "pc-4g"
     lookup: str = "rbtree"
+    workload: str = "mixed"
     theme: str | None = None
     keys: tuple[str, ...] = ()
     size: tuple[int, int] = SIZE
 
 
 SHOTS = (
-    Shot("memslots-rbtree", keys=("n", "n", "n", "s")),
+    Shot("memslots-rbtree", workload="scatter", keys=("c", "v", "n", "n", "n", "s", "s")),
     Shot("memslots-linear", lookup="linear", keys=("c", "v", "n", "n")),
     Shot("memslots-binary", layout="assigned-devices", lookup="binary", keys=("c", "v", "n", "s")),
     Shot("memslots-wbtree-512", layout="assigned-devices", lookup="wbtree", keys=("n", "n", "n")),
@@ -50,7 +51,14 @@ SHOTS = (
 
 
 async def take(shot: Shot, out: Path) -> Path:
-    app = make_app(shot.layout, lookup=shot.lookup, theme=shot.theme, playing=False, seed=7)
+    app = make_app(
+        shot.layout,
+        lookup=shot.lookup,
+        workload=shot.workload,
+        theme=shot.theme,
+        playing=False,
+        seed=7,
+    )
     app.animation_level = "none"
     async with app.run_test(size=shot.size, notifications=False) as pilot:
         await pilot.pause()

@@ -43,8 +43,8 @@ class MmuscopeApp(App[None]):
     BINDINGS = [
         Binding("ctrl+q", "quit", "Quit", priority=True),
         Binding("question_mark", "help", "Help", key_display="?"),
-        Binding("t", "next_theme", "Theme", tooltip="Cycle the mmuscope themes"),
-        Binding("S", "screenshot_svg", "Screenshot", tooltip="Save an SVG screenshot"),
+        Binding("t", "next_theme", "Theme", show=False, tooltip="Cycle the mmuscope themes"),
+        Binding("S", "screenshot_svg", "Screenshot", show=False, tooltip="Save an SVG screenshot"),
     ]
 
     def __init__(self, config: AppConfig) -> None:

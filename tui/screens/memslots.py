@@ -30,7 +30,11 @@ from .dialogs import GfnDialog, SlotDialog, SlotRequest, parse_number
 
 FRAME = 1 / 30  # seconds between ticks of the player
 ENGINE_BUDGET = 0.008  # seconds of engine work per tick, at most (the rest waits)
-PREFIX_SCANS = ("linear", "size-sorted")  # scans whose probes are positions 0..visits-1
+PREFIX_SCANS = ("linear", "size-sorted")
+LEGEND = (
+    "[$node-path]■ visited[/] [$node-compare]■ comparing[/] [$node-hit]■ hit[/] "
+    "[$node-miss]■ miss[/] [$node-cache-hit]■ cache hit[/]"
+)  # scans whose probes are positions 0..visits-1
 
 
 class MemslotsScreen(MmuScreen):
@@ -63,8 +67,8 @@ class MemslotsScreen(MmuScreen):
         Binding("w", "next_workload", "Workload", show=False, tooltip="Cycle the access mix"),
         Binding("g", "lookup_gfn", "Look up", tooltip="Look up a gfn you type"),
         Binding("a", "add_slot", "Add", tooltip="Create a memslot"),
-        Binding("d", "delete_slot", "Delete", tooltip="Delete the selected memslot"),
-        Binding("m", "move_slot", "Move", tooltip="Move the selected memslot"),
+        Binding("d", "delete_slot", "Delete", show=False, tooltip="Delete the selected memslot"),
+        Binding("m", "move_slot", "Move", show=False, tooltip="Move the selected memslot"),
         Binding("z", "zoom(1)", "Zoom in", show=False, tooltip="More detail per node"),
         Binding("Z", "zoom(-1)", "Zoom out", show=False, tooltip="Less detail per node"),
         Binding(
@@ -135,6 +139,7 @@ class MemslotsScreen(MmuScreen):
         self.query_one("#slots").border_title = "memslots"
         self.query_one("#costs").border_title = "slots looked at per lookup"
         self.query_one("#path").border_title = "this lookup"
+        self.query_one(StructureView).border_subtitle = LEGEND
         self._show_structure()
         self.query_one(SlotTable).set_slots(self.explorer.slots(), self.explorer.names)
         self.query_one(LookupBar).show(None, 0, "", "")

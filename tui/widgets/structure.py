@@ -163,6 +163,7 @@ class StructureView(ScrollView, can_focus=True):
         self._node_of_slot: dict[int, int] = {}
         self._cell_width = 4
         self._pad_x = 0  # columns left blank to centre a narrow tree
+        self._pad_y = 0  # rows left blank above a short tree
         self.auto_zoom = True  # pick the most detailed labels that fit, until `z`/`Z`
         self._auto_depth = MIN_AUTO_LEVELS  # levels that fit the view (when `levels` is 0)
         self._style_cache: dict[str, Style] = {}
@@ -276,11 +277,13 @@ class StructureView(ScrollView, can_focus=True):
             self.set_reactive(StructureView.zoom, zoom)
         self._geometry = build_tree_geometry(index, window)
         self._pad_x = max(0, (view_width - window.width) // 2)
+        rows = len(self._geometry.rows)
+        self._pad_y = max(0, (self.scrollable_content_region.height - rows) // 3)
         self.virtual_size = Size(window.width, len(self._geometry.rows))
 
     def _layout_array(self, shape: ArrayView) -> None:
         self._geometry = None
-        self._pad_x = 0
+        self._pad_x = self._pad_y = 0
         used = [e for e in shape.entries if e is not None]
         height = self.scrollable_content_region.height or 1
         zooms = range(ZOOM_LEVELS - 1, -1, -1) if self.auto_zoom else (self.zoom,)
@@ -343,7 +346,7 @@ class StructureView(ScrollView, can_focus=True):
         if offset is None:
             return
         x = offset.x + int(self.scroll_x) - self._pad_x
-        y = offset.y + int(self.scroll_y)
+        y = offset.y + int(self.scroll_y) - self._pad_y
         if y % 2:
             return
         for placed in self._geometry.window.nodes:
@@ -449,7 +452,8 @@ class StructureView(ScrollView, can_focus=True):
         row = y + scroll_y
         if isinstance(self.shape, ArrayView):
             strip = self._array_line(row, scroll_x, width)
-        elif self._geometry is not None and row < len(self._geometry.rows):
+        elif self._geometry is not None and 0 <= row - self._pad_y < len(self._geometry.rows):
+            row -= self._pad_y
             pad = self._pad_x
             strip = self._tree_line(row, scroll_x, width - pad)
             if pad:
