@@ -160,6 +160,7 @@ class MemslotExplorer:
             error_code=PF_USER | (PF_WRITE if access.seq % 3 == 0 else 0),
         )
         vm = self.vm
+        vm.vcpu(access.vcpu).as_id = self.as_id  # a session on address space 1 runs in SMM
         trace = vm.explain(access.gfn, self.as_id, vcpu=access.vcpu, with_probes=False)
         slot = trace.slot
         slots = vm.memslot_set(self.as_id)

@@ -80,6 +80,17 @@ def test_every_lookup_is_costed_under_every_strategy() -> None:
     explorer.audit()
 
 
+@pytest.mark.parametrize("vcpu_cache", [True, False])
+def test_a_session_on_the_smm_address_space_looks_up_there(vcpu_cache: bool) -> None:
+    explorer = MemslotExplorer(preset("q35-16g"), as_id=1, seed=2)
+    explorer.set_vcpu_cache(vcpu_cache)
+    for _ in range(200):
+        record = explorer.step()
+        assert record.slot == brute_force(explorer, record.access.gfn)
+        assert record.slot is None or record.slot.as_id == 1
+    assert explorer.slot_name(explorer.slots()[0]).startswith("smram")
+
+
 def test_explain_replays_the_record_without_touching_the_caches() -> None:
     explorer = MemslotExplorer(preset("pc-4g"))
     explorer.set_vm_cache(False)
