@@ -57,50 +57,54 @@ class Dialog(ModalScreen[None]):
         self.query_one("#error", Static).update(message or "")
 
 
-class FilterDialog(Dialog):
+class TextDialog(Dialog):
+    """One line of text checked by `apply`: closes on success, shows the error otherwise."""
+
+    PROMPT = ""
+    PLACEHOLDER = ""
+    HINT = ""
+    INPUT_ID = "text"
+
+    def __init__(self, apply: Apply, initial: str = "") -> None:
+        super().__init__()
+        self.apply = apply
+        self.initial = initial
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(self.PROMPT, classes="title")
+            yield Input(self.initial, placeholder=self.PLACEHOLDER, id=self.INPUT_ID)
+            if self.HINT:
+                yield Static(self.HINT, classes="hint")
+            yield Static("", id="error", classes="error")
+
+    @on(Input.Submitted)
+    def submit(self, event: Input.Submitted) -> None:
+        error = self.apply(event.value)
+        if error:
+            self.show_error(error)
+        else:
+            self.dismiss(None)
+
+
+class FilterDialog(TextDialog):
     """kvm_stat's `f`: a regular expression over event names (empty shows all)."""
 
+    PROMPT = "Filter events (regular expression over event names)"
+    PLACEHOLDER = "e.g. lookup|mmio"
+    HINT = "empty: show every event"
+    INPUT_ID = "pattern"
+
     def __init__(self, initial: str, apply: Apply) -> None:
-        super().__init__()
-        self.initial = initial
-        self.apply = apply
-
-    def compose(self) -> ComposeResult:
-        with Vertical():
-            yield Label("Filter events (regular expression over event names)", classes="title")
-            yield Input(self.initial, placeholder="e.g. lookup|mmio", id="pattern")
-            yield Static("empty: show every event", classes="hint")
-            yield Static("", id="error", classes="error")
-
-    @on(Input.Submitted)
-    def submit(self, event: Input.Submitted) -> None:
-        error = self.apply(event.value)
-        if error:
-            self.show_error(error)
-        else:
-            self.dismiss(None)
+        super().__init__(apply, initial)
 
 
-class GfnDialog(Dialog):
+class GfnDialog(TextDialog):
     """Look up one gfn (or a gpa with a 'gpa' prefix) on the current structure."""
 
-    def __init__(self, apply: Apply) -> None:
-        super().__init__()
-        self.apply = apply
-
-    def compose(self) -> ComposeResult:
-        with Vertical():
-            yield Label("Look up a guest frame number", classes="title")
-            yield Input(placeholder="gfn, e.g. 0xfee00   (or: gpa 0xfee00000)", id="gfn")
-            yield Static("", id="error", classes="error")
-
-    @on(Input.Submitted)
-    def submit(self, event: Input.Submitted) -> None:
-        error = self.apply(event.value)
-        if error:
-            self.show_error(error)
-        else:
-            self.dismiss(None)
+    PROMPT = "Look up a guest frame number"
+    PLACEHOLDER = "gfn, e.g. 0xfee00   (or: gpa 0xfee00000)"
+    INPUT_ID = "gfn"
 
 
 @dataclass(frozen=True, slots=True)

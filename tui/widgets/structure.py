@@ -10,7 +10,6 @@ from component classes whose TCSS uses the theme's `$node-*` variables only.
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass
 
 from rich.segment import Segment
 from rich.style import Style
@@ -23,85 +22,16 @@ from textual.strip import Strip
 
 from engine.lookup.base import ArrayView, Shape, TreeNodeView, TreeView
 from engine.lookup.window import TreeIndex, TreeWindow, follow_root, layout_window
-from engine.memslot import MemorySlot
 
 from .highlight import CACHE_HIT, COMPARE, HIT_STATE, IDLE, Highlight
-
-ZOOM_LEVELS = 3  # 0: slot ids, 1: id:base_gfn, 2: id base_gfn+npages
-MIN_AUTO_LEVELS = 4  # fitting the width never shows fewer levels than this
-Run = tuple[int, int, str]  # start column, end column, component
-
-
-def slot_label(slot: MemorySlot, zoom: int) -> str:
-    if zoom <= 0:
-        return str(slot.id)
-    if zoom == 1:
-        return f"{slot.id}:{slot.base_gfn:x}"
-    return f"{slot.id} {slot.base_gfn:x}+{slot.npages:x}"
-
-
-@dataclass(frozen=True, slots=True)
-class TreeGeometry:
-    """The rows of a drawn tree window: text and base styles, before highlighting."""
-
-    window: TreeWindow
-    rows: tuple[str, ...]
-    runs: tuple[tuple[Run, ...], ...]  # per row, sorted by start
-    edge_runs: dict[tuple[int, int], tuple[int, tuple[Run, ...]]]  # (parent, child) -> row
-
-
-def _node_component(node: TreeNodeView) -> str:
-    if node.color == "red":
-        return "rb-red"
-    if node.color == "black":
-        return "rb-black"
-    return IDLE
-
-
-def build_tree_geometry(index: TreeIndex, window: TreeWindow) -> TreeGeometry:
-    nodes = index.view.nodes
-    width = max(window.width, 1)
-    height = max(2 * window.levels - 1, 0)
-    chars = [[" "] * width for _ in range(height)]
-    runs: list[list[Run]] = [[] for _ in range(height)]
-    for placed in window.nodes:
-        row = chars[2 * placed.level]
-        row[placed.x : placed.end] = placed.label
-        name_end = placed.end - (len(f" +{placed.hidden}") if placed.hidden else 0)
-        runs[2 * placed.level].append((placed.x, name_end, _node_component(nodes[placed.index])))
-        if placed.hidden:
-            runs[2 * placed.level].append((name_end, placed.end, "stub"))
-    edge_runs: dict[tuple[int, int], tuple[int, tuple[Run, ...]]] = {}
-    children: dict[int, list[int]] = {}
-    for parent, child in window.edges:
-        children.setdefault(parent, []).append(child)
-    for parent, kids in children.items():
-        top = window.nodes[parent]
-        row_index = 2 * top.level + 1
-        row = chars[row_index]
-        center = top.center
-        for child in kids:
-            c = window.nodes[child].center
-            lo, hi = (c, center) if c < center else (center, c)
-            for x in range(lo + 1, hi):
-                row[x] = "─"
-            row[c] = "┌" if c < center else "┐"
-            span = (lo, hi + 1)
-            edge_runs[(window.nodes[parent].index, window.nodes[child].index)] = (
-                row_index,
-                ((span[0], span[1], "edge-path"),),
-            )
-            runs[row_index].append((span[0], span[1], "edge"))
-        sides = {window.nodes[k].center < center for k in kids}
-        row[center] = "┴" if len(sides) == 2 else ("┘" if True in sides else "└")
-    for row_runs in runs:
-        row_runs.sort()
-    return TreeGeometry(
-        window,
-        tuple("".join(r) for r in chars),
-        tuple(tuple(r) for r in runs),
-        edge_runs,
-    )
+from .tree_geometry import (
+    MIN_AUTO_LEVELS,
+    ZOOM_LEVELS,
+    TreeGeometry,
+    build_tree_geometry,
+    paint_run,
+    slot_label,
+)
 
 
 class StructureView(ScrollView, can_focus=True):
@@ -472,19 +402,19 @@ class StructureView(ScrollView, can_focus=True):
         for start, end, component in runs[first:]:
             if start >= scroll_x + width:
                 break
-            _paint(styles, start - scroll_x, end - scroll_x, component)
+            paint_run(styles, start - scroll_x, end - scroll_x, component)
         states, path_edges = self._tree_states()
         if row % 2 == 0:
             for placed in geometry.window.nodes:
                 if 2 * placed.level == row and placed.index in states:
                     end = placed.end - (len(f" +{placed.hidden}") if placed.hidden else 0)
-                    _paint(styles, placed.x - scroll_x, end - scroll_x, states[placed.index])
+                    paint_run(styles, placed.x - scroll_x, end - scroll_x, states[placed.index])
         else:
             for edge in path_edges:
                 found = geometry.edge_runs.get(edge)
                 if found is not None and found[0] == row:
                     for start, end, component in found[1]:
-                        _paint(styles, start - scroll_x, end - scroll_x, component)
+                        paint_run(styles, start - scroll_x, end - scroll_x, component)
         return self._segments(text, styles)
 
     def _array_line(self, row: int, scroll_x: int, width: int) -> Strip:
@@ -519,9 +449,3 @@ class StructureView(ScrollView, can_focus=True):
                 segments.append(Segment(text[start:i], style))
                 start = i
         return Strip(segments)
-
-
-def _paint(styles: list[str | None], start: int, end: int, component: str) -> None:
-    start, end = max(start, 0), min(end, len(styles))
-    if start < end:
-        styles[start:end] = [component] * (end - start)

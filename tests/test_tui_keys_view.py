@@ -1,0 +1,408 @@
+"""The explorer's drawing and display keys, driven through Textual's Pilot: zoom, levels,
+window and follow (z/Z, [ ], u, r, F, clicks), `f` filter, `e` export, `S` screenshot,
+`t` themes, `?` help, the command palette and resizing. Each test presses what a user
+presses and checks what the user would see change (drawing, tables, files, screens).
+
+Apps come from `tests.tui_pilot.build`, paused (deterministic), with exports going to the
+test's tmp_path and no user config read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from textual.command import CommandList, CommandPalette
+from textual.pilot import Pilot
+from textual.widgets import DataTable, Input, Static
+
+from engine.lookup import LOOKUP_STRATEGIES
+from engine.lookup.base import ArrayView
+from tests.tui_pilot import (
+    SIZE,
+    build,
+    drawn_table,
+    fill,
+    memslots,
+    paste,
+    structure_text,
+    text_of,
+)
+from tui.screens.base import TooSmall
+from tui.screens.dialogs import FilterDialog
+from tui.screens.help import HelpScreen
+from tui.screens.memslots import MemslotsScreen
+from tui.themes import BUILTIN_THEMES, DEFAULT_THEME
+from tui.widgets.events import CountersTable, EventLog, EventPanel
+from tui.widgets.structure import StructureView
+
+
+def counter_events(screen: MemslotsScreen) -> list[str]:
+    """The event names kvm_stat's table shows."""
+    return [words[0] for words in drawn_table(screen.query_one(CountersTable))]
+
+
+async def wait_until(pilot: Pilot, condition: Callable[[], bool], timeout: float = 2.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "timed out waiting for the app"
+        await pilot.pause(0.02)
+
+
+# -- the drawing --------------------------------------------------------------------
+
+
+async def test_z_and_shift_z_change_the_zoom(tmp_path: Path) -> None:
+    app = build(tmp_path, lookup="rbtree")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = memslots(app)
+        view = screen.query_one(StructureView)
+        await pilot.pause()
+        assert view.auto_zoom
+        start = view.zoom
+        await pilot.press("Z")
+        assert not view.auto_zoom
+        assert view.zoom == max(0, start - 1)
+        await pilot.press("Z", "Z", "Z")
+        assert view.zoom == 0
+        ids_only = structure_text(view)
+        assert ":" not in ids_only and "+" not in ids_only  # labels are bare slot ids
+        await pilot.press("z")
+        assert view.zoom == 1
+        assert ":" in structure_text(view)  # id:base_gfn
+        await pilot.press("z", "z", "z")
+        assert view.zoom == 2
+        assert "+" in structure_text(view)  # id base_gfn+npages
+
+
+async def test_brackets_change_the_levels_shown(tmp_path: Path) -> None:
+    app = build(tmp_path, "assigned-devices", lookup="rbtree")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = memslots(app)
+        view = screen.query_one(StructureView)
+        await pilot.pause()
+        depth = view.window_depth
+        assert depth >= 2
+        await pilot.press("left_square_bracket")
+        assert view.levels == depth - 1 and view.window_depth == depth - 1
+        await pilot.press("right_square_bracket", "right_square_bracket")
+        assert view.levels == depth + 1 and view.window_depth == depth + 1
+        await pilot.press(*["left_square_bracket"] * (depth + 3))
+        assert view.levels == 1, "levels must stop at one"
+        assert "+" in structure_text(view)  # the root alone, with its hidden subtree
+
+
+async def _follow_down(pilot: Pilot, screen: MemslotsScreen) -> StructureView:
+    """A shallow window, then lookups until the window has followed one off the root."""
+    view = screen.query_one(StructureView)
+    await pilot.pause()
+    await pilot.press("c", "v")
+    await pilot.press(*["left_square_bracket"] * max(0, view.window_depth - 3))
+    assert view.window_depth == 3 and view.follow
+    for _ in range(20):
+        await pilot.press("n")
+        if view.window_root != 0:
+            break
+    assert view.window_root != 0, "the window never followed a lookup down the tree"
+    return view
+
+
+async def test_u_moves_the_window_up_and_r_back_to_the_root(tmp_path: Path) -> None:
+    app = build(tmp_path, "assigned-devices", lookup="rbtree")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = memslots(app)
+        view = await _follow_down(pilot, screen)
+        assert view.index is not None
+        root = view.window_root
+        parent = view.index.parent[root]
+        await pilot.press("u")
+        assert view.window_root == parent
+        assert not view.follow, "u must stop the window following lookups"
+        await pilot.press("r")
+        assert view.window_root == 0
+        await pilot.press("u")  # at the root already: stays
+        assert view.window_root == 0
+
+
+async def test_shift_f_toggles_follow(tmp_path: Path) -> None:
+    app = build(tmp_path, "assigned-devices", lookup="rbtree")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = memslots(app)
+        view = screen.query_one(StructureView)
+        assert view.follow
+        await pilot.press("F")
+        assert not view.follow
+        # Not following: lookups no longer move the window.
+        await pilot.press("c", "v", *["left_square_bracket"] * max(0, view.window_depth - 3))
+        for _ in range(5):
+            await pilot.press("n")
+            assert view.window_root == 0
+        await pilot.press("F")
+        assert view.follow
+
+
+# -- f: filter, e: export, S: screenshot, t: theme ----------------------------------
+
+
+async def test_f_filters_the_counters_and_the_log(tmp_path: Path) -> None:
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = memslots(app)
+        panel = screen.query_one(EventPanel)
+        await pilot.press("n", "n")
+        assert {"kvm_page_fault", "kvm_memslot_lookup"} <= set(panel.counters.totals)
+        await pilot.press("f")
+        dialog = app.screen
+        assert isinstance(dialog, FilterDialog)
+        await paste(pilot, "lookup")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.screen is screen
+        assert panel.filter_text == "lookup"
+        events = counter_events(screen)
+        assert events == ["kvm_memslot_lookup"]
+        assert "/lookup/" in str(screen.query_one(EventLog).border_title)
+        assert "/lookup/" in str(screen.query_one(CountersTable).border_title)
+        log = screen.query_one(EventLog)
+        logged = len(log.lines)
+        await pilot.press("n", "n")
+        await pilot.pause()
+        new_lines = log.lines[logged:]
+        assert new_lines and all("kvm_memslot_lookup" in line for line in new_lines)
+
+        # f again shows the current filter; clearing it shows every event again.
+        await pilot.press("f")
+        assert app.screen.query_one("#pattern", Input).value == "lookup"
+        await fill(pilot, app.screen, {"#pattern": ""})
+        await pilot.press("enter")
+        await pilot.pause()
+        assert panel.filter_text == ""
+        assert set(counter_events(screen)) == set(panel.counters.totals)
+        assert len(counter_events(screen)) > 1
+
+
+async def test_f_bad_regex_keeps_the_dialog_with_an_error(tmp_path: Path) -> None:
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = memslots(app)
+        panel = screen.query_one(EventPanel)
+        await pilot.press("f", "(", "enter")
+        await pilot.pause()
+        dialog = app.screen
+        assert isinstance(dialog, FilterDialog)
+        assert "bad regular expression" in text_of(dialog.query_one("#error", Static))
+        assert panel.filter_text == ""
+        await pilot.press("escape")
+        assert app.screen is screen
+
+
+async def test_e_exports_dot_and_pdf(tmp_path: Path) -> None:
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("n")
+        await pilot.press("e")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        dots = list(tmp_path.glob("*.dot"))
+        assert len(dots) == 1, list(tmp_path.iterdir())
+        assert "pc-4g" in dots[0].name and "rbtree" in dots[0].name
+        text = dots[0].read_text()
+        assert "digraph" in text
+        pdfs = list(tmp_path.glob("*.pdf"))
+        if shutil.which("dot") is None:
+            assert pdfs == []
+            pytest.skip("Graphviz `dot` is not on PATH: the PDF part is not checked")
+        assert len(pdfs) == 1
+        assert pdfs[0].read_bytes().startswith(b"%PDF")
+
+
+async def test_e_exports_an_array_strategy(tmp_path: Path) -> None:
+    app = build(tmp_path, lookup="linear")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("e")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        dots = list(tmp_path.glob("*linear*.dot"))
+        assert len(dots) == 1, list(tmp_path.iterdir())
+
+
+async def test_shift_s_saves_an_svg_screenshot(tmp_path: Path) -> None:
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("S")
+        await pilot.pause()
+        svgs = list(tmp_path.glob("*.svg"))
+        assert len(svgs) == 1, list(tmp_path.iterdir())
+        text = svgs[0].read_text()
+        assert text.lstrip().startswith("<svg") and "memslots" in text
+
+
+async def test_t_cycles_the_mmuscope_themes(tmp_path: Path) -> None:
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.own_themes == list(BUILTIN_THEMES)
+        assert app.theme == DEFAULT_THEME
+        start = BUILTIN_THEMES.index(DEFAULT_THEME)
+        seen = []
+        for k in range(1, len(BUILTIN_THEMES) + 1):
+            await pilot.press("t")
+            expected = BUILTIN_THEMES[(start + k) % len(BUILTIN_THEMES)]
+            assert app.theme == expected
+            seen.append(app.theme)
+        assert sorted(seen) == sorted(BUILTIN_THEMES)
+        assert app.theme == DEFAULT_THEME
+
+
+async def test_theme_change_restyles_the_structure(tmp_path: Path) -> None:
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        view = memslots(app).query_one(StructureView)
+        before = view.get_component_rich_style("structure--idle")
+        await pilot.press("t", "t")  # projector
+        assert app.theme == "projector"
+        await pilot.pause()
+        assert view.get_component_rich_style("structure--idle") != before
+
+
+# -- ?, the command palette, resizing, the mouse ------------------------------------
+
+
+async def test_question_mark_lists_every_key(tmp_path: Path) -> None:
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = memslots(app)
+        await pilot.press("question_mark")
+        help_screen = app.screen
+        assert isinstance(help_screen, HelpScreen)
+        table = help_screen.query_one(DataTable)
+        rows = [tuple(str(c) for c in table.get_row_at(i)) for i in range(table.row_count)]
+        descriptions = {row[1] for row in rows}
+        for binding in MemslotsScreen.BINDINGS:
+            assert binding.description in descriptions, binding
+        for wanted in ("Filter", "Export", "Quit", "Help", "Theme", "Screenshot"):
+            assert wanted in descriptions
+        keys = {row[1]: row[0] for row in rows}
+        assert keys["Play/Pause"] == "space"
+        assert keys["Look up"] == "g"
+        assert keys["Fewer levels"] == "["
+        assert keys["Faster"] == "+"
+        assert keys["Help"] == "?"
+        tooltips = {row[1]: row[2] for row in rows}
+        assert "last_used_slot" in tooltips["VM cache"]
+        own = [row for row in rows if row[1] in {b.description for b in MemslotsScreen.BINDINGS}]
+        assert len(own) == len({(row[0], row[1]) for row in own}), "a key is listed twice"
+        await pilot.press("escape")
+        assert app.screen is screen
+
+
+async def test_help_closes_with_its_other_keys(tmp_path: Path) -> None:
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = memslots(app)
+        for key in ("question_mark", "q"):
+            await pilot.press("question_mark")
+            assert isinstance(app.screen, HelpScreen)
+            await pilot.press(key)
+            assert app.screen is screen, key
+
+
+async def test_command_palette_runs_a_screen_action(tmp_path: Path) -> None:
+    app = build(tmp_path, lookup="rbtree")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = memslots(app)
+        await pilot.press("ctrl+p")
+        palette = app.screen
+        assert isinstance(palette, CommandPalette)
+        await paste(pilot, "Strategy")
+        commands = palette.query_one(CommandList)
+        await wait_until(pilot, lambda: commands.option_count > 0)
+        prompts = [
+            str(commands.get_option_at_index(i).prompt) for i in range(commands.option_count)
+        ]
+        assert any("Strategy (l)" in prompt for prompt in prompts), prompts
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.screen is screen)
+        names = LOOKUP_STRATEGIES
+        assert screen.explorer.lookup == names[(names.index("rbtree") + 1) % len(names)]
+        assert isinstance(screen.query_one(StructureView).shape, ArrayView)
+
+
+async def test_too_small_terminal_shows_a_message(tmp_path: Path) -> None:
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = memslots(app)
+        too_small = screen.query_one(TooSmall)
+        assert not too_small.display
+        await pilot.resize_terminal(70, 20)
+        await pilot.pause()
+        assert screen.has_class("-too-small")
+        assert too_small.display and too_small.region.area > 0
+        message = text_of(too_small)
+        assert "80×24" in message and "70×20" in message
+        assert screen.query_one("#main").region.area == 0  # the explorer is hidden
+        await pilot.resize_terminal(*SIZE)
+        await pilot.pause()
+        assert not screen.has_class("-too-small")
+        assert not too_small.display and too_small.region.area == 0
+        assert screen.query_one("#main").region.area > 0
+
+
+async def test_narrow_terminal_shrinks_the_side_panel(tmp_path: Path) -> None:
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = memslots(app)
+        right = screen.query_one("#right")
+        wide = right.region.width
+        await pilot.resize_terminal(100, 30)
+        await pilot.pause()
+        assert screen.has_class("-narrow") and not screen.has_class("-too-small")
+        assert right.region.width < wide
+        await pilot.resize_terminal(*SIZE)
+        await pilot.pause()
+        assert not screen.has_class("-narrow")
+        assert right.region.width == wide
+
+
+async def _shallow_tree(pilot: Pilot, screen: MemslotsScreen) -> StructureView:
+    view = screen.query_one(StructureView)
+    await pilot.pause()
+    await pilot.press(*["left_square_bracket"] * max(0, view.window_depth - 3))
+    await pilot.press("Z", "Z", "Z")  # bare slot ids: "131 +511" is a node with 511 hidden
+    await pilot.pause()
+    assert view.window_depth == 3 and view.zoom == 0
+    return view
+
+
+def _hidden_node_cell(view: StructureView) -> tuple[int, int, int]:
+    """(node index, column, row) of a node with hidden children ("+N"), on the screen,
+    relative to the StructureView's region (its border included)."""
+    text = structure_text(view).splitlines()
+    content = view.content_region
+    for y, line in enumerate(text):
+        column = line.find(" +")
+        if column <= 0:
+            continue
+        start = line.rfind(" ", 0, column) + 1  # the slot id before " +N"
+        label_id = int(line[start:column])
+        node = next(i for i, n in enumerate(view.index.view.nodes) if n.slot.id == label_id)
+        if node == view.window_root:
+            continue
+        return node, content.x - view.region.x + start, content.y - view.region.y + y
+    raise AssertionError("no node with hidden children in view:\n" + "\n".join(text))
+
+
+async def test_click_on_a_hidden_subtree_reroots_the_window(tmp_path: Path) -> None:
+    app = build(tmp_path, "assigned-devices", lookup="rbtree")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = memslots(app)
+        view = await _shallow_tree(pilot, screen)
+        assert view.window_root == 0
+        node, x, y = _hidden_node_cell(view)
+        assert await pilot.click(StructureView, offset=(x, y))
+        await pilot.pause()
+        assert view.window_root == node
+        assert not view.follow
