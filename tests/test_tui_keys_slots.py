@@ -30,6 +30,23 @@ def slot_state(screen: MemslotsScreen) -> tuple[int, list[tuple[int, int, int, i
     return explorer.generation, slots
 
 
+async def refused(pilot: Pilot, screen: MemslotsScreen, key: str, fields: dict[str, str]) -> str:
+    """Open the dialog of `key`, fill it in and submit: the request must be refused — the
+    dialog stays open and the slots and generation are unchanged.  Returns the error."""
+    app = screen.app
+    state = slot_state(screen)
+    rows = len(table_rows(screen.query_one(SlotTable)))
+    await pilot.press(key)
+    dialog = app.screen
+    await fill(pilot, dialog, fields)
+    await pilot.press("enter")
+    await pilot.pause()
+    assert app.screen is dialog, "a refused request closed the dialog"
+    assert slot_state(screen) == state
+    assert len(table_rows(screen.query_one(SlotTable))) == rows
+    return text_of(dialog.query_one("#error", Static))
+
+
 # -- a / d / m: KVM_SET_USER_MEMORY_REGION ------------------------------------------
 
 
@@ -102,36 +119,18 @@ async def test_a_refused_shows_the_errno_and_changes_nothing(
 ) -> None:
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
-        screen = memslots(app)
-        table = screen.query_one(SlotTable)
-        state = slot_state(screen)
-        rows = len(table_rows(table))
-        await pilot.press("a")
-        dialog = app.screen
-        await fill(pilot, dialog, {"#slot-id": "10", "#gpa": gpa, "#size": size})
-        await pilot.press("enter")
-        await pilot.pause()
-        assert app.screen is dialog, "a refused request closed the dialog"
-        error = text_of(dialog.query_one("#error", Static))
+        error = await refused(
+            pilot, memslots(app), "a", {"#slot-id": "10", "#gpa": gpa, "#size": size}
+        )
         assert error.startswith(errno_name), error
         assert "nothing changed" in error
-        assert slot_state(screen) == state
-        assert len(table_rows(table)) == rows
 
 
 async def test_a_bad_number_shows_an_error(tmp_path: Path) -> None:
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
-        screen = memslots(app)
-        state = slot_state(screen)
-        await pilot.press("a")
-        dialog = app.screen
-        await fill(pilot, dialog, {"#size": "lots"})
-        await pilot.press("enter")
-        await pilot.pause()
-        assert app.screen is dialog
-        assert "size: not a number" in text_of(dialog.query_one("#error", Static))
-        assert slot_state(screen) == state
+        error = await refused(pilot, memslots(app), "a", {"#size": "lots"})
+        assert "size: not a number" in error
 
 
 async def select_slot_row(pilot: Pilot, screen: MemslotsScreen, row: int) -> int:
@@ -171,16 +170,8 @@ async def test_d_deletes_the_selected_slot(tmp_path: Path) -> None:
 async def test_d_of_a_missing_slot_is_einval(tmp_path: Path) -> None:
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
-        screen = memslots(app)
-        state = slot_state(screen)
-        await pilot.press("d")
-        dialog = app.screen
-        await fill(pilot, dialog, {"#slot-id": "99"})
-        await pilot.press("enter")
-        await pilot.pause()
-        assert app.screen is dialog
-        assert text_of(dialog.query_one("#error", Static)).startswith("EINVAL")
-        assert slot_state(screen) == state
+        error = await refused(pilot, memslots(app), "d", {"#slot-id": "99"})
+        assert error.startswith("EINVAL")
 
 
 async def test_m_moves_the_selected_slot(tmp_path: Path) -> None:
@@ -212,16 +203,9 @@ async def test_m_onto_another_slot_is_eexist(tmp_path: Path) -> None:
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         screen = memslots(app)
-        state = slot_state(screen)
         await select_slot_row(pilot, screen, 2)
-        await pilot.press("m")
-        dialog = app.screen
-        await fill(pilot, dialog, {"#gpa": "0x100000"})  # on top of ram-1m-to-hole
-        await pilot.press("enter")
-        await pilot.pause()
-        assert app.screen is dialog
-        assert text_of(dialog.query_one("#error", Static)).startswith("EEXIST")
-        assert slot_state(screen) == state
+        error = await refused(pilot, screen, "m", {"#gpa": "0x100000"})  # onto ram-1m-to-hole
+        assert error.startswith("EEXIST")
 
 
 @pytest.mark.parametrize(
