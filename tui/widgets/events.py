@@ -11,8 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from rich import box
-from rich.table import Table
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Log
@@ -39,15 +38,16 @@ class EventLog(Log):
     """
 
 
-def counters_table(rows: list[CounterRow]) -> Table:
-    """kvm_stat's columns, biggest totals first."""
-    table = Table(box=box.SIMPLE_HEAD, expand=True, pad_edge=False, show_edge=False)
-    table.add_column("Event", no_wrap=True, overflow="ellipsis")
-    for column in ("Total", "%Total", "CurAvg/s"):
-        table.add_column(column, justify="right", no_wrap=True)
+def counters_table(rows: list[CounterRow], width: int = 48) -> Text:
+    """kvm_stat's columns, biggest totals first, as fixed-width text."""
+    name = max(8, width - 27)
+    text = Text(f"{'Event':<{name}}{'Total':>9}{'%Total':>8}{'CurAvg/s':>10}\n", style="bold")
     for row in rows:
-        table.add_row(row.event, str(row.total), f"{row.percent:.1f}", f"{row.rate:.0f}")
-    return table
+        event = row.event if len(row.event) <= name else row.event[: name - 1] + "…"
+        text.append(f"{event:<{name}}{row.total:>9}{row.percent:>8.1f}{row.rate:>10.0f}\n")
+    text.rstrip()
+    text.no_wrap = True
+    return text
 
 
 class CountersTable(TextPanel):
@@ -106,7 +106,9 @@ class EventPanel(Horizontal):
         self.show_counters()
 
     def show_counters(self) -> None:
-        self.query_one(CountersTable).show_content(counters_table(self.counters.rows(self.pattern)))
+        table = self.query_one(CountersTable)
+        rows = self.counters.rows(self.pattern)
+        table.show_content(counters_table(rows, table.content_region.width or 48))
 
     def clear_log(self) -> None:
         self.query_one(EventLog).clear()
