@@ -78,6 +78,8 @@ class MemslotExplorer:
         self.clock_ns = 0
         self._listeners: list[Listener] = []
         self._cpu = 0
+        self._shapes: dict[str, Shape] = {}
+        self._shapes_gen = -1
         self.vm.subscribe(self._forward_vm_event)
 
     # -- events ---------------------------------------------------------------------
@@ -125,7 +127,15 @@ class MemslotExplorer:
         return self.names.get((slot.as_id, slot.id), "")
 
     def shape(self) -> Shape:
-        return self.vm.memslot_set(self.as_id).lookup.shape()
+        """The current structure's view, kept per strategy until the next update (a
+        32764-node tree takes ~50 ms to flatten; switching back is then free)."""
+        if self._shapes_gen != self.generation:
+            self._shapes.clear()
+            self._shapes_gen = self.generation
+        shape = self._shapes.get(self.lookup)
+        if shape is None:
+            shape = self._shapes[self.lookup] = self.vm.memslot_set(self.as_id).lookup.shape()
+        return shape
 
     def reset_costs(self) -> None:
         self.costs = {name: LookupCost(name) for name in LOOKUP_STRATEGIES}

@@ -143,6 +143,23 @@ def test_slot_changes_follow_the_kernel_and_refusals_change_nothing() -> None:
     explorer.audit()
 
 
+@pytest.mark.parametrize("lookup", LOOKUP_STRATEGIES)
+def test_the_shape_follows_updates_and_switches(lookup: str) -> None:
+    explorer = MemslotExplorer(preset("pc-4g"), lookup)
+
+    def ids() -> set[int]:
+        shape = explorer.shape()
+        held = [n.slot for n in shape.nodes] if isinstance(shape, TreeView) else shape.entries
+        return {s.id for s in held if s is not None}
+
+    assert explorer.shape() is explorer.shape()  # kept until something changes
+    assert ids() == {s.id for s in explorer.slots()}
+    explorer.add_slot(20, 0x2_0000_0000, 2 * MiB)
+    assert 20 in ids()
+    explorer.set_lookup("linear" if lookup != "linear" else "rbtree")
+    assert 20 in ids() and explorer.shape().strategy == explorer.lookup
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     st.lists(
