@@ -406,3 +406,18 @@ async def test_click_on_a_hidden_subtree_reroots_the_window(tmp_path: Path) -> N
         await pilot.pause()
         assert view.window_root == node
         assert not view.follow
+
+
+# -- ctrl+q ------------------------------------------------------------------------
+
+
+async def test_ctrl_q_quits_cleanly_even_while_playing(tmp_path: Path) -> None:
+    app = build(tmp_path, playing=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.3)
+        assert memslots(app).lookups_done > 0
+        assert app.return_code is None and app.is_running
+        await pilot.press("ctrl+q")
+        await pilot.pause()
+        assert app.return_code == 0  # inside the context: the key, not run_test, ended it
+        assert not app.is_running
