@@ -62,12 +62,11 @@ class PathPanel(TextPanel):
         shown = min(highlight.shown, highlight.visits)
         if highlight.probes is None:
             return [f"   scanned entries 0..{shown - 1} in order ({shown} of {highlight.visits})"]
+        first = max(0, shown - budget + 1) if shown > budget else 0  # only what fits
         lines = [
             f"{k + 1:>3} {describe_probe(p, name_of, 14)}"
-            for k, p in enumerate(highlight.probes[:shown])
+            for k, p in enumerate(highlight.probes[first:shown], start=first)
         ]
-        if len(lines) > budget:
-            keep = budget - 1
-            hidden = len(lines) - keep
-            lines = [f"   ... {hidden} earlier probes", *(lines[-keep:] if keep else [])]
+        if first:
+            lines.insert(0, f"   ... {first} earlier probes")
         return lines

@@ -31,6 +31,7 @@ from .tree_geometry import (
     build_tree_geometry,
     paint_run,
     slot_label,
+    widest_label_slot,
 )
 
 
@@ -94,6 +95,9 @@ class StructureView(ScrollView, can_focus=True):
         self._cell_width = 4
         self._pad_x = 0  # columns left blank to centre a narrow tree
         self._pad_y = 0  # rows left blank above a short tree
+        self._states_cache: (
+            tuple[Highlight | None, dict[int, str], list[tuple[int, int]]] | None
+        ) = None
         self.auto_zoom = True  # pick the most detailed labels that fit, until `z`/`Z`
         self._auto_depth = MIN_AUTO_LEVELS  # levels that fit the view (when `levels` is 0)
         self._style_cache: dict[str, Style] = {}
@@ -106,6 +110,7 @@ class StructureView(ScrollView, can_focus=True):
         if isinstance(shape, TreeView):
             self.index = TreeIndex.build(shape)
             self._node_of_slot = {n.slot.id: i for i, n in enumerate(shape.nodes)}
+            self._states_cache = None
             self.window_root = 0
         else:
             self.index = None
@@ -214,11 +219,11 @@ class StructureView(ScrollView, can_focus=True):
     def _layout_array(self, shape: ArrayView) -> None:
         self._geometry = None
         self._pad_x = self._pad_y = 0
-        used = [e for e in shape.entries if e is not None]
+        widest = widest_label_slot(shape.entries)
         height = self.scrollable_content_region.height or 1
         zooms = range(ZOOM_LEVELS - 1, -1, -1) if self.auto_zoom else (self.zoom,)
         for zoom in zooms:
-            self._cell_width = max((len(slot_label(e, zoom)) for e in used), default=1) + 1
+            self._cell_width = len(slot_label(widest, zoom)) + 1 if widest else 2
             rows = -(-len(shape.entries) // self._cells_per_row())
             if rows <= height:
                 break
@@ -288,7 +293,16 @@ class StructureView(ScrollView, can_focus=True):
     # -- highlighting ---------------------------------------------------------------
 
     def _tree_states(self) -> tuple[dict[int, str], list[tuple[int, int]]]:
-        """Node index -> state, and the (parent, child) edges on the revealed path."""
+        """Node index -> state, and the (parent, child) edges on the revealed path;
+        worked out once per highlight (a path can be 32764 nodes long) and kept."""
+        cached = self._states_cache
+        if cached is not None and cached[0] is self.highlight:
+            return cached[1], cached[2]
+        states, path_edges = self._work_out_tree_states()
+        self._states_cache = (self.highlight, states, path_edges)
+        return states, path_edges
+
+    def _work_out_tree_states(self) -> tuple[dict[int, str], list[tuple[int, int]]]:
         states: dict[int, str] = {}
         path_edges: list[tuple[int, int]] = []
         highlight = self.highlight

@@ -7,6 +7,7 @@ widget then paints the lookup's states over these runs, a visible line at a time
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from engine.lookup.base import TreeNodeView
@@ -26,6 +27,20 @@ def slot_label(slot: MemorySlot, zoom: int) -> str:
     if zoom == 1:
         return f"{slot.id}:{slot.base_gfn:x}"
     return f"{slot.id} {slot.base_gfn:x}+{slot.npages:x}"
+
+
+def widest_label_slot(slots: Iterable[MemorySlot | None]) -> MemorySlot | None:
+    """A stand-in slot whose label is at least as wide as any real one's, at every zoom
+    (labels only grow with id, base_gfn and npages): one pass, no formatting."""
+    used = [s for s in slots if s is not None]
+    if not used:
+        return None
+    return MemorySlot(
+        id=max(s.id for s in used),
+        as_id=0,
+        base_gfn=max(s.base_gfn for s in used),
+        npages=max(s.npages for s in used),
+    )
 
 
 @dataclass(frozen=True, slots=True)
