@@ -22,6 +22,9 @@ from engine.workload import DEFAULT_WORKLOAD
 from .themes import DEFAULT_THEME, THEME_VARIABLES, register_themes
 
 
+FREEZE_AFTER = 1.0  # seconds after start-up: the heap then is the app's long-lived one
+
+
 @dataclass(frozen=True, slots=True)
 class AppConfig:
     layout: Layout = field(default_factory=lambda: preset(DEFAULT_LAYOUT))
@@ -64,7 +67,8 @@ class MmuscopeApp(App[None]):
         for warning in self.theme_warnings:
             self.notify(warning, severity="warning", timeout=10)
         self.push_screen(self.memslots_screen())
-        self.call_after_refresh(self._freeze_startup_objects)
+        # Once the first frames are out (a full collection takes ~15 ms: not before).
+        self.set_timer(FREEZE_AFTER, self._freeze_startup_objects)
 
     def _freeze_startup_objects(self) -> None:
         """Move everything alive after start-up out of the collector's sight.
