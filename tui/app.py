@@ -21,7 +21,6 @@ from engine.workload import DEFAULT_WORKLOAD
 
 from .themes import DEFAULT_THEME, THEME_VARIABLES, register_themes
 
-
 FREEZE_AFTER = 1.0  # seconds after start-up: the heap then is the app's long-lived one
 
 
