@@ -119,11 +119,17 @@ async def test_u_moves_the_window_up_and_r_back_to_the_root(tmp_path: Path) -> N
         assert view.index is not None
         root = view.window_root
         parent = view.index.parent[root]
+        assert f"below slot {view.index.view.nodes[root].slot.id}" in str(view.border_title)
         await pilot.press("u")
         assert view.window_root == parent
         assert not view.follow, "u must stop the window following lookups"
+        await pilot.pause()
+        slot_id = view.index.view.nodes[parent].slot.id
+        assert f"below slot {slot_id}, " in str(view.border_title)  # the title says where
         await pilot.press("r")
         assert view.window_root == 0
+        await pilot.pause()
+        assert "levels 0-" in str(view.border_title) and "slots hidden" in str(view.border_title)
         await pilot.press("u")  # at the root already: stays
         assert view.window_root == 0
 

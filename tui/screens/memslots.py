@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -18,6 +19,7 @@ from engine.lookup.base import TreeView
 from engine.pacing import Pacer
 from engine.workload import WORKLOADS
 
+from ..messages import WindowMoved
 from ..widgets.cost_panel import CostPanel
 from ..widgets.events import EventPanel
 from ..widgets.highlight import Highlight
@@ -112,6 +114,7 @@ class MemslotsScreen(MmuScreen):
         self.rate = 0.0  # lookups per second measured over the last second
         self._rate_at = time.monotonic()
         self._rate_count = 0
+        self.window = ""  # where the tree drawing's window is, when not the whole tree
         explorer.subscribe(self.pending_events.append)
 
     @property
@@ -254,10 +257,28 @@ class MemslotsScreen(MmuScreen):
     def _show_structure(self) -> None:
         view = self.query_one(StructureView)
         view.set_shape(self.explorer.shape())
-        cls = STRATEGY_CLASSES[self.explorer.lookup]
-        view.border_title = f"{cls.name} ({cls.era}): {cls.title}"
+        self.window = ""
+        self._title_structure()
         if self.record is not None and self.record.generation == self.explorer.generation:
             self._show_record(self.record, self.highlight.shown if self.highlight else None)
+
+    def _title_structure(self) -> None:
+        cls = STRATEGY_CLASSES[self.explorer.lookup]
+        title = f"{cls.name} ({cls.era}): {cls.title}"
+        self.query_one(StructureView).border_title = (
+            f"{self.window} · {title}" if self.window else title
+        )
+
+    @on(WindowMoved)
+    def show_window(self, moved: WindowMoved) -> None:
+        """Where the drawn window is in a big tree, in the drawing's title."""
+        self.window = ""
+        if moved.depth or moved.hidden:
+            self.window = (
+                f"levels {moved.depth}-{moved.depth + moved.levels - 1} below slot {moved.slot_id}"
+                f", {moved.hidden} slots hidden"
+            )
+        self._title_structure()
 
     # -- actions: playing -------------------------------------------------------------
 

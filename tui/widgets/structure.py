@@ -15,7 +15,6 @@ from rich.segment import Segment
 from rich.style import Style
 from textual import events
 from textual.geometry import Region, Size
-from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
@@ -23,6 +22,7 @@ from textual.strip import Strip
 from engine.lookup.base import ArrayView, Shape, TreeNodeView, TreeView
 from engine.lookup.window import TreeIndex, TreeWindow, follow_root, layout_window
 
+from ..messages import WindowMoved
 from .highlight import CACHE_HIT, COMPARE, HIT_STATE, IDLE, Highlight
 from .tree_geometry import (
     MIN_AUTO_LEVELS,
@@ -77,13 +77,6 @@ class StructureView(ScrollView, can_focus=True):
     levels: reactive[int] = reactive(0)  # tree levels shown; 0 = fit the height
     follow: reactive[bool] = reactive(True)
 
-    class Rerooted(Message):
-        """The window's root changed (a click on a node, or `u`)."""
-
-        def __init__(self, slot_id: int | None) -> None:
-            super().__init__()
-            self.slot_id = slot_id
-
     def __init__(self, *, name: str | None = None, id: str | None = None) -> None:
         super().__init__(name=name, id=id)
         self.shape: Shape | None = None
@@ -95,6 +88,7 @@ class StructureView(ScrollView, can_focus=True):
         self._cell_width = 4
         self._pad_x = 0  # columns left blank to centre a narrow tree
         self._pad_y = 0  # rows left blank above a short tree
+        self._window_announced: WindowMoved | None = None
         self._states_cache: (
             tuple[Highlight | None, dict[int, str], list[tuple[int, int]]] | None
         ) = None
@@ -211,10 +205,21 @@ class StructureView(ScrollView, can_focus=True):
                     break
             self.set_reactive(StructureView.zoom, zoom)
         self._geometry = build_tree_geometry(index, window)
+        self._announce_window(index, window)
         self._pad_x = max(0, (view_width - window.width) // 2)
         rows = len(self._geometry.rows)
         self._pad_y = max(0, (self.scrollable_content_region.height - rows) // 3)
         self.virtual_size = Size(window.width, len(self._geometry.rows))
+
+    def _announce_window(self, index: TreeIndex, window: TreeWindow) -> None:
+        """Tell the screen when the window shows another part of the tree."""
+        node = index.view.nodes[window.root]
+        moved = WindowMoved(
+            node.slot.id, node.depth, window.levels, len(index.view.nodes) - len(window.nodes)
+        )
+        if moved != self._window_announced:
+            self._window_announced = moved
+            self.post_message(moved)
 
     def _layout_array(self, shape: ArrayView) -> None:
         self._geometry = None
@@ -266,8 +271,6 @@ class StructureView(ScrollView, can_focus=True):
         self.window_root = 0 if index is None else index
         self._relayout()
         self.scroll_to(0, 0, animate=False)
-        slot = self.index.view.nodes[self.window_root].slot.id if self.index.view.nodes else None
-        self.post_message(self.Rerooted(slot))
 
     def reroot_up(self) -> None:
         if self.index is not None and self.index.view.nodes:
