@@ -1,0 +1,1 @@
+"""x86 KVM's MMU: sptes, shadow pages, rmaps, MMIO caching, zapping (kvm-reference §3-§6)."""

@@ -1,0 +1,366 @@
+"""The shadow pages of one VM: `kvm_mmu_page`, the page hash, `active_mmu_pages`, the
+page budget and zapping, slow and fast (kvm-reference §4, seed 003).
+
+- `KvmMmuPage`: gfn + role (the hash key), `spt` (512 sptes), `mmu_valid_gen`,
+  `root_count`, `parent_ptes` (the sptes pointing at this page).
+- `MmuPages.get_page()` is `kvm_mmu_get_shadow_page()`: find in bucket
+  `hash_64(gfn, 12)` skipping obsolete pages (`for_each_valid_sp`), else allocate, link at
+  the head of `active_mmu_pages` (newest first) and of the bucket.
+- The budget (§4.5): `n_max_mmu_pages` defaults to nr_memslot_pages / 50, at least 64;
+  `make_mmu_pages_available()` zaps the oldest pages (25 - avail) when fewer than 5 are
+  free, and fails with ENOSPC when none can be freed.
+- Seed 003 (Takuya Yoshikawa): "postponing some zapping/freeing of obsolete pages to
+  make_mmu_pages_available() time ... only needs to free some obsolete pages instead of
+  valid pages".  `defer_obsolete_zap` models that: the fast zap only starts the new
+  generation, and the budget reclaims obsolete pages (the oldest, by FIFO) as it needs.
+- Zapping: `zap_all()` is the old `kvm_mmu_zap_all()` (everything under one lock hold);
+  `zap_all_fast()` is Xiao Guangrong's fast zap: bump `mmu_valid_gen` (the 2013 counter or
+  today's 0/1 flip), then zap obsolete pages oldest first, BATCH_ZAP_PAGES = 10 per lock
+  hold.  `lock_holds` records how many pages each hold zapped, which is what the seed
+  argues about.
+
+Pages are linked through their sptes: a non-leaf spte holds the child's `spt_pa`, and the
+child's `parent_ptes` holds that spte's address ("sptep", an int).  Leaf sptes belong to
+the fault path; when a page is zapped its present leaves are handed to `on_leaf_zapped`
+(the rmap side drops them).
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Callable, Iterator
+
+from ..errors import AuditError, KvmError
+from .role import KvmMmuPageRole
+
+GOLDEN_RATIO_64 = 0x61C8864680B583EB  # include/linux/hash.h
+KVM_MMU_HASH_SHIFT = 12
+KVM_NUM_MMU_PAGES = 1 << KVM_MMU_HASH_SHIFT
+KVM_MIN_FREE_MMU_PAGES = 5
+KVM_REFILL_PAGES = 25
+KVM_MIN_ALLOC_MMU_PAGES = 64
+KVM_MEMSLOT_PAGES_TO_MMU_PAGES_RATIO = 50
+BATCH_ZAP_PAGES = 10
+SPTES_PER_PAGE = 512
+SPT_BASE = 0x1_0000_0000  # host-physical addresses handed out for spt pages
+NONLEAF_PRESENT = 0x7  # R|W|X (EPT) or P|W|U (legacy): a present pointer to a child page
+PT_PAGE_SIZE_MASK = 1 << 7  # a leaf above 4K (2M, 1G)
+
+GEN_ERAS = ("2019", "2013")  # today's 0/1 flip; the 2013 incrementing counter
+
+Emit = Callable[..., None]
+LeafZapped = Callable[["KvmMmuPage", int, int], None]  # page, index, old spte
+
+
+def hash_64(value: int, bits: int) -> int:
+    """`hash_64_generic()`: multiply by the golden ratio, keep the top `bits` bits."""
+    return ((value * GOLDEN_RATIO_64) & 0xFFFF_FFFF_FFFF_FFFF) >> (64 - bits)
+
+
+def kvm_page_table_hashfn(gfn: int) -> int:
+    return hash_64(gfn, KVM_MMU_HASH_SHIFT)
+
+
+def default_mmu_pages(nr_memslot_pages: int) -> int:
+    """x86's default budget: one shadow page per 50 guest pages, at least 64."""
+    return max(nr_memslot_pages // KVM_MEMSLOT_PAGES_TO_MMU_PAGES_RATIO, KVM_MIN_ALLOC_MMU_PAGES)
+
+
+class KvmMmuPage:
+    """`struct kvm_mmu_page` (the parts the model needs)."""
+
+    __slots__ = (
+        "gfn",
+        "mmu_valid_gen",
+        "parent_ptes",
+        "role",
+        "root_count",
+        "seq",
+        "spt",
+        "spt_pa",
+        "unsync",
+    )
+
+    def __init__(self, gfn: int, role: KvmMmuPageRole, gen: int, seq: int) -> None:
+        self.gfn = gfn
+        self.role = role
+        self.mmu_valid_gen = gen
+        self.seq = seq  # creation order (the kernel's list position)
+        self.spt = [0] * SPTES_PER_PAGE
+        self.spt_pa = SPT_BASE + seq * 4096
+        self.root_count = 0
+        self.unsync = False
+        self.parent_ptes: set[int] = set()
+
+    def sptep(self, index: int) -> int:
+        return self.spt_pa + 8 * index
+
+    def __repr__(self) -> str:
+        return f"<sp gfn {self.gfn:#x} l{self.role.level} gen {self.mmu_valid_gen} #{self.seq}>"
+
+
+class MmuPages:
+    """`kvm->arch`'s shadow-page bookkeeping."""
+
+    def __init__(
+        self,
+        n_max_mmu_pages: int = KVM_MIN_ALLOC_MMU_PAGES,
+        *,
+        gen_era: str = "2019",
+        defer_obsolete_zap: bool = False,
+        emit: Emit | None = None,
+        on_leaf_zapped: LeafZapped | None = None,
+    ) -> None:
+        if gen_era not in GEN_ERAS:
+            raise ValueError(f"unknown mmu_valid_gen era {gen_era!r}: {', '.join(GEN_ERAS)}")
+        self.gen_era = gen_era
+        self.defer_obsolete_zap = defer_obsolete_zap
+        self.mmu_valid_gen = 0
+        self.n_max_mmu_pages = n_max_mmu_pages
+        self.n_used_mmu_pages = 0
+        self.mmu_page_hash: list[list[KvmMmuPage]] = [[] for _ in range(KVM_NUM_MMU_PAGES)]
+        self.active_mmu_pages: dict[int, KvmMmuPage] = {}  # by seq: oldest first
+        self.invalid_roots: dict[int, KvmMmuPage] = {}  # zapped while a vCPU used them
+        self._by_pa: dict[int, KvmMmuPage] = {}
+        self._seq = 0
+        self.lock_holds: list[int] = []  # pages zapped per mmu_lock hold, last zap
+        self.stat = dict.fromkeys(
+            ("mmu_cache_miss", "mmu_shadow_zapped", "mmu_recycled", "max_mmu_page_hash_collisions"),
+            0,
+        )
+        self._emit = emit or (lambda name, **fields: None)
+        self._on_leaf_zapped = on_leaf_zapped or (lambda sp, index, spte: None)
+
+    # -- lookup and creation ------------------------------------------------------
+
+    def is_obsolete(self, sp: KvmMmuPage) -> bool:
+        return bool(sp.role.invalid) or sp.mmu_valid_gen != self.mmu_valid_gen
+
+    def find(self, gfn: int, role: KvmMmuPageRole) -> KvmMmuPage | None:
+        """`kvm_mmu_find_shadow_page()`: the valid page with this gfn and role word."""
+        collisions, word = 0, role.word
+        found = None
+        for sp in self.mmu_page_hash[kvm_page_table_hashfn(gfn)]:
+            if self.is_obsolete(sp):
+                continue
+            if sp.gfn != gfn:
+                collisions += 1
+                continue
+            if sp.role.word == word:
+                found = sp
+                break
+        self.stat["max_mmu_page_hash_collisions"] = max(
+            self.stat["max_mmu_page_hash_collisions"], collisions
+        )
+        if found is None:
+            self.stat["mmu_cache_miss"] += 1
+        return found
+
+    def get_page(self, gfn: int, role: KvmMmuPageRole) -> tuple[KvmMmuPage, bool]:
+        """`kvm_mmu_get_shadow_page()`: (page, created); emits `kvm_mmu_get_page`."""
+        sp = self.find(gfn, role)
+        created = sp is None
+        if sp is None:
+            sp = self._alloc(gfn, role)
+        self._emit_sp("kvm_mmu_get_page", sp, created=created)
+        return sp, created
+
+    def _alloc(self, gfn: int, role: KvmMmuPageRole) -> KvmMmuPage:
+        sp = KvmMmuPage(gfn, role, self.mmu_valid_gen, self._seq)
+        self._seq += 1
+        self.active_mmu_pages[sp.seq] = sp
+        self.mmu_page_hash[kvm_page_table_hashfn(gfn)].insert(0, sp)  # hlist_add_head
+        self._by_pa[sp.spt_pa] = sp
+        self.n_used_mmu_pages += 1
+        return sp
+
+    def page_of_sptep(self, sptep: int) -> KvmMmuPage:
+        """`sptep_to_sp()`."""
+        return self._by_pa[sptep & ~0xFFF]
+
+    def link(self, parent: KvmMmuPage, index: int, child: KvmMmuPage) -> None:
+        """`link_shadow_page()`: parent's spte points at the child page."""
+        parent.spt[index] = child.spt_pa | NONLEAF_PRESENT
+        child.parent_ptes.add(parent.sptep(index))
+
+    def child_at(self, parent: KvmMmuPage, index: int) -> KvmMmuPage | None:
+        """The page a non-leaf spte points at (None for leaves: 4K, or PT_PAGE_SIZE)."""
+        spte = parent.spt[index]
+        if not spte or parent.role.level == 1 or spte & PT_PAGE_SIZE_MASK:
+            return None
+        return self._by_pa.get(spte & ~0xFFF)
+
+    def pages(self) -> Iterator[KvmMmuPage]:
+        """`active_mmu_pages`, oldest first (the kernel's reverse walk)."""
+        return iter(list(self.active_mmu_pages.values()))
+
+    # -- zapping --------------------------------------------------------------------
+
+    def prepare_zap(self, sp: KvmMmuPage) -> None:
+        """`__kvm_mmu_prepare_zap_page()`: unlink from parents and children, drop leaves,
+        leave the hash and the active list, mark the role invalid."""
+        self._emit_sp("kvm_mmu_prepare_zap_page", sp)
+        self.stat["mmu_shadow_zapped"] += 1
+        for sptep in list(sp.parent_ptes):
+            parent = self.page_of_sptep(sptep)
+            parent.spt[(sptep & 0xFFF) // 8] = 0
+        sp.parent_ptes.clear()
+        for index, spte in enumerate(sp.spt):
+            if not spte:
+                continue
+            child = self.child_at(sp, index)
+            if child is not None:
+                child.parent_ptes.discard(sp.sptep(index))
+            else:
+                self._on_leaf_zapped(sp, index, spte)
+            sp.spt[index] = 0
+        self._unlink(sp)
+        sp.role = sp.role.invalidated()
+        if sp.root_count:
+            self.invalid_roots[sp.seq] = sp  # freed when the last vCPU lets go
+        else:
+            del self._by_pa[sp.spt_pa]
+
+    def _unlink(self, sp: KvmMmuPage) -> None:
+        del self.active_mmu_pages[sp.seq]
+        self.mmu_page_hash[kvm_page_table_hashfn(sp.gfn)].remove(sp)
+        self.n_used_mmu_pages -= 1
+
+    def put_root(self, sp: KvmMmuPage) -> None:
+        """A vCPU drops its reference; a zapped root is freed with the last one."""
+        sp.root_count -= 1
+        if sp.root_count == 0 and self.invalid_roots.pop(sp.seq, None) is not None:
+            del self._by_pa[sp.spt_pa]
+
+    def zap_all(self) -> int:
+        """The old `kvm_mmu_zap_all()`: every page, one mmu_lock hold."""
+        zapped = 0
+        for sp in self.pages():
+            if sp.seq in self.active_mmu_pages:
+                self.prepare_zap(sp)
+                zapped += 1
+        self.lock_holds = [zapped]
+        return zapped
+
+    def zap_all_fast(self) -> int:
+        """`kvm_mmu_zap_all_fast()`: a new generation, then the obsolete pages, oldest
+        first, at most BATCH_ZAP_PAGES per lock hold."""
+        if self.defer_obsolete_zap and self.gen_era == "2019":
+            # With a 0/1 flip, pages left over from the generation before last would turn
+            # valid again: the kernel zaps every obsolete page before it lets go of
+            # slots_lock, and a deferred zap must at least clear them before flipping.
+            self._zap_obsolete()
+        used = self.n_used_mmu_pages
+        self.mmu_valid_gen = (
+            self.mmu_valid_gen + 1 if self.gen_era == "2013" else (0 if self.mmu_valid_gen else 1)
+        )
+        self._emit("kvm_mmu_zap_all_fast", mmu_valid_gen=self.mmu_valid_gen, used_pages=used)
+        self.lock_holds = []
+        if self.defer_obsolete_zap:
+            return 0  # the budget reclaims them later (seed 003)
+        return self._zap_obsolete()
+
+    def _zap_obsolete(self) -> int:
+        """`kvm_zap_obsolete_pages()`: oldest first, a lock break every BATCH_ZAP_PAGES."""
+        batch = zapped = 0
+        for sp in self.pages():
+            if not self.is_obsolete(sp):
+                break  # FIFO: nothing obsolete is newer than a valid page
+            if sp.seq not in self.active_mmu_pages:
+                continue  # unlinked by an earlier zap in this walk
+            if batch >= BATCH_ZAP_PAGES:
+                self.lock_holds.append(batch)  # cond_resched_rwlock_write()
+                batch = 0
+            self.prepare_zap(sp)
+            batch += 1
+            zapped += 1
+        if batch:
+            self.lock_holds.append(batch)
+        return zapped
+
+    def zap_oldest(self, nr_to_zap: int) -> int:
+        """`kvm_mmu_zap_oldest_mmu_pages()`: oldest first (so obsolete pages first: they
+        are older than every valid page), skipping pages in use as roots."""
+        zapped = 0
+        for sp in self.pages():
+            if zapped >= nr_to_zap:
+                break
+            if sp.root_count or sp.seq not in self.active_mmu_pages:
+                continue
+            self.prepare_zap(sp)
+            zapped += 1
+        self.stat["mmu_recycled"] += zapped
+        return zapped
+
+    def available(self) -> int:
+        return max(self.n_max_mmu_pages - self.n_used_mmu_pages, 0)
+
+    def make_mmu_pages_available(self) -> None:
+        """Keep at least KVM_MIN_FREE_MMU_PAGES free, refilling to KVM_REFILL_PAGES."""
+        avail = self.available()
+        if avail >= KVM_MIN_FREE_MMU_PAGES:
+            return
+        self.zap_oldest(KVM_REFILL_PAGES - avail)
+        if not self.available():
+            raise KvmError(errno.ENOSPC, "no shadow page can be reclaimed", "page fault")
+
+    def change_mmu_pages(self, goal: int) -> None:
+        """`kvm_mmu_change_mmu_pages()`: shrink by zapping the oldest, then set the max."""
+        if self.n_used_mmu_pages > goal:
+            self.zap_oldest(self.n_used_mmu_pages - goal)
+            goal = self.n_used_mmu_pages
+        self.n_max_mmu_pages = goal
+
+    # -- events and audit ---------------------------------------------------------
+
+    def _emit_sp(self, name: str, sp: KvmMmuPage, **extra: bool) -> None:
+        role = sp.role
+        self._emit(
+            name,
+            gen=sp.mmu_valid_gen,
+            gfn=sp.gfn,
+            level=role.level,
+            gpte_bytes=4 if role.has_4_byte_gpte else 8,
+            quadrant=role.quadrant,
+            direct=bool(role.direct),
+            access=role.access,
+            invalid=bool(role.invalid),
+            nxe=bool(role.efer_nx),
+            ad=not role.ad_disabled,
+            root_count=sp.root_count,
+            unsync=sp.unsync,
+            **extra,
+        )
+
+    def audit(self) -> None:
+        """Hash and list agree; creation order kept; links consistent both ways; no
+        obsolete page reachable from a valid page; the used count is right."""
+        hashed = [sp for bucket in self.mmu_page_hash for sp in bucket]
+        if {sp.seq for sp in hashed} != set(self.active_mmu_pages) or len(hashed) != len(
+            self.active_mmu_pages
+        ):
+            raise AuditError("mmu: the page hash and active_mmu_pages disagree")
+        if self.n_used_mmu_pages != len(self.active_mmu_pages):
+            raise AuditError("mmu: n_used_mmu_pages is off")
+        if list(self.active_mmu_pages) != sorted(self.active_mmu_pages):
+            raise AuditError("mmu: active_mmu_pages out of creation order")
+        seen_valid = False
+        for sp in self.active_mmu_pages.values():
+            if sp.role.invalid:
+                raise AuditError(f"mmu: {sp} is invalid but still active")
+            if seen_valid and self.is_obsolete(sp):
+                raise AuditError(f"mmu: obsolete {sp} is newer than a valid page")
+            seen_valid = seen_valid or not self.is_obsolete(sp)
+            self._audit_links(sp)
+
+    def _audit_links(self, sp: KvmMmuPage) -> None:
+        for sptep in sp.parent_ptes:
+            parent = self._by_pa.get(sptep & ~0xFFF)
+            if parent is None or parent.spt[(sptep & 0xFFF) // 8] != sp.spt_pa | NONLEAF_PRESENT:
+                raise AuditError(f"mmu: parent pte {sptep:#x} of {sp} does not point at it")
+        for index in range(SPTES_PER_PAGE):
+            child = self.child_at(sp, index)
+            if child is not None and sp.sptep(index) not in child.parent_ptes:
+                raise AuditError(f"mmu: {child} lacks parent pte {sp.sptep(index):#x}")
+            if child is not None and not self.is_obsolete(sp) and self.is_obsolete(child):
+                raise AuditError(f"mmu: obsolete {child} reachable from valid {sp}")
