@@ -14,6 +14,7 @@ from ..constants import KVM_MEM_READONLY, PAGE_SIZE
 from ..vm import Vm
 
 HOST_BASE = 0x7F00_0000_0000  # where the model's "QEMU" mmaps guest RAM
+HUGE_2M = 1 << 21
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +76,10 @@ def assign_host_addresses(
     for name, slot, gpa, size, flags in regions:
         ua = by_range.get((gpa, size))
         if ua is None:
-            ua = cursor
-            cursor = _align_up(cursor + size, 1 << 21)  # 2 MiB apart, like THP-aligned mmaps
+            # Congruent to the gpa modulo 2 MiB, as a slot carved out of a QEMU RAM block
+            # is (hva - gpa is the block's offset): KVM maps 2M pages only then.
+            ua = cursor + gpa % HUGE_2M
+            cursor = _align_up(ua + size, HUGE_2M)
             by_range[(gpa, size)] = ua
         out.append(RegionSpec(name, slot, gpa, size, flags, ua))
     return tuple(out)

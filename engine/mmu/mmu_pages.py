@@ -45,6 +45,7 @@ SPTES_PER_PAGE = 512
 SPT_BASE = 0x1_0000_0000  # host-physical addresses handed out for spt pages
 NONLEAF_PRESENT = 0x7  # R|W|X (EPT) or P|W|U (legacy): a present pointer to a child page
 PT_PAGE_SIZE_MASK = 1 << 7  # a leaf above 4K (2M, 1G)
+SPTE_BASE_ADDR_MASK = ((1 << 52) - 1) & ~0xFFF  # bits 12..51: the address in an spte
 
 GEN_ERAS = ("2019", "2013")  # today's 0/1 flip; the 2013 incrementing counter
 
@@ -188,7 +189,7 @@ class MmuPages:
         spte = parent.spt[index]
         if not spte or parent.role.level == 1 or spte & PT_PAGE_SIZE_MASK:
             return None
-        return self._by_pa.get(spte & ~0xFFF)
+        return self._by_pa.get(spte & SPTE_BASE_ADDR_MASK)
 
     def pages(self) -> Iterator[KvmMmuPage]:
         """`active_mmu_pages`, oldest first (the kernel's reverse walk)."""

@@ -1,0 +1,132 @@
+"""Trace lines: an `Event` printed as one line of a kernel trace, and parsed back.
+
+Two line shapes (kvm-reference §6.4):
+
+* ``ftrace`` — ``/sys/kernel/tracing/trace`` and ``trace_pipe`` (kernel
+  ``trace_print_context``): ``"%16s-%-7d "`` comm (right-aligned in 16) and pid, an
+  optional ``(%7d)`` tgid column, ``"[%03d] "`` cpu, the flags column (4 characters on
+  older kernels, ``...1``; 5 on newer, ``d....``; absent without ``irq-info``), then
+  ``" %5lu.%06lu: "`` seconds, ``"<event>: "`` and the printk text.  Kernels before
+  ~5.12 padded the pid to 5, not 7; both parse.
+* ``trace-cmd`` — ``trace-cmd report``: ``"%16s-%-5d [%03d]"``, ``" %5lu.%06lu: "``,
+  ``"<event>: "`` and then spaces up to a 20-character event name, no flags column.
+  Nanosecond (``-t``) and raw-counter timestamps parse too.
+
+`parse_line` never raises: it returns None for anything that is not an event line
+(``#`` headers, ``<stack trace>`` entries and their `` => func`` lines, function-tracer
+lines, ``CPU 3 is empty``, blank lines, garbage).  An event it has no `Tracepoint` for —
+or a known one whose text none of its variants matches — still becomes an `Event`, with
+the single field ``text`` (the raw printk), so ``replay --summary`` can count it.
+`format_line` inverts that: an event whose fields are just ``text`` prints the text; an
+event with no tracepoint (the engine's own, e.g. ``kvm_memslot_lookup``) prints
+`Event.format_fields` (``key=value`` pairs, which parse back only as ``text``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any
+
+from ..events import Event
+from .tracepoints import CURRENT, TRACEPOINTS
+
+FTRACE = "ftrace"
+TRACE_CMD = "trace-cmd"
+STYLES = (FTRACE, TRACE_CMD)
+TEXT = "text"  # the field of an event parsed without a tracepoint
+
+_LINE_RE = re.compile(
+    r"\s*(?P<comm>.*?)-(?P<pid>\d{1,10})\s+"
+    r"(?:\((?:\s*\d+|-+)\)\s+)?"  # record-tgid column
+    r"\[(?P<cpu>\d{1,6})\]\s+"
+    r"(?:(?P<flags>[^\s:]{4,5})\s+)?"
+    r"(?P<ts>\d{1,20}(?:\.\d{1,9})?):\s+"
+    r"(?P<event>[A-Za-z_][A-Za-z0-9_]*):(?P<text>(?: .*)?)"
+)
+_NAME_WIDTH = 20  # trace-cmd pads event names to this
+
+
+def _timestamp(ts: float) -> str:
+    """``%5lu.%06lu`` of a time in seconds."""
+    secs, usecs = divmod(round(ts * 1_000_000), 1_000_000)
+    return f"{secs:5d}.{usecs:06d}"
+
+
+def printk_text(event: Event, variant: str = CURRENT) -> str:
+    """The event's printk text: its tracepoint's, its raw ``text``, or key=value pairs."""
+    tracepoint = TRACEPOINTS.get(event.name)
+    raw = event.fields.get(TEXT)
+    if len(event.fields) == 1 and isinstance(raw, str):
+        return raw
+    if tracepoint is None:
+        return event.format_fields()
+    return tracepoint.format(event.fields, variant)
+
+
+def format_line(
+    event: Event, style: str = FTRACE, *, variant: str = CURRENT, flags: str = "....."
+) -> str:
+    """One trace line for ``event`` in ``style`` (`STYLES`).  ``flags`` is the ftrace flags
+    column (``""`` for none); ``variant`` picks the printk text (see `tracepoints`).
+    Raises `TracepointError` when the fields do not fit the event's tracepoint."""
+    text = printk_text(event, variant)
+    comm = f"{event.comm:>16}"
+    if style == FTRACE:
+        return (
+            f"{comm}-{event.pid:<7} [{event.cpu:03d}] {flags} {_timestamp(event.ts)}: "
+            f"{event.name}: {text}"
+        )
+    if style == TRACE_CMD:
+        pad = " " * max(0, _NAME_WIDTH - len(event.name))
+        return (
+            f"{comm}-{event.pid:<5} [{event.cpu:03d}] {_timestamp(event.ts)}: "
+            f"{event.name}: {pad}{text}"
+        )
+    raise ValueError(f"unknown trace line style {style!r} (not one of {', '.join(STYLES)})")
+
+
+def parse_line(line: str, *, variant: str | None = None) -> Event | None:
+    """The event on one trace line, or None if the line is not an event (never raises).
+
+    ``variant`` forces one printk variant (e.g. ``"pre-2019"`` for hex ``sp gen``);
+    by default every variant is tried, ``current`` first."""
+    m = _LINE_RE.fullmatch(line.rstrip("\r\n"))
+    if m is None:
+        return None
+    text = m["text"].lstrip(" ")  # one space, or trace-cmd's name padding
+    name = m["event"]
+    tracepoint = TRACEPOINTS.get(name)
+    found = None if tracepoint is None else tracepoint.try_match(text, variant)
+    fields = found[1] if found is not None else {TEXT: text.rstrip()}
+    return Event(
+        name,
+        fields,
+        ts=float(m["ts"]),
+        cpu=int(m["cpu"]),
+        pid=int(m["pid"]),
+        comm=m["comm"].strip(),
+    )
+
+
+def parse_trace(text: str, *, variant: str | None = None) -> tuple[list[Event], int, int]:
+    """(events in file order, lines, skipped lines) of a ``trace``/``trace-cmd report``
+    text; ``lines == len(events) + skipped``."""
+    events = []
+    lines = 0
+    for line in text.splitlines():
+        lines += 1
+        event = parse_line(line, variant=variant)
+        if event is not None:
+            events.append(event)
+    return events, lines, lines - len(events)
+
+
+def trace_summary(events: list[Event], lines: int, skipped: int) -> dict[str, Any]:
+    """``replay --summary``'s object: lines, events, skipped, by_event (in first-seen order)."""
+    return {
+        "lines": lines,
+        "events": len(events),
+        "skipped": skipped,
+        "by_event": dict(Counter(e.name for e in events)),
+    }
