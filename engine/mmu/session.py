@@ -1,0 +1,159 @@
+"""A running guest on the direct-paging MMU: workloads, exits, faults, zaps, events.
+
+The model behind the shadow-MMU screen (and its tests): guest accesses come from a seeded
+workload; an access whose gfn already has a present leaf spte costs nothing (the CPU's
+EPT walk succeeds, no VM exit); any other access exits — an EPT violation for a missing
+leaf, an EPT misconfiguration for a cached MMIO spte — and runs `DirectMmu.page_fault()`.
+Workloads (issue 4, seeds 000 and 003):
+- `kernbench`: RAM faults across the slots, most of them first touches;
+- `netperf`: an emulated NIC's doorbell and the LAPIC hit again and again (MMIO: the
+  first access caches an MMIO spte, the rest are emulated without a memslot search);
+- `churn`: `kernbench` plus a memslot update every `CHURN_EVERY` accesses (a BAR
+  created and deleted), so generations advance, MMIO sptes go stale and DELETE zaps.
+`fork` and `pfault` need guest page tables (shadow paging, EPT off) and live elsewhere.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import KvmError
+from ..events import Event
+from ..layouts.layout import Layout, build_vm
+from .direct import DirectMmu, spte_index
+from .spte import SPTE_CONFIGS, RetPf, is_mmio_spte
+
+PAGE_SHIFT = 12
+CHURN_EVERY = 50
+CHURN_SLOT = 500  # the slot id the churn workload creates and deletes
+NIC_DOORBELL, LAPIC_EOI = 0xFEBF_1000, 0xFEE0_00B0
+MMU_WORKLOADS = ("kernbench", "netperf", "churn")
+
+
+@dataclass(frozen=True, slots=True)
+class MmuAccess:
+    vcpu: int
+    gpa: int
+    write: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MmuStep:
+    """One guest access and what it cost: no exit, or the fault's RET_PF_* result."""
+
+    access: MmuAccess
+    exited: bool
+    ret: RetPf | None
+    update: str = ""  # a memslot update made before the access (churn)
+
+
+class MmuSession:
+    """A guest (a `Layout`), its direct MMU and a workload; deterministic for a seed."""
+
+    def __init__(
+        self,
+        layout: Layout,
+        *,
+        workload: str = "kernbench",
+        seed: int = 1,
+        nr_vcpus: int = 2,
+        spte_config: str = "ept",
+        pte_list_era: str = "6.4",
+        gen_era: str = "2019",
+    ) -> None:
+        if workload not in MMU_WORKLOADS:
+            raise ValueError(f"unknown workload {workload!r}; choose from {MMU_WORKLOADS}")
+        self.layout = layout
+        self.workload = workload
+        self.vm = build_vm(layout)
+        self.nr_vcpus = nr_vcpus
+        self._rng = random.Random(seed)
+        self._listeners: list[Callable[[Event], None]] = []
+        self.mmu = DirectMmu(
+            self.vm,
+            SPTE_CONFIGS[spte_config],
+            pte_list_era=pte_list_era,
+            gen_era=gen_era,
+            emit=self._forward,
+        )
+        self.steps = 0
+        self.exits = 0
+        self.results: dict[str, int] = {}
+        self._ram = [s for s in self.vm.memslots(0) if not s.readonly]
+
+    # -- events -----------------------------------------------------------------------
+
+    def subscribe(self, listener: Callable[[Event], None]) -> Callable[[], None]:
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def _forward(self, event: Event) -> None:
+        for listener in list(self._listeners):
+            listener(event)
+
+    # -- the workload -------------------------------------------------------------------
+
+    def next_access(self) -> MmuAccess:
+        rng = self._rng
+        vcpu = self.steps % self.nr_vcpus
+        if self.workload == "netperf" and rng.random() < 0.7:
+            gpa = NIC_DOORBELL if rng.random() < 0.8 else LAPIC_EOI
+            return MmuAccess(vcpu, gpa, write=True)
+        slot = rng.choice(self._ram)
+        gfn = slot.base_gfn + rng.randrange(slot.npages)
+        return MmuAccess(vcpu, gfn << PAGE_SHIFT, write=rng.random() < 0.3)
+
+    def step(self) -> MmuStep:
+        update = self._churn() if self.workload == "churn" else ""
+        access = self.next_access()
+        self.steps += 1
+        if not self.needs_exit(access):
+            return MmuStep(access, False, None, update)
+        self.exits += 1
+        ret = self.mmu.page_fault(access.vcpu, access.gpa, access.write)
+        self.results[ret.name] = self.results.get(ret.name, 0) + 1
+        return MmuStep(access, True, ret, update)
+
+    def run(self, count: int) -> MmuStep | None:
+        last = None
+        for _ in range(count):
+            last = self.step()
+        return last
+
+    def needs_exit(self, access: MmuAccess) -> bool:
+        """False when the CPU's own walk finds a present, non-MMIO leaf (no VM exit)."""
+        spte = self.leaf_spte(access.vcpu, access.gpa >> PAGE_SHIFT)
+        return spte == 0 or is_mmio_spte(self.mmu.cfg, spte)
+
+    def leaf_spte(self, vcpu: int, gfn: int) -> int:
+        """The leaf spte the vCPU's current root maps `gfn` with (0 when none)."""
+        root = self.mmu.roots.get(vcpu)
+        if root is None or self.mmu.pages.is_obsolete(root):
+            return 0
+        sp = root
+        while True:
+            index = spte_index(gfn, sp.role.level)
+            child = self.mmu.pages.child_at(sp, index)
+            if child is None:
+                return sp.spt[index]
+            sp = child
+
+    def _churn(self) -> str:
+        """Every CHURN_EVERY accesses, create or delete a 1 MiB BAR-like slot."""
+        if self.steps % CHURN_EVERY:
+            return ""
+        exists = self.vm.slot(0, CHURN_SLOT) is not None
+        try:
+            if exists:
+                self.vm.set_user_memory_region(CHURN_SLOT, 0, 0, 0, 0)
+                return "delete"
+            self.vm.set_user_memory_region(CHURN_SLOT, 0, 0xFD00_0000, 1 << 20, 0x7E00_0000_0000)
+            return "create"
+        except KvmError as err:  # a layout that already uses that range
+            return f"refused: {err.errno_name}"
+
+    def audit(self) -> None:
+        self.mmu.audit()
+        self.vm.audit()
