@@ -43,6 +43,8 @@ SHOTS = (
     Shot("memslots-projector", theme="projector", keys=("n", "n", "n")),
     Shot("memslots-colorblind", theme="colorblind", keys=("n", "n", "n")),
     Shot("memslots-light", theme="mmuscope-light", keys=("n", "n", "n")),
+    Shot("shadow-mmu", keys=("f2", "n", "n", "n", "n", "n", "n", "s")),
+    Shot("shadow-mmu-netperf", keys=("f2", "w", "n", "n", "n", "n", "n", "n", "n")),
     Shot("help", keys=("question_mark",)),
     Shot("add-slot", keys=("a",)),
     Shot("filter", keys=("n", "f")),

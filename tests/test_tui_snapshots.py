@@ -126,3 +126,22 @@ def test_filter_dialog(snap_compare: SnapCompare, theme: str) -> None:
 def test_too_small(snap_compare: SnapCompare, theme: str) -> None:
     app = snapshot_app(theme)
     assert snap_compare(app, terminal_size=(70, 20), run_before=run_before())
+
+
+def mmu_run_before(then: Iterable[str] = ()) -> Callable[[Pilot[object]], Awaitable[None]]:
+    """The shadow-MMU screen after a few faults (and `then`)."""
+
+    async def run(pilot: Pilot[object]) -> None:
+        await pilot.pause()
+        await pilot.press("f2")
+        await pilot.pause()
+        await pilot.press("n", "n", "n", "n", "n", "s", *then)
+        await pilot.pause()
+
+    return run
+
+
+@pytest.mark.parametrize("theme", THEMES)
+def test_shadow_mmu(snap_compare: SnapCompare, theme: str) -> None:
+    app = snapshot_app(theme)
+    assert snap_compare(app, terminal_size=(120, 40), run_before=mmu_run_before())

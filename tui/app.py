@@ -44,6 +44,8 @@ class MmuscopeApp(App[None]):
     TITLE = "mmuscope"
     BINDINGS = [
         Binding("ctrl+q", "quit", "Quit", priority=True),
+        Binding("f1", "show_view('memslots')", "Memslots", tooltip="The memslots screen"),
+        Binding("f2", "show_view('mmu')", "Shadow MMU", tooltip="Faults, shadow pages, zaps"),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("t", "next_theme", "Theme", show=False, tooltip="Cycle the mmuscope themes"),
         Binding("S", "screenshot_svg", "Screenshot", show=False, tooltip="Save an SVG screenshot"),
@@ -65,7 +67,8 @@ class MmuscopeApp(App[None]):
     def on_mount(self) -> None:
         for warning in self.theme_warnings:
             self.notify(warning, severity="warning", timeout=10)
-        self.push_screen(self.memslots_screen())
+        self.install_screen(self.memslots_screen(), "memslots")
+        self.push_screen("memslots")
         # Once the first frames are out (a full collection takes ~15 ms: not before).
         self.set_timer(FREEZE_AFTER, self._freeze_startup_objects)
 
@@ -94,7 +97,27 @@ class MmuscopeApp(App[None]):
         )
         return MemslotsScreen(explorer, Pacer(config.speed, config.playing))
 
+    def mmu_screen(self) -> Screen[None]:
+        from engine.mmu.session import MmuSession
+
+        from .screens.shadow_mmu import ShadowMmuScreen
+
+        config = self.config
+        session = MmuSession(config.layout, seed=config.seed)
+        return ShadowMmuScreen(session, Pacer(config.speed, playing=False))
+
     # -- actions ----------------------------------------------------------------------
+
+    def action_show_view(self, name: str) -> None:
+        """Switch screens; each keeps its state (and pauses while hidden)."""
+        if not self.is_screen_installed(name):
+            self.install_screen(self.mmu_screen(), name)
+        target = self.get_screen(name)
+        if self.screen is not target:
+            pause = getattr(self.screen, "pause", None)
+            if pause is not None:
+                pause()  # a hidden screen does not play on in the background
+            self.switch_screen(name)
 
     def action_help(self) -> None:
         from .screens.help import HelpScreen

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import KvmError
 from ..events import Event
@@ -26,6 +26,7 @@ from .direct import DirectMmu, spte_index
 from .spte import SPTE_CONFIGS, RetPf, is_mmio_spte
 
 PAGE_SHIFT = 12
+ACCESS_NS = 1000  # virtual time between two guest accesses, for event timestamps
 CHURN_EVERY = 50
 CHURN_SLOT = 500  # the slot id the churn workload creates and deletes
 NIC_DOORBELL, LAPIC_EOI = 0xFEBF_1000, 0xFEE0_00B0
@@ -79,6 +80,7 @@ class MmuSession:
             emit=self._forward,
         )
         self.steps = 0
+        self._vcpu = 0
         self.exits = 0
         self.results: dict[str, int] = {}
         self._ram = [s for s in self.vm.memslots(0) if not s.readonly]
@@ -90,8 +92,13 @@ class MmuSession:
         return lambda: self._listeners.remove(listener)
 
     def _forward(self, event: Event) -> None:
-        for listener in list(self._listeners):
-            listener(event)
+        """Stamp the MMU's events with the virtual clock and the faulting vCPU."""
+        if self._listeners:
+            stamped = replace(
+                event, ts=self.steps * ACCESS_NS / 1e9, cpu=self._vcpu, comm="qemu-kvm"
+            )
+            for listener in list(self._listeners):
+                listener(stamped)
 
     # -- the workload -------------------------------------------------------------------
 
@@ -109,6 +116,7 @@ class MmuSession:
         update = self._churn() if self.workload == "churn" else ""
         access = self.next_access()
         self.steps += 1
+        self._vcpu = access.vcpu
         if not self.needs_exit(access):
             return MmuStep(access, False, None, update)
         self.exits += 1

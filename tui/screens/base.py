@@ -79,6 +79,9 @@ class MmuScreen(Screen[None]):
                 f"This one is {width}×{height}: enlarge the window or reduce the font."
             )
 
+    def pause(self) -> None:
+        """Stop playing (the app calls this before switching to another screen)."""
+
     def flush_events(self, force: bool = False) -> None:
         """Hand the events gathered since the last frame to the panel (called every
         frame); the totals are redrawn at most every COUNTER_REDRAW seconds, and once

@@ -287,14 +287,14 @@ class MemslotsScreen(MmuScreen):
         self._sync_player()
         self._update_header()
 
-    def _pause(self) -> None:
+    def pause(self) -> None:
         if self.pacer.playing:
             self.pacer.playing = False
             self._sync_player()
             self._update_header()
 
     def action_step(self) -> None:
-        self._pause()
+        self.pause()
         if self.highlight is not None and not self.highlight.done:
             self._reveal(self.highlight.shown + 1)
         else:
@@ -304,7 +304,7 @@ class MemslotsScreen(MmuScreen):
         self._show_progress(time.monotonic(), force=True)
 
     def action_next_lookup(self) -> None:
-        self._pause()
+        self.pause()
         self._run(1)
         if self.highlight is not None:
             self._reveal(self.highlight.steps)
@@ -368,7 +368,7 @@ class MemslotsScreen(MmuScreen):
                 return str(err)
             if gfn >= 1 << 52:
                 return f"gfn {gfn:#x} is beyond a 64-bit guest physical space"
-            self._pause()
+            self.pause()
             self._show_record(self.explorer.lookup_gfn(gfn), shown=1)
             self._show_progress(time.monotonic(), force=True)
             return None

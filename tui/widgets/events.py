@@ -18,6 +18,8 @@ from textual.widgets import Log
 
 from engine.events import Event
 from engine.stats import CounterRow, EventCounters
+from engine.trace import TracepointError, format_line
+from engine.trace.lines import TRACE_CMD
 
 from .panel import TextPanel
 
@@ -26,9 +28,15 @@ LOG_MAX_LINES = 1000
 
 
 def trace_line(event: Event) -> str:
-    """An event as a `trace-cmd report` line."""
-    task = f"{event.comm}-{event.pid}"
-    return f"{task:>16} [{event.cpu:03d}] {event.ts:12.6f}: {event.name}: {event.format_fields()}"
+    """An event as `trace-cmd report` prints it: the tracepoint's own printk text where the
+    kernel has one (engine.trace), `key=value` pairs for the model's own events."""
+    try:
+        return format_line(event, TRACE_CMD)
+    except TracepointError:
+        task = f"{event.comm}-{event.pid}"
+        return (
+            f"{task:>16} [{event.cpu:03d}] {event.ts:12.6f}: {event.name}: {event.format_fields()}"
+        )
 
 
 class EventLog(Log):

@@ -1,0 +1,91 @@
+"""Read-only views of the shadow MMU for drawing: pages by level, one page's 512 sptes,
+the path a fault took, and a fast zap replayed batch by batch.
+
+Nothing here changes the MMU; the app's shadow-MMU screen draws these, and tests check
+them against the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .mmu_pages import KvmMmuPage, MmuPages
+from .spte import SpteConfig, check_mmio_spte, get_mmio_spte_generation, is_mmio_spte
+
+# spte states, one colour each on screen
+NONE, NONLEAF, LEAF, LARGE_LEAF, MMIO, MMIO_STALE = (
+    "none", "nonleaf", "leaf", "large", "mmio", "mmio-stale"
+)  # fmt: skip
+PT_PAGE_SIZE_MASK = 1 << 7
+
+
+@dataclass(frozen=True, slots=True)
+class SpteCell:
+    index: int
+    state: str
+    spte: int
+    gen: int | None  # MMIO sptes: the memslot generation they were made in
+
+
+@dataclass(frozen=True, slots=True)
+class LevelSummary:
+    level: int
+    pages: tuple[KvmMmuPage, ...]  # oldest first
+    obsolete: int
+
+
+def pages_by_level(pages: MmuPages) -> list[LevelSummary]:
+    """Active pages grouped by level, highest first (roots at the top)."""
+    grouped: dict[int, list[KvmMmuPage]] = {}
+    for sp in pages.pages():
+        grouped.setdefault(sp.role.level, []).append(sp)
+    return [
+        LevelSummary(
+            level, tuple(grouped[level]), sum(pages.is_obsolete(sp) for sp in grouped[level])
+        )
+        for level in sorted(grouped, reverse=True)
+    ]
+
+
+def spt_cells(
+    pages: MmuPages, sp: KvmMmuPage, cfg: SpteConfig, memslots_gen: int
+) -> list[SpteCell]:
+    """The 512 sptes of `sp`, each classified."""
+    cells = []
+    for index, spte in enumerate(sp.spt):
+        cells.append(_cell(pages, sp, index, spte, cfg, memslots_gen))
+    return cells
+
+
+def _cell(
+    pages: MmuPages, sp: KvmMmuPage, index: int, spte: int, cfg: SpteConfig, gen: int
+) -> SpteCell:
+    if not spte:
+        return SpteCell(index, NONE, 0, None)
+    if is_mmio_spte(cfg, spte):
+        state = MMIO if check_mmio_spte(cfg, spte, gen) else MMIO_STALE
+        return SpteCell(index, state, spte, get_mmio_spte_generation(spte))
+    if pages.child_at(sp, index) is not None:
+        return SpteCell(index, NONLEAF, spte, None)
+    return SpteCell(index, LARGE_LEAF if spte & PT_PAGE_SIZE_MASK else LEAF, spte, None)
+
+
+def fault_path(pages: MmuPages, root: KvmMmuPage, gfn: int) -> list[tuple[KvmMmuPage, int]]:
+    """(page, spte index) from the root down to the last page the walk reaches."""
+    path = []
+    sp: KvmMmuPage | None = root
+    while sp is not None:
+        index = (gfn >> (9 * (sp.role.level - 1))) & 511
+        path.append((sp, index))
+        sp = pages.child_at(sp, index)
+    return path
+
+
+def zap_batches(lock_holds: Iterable[int]) -> list[tuple[int, int]]:
+    """A zap replayed: (pages zapped so far, pages in this lock hold) per hold."""
+    done, out = 0, []
+    for hold in lock_holds:
+        out.append((done, hold))
+        done += hold
+    return out

@@ -1,0 +1,133 @@
+"""The shadow-MMU screen's keys through Pilot (F2): faults revealed level by level, VM
+exits, workloads, fast and slow zaps with their lock holds, and switching screens."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.mmu.mmu_pages import BATCH_ZAP_PAGES
+from engine.mmu.session import MMU_WORKLOADS
+from tests.tui_pilot import SIZE, build, memslots
+from tui.app import MmuscopeApp
+from tui.screens.memslots import MemslotsScreen
+from tui.screens.shadow_mmu import ShadowMmuScreen
+from tui.widgets.lookup_bar import LookupBar
+
+
+def shadow(app: MmuscopeApp) -> ShadowMmuScreen:
+    screen = app.screen
+    assert isinstance(screen, ShadowMmuScreen), f"expected the shadow-MMU screen: {screen!r}"
+    return screen
+
+
+async def test_f2_opens_the_screen_and_f1_returns_with_state_kept(tmp_path: Path) -> None:
+    app = build(tmp_path, playing=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.2)
+        slots = memslots(app)
+        await pilot.press("f2")
+        await pilot.pause()
+        mmu = shadow(app)
+        assert not slots.pacer.playing, "the hidden memslots screen must stop playing"
+        await pilot.press("n")
+        await pilot.press("f1")
+        await pilot.pause()
+        assert app.screen is slots
+        await pilot.press("f2")
+        await pilot.pause()
+        assert app.screen is mmu and mmu.session.exits == 1
+
+
+async def test_n_runs_to_the_next_exit_and_s_reveals_levels(tmp_path: Path) -> None:
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f2")
+        mmu = shadow(app)
+        await pilot.press("n")
+        assert mmu.session.exits == 1 and mmu.last is not None and mmu.last.exited
+        assert mmu.shown == len(mmu.path) >= 2
+        await pilot.press("s")  # a new exit, first level only
+        assert mmu.session.exits == 2 and mmu.shown == 1
+        await pilot.press("s")
+        assert mmu.shown == 2
+        assert "RET_PF_" in str(mmu.query_one(LookupBar).content)
+
+
+async def test_space_plays_and_speed_keys(tmp_path: Path) -> None:
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f2")
+        mmu = shadow(app)
+        speed = mmu.pacer.speed
+        await pilot.press("plus")
+        assert mmu.pacer.speed > speed
+        await pilot.press("minus", "minus")
+        assert mmu.pacer.speed < speed
+        await pilot.press("plus", "plus", "plus", "space")
+        await pilot.pause(0.5)
+        assert mmu.pacer.playing and mmu.session.steps > 0
+        await pilot.press("space")
+        steps = mmu.session.steps
+        await pilot.pause(0.2)
+        assert not mmu.pacer.playing and mmu.session.steps == steps
+
+
+async def test_w_cycles_the_workloads(tmp_path: Path) -> None:
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f2")
+        mmu = shadow(app)
+        seen = [mmu.session.workload]
+        for _ in MMU_WORKLOADS:
+            await pilot.press("w")
+            seen.append(mmu.session.workload)
+        assert set(seen) == set(MMU_WORKLOADS) and seen[0] == seen[-1]
+        assert mmu.session.workload in str(mmu.sub_title)
+
+
+async def test_z_zaps_fast_in_batches_and_shift_z_in_one_hold(tmp_path: Path) -> None:
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f2")
+        mmu = shadow(app)
+        for _ in range(40):
+            await pilot.press("n")
+        pages = mmu.session.mmu.pages
+        used, gen = pages.n_used_mmu_pages, pages.mmu_valid_gen
+        assert used > BATCH_ZAP_PAGES
+        await pilot.press("z")
+        assert pages.mmu_valid_gen != gen and pages.n_used_mmu_pages == 0
+        assert sum(pages.lock_holds) == used and max(pages.lock_holds) == BATCH_ZAP_PAGES
+        assert mmu.zap_replay, "the zap is replayed hold by hold"
+        await pilot.pause(0.1 + 0.3 * len(pages.lock_holds))
+        assert not mmu.zap_replay
+        for _ in range(10):
+            await pilot.press("n")
+        used = pages.n_used_mmu_pages
+        await pilot.press("Z")
+        assert pages.lock_holds == [used]
+
+
+async def test_brackets_select_a_level_of_the_path(tmp_path: Path) -> None:
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f2")
+        mmu = shadow(app)
+        await pilot.press("n")
+        deepest, _ = mmu._selected()
+        await pilot.press("left_square_bracket")
+        upper, _ = mmu._selected()
+        assert upper is not None and deepest is not None
+        assert upper.role.level == deepest.role.level + 1
+        await pilot.press("right_square_bracket")
+        assert mmu._selected()[0] is deepest
+
+
+async def test_the_memslots_screen_is_untouched_by_the_mmu_screen(tmp_path: Path) -> None:
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        assert isinstance(app.screen, MemslotsScreen)
+        lookups = app.screen.lookups_done
+        await pilot.press("f2", "n", "n", "f1")
+        await pilot.pause()
+        assert memslots(app).lookups_done == lookups

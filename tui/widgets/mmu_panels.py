@@ -1,0 +1,152 @@
+"""The shadow-MMU screen's drawings: shadow pages by level with the fault's path, one
+page's 512 sptes as a grid, and the MMU's counters with the last zap's lock holds.
+
+Colours come from component classes over the theme's variables (the node colours of the
+memslot drawing, reused: a page on the path is `node-path`, an MMIO spte
+`node-cache-hit`, a stale one `node-miss`, ...).
+"""
+
+from __future__ import annotations
+
+from rich.style import Style
+from rich.text import Text
+from textual.widget import Widget
+
+from engine.mmu.mmu_pages import KvmMmuPage
+from engine.mmu.views import LevelSummary, SpteCell
+
+GRID_COLUMNS = 32  # 512 sptes = 16 rows of 32
+PAGES_PER_LEVEL = 6  # chips shown per level around the path
+LEGEND = "· none  ▸ table  ■ 4K leaf  █ 2M leaf  ◆ MMIO  ◇ stale MMIO"
+
+
+class MmuDrawing(Widget):
+    """Shared styling for the panels (component classes → Rich styles)."""
+
+    COMPONENT_CLASSES = {
+        "mmu--page",
+        "mmu--path",
+        "mmu--selected",
+        "mmu--obsolete",
+        "mmu--none",
+        "mmu--nonleaf",
+        "mmu--leaf",
+        "mmu--large",
+        "mmu--mmio",
+        "mmu--mmio-stale",
+        "mmu--label",
+    }
+
+    DEFAULT_CSS = """
+    MmuDrawing { background: $surface; padding: 0 1; border: round $panel;
+        border-title-color: $primary; }
+    MmuDrawing > .mmu--page { color: $node-idle; }
+    MmuDrawing > .mmu--path { color: $node-path; text-style: bold; }
+    MmuDrawing > .mmu--selected { color: $background; background: $node-compare;
+        text-style: bold; }
+    MmuDrawing > .mmu--obsolete { color: $node-empty; text-style: strike; }
+    MmuDrawing > .mmu--none { color: $node-empty; }
+    MmuDrawing > .mmu--nonleaf { color: $edge-path; }
+    MmuDrawing > .mmu--leaf { color: $slot-ram; }
+    MmuDrawing > .mmu--large { color: $node-hit; text-style: bold; }
+    MmuDrawing > .mmu--mmio { color: $node-cache-hit; text-style: bold; }
+    MmuDrawing > .mmu--mmio-stale { color: $node-miss; text-style: bold; }
+    MmuDrawing > .mmu--label { color: $text-muted; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.content = Text()
+
+    def style_of(self, component: str) -> Style:
+        return self.get_component_rich_style(f"mmu--{component}")
+
+    def render(self) -> Text:
+        return self.content
+
+    def show_text(self, text: Text) -> None:
+        self.content = text
+        self.refresh()
+
+
+class PageLevels(MmuDrawing):
+    """Per level: how many shadow pages, and the pages next to the one the fault used."""
+
+    def show(
+        self,
+        levels: list[LevelSummary],
+        path: list[KvmMmuPage],
+        selected: KvmMmuPage | None,
+        valid_gen: int,
+        zapping: str = "",
+    ) -> None:
+        text = Text(no_wrap=True, overflow="ellipsis")
+        on_path = {sp.seq for sp in path}
+        for summary in levels:
+            text.append(f"L{summary.level} ", style=self.style_of("label"))
+            text.append(f"{len(summary.pages):>6} ", style=self.style_of("page"))
+            if summary.obsolete:
+                text.append(f"({summary.obsolete} obsolete) ", style=self.style_of("obsolete"))
+            for sp in _around(summary.pages, on_path):
+                component = "path" if sp.seq in on_path else "page"
+                if selected is not None and sp is selected:
+                    component = "selected"
+                elif sp.mmu_valid_gen != valid_gen or sp.role.invalid:
+                    component = "obsolete"
+                text.append(f"[{sp.gfn:#x}]", style=self.style_of(component))
+                text.append(" ")
+            text.append("\n")
+        if not levels:
+            text.append(
+                "no shadow pages: the next fault builds a root\n", style=self.style_of("label")
+            )
+        if zapping:
+            text.append(zapping, style=self.style_of("mmio-stale"))
+        self.show_text(text)
+
+
+def _around(pages: tuple[KvmMmuPage, ...], on_path: set[int]) -> list[KvmMmuPage]:
+    """Up to PAGES_PER_LEVEL pages, centred on the one on the path."""
+    at = next((i for i, sp in enumerate(pages) if sp.seq in on_path), 0)
+    start = max(0, min(at - PAGES_PER_LEVEL // 2, len(pages) - PAGES_PER_LEVEL))
+    return list(pages[start : start + PAGES_PER_LEVEL])
+
+
+class SptGrid(MmuDrawing):
+    """The 512 sptes of one page, 32 to a row; the fault's entry is marked."""
+
+    SYMBOL = {"none": "·", "nonleaf": "▸", "leaf": "■", "large": "█", "mmio": "◆",
+              "mmio-stale": "◇"}  # fmt: skip
+
+    def show(self, cells: list[SpteCell], marked: int | None) -> None:
+        text = Text(no_wrap=True)
+        for cell in cells:
+            component = "selected" if cell.index == marked else cell.state
+            text.append(self.SYMBOL[cell.state], style=self.style_of(component))
+            text.append("\n" if cell.index % GRID_COLUMNS == GRID_COLUMNS - 1 else " ")
+        text.append(LEGEND, style=self.style_of("label"))
+        self.show_text(text)
+
+    def empty_text(self) -> Text:
+        return Text(
+            "the sptes of the page a fault walked through appear here\n\n" + LEGEND,
+            style=self.style_of("label"),
+        )
+
+
+class MmuCounters(MmuDrawing):
+    """mmu_valid_gen, the page budget, exits and RET_PF_* results, the last zap's holds."""
+
+    def show(self, lines: list[tuple[str, str]], holds: list[int]) -> None:
+        text = Text(no_wrap=True, overflow="ellipsis")
+        for name, value in lines:
+            text.append(f"{name:<22}", style=self.style_of("label"))
+            text.append(f"{value}\n")
+        if holds:
+            text.append("last zap, pages per mmu_lock hold\n", style=self.style_of("label"))
+            for hold in holds[:8]:
+                text.append(f"{hold:>5} ", style=self.style_of("label"))
+                text.append("█" * min(hold, 40) + "\n", style=self.style_of("mmio-stale"))
+            if len(holds) > 8:
+                text.append(f"  ... {len(holds) - 8} more holds\n", style=self.style_of("label"))
+        self.show_text(text)
