@@ -4,6 +4,8 @@ zap with lock breaks, under random operation sequences with an audit after each 
 from __future__ import annotations
 
 import errno
+import shutil
+import subprocess
 
 import pytest
 from hypothesis import given, settings
@@ -11,6 +13,7 @@ from hypothesis import strategies as st
 
 from engine.errors import KvmError
 from engine.events import FieldValue
+from engine.export.mmu_dot import pages_to_dot
 from engine.mmu.mmu_pages import (
     BATCH_ZAP_PAGES,
     KVM_MIN_ALLOC_MMU_PAGES,
@@ -201,3 +204,15 @@ def test_random_operations_keep_the_invariants(
         except KvmError as err:
             assert err.errno == errno.ENOSPC
         pages.audit()
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz dot not installed")
+def test_the_page_graph_renders_with_graphviz() -> None:
+    pages = MmuPages(10_000)
+    made = build_tree(pages, roots=2, fanout=3)
+    pages.mmu_valid_gen ^= 1  # all obsolete: drawn dashed
+    text = pages_to_dot(pages, title="test", path=made[:2])
+    assert text.count("->") == 6 and "dashed" in text
+    done = subprocess.run(["dot", "-Tplain"], input=text, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert sum(line.startswith("node ") for line in done.stdout.splitlines()) == len(made)

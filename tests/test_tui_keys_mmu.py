@@ -3,6 +3,7 @@ exits, workloads, fast and slow zaps with their lock holds, and switching screen
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from engine.mmu.mmu_pages import BATCH_ZAP_PAGES
@@ -131,3 +132,21 @@ async def test_the_memslots_screen_is_untouched_by_the_mmu_screen(tmp_path: Path
         await pilot.press("f2", "n", "n", "f1")
         await pilot.pause()
         assert memslots(app).lookups_done == lookups
+
+
+async def test_e_exports_the_shadow_pages(tmp_path: Path) -> None:
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f2")
+        for _ in range(5):
+            await pilot.press("n")
+        await pilot.press("e")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+    dots = list(tmp_path.glob("mmuscope-mmu-pc-4g-*.dot"))
+    assert len(dots) == 1
+    text = dots[0].read_text()
+    assert text.startswith("digraph shadow_pages {") and "->" in text
+    assert "fillcolor" in text  # the last fault's path
+    if shutil.which("dot"):
+        assert len(list(tmp_path.glob("mmuscope-mmu-pc-4g-*.pdf"))) == 1

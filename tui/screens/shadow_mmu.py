@@ -189,6 +189,17 @@ class ShadowMmuScreen(MmuScreen):
             f"{self.session.mmu.pages.mmu_valid_gen} · {state} {self.pacer.speed:g}/s"
         )
 
+    # -- export -----------------------------------------------------------------------
+
+    def export_dot(self) -> tuple[str, int] | None:
+        """The shadow pages as a graph, the last fault's path filled."""
+        from engine.export.mmu_dot import pages_to_dot
+
+        pages = self.session.mmu.pages
+        title = f"{self.session.layout.name} · shadow pages · mmu_valid_gen {pages.mmu_valid_gen}"
+        path = [sp for sp, _ in self.path]
+        return pages_to_dot(pages, title=title, path=path), pages.n_used_mmu_pages
+
     # -- zaps -------------------------------------------------------------------------
 
     def _start_zap(self, kind: str, zapped: int) -> None:
