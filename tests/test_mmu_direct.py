@@ -7,12 +7,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine import KvmError, Vm
+from engine import AuditError, KvmError, Vm
 from engine.events import Event
 from engine.layouts import build_vm, preset
-from engine.mmu.direct import DirectMmu
-from engine.mmu.role import PG_LEVEL_2M, PG_LEVEL_4K
-from engine.mmu.spte import SPTE_CONFIGS, RetPf
+from engine.mmu.direct import DirectMmu, gfn_to_index, spte_constants
+from engine.mmu.rmap import (
+    ERAS,
+    KvmRmapHead,
+    rmap_val_add,
+    rmap_val_count,
+    rmap_val_remove,
+    rmap_val_sptes,
+)
+from engine.mmu.role import ACC_ALL, PG_LEVEL_1G, PG_LEVEL_2M, PG_LEVEL_4K
+from engine.mmu.spte import SPTE_CONFIGS, RetPf, is_mmio_spte, make_spte
 
 MiB, GiB = 1 << 20, 1 << 30
 LAPIC = 0xFEE0_0000
@@ -156,3 +164,281 @@ def test_faults_on_every_slot_of_the_guest(cfg: str) -> None:
         for gfn in (slot.base_gfn, slot.end_gfn - 1):
             assert mmu.page_fault(0, gfn << 12) == RetPf.FIXED
     mmu.audit()
+
+
+# -- the fast paths: exact, and the rmap encoding ------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(sorted(SPTE_CONFIGS)),
+    st.integers(PG_LEVEL_4K, PG_LEVEL_1G),
+    st.booleans(),
+    st.booleans(),
+    st.one_of(
+        st.integers(0, (1 << 40) - 1),
+        st.integers(0, (1 << 22) - 1).map(lambda p: p << 18),  # 1G-aligned
+        st.integers(0, (1 << 31) - 1).map(lambda p: p << 9),  # 2M-aligned
+        st.integers(-(1 << 41), 1 << 44),  # out of the PFN field, negative
+        st.sampled_from([0, 1 << 39, (1 << 40) - 512, 1 << 40, (1 << 39) | 0x7F00_0000]),
+    ),
+)
+def test_the_precomputed_spte_is_make_spte(
+    cfg: str, level: int, writable: bool, dirty: bool, pfn: int
+) -> None:
+    vm = build_vm(preset("pc-2g"))
+    mmu = DirectMmu(vm, SPTE_CONFIGS[cfg])
+    try:
+        slow = make_spte(
+            SPTE_CONFIGS[cfg], pfn, ACC_ALL, level, writable=writable, accessed=True, dirty=dirty
+        )
+    except ValueError:
+        with pytest.raises(ValueError):
+            mmu.spte_for(pfn, level, writable, dirty)
+        return
+    assert mmu.spte_for(pfn, level, writable, dirty) == slow
+
+
+@pytest.mark.parametrize("cfg", sorted(SPTE_CONFIGS))
+def test_every_installed_leaf_is_make_spte(cfg: str) -> None:
+    """Bare faults, reads and writes, RO and dirty-logged slots, 4K and 2M: each leaf in
+    the tables is what `make_spte()` makes for its gfn's pfn."""
+    vm = build_vm(preset("pc-4g"))
+    mmu = DirectMmu(vm, SPTE_CONFIGS[cfg])
+    expected: dict[int, int] = {}  # sptep -> spte
+    for n, slot in enumerate(vm.memslots()):
+        for gfn in (slot.base_gfn, slot.base_gfn + 1, slot.end_gfn - 1, slot.base_gfn + 777):
+            if gfn >= slot.end_gfn:
+                continue
+            write = bool(n & 1) != bool(gfn & 1)
+            if mmu.page_fault(0, gfn << 12, write=write) != RetPf.FIXED:
+                continue  # already mapped by this slot's earlier gfn (same 2M leaf)
+            level = mmu.max_level(slot, gfn)
+            base = gfn & ~((1 << (9 * (level - 1))) - 1)
+            pfn = (slot.userspace_addr >> 12) + base - slot.base_gfn
+            spte = make_spte(
+                SPTE_CONFIGS[cfg],
+                pfn,
+                ACC_ALL,
+                level,
+                writable=not slot.readonly,
+                accessed=True,
+                dirty=write,
+            )
+            val = mmu.rmap_vals[(0, slot.id, level)][gfn_to_index(gfn, slot.base_gfn, level)]
+            assert type(val) is int
+            expected[val] = spte
+    found = {
+        sp.sptep(i): spte
+        for sp in mmu.pages.pages()
+        for i, spte in enumerate(sp.spt)
+        if spte and mmu.pages.child_at(sp, i) is None and not is_mmio_spte(mmu.cfg, spte)
+    }
+    assert found == expected
+    mmu.audit()
+
+
+def test_constant_bits_stay_out_of_the_pfn_field() -> None:
+    for cfg in SPTE_CONFIGS.values():
+        for const, forbidden in spte_constants(cfg).values():
+            assert not const & 0x000F_FFFF_FFFF_F000 and forbidden < 0
+
+
+def test_one_spte_is_a_bare_sptep_and_a_second_makes_a_head() -> None:
+    """`kvm_rmap_head.val`: a single sptep is stored as itself; the second sptep for the
+    gfn makes a head with a desc (1 -> many), which stays a desc down to one entry.
+
+    Direct pages give a gfn one spte per root role, so a second spte in the *same* rmap
+    needs a second root of the same address space: a fast zap that has not reached the
+    old pages yet (the kernel drops mmu_lock every BATCH_ZAP_PAGES, and vCPUs fault in
+    new roots meanwhile; seed 003 defers it to the page budget), modelled with
+    `defer_obsolete_zap`."""
+    _, mmu, _ = guest(huge=False)
+    gpa = 0x1234_5000
+    key, index = (0, 1, PG_LEVEL_4K), (0x1234_5000 >> 12) - (1 << 8)
+    assert mmu.page_fault(0, gpa) == RetPf.FIXED
+    first = mmu.rmap_vals[key][index]
+    assert type(first) is int and first & 1 == 0
+    assert mmu.rmaps[key][index].is_single and mmu.rmaps[key][index].val == first
+    mmu.audit()
+
+    mmu.pages.defer_obsolete_zap = True
+    assert mmu.zap_all_fast() == 0  # a new generation, the old pages still there
+    assert mmu.page_fault(1, gpa, write=True) == RetPf.FIXED  # vCPU 1: a new root
+    head = mmu.rmap_vals[key][index]
+    assert isinstance(head, KvmRmapHead) and head.is_many and head.val & 1
+    assert head.count() == 2 and first in head and head.stats.desc_allocs == 1
+    assert mmu.rmaps[key][index] is head
+    mmu.audit()
+
+    mmu.zap_all_fast()  # with the 0/1 flip the deferred zap clears the old pages first
+    assert mmu.rmap_vals[key][index] is head  # 2 -> 1 keeps the desc
+    assert head.count() == 1 and head.is_many and first not in head
+    mmu.audit()
+
+    mmu.pages.zap_all()
+    assert index not in mmu.rmap_vals[key]
+    mmu.audit()
+
+
+def test_smm_aliases_of_one_gfn_live_in_two_rmaps() -> None:
+    """SMRAM's RAM aliases are separate memslots (address space 1), so the same gfn mapped
+    by a normal and an SMM root is two single-sptep rmaps, one per memslot."""
+    vm = build_vm(preset("q35-16g"))
+    mmu = DirectMmu(vm, huge_pages=False)
+    vm.vcpu(1).as_id = 1  # in SMM before its root is loaded
+    gfn = 0x12345
+    assert mmu.page_fault(0, gfn << 12) == RetPf.FIXED
+    assert mmu.page_fault(1, gfn << 12) == RetPf.FIXED
+    normal, smm = vm.gfn_to_memslot(gfn, 0), vm.gfn_to_memslot(gfn, 1)
+    assert normal is not None and smm is not None and normal is not smm
+    a = mmu.rmap_vals[(0, normal.id, PG_LEVEL_4K)][gfn - normal.base_gfn]
+    b = mmu.rmap_vals[(1, smm.id, PG_LEVEL_4K)][gfn - smm.base_gfn]
+    assert type(a) is int and type(b) is int and a != b
+    mmu.audit()
+
+
+@pytest.mark.parametrize("era", sorted(ERAS))
+def test_stored_vals_follow_pte_list_add_and_remove(era: str) -> None:
+    sptes = [0x1_0000_0000 + 8 * i for i in range(40)]
+    val = None
+    ref = KvmRmapHead(era)
+    for sptep in sptes:
+        assert rmap_val_count(val) == ref.count()
+        val = rmap_val_add(val, sptep, era)
+        ref.add(sptep)
+        assert rmap_val_sptes(val) == list(ref)
+    assert isinstance(val, KvmRmapHead)
+    for sptep in sptes[::3] + sptes[1::3] + sptes[2::3]:
+        ref.remove(sptep)
+        val = rmap_val_remove(val, sptep)
+        assert rmap_val_sptes(val) == list(ref)
+    assert val is None
+    assert rmap_val_remove(rmap_val_add(None, sptes[0]), sptes[0]) is None
+    with pytest.raises(AuditError):
+        rmap_val_remove(sptes[0], sptes[1])
+
+
+def test_the_level1_hint_follows_zaps() -> None:
+    """The per-vCPU hint skips the walk only while its level-1 page is still the one the
+    walk reaches: after any zap the next fault goes the long way."""
+    vm = Vm()
+    vm.set_user_memory_region(0, 0, 0, 64 * MiB, 0x7F00_0000_0000)
+    mmu = DirectMmu(vm, huge_pages=False)
+    assert mmu.page_fault(0, 0x1000) == RetPf.FIXED
+    used = mmu.pages.n_used_mmu_pages
+    assert mmu.page_fault(0, 0x2000) == RetPf.FIXED
+    assert mmu.pages.n_used_mmu_pages == used  # the same level-1 page
+    (l1,) = [sp for sp in mmu.pages.pages() if sp.role.level == PG_LEVEL_4K]
+    mmu.pages.prepare_zap(l1)  # its leaves go, its parent no longer points at it
+    assert mmu.page_fault(0, 0x2000) == RetPf.FIXED  # not into the zapped page
+    (new,) = [sp for sp in mmu.pages.pages() if sp.role.level == PG_LEVEL_4K]
+    assert new is not l1 and new.spt[2] and not any(l1.spt)
+    mmu.audit()
+    mmu.zap_all_fast()
+    assert mmu.page_fault(0, 0x3000) == RetPf.FIXED
+    assert mmu.pages.n_used_mmu_pages == used  # all made again under a new root
+    assert mmu.page_fault(0, 0x3000) == RetPf.SPURIOUS
+    mmu.pages.defer_obsolete_zap = True
+    mmu.zap_all_fast()  # a new generation, no page zapped: the vCPU needs a new root
+    assert mmu.page_fault(0, 0x4000) == RetPf.FIXED
+    sp = mmu.roots[0]
+    while sp.role.level > PG_LEVEL_4K:
+        child = mmu.pages.child_at(sp, (0x4 >> (9 * (sp.role.level - 1))) & 511)
+        assert child is not None and not mmu.pages.is_obsolete(child)
+        sp = child
+    assert sp.spt[4]
+    mmu.audit()
+
+
+def test_a_2m_leaf_over_a_page_table_unlinks_it() -> None:
+    """4K leaves made while the slot logged dirty pages, then a 2M fault there once it no
+    longer does: `mmu_set_spte()` drops the parent pte of the level-1 page (which keeps
+    its leaves until it is zapped) and installs the 2M leaf."""
+    vm, mmu, _ = guest()
+    slot = vm.slot(0, 1)
+    assert slot is not None
+    vm.set_user_memory_region(1, 1, slot.gpa, slot.size, slot.userspace_addr)  # LOG_DIRTY
+    assert mmu.page_fault(0, 0x200 << 12) == RetPf.FIXED
+    (l1,) = [sp for sp in mmu.pages.pages() if sp.role.level == PG_LEVEL_4K]
+    assert mmu.page_fault(0, 0x201 << 12) == RetPf.FIXED  # the hint, same page
+    vm.set_user_memory_region(1, 0, slot.gpa, slot.size, slot.userspace_addr)
+    assert mmu.page_fault(0, 0x202 << 12) == RetPf.FIXED
+    assert not l1.parent_ptes and l1.spt[0] and l1.spt[1]
+    assert (0, 1, PG_LEVEL_2M) in mmu.rmaps
+    assert mmu.page_fault(0, 0x203 << 12) == RetPf.SPURIOUS  # under the 2M leaf
+    mmu.audit()
+    mmu.zap_all_fast()
+    assert not any(mmu.rmaps.values())
+    mmu.audit()
+
+
+def _state(mmu: DirectMmu) -> tuple[object, ...]:
+    pages = [
+        (sp.seq, sp.gfn, sp.role.word, sp.mmu_valid_gen, tuple(sp.spt), sp.root_count)
+        for sp in mmu.pages.pages()
+    ]
+    rmaps = {
+        key: {index: rmap_val_sptes(val) for index, val in vals.items()}
+        for key, vals in mmu.rmap_vals.items()
+    }
+    return pages, rmaps, dict(mmu.stat), dict(mmu.pages.stat), mmu.pages.lock_holds
+
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("ram"), st.integers(0, 4 * GiB // 4096 - 1)),
+        st.tuples(st.just("near"), st.integers(0, 3000)),
+        st.tuples(st.just("mmio"), st.sampled_from([LAPIC, 0xFEC0_0000, 0xE800_0000])),
+        st.tuples(st.just("add"), st.integers(20, 24)),
+        st.tuples(st.just("delete"), st.integers(0, 24)),
+        st.tuples(st.just("dirty"), st.integers(0, 6)),
+        st.tuples(st.just("zap"), st.integers(0, 2)),
+    ),
+    max_size=60,
+)
+
+
+def _apply(vm: Vm, mmu: DirectMmu, op: str, arg: int, hint: bool) -> object:
+    try:
+        if op in ("ram", "near"):
+            gfn = arg if op == "ram" else 0x100 + arg
+            if not hint:
+                mmu._l1_hint.clear()
+            return mmu.page_fault(arg % 3, gfn << 12, write=bool(arg & 2))
+        if op == "mmio":
+            return mmu.page_fault(1, arg)
+        if op == "add":
+            return vm.set_user_memory_region(
+                arg, 0, arg * GiB, 4 * MiB, 0x7F00_0000_0000 + arg * GiB
+            )
+        if op == "delete":
+            return vm.set_user_memory_region(arg, 0, 0, 0, 0)
+        if op == "dirty":
+            slot = vm.slot(0, arg)
+            if slot is None or slot.readonly:
+                return None
+            flags = slot.flags ^ 1  # KVM_MEM_LOG_DIRTY_PAGES
+            return vm.set_user_memory_region(arg, flags, slot.gpa, slot.size, slot.userspace_addr)
+        if arg == 0:
+            return mmu.zap_all_fast()
+        if arg == 1:
+            return mmu.pages.zap_oldest(7)
+        return mmu.pages.zap_all()
+    except KvmError as err:
+        return err.errno
+
+
+@settings(max_examples=60, deadline=None)
+@given(OPS, st.booleans())
+def test_bare_hinted_faults_match_the_traced_walk(ops: list[tuple[str, int]], huge: bool) -> None:
+    """The same operations on a traced MMU that walks from the root every time and on a
+    bare one using its hints: same answers, same tables, same rmaps, same stats."""
+    vm_a, traced, _ = guest(huge=huge)
+    vm_b = build_vm(preset("pc-4g"))
+    bare = DirectMmu(vm_b, SPTE_CONFIGS["ept"], huge_pages=huge)
+    for op, arg in ops:
+        assert _apply(vm_a, traced, op, arg, hint=False) == _apply(vm_b, bare, op, arg, True)
+        assert _state(traced) == _state(bare)
+    traced.audit()
+    bare.audit()

@@ -114,6 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--preset", metavar="NAME", help="a preset layout")
     layout.add_argument("--address-space", default="memory", help="mtree address space")
     layout.add_argument("--json", action="store_true", help="print JSON")
+
+    bench = sub.add_parser("bench", help="measure the engine: faults, a 6 GiB populate, zaps")
+    bench.add_argument("--json", action="store_true", help="print one JSON object")
+    bench.add_argument("--quick", action="store_true", help="smaller runs (well under a minute)")
     return parser
 
 
@@ -174,6 +178,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .commands import run_layout
 
             return run_layout(args)
+        if args.command == "bench":
+            from .bench import run_bench
+
+            return run_bench(args)
     except CliError as err:
         print(f"mmuscope: error: {err}", file=sys.stderr)
         return 2

@@ -14,20 +14,49 @@ sptes and rmaps (kvm-reference §3-§6).
   rmap of that level (RET_PF_FIXED);
 - a memslot DELETE or MOVE zaps everything fast (`kvm_arch_flush_shadow_memslot`), and a
   generation whose 19 MMIO bits wrap zaps fast too (`kvm_mmu_invalidate_mmio_sptes`).
+
+Speed without a second model (the `mmuscope bench` numbers; every shortcut gives the same
+result, stats and events as the long way, and tests compare them):
+- bare mode: with no listener no Event and no field dict is built;
+- leaf sptes: `make_spte()` runs once per (level, writable, dirty) with pfn 0 to learn the
+  constant bits; a pfn that fits bits 12-51, is aligned for the level and sets no bit of
+  the MMIO mask gives `constant | pfn << 12`, which is exactly `make_spte()` (any other pfn
+  takes `make_spte()` itself, which raises where the kernel would WARN);
+- a per-vCPU hint (root, 2M region, level-1 page) skips the walk from the root while no
+  shadow page was zapped since (`MmuPages.stat["mmu_shadow_zapped"]`), the root is the
+  same and no huge leaf was zapped; only a 4K leaf in an empty slot of that page uses it;
+- the vCPU's `last_used_slot` is read here, and only a miss goes to
+  `Vm.vcpu_gfn_to_memslot()` (which resets and refills it exactly as before);
+- rmaps hold `kvm_rmap_head.val` as the kernel does (`rmap.RmapVal`): one sptep is a bare
+  int in the per-slot, per-level dict; the second sptep of a gfn makes a `KvmRmapHead`
+  (1 -> many), which keeps its desc down to one entry.  `rmaps` decodes them into heads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 
+from ..constants import KVM_MEM_READONLY
 from ..errors import AuditError
 from ..events import Event, FieldValue
 from ..memslot import MemorySlot
-from ..vm import Vm
+from ..memslots import MemslotSet
+from ..vm import Vcpu, Vm
 from .mmu_pages import KvmMmuPage, MmuPages, default_mmu_pages
-from .rmap import ERAS, RmapHead
-from .role import ACC_ALL, PG_LEVEL_2M, PG_LEVEL_4K, tdp_root_role
+from .rmap import (
+    ERAS,
+    KvmRmapHead,
+    PteListEra,
+    RmapVal,
+    check_sptep,
+    rmap_val_add,
+    rmap_val_head,
+    rmap_val_remove,
+    rmap_val_sptes,
+)
+from .role import ACC_ALL, PG_LEVEL_1G, PG_LEVEL_2M, PG_LEVEL_4K, KvmMmuPageRole, tdp_root_role
 from .spte import (
+    SPTE_BASE_ADDR_MASK,
     SPTE_CONFIGS,
     RetPf,
     SpteConfig,
@@ -42,6 +71,11 @@ from .spte import (
 
 PAGE_SHIFT = 12
 LEVEL_BITS = 9
+_PFN_BITS = 40  # bits 12-51 of an spte
+_FIXED = RetPf.FIXED
+
+RmapKey = tuple[int, int, int]  # (as_id, slot id, level)
+_L1Hint = tuple[KvmMmuPage, int, KvmMmuPage, int]  # root, gfn >> 9, level-1 page, zapped
 
 
 def level_shift(level: int) -> int:
@@ -56,6 +90,68 @@ def spte_index(gfn: int, level: int) -> int:
 def gfn_to_index(gfn: int, base_gfn: int, level: int) -> int:
     """`gfn_to_index()`: the rmap slot of `gfn` at `level` within a memslot."""
     return (gfn >> level_shift(level)) - (base_gfn >> level_shift(level))
+
+
+def _spte_key(level: int, writable: bool, dirty: bool) -> int:
+    return level << 2 | (2 if writable else 0) | (1 if dirty else 0)
+
+
+def spte_constants(cfg: SpteConfig) -> dict[int, tuple[int, int]]:
+    """For each (level, writable, dirty) of a RAM leaf with ACC_ALL, accessed: the bits
+    `make_spte()` sets whatever the pfn, and the pfn bits that send a pfn back to
+    `make_spte()` (outside bits 12-51, misaligned for the level, or in the MMIO mask).
+    Keyed by `_spte_key`; a combination `make_spte()` refuses for pfn 0 has forbidden -1."""
+    mmio_pfn_bits = 0
+    if cfg.shadow_mmio_value:
+        mmio_pfn_bits = (cfg.shadow_mmio_mask & SPTE_BASE_ADDR_MASK) >> PAGE_SHIFT
+    table: dict[int, tuple[int, int]] = {}
+    for level in range(PG_LEVEL_4K, PG_LEVEL_1G + 1):
+        forbidden = -(1 << _PFN_BITS) | ((1 << level_shift(level)) - 1) | mmio_pfn_bits
+        for writable in (False, True):
+            for dirty in (False, True):
+                try:
+                    const = make_spte(
+                        cfg, 0, ACC_ALL, level, writable=writable, accessed=True, dirty=dirty
+                    )
+                except ValueError:
+                    const, forbidden = 0, -1
+                if const & SPTE_BASE_ADDR_MASK:
+                    const, forbidden = 0, -1  # never: pfn 0 sets no address bit
+                table[_spte_key(level, writable, dirty)] = (const, forbidden)
+    return table
+
+
+class SlotRmaps(Mapping[int, KvmRmapHead]):
+    """One slot's rmap at one level, `gfn_to_index` -> head, decoded from stored vals (a
+    single sptep becomes a new one-entry head; a desc chain is the live head)."""
+
+    def __init__(self, vals: dict[int, RmapVal], era: PteListEra) -> None:
+        self._vals, self._era = vals, era
+
+    def __getitem__(self, key: int) -> KvmRmapHead:
+        return rmap_val_head(self._vals[key], self._era)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._vals)
+
+    def __len__(self) -> int:
+        return len(self._vals)
+
+
+class RmapsView(Mapping[RmapKey, SlotRmaps]):
+    """`DirectMmu.rmaps`: (as_id, slot id, level) -> that slot's rmap (read-only)."""
+
+    def __init__(self, vals: dict[RmapKey, dict[int, RmapVal]], era: PteListEra) -> None:
+        self._vals, self._era = vals, era
+
+    def __getitem__(self, key: RmapKey) -> SlotRmaps:
+        return SlotRmaps(self._vals[key], self._era)
+
+    def __iter__(self) -> Iterator[RmapKey]:
+        return iter(self._vals)
+
+    def __len__(self) -> int:
+        return len(self._vals)
 
 
 class DirectMmu:
@@ -82,12 +178,27 @@ class DirectMmu:
             emit=self._emit,
             on_leaf_zapped=self._drop_leaf,
         )
-        self.rmaps: dict[tuple[int, int, int], dict[int, RmapHead]] = {}
+        # kvm_rmap_head.val per (as_id, slot id, level) and gfn_to_index: see RmapVal.
+        self.rmap_vals: dict[RmapKey, dict[int, RmapVal]] = {}
         self.roots: dict[int, KvmMmuPage] = {}
         self.stat = dict.fromkeys(
             ("pf_taken", "pf_fixed", "pf_emulate", "pf_spurious", "pf_mmio_spte_created"), 0
         )
+        self._spte_bits = spte_constants(self.cfg)
+        self._l1_hint: dict[int, _L1Hint] = {}
+        self._child_roles: dict[KvmMmuPageRole, KvmMmuPageRole] = {}
+        self._vcpus: dict[int, Vcpu] = {}
+        self._memslot_sets: dict[int, MemslotSet] = {
+            as_id: vm.memslot_set(as_id) for as_id in range(vm.address_spaces)
+        }
+        self._rmap4k_slot: MemorySlot | None = None  # the slot whose 4K vals come next
+        self._rmap4k_vals: dict[int, RmapVal] = {}
         vm.subscribe(self._memslots_changed)
+
+    @property
+    def rmaps(self) -> RmapsView:
+        """The rmaps as heads, (as_id, slot id, level) -> gfn_to_index -> KvmRmapHead."""
+        return RmapsView(self.rmap_vals, self.era)
 
     # -- events ---------------------------------------------------------------------
 
@@ -128,17 +239,53 @@ class DirectMmu:
         """`kvm_mmu_page_fault()` for a guest-physical address."""
         self.stat["pf_taken"] += 1
         gfn = gpa >> PAGE_SHIFT
-        root = self.root(vcpu)
+        pages = self.pages
+        root = self.roots.get(vcpu)
+        if root is None or root.role.invalid or root.mmu_valid_gen != pages.mmu_valid_gen:
+            root = self.root(vcpu)
+        hint = self._l1_hint.get(vcpu)
+        if (
+            hint is not None
+            and hint[1] == gfn >> LEVEL_BITS
+            and hint[0] is root
+            and hint[3] == pages.stat["mmu_shadow_zapped"]
+        ):
+            # The walk from the root ends at this level-1 page, as when the hint was taken.
+            sp = hint[2]
+            index = gfn & 511
+            if not sp.spt[index]:  # nothing there: not an MMIO spte either
+                slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
+                if slot is not None and (
+                    not self.huge_pages or self.max_level(slot, gfn) == PG_LEVEL_4K
+                ):
+                    return self._set_leaf(sp, index, gfn, slot, PG_LEVEL_4K, write)
+                return self._direct_map(vcpu, root, gfn, slot, write)
         leaf_page, index = self._walk_existing(root, gfn)
         if leaf_page is not None and is_mmio_spte(self.cfg, leaf_page.spt[index]):
             spte = leaf_page.spt[index]
             if check_mmio_spte(self.cfg, spte, self.vm.generation(root.role.smm)):
-                self._emit("handle_mmio_page_fault", addr=0, gfn=gfn, access=ACC_ALL)
+                if self._listener is not None:
+                    self._emit("handle_mmio_page_fault", addr=0, gfn=gfn, access=ACC_ALL)
                 self.stat["pf_emulate"] += 1
                 return RetPf.EMULATE
             # A stale generation: RET_PF_INVALID, then the real fault path below.
-        slot = self.vm.vcpu_gfn_to_memslot(vcpu, gfn)
-        return self._direct_map(root, gfn, slot, write)
+        slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
+        return self._direct_map(vcpu, root, gfn, slot, write)
+
+    def _vcpu_gfn_to_memslot(self, vcpu: int, gfn: int) -> MemorySlot | None:
+        """`kvm_vcpu_gfn_to_memslot()`: a hit of the vCPU's fresh `last_used_slot` here,
+        anything else through `Vm.vcpu_gfn_to_memslot()` (which resets and refills it)."""
+        vm = self.vm
+        if vm.vcpu_cache:
+            state = self._vcpus.get(vcpu)
+            if state is None:
+                state = self._vcpus[vcpu] = vm.vcpu(vcpu)
+            cached = state.last_used_slot
+            if cached is not None and cached.base_gfn <= gfn < cached.base_gfn + cached.npages:
+                slots = self._memslot_sets.get(state.as_id)
+                if slots is not None and state.last_used_slot_gen == slots.generation:
+                    return cached
+        return vm.vcpu_gfn_to_memslot(vcpu, gfn)
 
     def _walk_existing(self, root: KvmMmuPage, gfn: int) -> tuple[KvmMmuPage | None, int]:
         """The lockless walk of `get_mmio_spte()`: the last page reached and the index."""
@@ -165,9 +312,10 @@ class DirectMmu:
         return PG_LEVEL_4K
 
     def _direct_map(
-        self, root: KvmMmuPage, gfn: int, slot: MemorySlot | None, write: bool
+        self, vcpu: int, root: KvmMmuPage, gfn: int, slot: MemorySlot | None, write: bool
     ) -> RetPf:
         level = self.max_level(slot, gfn)
+        zapped = self.pages.stat["mmu_shadow_zapped"]
         sp = root
         while sp.role.level > level:
             index = spte_index(gfn, sp.role.level)
@@ -177,7 +325,18 @@ class DirectMmu:
                     self._zap_leaf(sp, index)  # a huge leaf in the way
                 child = self._child(sp, gfn, index)
             sp = child
+        if sp.role.level == PG_LEVEL_4K and self.pages.stat["mmu_shadow_zapped"] == zapped:
+            self._l1_hint[vcpu] = (root, gfn >> LEVEL_BITS, sp, zapped)
         index = spte_index(gfn, level)
+        if level > PG_LEVEL_4K:
+            child = self.pages.child_at(sp, index)
+            if child is not None:
+                # `mmu_set_spte()`: "If we overwrite a PTE page pointer with a 2MB PMD,
+                # unlink the parent of the now unreachable PTE" (`drop_parent_pte`), e.g.
+                # 4K leaves made while the slot logged dirty pages.
+                child.parent_ptes.discard(sp.sptep(index))
+                sp.spt[index] = 0
+                self._l1_hint.clear()
         if slot is not None and self._same_leaf(sp, index, slot, gfn, level):
             self.stat["pf_spurious"] += 1
             return RetPf.SPURIOUS  # `mmu_set_spte()`: already mapped (another vCPU won)
@@ -189,21 +348,63 @@ class DirectMmu:
                 return RetPf.EMULATE  # 2011: every MMIO access faults and searches again
             gen = self.vm.generation(root.role.smm)
             sp.spt[index] = make_mmio_spte(self.cfg, gfn, ACC_ALL, gen)
-            self._emit("mark_mmio_spte", sptep=sp.sptep(index), gfn=gfn, access=ACC_ALL, gen=gen)
+            if self._listener is not None:
+                self._emit(
+                    "mark_mmio_spte", sptep=sp.sptep(index), gfn=gfn, access=ACC_ALL, gen=gen
+                )
             self.stat["pf_mmio_spte_created"] += 1
             return RetPf.EMULATE
-        base = gfn & ~((1 << level_shift(level)) - 1)
-        pfn = self._pfn(slot, gfn, level)
-        spte = make_spte(
-            self.cfg, pfn, ACC_ALL, level, writable=not slot.readonly, accessed=True, dirty=write
-        )
+        return self._set_leaf(sp, index, gfn, slot, level, write)
+
+    def spte_for(self, pfn: int, level: int, writable: bool, dirty: bool) -> int:
+        """The leaf `make_spte(cfg, pfn, ACC_ALL, level, writable=, accessed=True, dirty=)`
+        gives, from the precomputed constant bits when the pfn allows it."""
+        const, forbidden = self._spte_bits[_spte_key(level, writable, dirty)]
+        if pfn & forbidden:
+            return make_spte(
+                self.cfg, pfn, ACC_ALL, level, writable=writable, accessed=True, dirty=dirty
+            )
+        return const | pfn << PAGE_SHIFT
+
+    def _set_leaf(
+        self, sp: KvmMmuPage, index: int, gfn: int, slot: MemorySlot, level: int, write: bool
+    ) -> RetPf:
+        """`mmu_set_spte()` for RAM: the leaf, its rmap entry, the tracepoint."""
+        writable = not slot.flags & KVM_MEM_READONLY
+        if level == PG_LEVEL_4K:
+            base = gfn
+            const, forbidden = self._spte_bits[(6 if writable else 4) | (1 if write else 0)]
+        else:
+            base = gfn & ~((1 << level_shift(level)) - 1)
+            const, forbidden = self._spte_bits[_spte_key(level, writable, bool(write))]
+        pfn = (slot.userspace_addr >> PAGE_SHIFT) + (base - slot.base_gfn)
+        if pfn & forbidden:
+            spte = make_spte(
+                self.cfg, pfn, ACC_ALL, level, writable=writable, accessed=True, dirty=bool(write)
+            )
+        else:
+            spte = const | pfn << PAGE_SHIFT
         sp.spt[index] = spte
-        self._rmap(slot, level).setdefault(
-            gfn_to_index(gfn, slot.base_gfn, level), RmapHead(self.era)
-        ).add(sp.sptep(index))
-        self._emit("kvm_mmu_set_spte", gfn=base, spte=spte, level=level, sptep=sp.sptep(index))
+        sptep = sp.spt_pa + 8 * index
+        if level == PG_LEVEL_4K:
+            if slot is self._rmap4k_slot:
+                vals = self._rmap4k_vals
+            else:
+                vals = self.rmap_vals.setdefault((slot.as_id, slot.id, level), {})
+                self._rmap4k_slot, self._rmap4k_vals = slot, vals
+            key = gfn - slot.base_gfn
+        else:
+            vals = self.rmap_vals.setdefault((slot.as_id, slot.id, level), {})
+            key = gfn_to_index(gfn, slot.base_gfn, level)
+        old = vals.get(key)
+        if old is None:
+            vals[key] = sptep  # pte_list_add 0 -> 1: val is the sptep itself
+        else:
+            vals[key] = rmap_val_add(old, sptep, self.era)
+        if self._listener is not None:
+            self._emit("kvm_mmu_set_spte", gfn=base, spte=spte, level=level, sptep=sptep)
         self.stat["pf_fixed"] += 1
-        return RetPf.FIXED
+        return _FIXED
 
     def _pfn(self, slot: MemorySlot, gfn: int, level: int) -> int:
         base = gfn & ~((1 << level_shift(level)) - 1)
@@ -224,16 +425,18 @@ class DirectMmu:
         self.pages.make_mmu_pages_available()
         level = parent.role.level - 1
         base = gfn & ~((1 << (LEVEL_BITS * level)) - 1)
-        child, _ = self.pages.get_page(base, parent.role.child(ACC_ALL, direct=True))
+        role = self._child_roles.get(parent.role)
+        if role is None:
+            role = self._child_roles[parent.role] = parent.role.child(ACC_ALL, direct=True)
+        child, _ = self.pages.get_page(base, role)
         self.pages.link(parent, index, child)
         return child
 
     # -- rmaps --------------------------------------------------------------------
 
-    def _rmap(self, slot: MemorySlot, level: int) -> dict[int, RmapHead]:
-        return self.rmaps.setdefault((slot.as_id, slot.id, level), {})
-
     def _zap_leaf(self, sp: KvmMmuPage, index: int) -> None:
+        if sp.role.level > PG_LEVEL_4K:
+            self._l1_hint.clear()  # the walk below this entry changes
         self._drop_leaf(sp, index, sp.spt[index])
         sp.spt[index] = 0
 
@@ -246,15 +449,19 @@ class DirectMmu:
         slot = self.vm.memslot_set(as_id).gfn_tree.search(gfn)
         if slot is None:
             raise AuditError(f"present leaf {sp.sptep(index):#x} maps gfn {gfn:#x} of no slot")
-        heads = self.rmaps[(as_id, slot.id, level)]
+        vals = self.rmap_vals.get((as_id, slot.id, level), {})
         key = gfn_to_index(gfn, slot.base_gfn, level)
-        heads[key].remove(sp.sptep(index))
-        if not heads[key].count():
-            del heads[key]
+        sptep = sp.spt_pa + 8 * index
+        old = vals.get(key)
+        if type(old) is int and old == sptep:
+            del vals[key]  # pte_list_remove 1 -> 0
+            return
+        if rmap_val_remove(old, sptep) is None:
+            del vals[key]
 
     def audit(self) -> None:
         """Pages consistent; every rmap entry is a present leaf of its gfn and level, and
-        every present leaf is in exactly one rmap."""
+        every present leaf is in exactly one rmap; rmap vals encoded as the kernel's."""
         self.pages.audit()
         leaves: dict[int, KvmMmuPage] = {}
         for sp in self.pages.pages():
@@ -263,13 +470,30 @@ class DirectMmu:
                 if leaf and not is_mmio_spte(self.cfg, spte):
                     leaves[sp.sptep(index)] = sp
         seen: set[int] = set()
-        for (_, _, level), heads in self.rmaps.items():
-            for head in heads.values():
-                head.audit()
-                for sptep in head:
+        for (as_id, slot_id, level), vals in self.rmap_vals.items():
+            for key, val in vals.items():
+                if isinstance(val, KvmRmapHead):
+                    val.audit()
+                    if val.era is not self.era or not val.is_many:
+                        raise AuditError(f"rmap val of {key} is a head without descs")
+                else:
+                    try:
+                        check_sptep(val)
+                    except ValueError as err:
+                        raise AuditError(f"rmap val {val:#x} of {key}: {err}") from None
+                for sptep in rmap_val_sptes(val):
                     holder = leaves.get(sptep)
                     if holder is None or holder.role.level != level or sptep in seen:
                         raise AuditError(f"rmap entry {sptep:#x} is not a present leaf once")
+                    gfn = holder.gfn + (((sptep & 0xFFF) >> 3) << level_shift(level))
+                    slot = self.vm.memslot_set(as_id).gfn_tree.search(gfn)
+                    if (
+                        holder.role.smm != as_id
+                        or slot is None
+                        or slot.id != slot_id
+                        or gfn_to_index(gfn, slot.base_gfn, level) != key
+                    ):
+                        raise AuditError(f"rmap entry {sptep:#x} is in the rmap of another gfn")
                     seen.add(sptep)
         if seen != set(leaves):
             raise AuditError(f"{len(set(leaves) - seen)} present leaves are in no rmap")

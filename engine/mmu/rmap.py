@@ -23,6 +23,11 @@ an spte's host physical address, nonzero and 8-byte aligned.  The eras, by name:
 
 In every era 2 -> 1 entries keeps the desc: `val` never goes back to a bare sptep.  The
 model adds a set of members to refuse a duplicate add (KVM would list it twice).
+
+`RmapVal` and the `rmap_val_*` functions store `val` as the kernel does, for callers that
+hold many rmaps (the fault path): absent is an empty head, a bare int is the single
+sptep, and a `KvmRmapHead` is made only when a second sptep arrives (then it holds a
+desc, and keeps it down to one entry, as the kernel does).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from ..errors import AuditError
 
@@ -446,3 +452,59 @@ def rmap_add(rmap_head: KvmRmapHead, sptep: int) -> list[int]:
     if rmap_add_would_recycle(rmap_head.add(sptep)):
         return rmap_head.clear()
     return []
+
+
+RmapVal: TypeAlias = int | KvmRmapHead
+"""`kvm_rmap_head.val` decoded: the single sptep (bit 0 clear), or a head holding descs."""
+
+
+def rmap_val_add(val: RmapVal | None, sptep: int, era: str | PteListEra = DEFAULT_ERA) -> RmapVal:
+    """`pte_list_add` on a stored `val` (None is 0, empty): 0 -> the bare sptep; one sptep
+    -> a `KvmRmapHead` whose desc holds both (1 -> many); a head -> its own `add`."""
+    if val is None:
+        check_sptep(sptep)
+        return sptep
+    if isinstance(val, KvmRmapHead):
+        val.add(sptep)
+        return val
+    head = KvmRmapHead(era)
+    head.add(val)
+    head.add(sptep)
+    return head
+
+
+def rmap_val_remove(val: RmapVal | None, sptep: int) -> RmapVal | None:
+    """`pte_list_remove` on a stored `val`; None when the rmap is empty afterwards (the
+    caller drops the entry).  A head that still holds sptes keeps its desc."""
+    if isinstance(val, KvmRmapHead):
+        val.remove(sptep)
+        return None if val.is_empty else val
+    if val != sptep:
+        held = "empty" if val is None else f"{val:#x}"
+        raise AuditError(f"pte_list_remove: {sptep:#x} not in rmap ({held})")
+    return None
+
+
+def rmap_val_sptes(val: RmapVal | None) -> list[int]:
+    """The sptes of a stored `val`, in `for_each_rmap_spte` order."""
+    if val is None:
+        return []
+    return list(val) if isinstance(val, KvmRmapHead) else [val]
+
+
+def rmap_val_count(val: RmapVal | None) -> int:
+    """`pte_list_count` of a stored `val`."""
+    if val is None:
+        return 0
+    return val.count() if isinstance(val, KvmRmapHead) else 1
+
+
+def rmap_val_head(val: RmapVal | None, era: str | PteListEra = DEFAULT_ERA) -> KvmRmapHead:
+    """A `KvmRmapHead` for a stored `val`: the head itself, or a new head holding the single
+    sptep (a copy: changing it does not change the stored `val`)."""
+    if isinstance(val, KvmRmapHead):
+        return val
+    head = KvmRmapHead(era)
+    if val is not None:
+        head.add(val)
+    return head
