@@ -442,3 +442,14 @@ def test_bare_hinted_faults_match_the_traced_walk(ops: list[tuple[str, int]], hu
         assert _state(traced) == _state(bare)
     traced.audit()
     bare.audit()
+
+
+def test_a_tight_budget_never_zaps_the_page_being_linked() -> None:
+    """The budget is made available once per fault, before the walk (a regression: it
+    used to run per level and could zap the parent the walk was about to link)."""
+    vm = build_vm(preset("pc-4g"))
+    mmu = DirectMmu(vm, huge_pages=False)
+    mmu.pages.change_mmu_pages(8)
+    for gpa in range(0, 64 * MiB, 2 * MiB + 4096):
+        mmu.page_fault(0, 0x1000_0000 + gpa)
+        mmu.audit()

@@ -314,6 +314,9 @@ class DirectMmu:
     def _direct_map(
         self, vcpu: int, root: KvmMmuPage, gfn: int, slot: MemorySlot | None, write: bool
     ) -> RetPf:
+        # Once per fault, before the walk (`direct_page_fault()`): freeing pages in the
+        # middle of the walk could zap the parent about to be linked.
+        self.pages.make_mmu_pages_available()
         level = self.max_level(slot, gfn)
         zapped = self.pages.stat["mmu_shadow_zapped"]
         sp = root
@@ -422,7 +425,6 @@ class DirectMmu:
 
     def _child(self, parent: KvmMmuPage, gfn: int, index: int) -> KvmMmuPage:
         """`kvm_mmu_get_child_sp()`: the direct page mapping this part of the parent."""
-        self.pages.make_mmu_pages_available()
         level = parent.role.level - 1
         base = gfn & ~((1 << (LEVEL_BITS * level)) - 1)
         role = self._child_roles.get(parent.role)

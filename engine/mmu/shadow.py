@@ -1,0 +1,469 @@
+"""Shadow paging (EPT off): KVM shadows the guest's own page tables (seeds 000, 002).
+
+`ShadowMmu.page_fault(vcpu, cr3, gva, write, user)` follows `kvm_mmu_page_fault()` ->
+`FNAME(page_fault)` (arch/x86/kvm/mmu/paging_tmpl.h, mmu.c):
+- a cached MMIO spte, found by a shadow walk of the gva, whose generation is current and
+  whose access allows the request: `handle_mmio_page_fault()`, RET_PF_EMULATE with no
+  guest walk and no memslot search (`addr` is the gva for indirect MMUs);
+- `FNAME(walk_addr)` (`GuestPageTables.walk`), or with `vtlb=True` a vtlb hit when the
+  shadow path to the last-level page exists (a vtlb entry holds a gfn, not the table
+  gfns that new shadow pages would need);
+- a guest #PF is "injected" (`kvm_inject_emulated_page_fault`: `injected[vcpu]` = (gva,
+  pferr), stat `pf_guest`) and the result is RET_PF_RETRY, which nothing else returns;
+- a write to a gfn KVM shadows (write-protected) is emulated: `kvm_mmu_unprotect_page()`
+  zaps every shadow page of that gfn, RET_PF_EMULATE.  A write to a read-only slot and an
+  MMIO gfn that cannot be cached are RET_PF_EMULATE too (`kvm_handle_noslot_fault`);
+- `FNAME(fetch)`: from the root down, the indirect page of each guest table
+  (`kvm_mmu_get_child_sp(table_gfn, direct=0, walker->pt_access[])`), keyed by the
+  table's gfn and role; below a guest 2M/1G page, direct pages keyed by its base gfn.  A
+  new indirect page is `account_shadowed()`: the leaves mapping its gfn are
+  write-protected through the gfn's rmap (`kvm_mmu_slot_gfn_write_protect`);
+- the leaf (`mmu_set_spte`): an MMIO spte with the generation (`mark_mmio_spte`), or a 4K
+  spte of the slot's host page, read-only while the gfn is shadowed or, on a read, while
+  the gpte is clean (`FNAME(protect_clean_gpte)`), put on the rmap of (slot, 4K, gfn) by
+  `rmap_add` (RMAP_RECYCLE_THRESHOLD included): processes sharing a gfn grow that rmap.
+A guest pte store to a shadowed table is `kvm_mmu_track_write()`: the spte at that index
+of every page shadowing the table is zapped.  `cr3_load` = `kvm_mmu_new_pgd()` +
+`kvm_mmu_load()` (ref-counted roots, no prev_roots cache); `invlpg` = `kvm_mmu_invlpg()`.
+
+Simplified: no unsync pages (KVM lets last-level tables go unsync and write-tracks only
+upper levels; here every shadowed table stays write-protected, as before 2008); a guest
+pte store zaps that one spte (no write-flooding or misaligned-write zaps);
+`kvm_mmu_unprotect_page` stands for the emulated data write into a table (its value is
+not modelled); 4K leaves only; `drop_process` zaps the exited process's shadow pages at
+once (KVM leaves them to write flooding, reuse or recycling); one
+`make_mmu_pages_available` per fault; CR0.WP=1, no SMEP/SMAP/PKU, no fast_page_fault,
+no dirty logging, no per-vCPU mmio info cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+from ..errors import AuditError
+from ..events import Event, FieldValue
+from ..memslot import MemorySlot
+from ..vm import Vm
+from . import guest_pt as gpt
+from .guest_pt import GuestPageTables, GuestWalk, pt_index
+from .mmu_pages import KvmMmuPage, MmuPages, default_mmu_pages, kvm_page_table_hashfn
+from .rmap import ERAS, KvmRmapHead, rmap_add
+from .rmaps_stat import KVM_LPAGE_STR, RmapHistogram
+from .role import ACC_ALL, ACC_USER_MASK, ACC_WRITE_MASK, PT64_ROOT_4LEVEL, KvmMmuPageRole
+from .spte import (
+    PT_USER_MASK,
+    PT_WRITABLE_MASK,
+    SPTE_CONFIGS,
+    RetPf,
+    SpteConfig,
+    check_mmio_spte,
+    get_mmio_spte_access,
+    get_mmio_spte_gfn,
+    is_mmio_spte,
+    is_shadow_present_pte,
+    make_mmio_spte,
+    make_spte,
+    mmio_gen_wraps,
+    spte_to_pfn,
+)
+from .vtlb import VcpuVtlbs
+
+PAGE_SHIFT = 12
+STATS = (
+    *("pf_taken", "pf_fixed", "pf_emulate", "pf_spurious", "pf_mmio_spte_created", "pf_guest"),
+    *("wrprot_sptes", "unprotect_zapped", "rmap_recycled"),
+)
+
+
+class Translation(NamedTuple):
+    """What a present leaf maps (`sp->shadowed_translation`) and where its rmap is."""
+
+    as_id: int
+    slot_id: int
+    gfn: int
+    rmap_index: int
+
+
+def _spte_index(sptep: int) -> int:
+    return (sptep & 0xFFF) // 8
+
+
+class ShadowMmu:
+    """One VM's shadow MMU: guest tables, indirect shadow pages, leaves, rmaps, vtlb."""
+
+    def __init__(
+        self,
+        vm: Vm,
+        cfg: SpteConfig | None = None,
+        *,
+        pte_list_era: str = "6.4",
+        gen_era: str = "2019",
+        guest: GuestPageTables | None = None,
+        vtlb: bool = False,
+        vtlb_policy: str = "round-robin",
+        emit: Callable[[Event], None] | None = None,
+    ) -> None:
+        self.vm = vm
+        self.cfg = cfg or SPTE_CONFIGS["shadow"]
+        if self.cfg.ept:
+            raise ValueError("shadow paging uses the legacy PTE format: pick a non-EPT config")
+        self.era = ERAS[pte_list_era]
+        self._listener = emit
+        self.guest = guest or GuestPageTables.in_memslot(vm, emit=emit)
+        self.pages = MmuPages(
+            default_mmu_pages(vm.nr_memslot_pages),
+            gen_era=gen_era,
+            emit=self._emit,
+            on_leaf_zapped=self._drop_leaf,
+        )
+        self.rmaps: dict[tuple[int, int, int], dict[int, KvmRmapHead]] = {}
+        self.shadowed_translation: dict[int, Translation] = {}  # by sptep
+        self.roots: dict[int, KvmMmuPage] = {}
+        self.cr3s: dict[int, int] = {}
+        self.vtlbs = VcpuVtlbs(vtlb_policy) if vtlb else None
+        self.injected: dict[int, tuple[int, int]] = {}  # vcpu -> (gva, pferr), last #PF
+        self.stat = dict.fromkeys(STATS, 0)
+        vm.subscribe(self._memslots_changed)
+        self.guest.subscribe(self._track_write, self._guest_tlb_flush)
+
+    def _emit(self, name: str, **fields: FieldValue) -> None:
+        if self._listener is not None:
+            self._listener(Event(name, fields))
+
+    def _memslots_changed(self, event: Event) -> None:
+        """DELETE/MOVE flush (`kvm_arch_flush_shadow_memslot`) or an MMIO generation wrap
+        (`kvm_mmu_invalidate_mmio_sptes`): zap everything, fast."""
+        flush = event.name == "kvm_arch_flush_shadow_memslot"
+        wraps = event.name == "kvm_arch_memslots_updated" and mmio_gen_wraps(
+            int(event.fields["gen"]), self.vm.address_spaces
+        )
+        if flush or wraps:
+            self.zap_all_fast()
+
+    def zap_all_fast(self) -> int:
+        return self.pages.zap_all_fast()
+
+    # -- roots, CR3 and the TLB ------------------------------------------------------
+
+    def cr3_load(self, vcpu: int, cr3: int) -> KvmMmuPage:
+        """MOV to CR3: flush the vtlb, drop the old root, load the one for `cr3`."""
+        self._put_root(vcpu)
+        self.cr3s[vcpu] = cr3
+        if self.vtlbs is not None:
+            self.vtlbs[vcpu].flush()
+        self.pages.make_mmu_pages_available()
+        return self._root(vcpu)
+
+    def invlpg(self, vcpu: int, gva: int) -> None:
+        """`kvm_mmu_invlpg()`: with every page in sync, only the vtlb has work to do."""
+        if self.vtlbs is not None:
+            self.vtlbs[vcpu].invlpg(gva)
+
+    def _guest_tlb_flush(self, cr3: int, gva: int | None) -> None:
+        """The guest changed a present pte of `cr3`: INVLPG or CR3 reload where it runs."""
+        if self.vtlbs is not None:
+            self.vtlbs.guest_flush([v for v, c in self.cr3s.items() if c == cr3], gva)
+
+    def _put_root(self, vcpu: int) -> None:
+        root = self.roots.pop(vcpu, None)
+        if root is not None:
+            self.pages.put_root(root)
+
+    def _root(self, vcpu: int) -> KvmMmuPage:
+        """`kvm_mmu_load()`: the root for the vCPU's CR3, made again when obsolete."""
+        as_id = self.vm.vcpu(vcpu).as_id
+        root = self.roots.get(vcpu)
+        if root is not None and not self.pages.is_obsolete(root) and root.role.smm == as_id:
+            return root
+        self._put_root(vcpu)
+        role = KvmMmuPageRole(level=PT64_ROOT_4LEVEL, direct=0, access=ACC_ALL, smm=as_id)
+        root = self._get_page(self.cr3s[vcpu], role)
+        root.root_count += 1
+        self.roots[vcpu] = root
+        return root
+
+    def drop_process(self, cr3: int) -> list[int]:
+        """The process exits: unload it, tear its tables down (each pte store is
+        tracked), zap the pages that shadowed them; returns the freed table gfns."""
+        for vcpu in [v for v, c in self.cr3s.items() if c == cr3]:
+            self._put_root(vcpu)
+            del self.cr3s[vcpu]
+        tables = self.guest.exit(cr3)
+        for gfn in tables:
+            self.unprotect_page(gfn)
+        return tables
+
+    # -- shadow pages of a gfn ---------------------------------------------------------
+
+    def _get_page(self, gfn: int, role: KvmMmuPageRole) -> KvmMmuPage:
+        sp, created = self.pages.get_page(gfn, role)
+        if created and not role.direct:
+            self._account_shadowed(sp)
+        return sp
+
+    def shadow_pages_of(self, gfn: int, as_id: int | None = None) -> list[KvmMmuPage]:
+        """`for_each_gfn_valid_sp_with_gptes()`: the valid pages shadowing table `gfn`."""
+        bucket = self.pages.mmu_page_hash[kvm_page_table_hashfn(gfn)]
+        return [
+            sp
+            for sp in bucket
+            if sp.gfn == gfn and not sp.role.direct and not self.pages.is_obsolete(sp)
+            if as_id is None or sp.role.smm == as_id
+        ]
+
+    def _account_shadowed(self, sp: KvmMmuPage) -> None:
+        """`account_shadowed()`: write-protect every leaf mapping the table's gfn."""
+        wrprot = 0
+        for sptep in self._rmap_of(sp.role.smm, sp.gfn):
+            holder, index = self.pages.page_of_sptep(sptep), _spte_index(sptep)
+            if holder.spt[index] & PT_WRITABLE_MASK:
+                holder.spt[index] &= ~(PT_WRITABLE_MASK | self.cfg.shadow_mmu_writable_mask)
+                wrprot += 1
+        self.stat["wrprot_sptes"] += wrprot
+        self._emit("account_shadowed", gfn=sp.gfn, level=sp.role.level, wrprot=wrprot)
+
+    def unprotect_page(self, gfn: int) -> int:
+        """`kvm_mmu_unprotect_page()`: zap every page shadowing `gfn`."""
+        zapped = 0
+        for sp in self.shadow_pages_of(gfn):
+            if sp.seq in self.pages.active_mmu_pages:
+                self.pages.prepare_zap(sp)
+                zapped += 1
+        self.stat["unprotect_zapped"] += zapped
+        self._emit("kvm_mmu_unprotect_page", gfn=gfn, zapped=zapped)
+        return zapped
+
+    def _track_write(self, table_gfn: int, index: int, old: int, new: int) -> None:
+        """`kvm_mmu_track_write()`: a guest pte store; zap that spte where it is shadowed."""
+        for sp in self.shadow_pages_of(table_gfn):
+            child = self.pages.child_at(sp, index)
+            if child is not None:
+                child.parent_ptes.discard(sp.sptep(index))
+            elif sp.spt[index]:
+                self._drop_leaf(sp, index, sp.spt[index])
+            sp.spt[index] = 0
+
+    # -- the fault ---------------------------------------------------------------------
+
+    def page_fault(
+        self, vcpu: int, cr3: int, gva: int, write: bool = False, user: bool = False
+    ) -> RetPf:
+        """A #PF taken by the vCPU running `cr3` (a CR3 load first if it runs another)."""
+        self.stat["pf_taken"] += 1
+        if self.cr3s.get(vcpu) != cr3:
+            self.cr3_load(vcpu, cr3)
+        self.pages.make_mmu_pages_available()
+        root = self._root(vcpu)
+        sp = root  # the lockless shadow walk of get_mmio_spte()
+        while (child := self.pages.child_at(sp, pt_index(gva, sp.role.level))) is not None:
+            sp = child
+        index = pt_index(gva, sp.role.level)
+        spte = sp.spt[index] if sp.role.level == 1 else 0
+        if is_mmio_spte(self.cfg, spte) and self._mmio_hit(root, gva, spte, write, user):
+            return RetPf.EMULATE
+        present = is_shadow_present_pte(spte) and not is_mmio_spte(self.cfg, spte)
+        error_code = (gpt.PFERR_PRESENT_MASK if present else 0) | gpt.access_error_code(write, user)
+        translated = self._translate(vcpu, gva, write, user, error_code, sp.role.level == 1)
+        if translated is None:
+            return RetPf.RETRY
+        gfn, access, walk = translated
+        slot = self.vm.vcpu_gfn_to_memslot(vcpu, gfn)
+        if write and self.shadow_pages_of(gfn, root.role.smm):
+            return self._emulate_table_write(gfn)
+        if (slot is None and not self._mmio_cacheable(gfn)) or (
+            slot is not None and write and slot.readonly
+        ):
+            self.stat["pf_emulate"] += 1
+            return RetPf.EMULATE
+        if walk is not None:
+            sp, index = self._fetch(root, gva, walk), pt_index(gva, 1)
+        if self.shadow_pages_of(gfn, root.role.smm) and write:
+            return self._emulate_table_write(gfn)  # fetch just shadowed the faulting gfn
+        if slot is None:
+            return self._set_mmio_spte(sp, index, gfn, access)
+        return self._set_spte(sp, index, gfn, access, slot, write, user)
+
+    def _emulate_table_write(self, gfn: int) -> RetPf:
+        self.unprotect_page(gfn)
+        self.stat["pf_emulate"] += 1
+        return RetPf.EMULATE
+
+    def _mmio_hit(self, root: KvmMmuPage, gva: int, spte: int, write: bool, user: bool) -> bool:
+        access = get_mmio_spte_access(self.cfg, spte)
+        if (write and not access & ACC_WRITE_MASK) or (user and not access & ACC_USER_MASK):
+            return False  # the emulator would walk and inject the #PF: take the slow path
+        if not check_mmio_spte(self.cfg, spte, self.vm.generation(root.role.smm)):
+            return False  # RET_PF_INVALID: the real fault path rebuilds it
+        gfn = get_mmio_spte_gfn(self.cfg, spte)
+        self._emit("handle_mmio_page_fault", addr=gva, gfn=gfn, access=access)
+        self.stat["pf_emulate"] += 1
+        return True
+
+    def _mmio_cacheable(self, gfn: int) -> bool:
+        return self.cfg.mmio_caching_enabled and not gfn >> (self.cfg.host_phys_bits - PAGE_SHIFT)
+
+    def _translate(
+        self, vcpu: int, gva: int, write: bool, user: bool, error_code: int, use_vtlb: bool
+    ) -> tuple[int, int, GuestWalk | None] | None:
+        """(gfn, access, the walk or None on a vtlb hit), or None after injecting a #PF."""
+        vtlb = self.vtlbs[vcpu] if self.vtlbs is not None else None
+        if vtlb is not None and use_vtlb:
+            entry = vtlb.lookup(gva, write, user)
+            if entry is not None:
+                return entry.frame_number, entry.access, None
+        as_id = self.vm.vcpu(vcpu).as_id
+        walk = self.guest.walk(
+            self.cr3s[vcpu],
+            gva,
+            write,
+            user,
+            error_code=error_code,
+            readable=lambda gfn: self.vm.gfn_to_memslot(gfn, as_id) is not None,
+            emit=self._listener,
+        )
+        if walk.gfn is None:
+            self.stat["pf_guest"] += 1
+            self.injected[vcpu] = (gva, walk.pferr)
+            return None
+        access = walk.access
+        if not write and not walk.leaf_pte & gpt.PT_DIRTY:
+            access &= ~ACC_WRITE_MASK  # FNAME(protect_clean_gpte)
+        if vtlb is not None:
+            vtlb.insert(gva, walk.gfn, access, walk.level)  # vtlb_insert(), end of walk_addr
+        return walk.gfn, access, walk
+
+    def gva_to_gpa(
+        self, vcpu: int, gva: int, write: bool = False, user: bool = False
+    ) -> int | None:
+        """`FNAME(gva_to_gpa)` as patch 7/7 changed it (the emulator's translation of the
+        loaded CR3): vtlb first, then the walk; None for a guest #PF."""
+        translated = self._translate(
+            vcpu, gva, write, user, gpt.access_error_code(write, user), True
+        )
+        return None if translated is None else translated[0] << PAGE_SHIFT | gva & 0xFFF
+
+    def _fetch(self, root: KvmMmuPage, gva: int, walk: GuestWalk) -> KvmMmuPage:
+        """`FNAME(fetch)` down to the last-level page: indirect pages for guest tables,
+        direct pages below a guest huge page."""
+        assert walk.gfn is not None
+        sp = root
+        for level in range(root.role.level, 1, -1):
+            index = pt_index(gva, level)
+            if level - 1 >= walk.level:
+                gfn = walk.table_gfn(level - 1)
+                role = sp.role.child(walk.access_above(level - 1), direct=False)
+            else:
+                gfn = walk.gfn & ~((1 << 9 * (level - 1)) - 1)
+                role = sp.role.child(walk.access, direct=True)
+            child = self.pages.child_at(sp, index)
+            if child is None or child.gfn != gfn or child.role.word != role.word:
+                if child is not None:
+                    child.parent_ptes.discard(sp.sptep(index))
+                child = self._get_page(gfn, role)
+                self.pages.link(sp, index, child)
+            sp = child
+        return sp
+
+    def _set_mmio_spte(self, sp: KvmMmuPage, index: int, gfn: int, access: int) -> RetPf:
+        """`mark_mmio_spte()`: cache the miss with the memslots generation."""
+        if sp.spt[index]:
+            self._zap_leaf(sp, index)
+        gen = self.vm.generation(sp.role.smm)
+        sp.spt[index] = spte = make_mmio_spte(self.cfg, gfn, access, gen)
+        access = get_mmio_spte_access(self.cfg, spte)
+        self._emit("mark_mmio_spte", sptep=sp.sptep(index), gfn=gfn, access=access, gen=gen)
+        self.stat["pf_mmio_spte_created"] += 1
+        self.stat["pf_emulate"] += 1
+        return RetPf.EMULATE
+
+    def _set_spte(
+        self,
+        sp: KvmMmuPage,
+        index: int,
+        gfn: int,
+        access: int,
+        slot: MemorySlot,
+        write: bool,
+        user: bool,
+    ) -> RetPf:
+        """`mmu_set_spte()` for a RAM gfn."""
+        as_id, spte, sptep = sp.role.smm, sp.spt[index], sp.sptep(index)
+        if self.shadow_pages_of(gfn, as_id):
+            access &= ~ACC_WRITE_MASK  # mmu_try_to_unsync_pages(): write-protected gfn
+        pfn = (slot.userspace_addr >> PAGE_SHIFT) + (gfn - slot.base_gfn)
+        needs = (PT_WRITABLE_MASK if write else 0) | (PT_USER_MASK if user else 0)
+        present = is_shadow_present_pte(spte) and not is_mmio_spte(self.cfg, spte)
+        if present and spte_to_pfn(spte) == pfn and spte & needs == needs:
+            self.stat["pf_spurious"] += 1
+            return RetPf.SPURIOUS
+        if spte:
+            self._zap_leaf(sp, index)
+        sp.spt[index] = spte = make_spte(self.cfg, pfn, access, writable=not slot.readonly)
+        key = gfn - slot.base_gfn
+        self.shadowed_translation[sptep] = Translation(as_id, slot.id, gfn, key)
+        heads = self._rmap(as_id, slot.id)
+        recycled = rmap_add(heads.setdefault(key, KvmRmapHead(self.era)), sptep)
+        for old in recycled:  # over RMAP_RECYCLE_THRESHOLD: the whole rmap was zapped
+            self.pages.page_of_sptep(old).spt[_spte_index(old)] = 0
+            del self.shadowed_translation[old]
+        if recycled:
+            del heads[key]
+            self.stat["rmap_recycled"] += len(recycled)
+        self._emit("kvm_mmu_set_spte", gfn=gfn, spte=spte, level=1, sptep=sptep)
+        self.stat["pf_fixed"] += 1
+        return RetPf.FIXED
+
+    # -- rmaps ------------------------------------------------------------------------
+
+    def _rmap(self, as_id: int, slot_id: int) -> dict[int, KvmRmapHead]:
+        return self.rmaps.setdefault((as_id, slot_id, 1), {})
+
+    def _rmap_of(self, as_id: int, gfn: int) -> list[int]:
+        slot = self.vm.gfn_to_memslot(gfn, as_id)
+        head = self.rmaps.get((as_id, slot.id, 1), {}).get(gfn - slot.base_gfn) if slot else None
+        return list(head) if head is not None else []
+
+    def rmap_count(self, gfn: int, as_id: int = 0) -> int:
+        """`pte_list_count()` of the gfn's 4K rmap: how many sptes map it."""
+        return len(self._rmap_of(as_id, gfn))
+
+    def rmaps_stat(self, *, log2: bool = False) -> RmapHistogram:
+        """debugfs `mmu_rmaps_stat`: every rmap head of every slot, empty ones included
+        (`kvm_mmu_slot_lpages()` heads per level)."""
+        histogram = RmapHistogram(log2=log2)
+        for as_id in range(self.vm.address_spaces):
+            for slot in self.vm.memslots(as_id):
+                for level, name in enumerate(KVM_LPAGE_STR, start=1):
+                    shift = 9 * (level - 1)
+                    nheads = ((slot.end_gfn - 1) >> shift) - (slot.base_gfn >> shift) + 1
+                    counts = [
+                        h.count() for h in self.rmaps.get((as_id, slot.id, level), {}).values()
+                    ]
+                    histogram.add(name, 0, nheads - len(counts))
+                    histogram.add_counts(name, counts)
+        return histogram
+
+    def _zap_leaf(self, sp: KvmMmuPage, index: int) -> None:
+        self._drop_leaf(sp, index, sp.spt[index])
+        sp.spt[index] = 0
+
+    def _drop_leaf(self, sp: KvmMmuPage, index: int, spte: int) -> None:
+        """`drop_spte()`: a present leaf leaves its gfn's rmap."""
+        if is_mmio_spte(self.cfg, spte):
+            return
+        tr = self.shadowed_translation.pop(sp.sptep(index), None)
+        if tr is None:
+            raise AuditError(f"leaf {sp.sptep(index):#x} has no shadowed translation")
+        heads = self.rmaps[(tr.as_id, tr.slot_id, 1)]
+        heads[tr.rmap_index].remove(sp.sptep(index))
+        if not heads[tr.rmap_index].count():
+            del heads[tr.rmap_index]
+
+    # -- audit ------------------------------------------------------------------------
+
+    def audit(self) -> None:
+        """See `shadow_audit.audit_shadow_mmu`."""
+        from .shadow_audit import audit_shadow_mmu
+
+        audit_shadow_mmu(self)

@@ -1,0 +1,131 @@
+"""The shadow MMU's audit (as KVM's old mmu audit code checked the same things):
+shadow pages against the guest tables they shadow, rmaps against present leaves, roots
+against the vCPUs using them, and the vtlbs against the guest walk."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import AuditError
+from . import guest_pt as gpt
+from .mmu_pages import KvmMmuPage
+from .role import ACC_USER_MASK, ACC_WRITE_MASK
+from .spte import (
+    PT_USER_MASK,
+    PT_WRITABLE_MASK,
+    check_mmio_spte,
+    get_mmio_spte_gfn,
+    is_mmio_spte,
+    spte_to_pfn,
+)
+
+if TYPE_CHECKING:
+    from .shadow import ShadowMmu
+
+PAGE_SHIFT = 12
+
+
+def _spte_index(sptep: int) -> int:
+    return (sptep & 0xFFF) // 8
+
+
+def audit_shadow_mmu(mmu: ShadowMmu) -> None:
+    """`MmuPages.audit()` and the guest's tables, then: every spte of a page agrees
+    with the gpte it shadows; every present leaf is in exactly one rmap (its gfn's,
+    at 4K) and maps that gfn's host page; leaves under each loaded root map what the
+    guest walk says; shadowed gfns have no writable leaf; root counts; vtlbs."""
+    mmu.pages.audit()
+    mmu.guest.audit()
+    leaves: set[int] = set()
+    for sp in mmu.pages.pages():
+        _audit_page(mmu, sp, leaves)
+    seen: set[int] = set()
+    for (as_id, slot_id, _), heads in mmu.rmaps.items():
+        for key, head in heads.items():
+            head.audit()
+            for sptep in head:
+                tr = mmu.shadowed_translation.get(sptep)
+                if sptep in seen or tr is None or tr[:2] + tr[3:] != (as_id, slot_id, key):
+                    raise AuditError(f"rmap entry {sptep:#x} is not a present leaf once")
+                seen.add(sptep)
+    if seen != leaves or set(mmu.shadowed_translation) != leaves:
+        raise AuditError(f"{len(leaves ^ seen)} present leaves and rmap entries differ")
+    users: dict[int, int] = {}
+    for vcpu, root in mmu.roots.items():
+        users[root.seq] = users.get(root.seq, 0) + 1
+        if not mmu.pages.is_obsolete(root):
+            _audit_walks(mmu, root, mmu.cr3s[vcpu], 0)
+    for sp in [*mmu.pages.pages(), *mmu.pages.invalid_roots.values()]:
+        if sp.root_count != users.get(sp.seq, 0):
+            raise AuditError(f"{sp}: root_count {sp.root_count}, {users.get(sp.seq, 0)} users")
+    if mmu.vtlbs is not None:
+        mmu.vtlbs.audit(mmu.cr3s, lambda cr3, gva: _guest_translation(mmu, cr3, gva))
+
+
+def _guest_translation(mmu: ShadowMmu, cr3: int, gva: int) -> tuple[int, int]:
+    walk = mmu.guest.translate(cr3, gva)
+    return (-1, 0) if walk.gfn is None else (walk.gfn, walk.access)
+
+
+def _audit_page(mmu: ShadowMmu, sp: KvmMmuPage, leaves: set[int]) -> None:
+    as_id, level, direct = sp.role.smm, sp.role.level, bool(sp.role.direct)
+    if not direct and any(
+        mmu.pages.page_of_sptep(p).spt[_spte_index(p)] & PT_WRITABLE_MASK
+        for p in mmu._rmap_of(as_id, sp.gfn)
+    ):
+        raise AuditError(f"shadowed gfn {sp.gfn:#x} has a writable leaf")
+    for index, spte in enumerate(sp.spt):
+        if not spte:
+            continue
+        where = f"{sp} index {index}"
+        gpte = 0 if direct else mmu.guest.pte(sp.gfn, index)
+        if direct:
+            want, access = sp.gfn + (index << 9 * (level - 1)), sp.role.access
+        elif gpte & gpt.PT_PRESENT:
+            want, access = gpt.pte_gfn(gpte), sp.role.access & gpt.gpte_access(gpte)
+        else:
+            raise AuditError(f"{where}: an spte for a non-present gpte")
+        if level > 1:
+            child, huge = mmu.pages.child_at(sp, index), direct or gpte & gpt.PT_PAGE_SIZE
+            if child is None or (child.gfn, bool(child.role.direct)) != (want, bool(huge)):
+                raise AuditError(f"{where} links {child}, the guest says {want:#x}")
+            if not huge and child.role.access != access:
+                raise AuditError(f"{child}: access {child.role.access}, guest {access}")
+        elif is_mmio_spte(mmu.cfg, spte):
+            fresh = check_mmio_spte(mmu.cfg, spte, mmu.vm.generation(as_id))
+            gfn = get_mmio_spte_gfn(mmu.cfg, spte)
+            if gfn != want or (fresh and mmu.vm.gfn_to_memslot(gfn, as_id) is not None):
+                raise AuditError(f"{where}: a wrong MMIO spte for gfn {want:#x}")
+        else:
+            _audit_leaf(mmu, sp, index, want, access, direct or bool(gpte & gpt.PT_DIRTY))
+            leaves.add(sp.sptep(index))
+
+
+def _audit_leaf(
+    mmu: ShadowMmu, sp: KvmMmuPage, index: int, gfn: int, access: int, dirty: bool
+) -> None:
+    spte, where = sp.spt[index], f"{sp} index {index}"
+    tr = mmu.shadowed_translation.get(sp.sptep(index))
+    slot = mmu.vm.slot(sp.role.smm, tr.slot_id) if tr is not None else None
+    if tr is None or slot is None or tr.gfn != gfn or not slot.contains(gfn):
+        raise AuditError(f"{where}: the leaf does not map gfn {gfn:#x}")
+    if spte_to_pfn(spte) != (slot.userspace_addr >> PAGE_SHIFT) + gfn - slot.base_gfn:
+        raise AuditError(f"{where}: the leaf maps the wrong host page")
+    if spte & PT_WRITABLE_MASK and not (access & ACC_WRITE_MASK and dirty):
+        raise AuditError(f"{where}: writable beyond the (clean or read-only) gpte")
+    if spte & PT_USER_MASK and not access & ACC_USER_MASK:
+        raise AuditError(f"{where}: user access beyond the gpte")
+
+
+def _audit_walks(mmu: ShadowMmu, sp: KvmMmuPage, cr3: int, gva: int) -> None:
+    """Each leaf reachable from a loaded root maps what the guest walk says."""
+    for index, spte in enumerate(sp.spt):
+        address = gva | index << (PAGE_SHIFT + 9 * (sp.role.level - 1))
+        child = mmu.pages.child_at(sp, index) if spte else None
+        if child is not None:
+            _audit_walks(mmu, child, cr3, address)
+        elif spte:
+            tr = mmu.shadowed_translation.get(sp.sptep(index))
+            gfn = get_mmio_spte_gfn(mmu.cfg, spte) if tr is None else tr.gfn
+            if mmu.guest.translate(cr3, address).gfn != gfn:
+                raise AuditError(f"cr3 {cr3:#x} gva {address:#x}: the leaf maps {gfn:#x}")
