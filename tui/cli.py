@@ -115,6 +115,19 @@ def build_parser() -> argparse.ArgumentParser:
     layout.add_argument("--address-space", default="memory", help="mtree address space")
     layout.add_argument("--json", action="store_true", help="print JSON")
 
+    rmaps = sub.add_parser(
+        "rmaps-stat", help="debugfs mmu_rmaps_stat after a workload (shadow paging, seed 002)"
+    )
+    rmaps.add_argument("--workload", default="fork", choices=("fork", "kernbench"))
+    rmaps.add_argument("--children", type=_int, default=500, help="forked children (fork)")
+    rmaps.add_argument("--pages", type=_int, default=16, help="pages each process maps")
+    rmaps.add_argument(
+        "--era", default="6.4", choices=("3", "15", "14", "6.4"), help="PTE_LIST_EXT era"
+    )
+    rmaps.add_argument(
+        "--log2", action="store_true", help="true log2 buckets (not the kernel's ffs())"
+    )
+
     bench = sub.add_parser("bench", help="measure the engine: faults, a 6 GiB populate, zaps")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.add_argument("--quick", action="store_true", help="smaller runs (well under a minute)")
@@ -178,6 +191,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .commands import run_layout
 
             return run_layout(args)
+        if args.command == "rmaps-stat":
+            from .commands import run_rmaps_stat
+
+            return run_rmaps_stat(args)
         if args.command == "bench":
             from .bench import run_bench
 

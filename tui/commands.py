@@ -217,3 +217,20 @@ def _result_json(r: object) -> dict[str, object]:
         "recorded_ret": c.recorded_ret,
         "matches_recorded": r.matches_recorded,
     }
+
+
+# -- rmaps-stat -----------------------------------------------------------------------
+
+
+def run_rmaps_stat(args: argparse.Namespace) -> int:
+    """The VM's `mmu_rmaps_stat` after a workload, byte for byte as debugfs prints it."""
+    from engine.mmu.rmap_workloads import run_rmap_workload
+
+    try:
+        mmu = run_rmap_workload(
+            args.workload, children=args.children, pages=args.pages, pte_list_era=args.era
+        )
+    except ValueError as err:
+        raise CliError(str(err)) from None
+    sys.stdout.write(mmu.rmaps_stat(log2=args.log2).format())
+    return 0
