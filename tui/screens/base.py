@@ -13,6 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from engine.events import Event
+from engine.pacing import Pacer
 from engine.stats import compile_filter
 
 from ..widgets.events import EventPanel
@@ -143,3 +144,63 @@ class MmuScreen(Screen[None]):
 
     def _notify_export(self, message: str, severity: str) -> None:
         self.notify(message, title="export", severity=severity, timeout=8)  # type: ignore[arg-type]
+
+
+class PlayerScreen(MmuScreen):
+    """A screen that plays a model with a `Pacer`: one frame timer that runs only while
+    something moves, play/pause, faster/slower.  Subclasses give `tick()` (the frame's
+    work) and `show_state()` (redraw what the play state changes), and may keep the
+    timer running for their own animations through `animating_alone()`."""
+
+    FRAME = 1 / 30  # seconds between frames
+
+    def __init__(self, pacer: Pacer) -> None:
+        super().__init__()
+        self.pacer = pacer
+        self._last_tick = time.monotonic()
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self._player = self.set_interval(self.FRAME, self._frame, name="player")
+        self.sync_player()
+
+    def sync_player(self) -> None:
+        """The frame timer runs only while playing (a paused screen costs no CPU)."""
+        if self.pacer.playing or self.animating_alone():
+            self._last_tick = time.monotonic()
+            self._player.resume()
+        else:
+            self._player.pause()
+
+    def animating_alone(self) -> bool:
+        return False
+
+    def _frame(self) -> None:
+        now = time.monotonic()
+        dt, self._last_tick = now - self._last_tick, now
+        self.tick(now, min(dt, 0.25))
+
+    def tick(self, now: float, dt: float) -> None:
+        """One frame: `dt` seconds since the last one."""
+
+    def show_state(self) -> None:
+        """Redraw what play, pause and speed change (the header, at least)."""
+
+    def action_play_pause(self) -> None:
+        self.pacer.toggle()
+        self.sync_player()
+        self.show_state()
+
+    def pause(self) -> None:
+        if self.pacer.playing:
+            self.pacer.playing = False
+            self.sync_player()
+            self.show_state()
+
+    def action_faster(self) -> None:
+        self.pacer.faster()
+        self.show_state()
+
+    def action_slower(self) -> None:
+        self.pacer.slower()
+        self.show_state()

@@ -27,10 +27,9 @@ from ..widgets.lookup_bar import LookupBar
 from ..widgets.path_panel import PathPanel
 from ..widgets.slot_table import SlotTable
 from ..widgets.structure import StructureView
-from .base import MmuScreen
+from .base import PlayerScreen
 from .dialogs import GfnDialog, SlotDialog, SlotRequest, parse_number
 
-FRAME = 1 / 30  # seconds between ticks of the player
 ENGINE_BUDGET = 0.008  # seconds of engine work per tick, at most (the rest waits)
 PREFIX_SCANS = ("linear", "size-sorted")
 LEGEND = (
@@ -39,7 +38,7 @@ LEGEND = (
 )  # scans whose probes are positions 0..visits-1
 
 
-class MemslotsScreen(MmuScreen):
+class MemslotsScreen(PlayerScreen):
     BINDINGS = [
         Binding("space", "play_pause", "Play/Pause", tooltip="Play or pause the workload"),
         Binding("s", "step", "Step", tooltip="Reveal the next probe (or start the next lookup)"),
@@ -102,13 +101,11 @@ class MemslotsScreen(MmuScreen):
     ]
 
     def __init__(self, explorer: MemslotExplorer, pacer: Pacer) -> None:
-        super().__init__()
+        super().__init__(pacer)
         self.explorer = explorer
-        self.pacer = pacer
         self.record: LookupRecord | None = None
         self.highlight: Highlight | None = None
         self.lookups_done = 0
-        self._last_tick = time.monotonic()
         self._changed_hits: set[int] = set()
         self._costs_shown_at = 0.0
         self.rate = 0.0  # lookups per second measured over the last second
@@ -146,24 +143,15 @@ class MemslotsScreen(MmuScreen):
         self._show_structure()
         self.query_one(SlotTable).set_slots(self.explorer.slots(), self.explorer.names)
         self.query_one(LookupBar).show(None, 0, "", "")
-        self._player = self.set_interval(FRAME, self.tick, name="player")
-        self._sync_player()
         self._update_header()
-
-    def _sync_player(self) -> None:
-        """The frame timer runs only while playing: a paused explorer costs no CPU."""
-        if self.pacer.playing:
-            self._last_tick = time.monotonic()
-            self._player.resume()
-        else:
-            self._player.pause()
 
     # -- the player -------------------------------------------------------------------
 
-    def tick(self) -> None:
-        now = time.monotonic()
-        dt, self._last_tick = now - self._last_tick, now
-        started = self.pacer.advance(min(dt, 0.25))
+    def show_state(self) -> None:
+        self._update_header()
+
+    def tick(self, now: float, dt: float) -> None:
+        started = self.pacer.advance(dt)
         if started:
             self._run(started)
         elif self.highlight is not None and self.pacer.playing and self.pacer.animating:
@@ -282,17 +270,6 @@ class MemslotsScreen(MmuScreen):
 
     # -- actions: playing -------------------------------------------------------------
 
-    def action_play_pause(self) -> None:
-        self.pacer.toggle()
-        self._sync_player()
-        self._update_header()
-
-    def pause(self) -> None:
-        if self.pacer.playing:
-            self.pacer.playing = False
-            self._sync_player()
-            self._update_header()
-
     def action_step(self) -> None:
         self.pause()
         if self.highlight is not None and not self.highlight.done:
@@ -309,14 +286,6 @@ class MemslotsScreen(MmuScreen):
         if self.highlight is not None:
             self._reveal(self.highlight.steps)
         self._show_progress(time.monotonic(), force=True)
-
-    def action_faster(self) -> None:
-        self.pacer.faster()
-        self._update_header()
-
-    def action_slower(self) -> None:
-        self.pacer.slower()
-        self._update_header()
 
     # -- actions: strategy, caches, workload ------------------------------------------
 

@@ -20,14 +20,13 @@ from engine.pacing import Pacer
 from ..widgets.events import EventPanel
 from ..widgets.lookup_bar import LookupBar
 from ..widgets.mmu_panels import MmuCounters, PageLevels, SptGrid
-from .base import MmuScreen
+from .base import PlayerScreen
 
-FRAME = 1 / 30
 ENGINE_BUDGET = 0.008
 ZAP_BATCH_SECONDS = 0.25  # one lock hold of a replayed zap on screen
 
 
-class ShadowMmuScreen(MmuScreen):
+class ShadowMmuScreen(PlayerScreen):
     BINDINGS = [
         Binding("space", "play_pause", "Play/Pause", tooltip="Play or pause the guest"),
         Binding("s", "step", "Step", tooltip="Reveal the next level of the fault (or run on)"),
@@ -43,16 +42,14 @@ class ShadowMmuScreen(MmuScreen):
     ]  # fmt: skip
 
     def __init__(self, session: MmuSession, pacer: Pacer) -> None:
-        super().__init__()
+        super().__init__(pacer)
         self.session = session
-        self.pacer = pacer
         self.last: MmuStep | None = None
         self.path: list[tuple[KvmMmuPage, int]] = []
         self.shown = 0  # levels of the path revealed
         self.depth = -1  # selected level on the path (-1: the deepest)
         self.zap_replay: list[tuple[int, int]] = []
         self.zap_kind = ""
-        self._last_tick = time.monotonic()
         self._zap_at = 0.0
         session.subscribe(self.pending_events.append)
 
@@ -76,25 +73,20 @@ class ShadowMmuScreen(MmuScreen):
         super().on_mount()
         self.query_one("#levels").border_title = "shadow pages by level"
         self.query_one("#mmu-counters").border_title = "kvm->arch"
-        self._player = self.set_interval(FRAME, self.tick, name="player")
-        self._sync_player()
         self.redraw()
 
     # -- the player -------------------------------------------------------------------
 
-    def _sync_player(self) -> None:
-        if self.pacer.playing or self.zap_replay:
-            self._last_tick = time.monotonic()
-            self._player.resume()
-        else:
-            self._player.pause()
+    def animating_alone(self) -> bool:
+        return bool(self.zap_replay)  # a zap replays even while paused
 
-    def tick(self) -> None:
-        now = time.monotonic()
-        dt, self._last_tick = now - self._last_tick, now
+    def show_state(self) -> None:
+        self.redraw()
+
+    def tick(self, now: float, dt: float) -> None:
         if self.zap_replay:
             self._advance_zap(now)
-        started = self.pacer.advance(min(dt, 0.25))
+        started = self.pacer.advance(dt)
         if started:
             self._run(started)
         elif self.path and self.pacer.animating:
@@ -209,7 +201,7 @@ class ShadowMmuScreen(MmuScreen):
         self._zap_at = time.monotonic()
         self.path, self.shown = [], 0
         self.notify(f"{kind}: {zapped} pages in {len(holds)} lock holds", timeout=4)
-        self._sync_player()
+        self.sync_player()
         self.flush_events(force=True)
         self.redraw()
 
@@ -218,7 +210,7 @@ class ShadowMmuScreen(MmuScreen):
             self._zap_at = now
             self.zap_replay.pop(0)
             if not self.zap_replay:
-                self._sync_player()
+                self.sync_player()
 
     def _zap_caption(self) -> str:
         if not self.zap_replay:
@@ -237,15 +229,6 @@ class ShadowMmuScreen(MmuScreen):
         self._start_zap("slow zap", self.session.mmu.pages.zap_all())
 
     # -- actions ------------------------------------------------------------------
-
-    def action_play_pause(self) -> None:
-        self.pacer.toggle()
-        self._sync_player()
-        self.redraw()
-
-    def pause(self) -> None:
-        self.pacer.playing = False
-        self._sync_player()
 
     def action_step(self) -> None:
         self.pause()
@@ -270,14 +253,6 @@ class ShadowMmuScreen(MmuScreen):
             if step.exited:
                 self._show_step(step)
                 return
-
-    def action_faster(self) -> None:
-        self.pacer.faster()
-        self.redraw()
-
-    def action_slower(self) -> None:
-        self.pacer.slower()
-        self.redraw()
 
     def action_next_workload(self) -> None:
         names = MMU_WORKLOADS
