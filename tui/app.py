@@ -21,8 +21,6 @@ from engine.workload import DEFAULT_WORKLOAD
 
 from .themes import DEFAULT_THEME, THEME_VARIABLES, register_themes
 
-FREEZE_AFTER = 1.0  # seconds after start-up: the heap then is the app's long-lived one
-
 
 @dataclass(frozen=True, slots=True)
 class AppConfig:
@@ -69,16 +67,16 @@ class MmuscopeApp(App[None]):
             self.notify(warning, severity="warning", timeout=10)
         self.install_screen(self.memslots_screen(), "memslots")
         self.push_screen("memslots")
-        # Once the first frames are out (a full collection takes ~15 ms: not before).
-        self.set_timer(FREEZE_AFTER, self._freeze_startup_objects)
+        self.call_after_refresh(self._freeze_startup_objects)
 
     def _freeze_startup_objects(self) -> None:
         """Move everything alive after start-up out of the collector's sight.
 
         The widgets, styles and the engine's structures live as long as the app; left in
         the generations, each full collection rescans them (20-30 ms at 512 slots, a frame
-        and more while playing).  `gc.freeze()` is the standard fix for long-lived heaps."""
-        gc.collect()
+        and more while playing).  `gc.freeze()` is the standard fix for long-lived heaps.
+        No `gc.collect()` first: it would cost the first frame ~15 ms, and the little
+        start-up garbage frozen with the rest is freed by `on_unmount`'s unfreeze."""
         gc.freeze()
 
     def on_unmount(self) -> None:

@@ -85,8 +85,8 @@ class MmuScreen(Screen[None]):
 
     def flush_events(self, force: bool = False) -> None:
         """Hand the events gathered since the last frame to the panel (called every
-        frame); the totals are redrawn at most every COUNTER_REDRAW seconds, and once
-        more after the last change (rates are sampled every COUNTER_REFRESH)."""
+        frame); the log and the totals are redrawn at most every COUNTER_REDRAW seconds,
+        and once more after the last change (rates are sampled every COUNTER_REFRESH)."""
         panel = self.events_panel
         if self.pending_events:
             batch = self.pending_events[:]
@@ -98,6 +98,7 @@ class MmuScreen(Screen[None]):
         if self._counters_stale and due:
             self._counters_shown_at = now
             self._counters_stale = False
+            panel.flush_log()
             panel.show_counters()
 
     def _refresh_counters(self) -> None:

@@ -3,12 +3,14 @@
 The log prints events as `trace-cmd report` does (comm-pid [cpu] ts: name: fields); the
 counters table has kvm_stat's columns (Event, Total, %Total, CurAvg/s).  One regex filter
 (`f`, as in kvm_stat) applies to both.  Events arrive in batches once per frame; the log
-keeps the last `LOG_LINES_PER_FRAME` of a batch, the counters count all of them.
+keeps the last `LOG_LINES_PER_FLUSH` events until the screen flushes it (a few times a
+second), the counters count all of them.
 """
 
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Iterable
 
 from rich.text import Text
@@ -23,7 +25,7 @@ from engine.trace.lines import TRACE_CMD
 
 from .panel import TextPanel
 
-LOG_LINES_PER_FRAME = 12  # at full speed the log scrolls faster than anyone reads anyway
+LOG_LINES_PER_FLUSH = 40  # at full speed the log scrolls faster than anyone reads anyway
 LOG_MAX_LINES = 1000
 
 
@@ -77,6 +79,7 @@ class EventPanel(Horizontal):
         self.counters = EventCounters()
         self.pattern: re.Pattern[str] | None = None
         self.logged = 0  # lines written to the log since start
+        self._unwritten: deque[Event] = deque(maxlen=LOG_LINES_PER_FLUSH)
 
     def compose(self) -> ComposeResult:
         log = EventLog(max_lines=LOG_MAX_LINES, auto_scroll=True, id="event-log")
@@ -104,8 +107,15 @@ class EventPanel(Horizontal):
         for event in batch:
             self.counters.add(event.name)
         shown = [e for e in batch if self.pattern is None or self.pattern.search(e.name)]
-        if shown:
-            lines = [trace_line(e) for e in shown[-LOG_LINES_PER_FRAME:]]
+        self._unwritten.extend(shown[-LOG_LINES_PER_FLUSH:])
+
+    def flush_log(self) -> None:
+        """Write the events kept since the last flush.  Writing grows the log, and a log
+        that grows lays the whole screen out again: the screens flush a few times a
+        second, not every frame."""
+        if self._unwritten:
+            lines = [trace_line(e) for e in self._unwritten]
+            self._unwritten.clear()
             self.query_one(EventLog).write_lines(lines)
             self.logged += len(lines)
 
