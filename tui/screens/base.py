@@ -10,6 +10,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import Static
 
 from engine.events import Event
@@ -159,19 +160,29 @@ class PlayerScreen(MmuScreen):
         super().__init__()
         self.pacer = pacer
         self._last_tick = time.monotonic()
+        self._player: Timer | None = None
 
     def on_mount(self) -> None:
         super().on_mount()
-        self._player = self.set_interval(self.FRAME, self._frame, name="player")
         self.sync_player()
 
+    def on_unmount(self) -> None:
+        self._stop_player()
+
     def sync_player(self) -> None:
-        """The frame timer runs only while playing (a paused screen costs no CPU)."""
+        """The frame timer exists only while something moves (a paused screen costs no
+        CPU, and no paused timer task outlives the app)."""
         if self.pacer.playing or self.animating_alone():
-            self._last_tick = time.monotonic()
-            self._player.resume()
+            if self._player is None:
+                self._last_tick = time.monotonic()
+                self._player = self.set_interval(self.FRAME, self._frame, name="player")
         else:
-            self._player.pause()
+            self._stop_player()
+
+    def _stop_player(self) -> None:
+        if self._player is not None:
+            self._player.stop()
+            self._player = None
 
     def animating_alone(self) -> bool:
         return False
