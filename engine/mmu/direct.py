@@ -65,7 +65,7 @@ from .spte import (
     is_shadow_present_pte,
     make_mmio_spte,
     make_spte,
-    mmio_gen_wraps,
+    memslot_update_zaps,
     spte_to_pfn,
 )
 
@@ -207,12 +207,9 @@ class DirectMmu:
             self._listener(Event(name, fields))
 
     def _memslots_changed(self, event: Event) -> None:
-        if event.name == "kvm_arch_flush_shadow_memslot":
+        gen = int(event.fields.get("gen", 0))
+        if memslot_update_zaps(event.name, gen, self.vm.address_spaces):
             self.zap_all_fast()
-        elif event.name == "kvm_arch_memslots_updated" and mmio_gen_wraps(
-            int(event.fields["gen"]), self.vm.address_spaces
-        ):
-            self.zap_all_fast()  # "zapping shadow pages for mmio generation wraparound"
 
     # -- roots ----------------------------------------------------------------------
 

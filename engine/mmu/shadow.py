@@ -64,7 +64,7 @@ from .spte import (
     is_shadow_present_pte,
     make_mmio_spte,
     make_spte,
-    mmio_gen_wraps,
+    memslot_update_zaps,
     spte_to_pfn,
 )
 from .vtlb import VcpuVtlbs
@@ -134,11 +134,8 @@ class ShadowMmu:
     def _memslots_changed(self, event: Event) -> None:
         """DELETE/MOVE flush (`kvm_arch_flush_shadow_memslot`) or an MMIO generation wrap
         (`kvm_mmu_invalidate_mmio_sptes`): zap everything, fast."""
-        flush = event.name == "kvm_arch_flush_shadow_memslot"
-        wraps = event.name == "kvm_arch_memslots_updated" and mmio_gen_wraps(
-            int(event.fields["gen"]), self.vm.address_spaces
-        )
-        if flush or wraps:
+        gen = int(event.fields.get("gen", 0))
+        if memslot_update_zaps(event.name, gen, self.vm.address_spaces):
             self.zap_all_fast()
 
     def zap_all_fast(self) -> int:

@@ -470,3 +470,13 @@ def describe_spte(cfg: SpteConfig, spte: int, level: int) -> str:
     if spte & cfg.shadow_mmu_writable_mask and not spte & PT_WRITABLE_MASK:
         flags.append("wrprot")
     return f"L{level} leaf pfn {pfn:#x} ({spte_access_str(cfg, spte)}) {' '.join(flags)}"
+
+
+def memslot_update_zaps(name: str, gen: int, nr_address_spaces: int) -> bool:
+    """Whether a memslot event makes x86 zap every shadow page, fast: a DELETE or MOVE
+    (`kvm_arch_flush_shadow_memslot`), or a new generation whose MMIO bits wrap
+    (`kvm_mmu_invalidate_mmio_sptes`: "zapping shadow pages for mmio generation
+    wraparound")."""
+    if name == "kvm_arch_flush_shadow_memslot":
+        return True
+    return name == "kvm_arch_memslots_updated" and mmio_gen_wraps(gen, nr_address_spaces)
