@@ -45,6 +45,7 @@ SHOTS = (
     Shot("memslots-light", theme="mmuscope-light", keys=("n", "n", "n")),
     Shot("shadow-mmu", keys=("f2", "n", "n", "n", "n", "n", "n", "s")),
     Shot("shadow-mmu-netperf", keys=("f2", "w", "n", "n", "n", "n", "n", "n", "n")),
+    Shot("rmaps-fork", keys=("f3", *["n"] * 30)),
     Shot("help", keys=("question_mark",)),
     Shot("add-slot", keys=("a",)),
     Shot("filter", keys=("n", "f")),

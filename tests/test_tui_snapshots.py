@@ -145,3 +145,15 @@ def mmu_run_before(then: Iterable[str] = ()) -> Callable[[Pilot[object]], Awaita
 def test_shadow_mmu(snap_compare: SnapCompare, theme: str) -> None:
     app = snapshot_app(theme)
     assert snap_compare(app, terminal_size=(120, 40), run_before=mmu_run_before())
+
+
+@pytest.mark.parametrize("theme", THEMES)
+def test_rmap_screen(snap_compare: SnapCompare, theme: str) -> None:
+    async def run(pilot: Pilot[object]) -> None:
+        await pilot.pause()
+        await pilot.press("f3")
+        await pilot.pause()
+        await pilot.press(*["n"] * 20, "x")
+        await pilot.pause()
+
+    assert snap_compare(snapshot_app(theme), terminal_size=(120, 40), run_before=run)

@@ -44,6 +44,7 @@ class MmuscopeApp(App[None]):
         Binding("ctrl+q", "quit", "Quit", priority=True),
         Binding("f1", "show_view('memslots')", "Memslots", tooltip="The memslots screen"),
         Binding("f2", "show_view('mmu')", "Shadow MMU", tooltip="Faults, shadow pages, zaps"),
+        Binding("f3", "show_view('rmaps')", "Rmaps", tooltip="A fork storm's rmap chains"),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("t", "next_theme", "Theme", show=False, tooltip="Cycle the mmuscope themes"),
         Binding("S", "screenshot_svg", "Screenshot", show=False, tooltip="Save an SVG screenshot"),
@@ -104,12 +105,17 @@ class MmuscopeApp(App[None]):
         session = MmuSession(config.layout, seed=config.seed)
         return ShadowMmuScreen(session, Pacer(config.speed, playing=False))
 
+    def rmap_screen(self) -> Screen[None]:
+        from .screens.rmaps import RmapScreen
+
+        return RmapScreen(Pacer(self.config.speed, playing=False))
+
     # -- actions ----------------------------------------------------------------------
 
     def action_show_view(self, name: str) -> None:
         """Switch screens; each keeps its state (and pauses while hidden)."""
         if not self.is_screen_installed(name):
-            self.install_screen(self.mmu_screen(), name)
+            self.install_screen(self.mmu_screen() if name == "mmu" else self.rmap_screen(), name)
         target = self.get_screen(name)
         if self.screen is not target:
             pause = getattr(self.screen, "pause", None)

@@ -39,7 +39,7 @@ class MmuDrawing(Widget):
 
     DEFAULT_CSS = """
     MmuDrawing { background: $surface; padding: 0 1; border: round $panel;
-        border-title-color: $primary; }
+        border-title-color: $primary; text-wrap: nowrap; text-overflow: ellipsis; }
     MmuDrawing > .mmu--page { color: $node-idle; }
     MmuDrawing > .mmu--path { color: $node-path; text-style: bold; }
     MmuDrawing > .mmu--selected { color: $background; background: $node-compare;

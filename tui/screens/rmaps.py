@@ -1,0 +1,99 @@
+"""The rmap screen (F3): a fork storm on the shadow MMU growing one gfn's rmap, drawn as
+`pte_list_desc` boxes, the `mmu_rmaps_stat` histogram beside it, and the PTE_LIST_EXT
+era switchable live (seed 002, kvm-reference §3)."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Footer, Header
+
+from engine.mmu.rmap import ERAS
+from engine.mmu.rmap_lab import ForkLab
+from engine.mmu.rmap_workloads import DATA_GFN
+from engine.pacing import Pacer
+
+from ..widgets.events import EventPanel
+from ..widgets.rmap_panels import RmapBars, RmapChain
+from .base import PlayerScreen
+
+ERA_NAMES = tuple(ERAS)
+
+
+class RmapScreen(PlayerScreen):
+    BINDINGS = [
+        Binding("space", "play_pause", "Play/Pause", tooltip="Fork children continuously"),
+        Binding("n", "fork", "Fork", tooltip="fork(): one more child maps the shared pages"),
+        Binding("x", "exit_child", "Exit", tooltip="The oldest child exits (pte_list_remove)"),
+        Binding("E", "next_era", "Era", tooltip="PTE_LIST_EXT 3, 15, 14, 6.4: same storm"),
+        Binding("b", "toggle_buckets", "Buckets", tooltip="The kernel's ffs() or log2"),
+        Binding("plus,equals_sign", "faster", "Faster", key_display="+"),
+        Binding("minus", "slower", "Slower", key_display="-"),
+    ]
+
+    view_name = "rmaps"
+
+    def __init__(self, pacer: Pacer, *, era: str = "6.4") -> None:
+        super().__init__(pacer)
+        self.lab = ForkLab(era, emit=self.pending_events.append)
+        self.log2 = False
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="main"):
+            with Vertical(id="left"):
+                yield RmapChain(id="chain")
+            yield RmapBars(id="bars")
+        yield EventPanel(id="events")
+        yield Footer()
+        yield from self.compose_too_small()
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one("#bars").border_title = "mmu_rmaps_stat"
+        self.redraw()
+
+    def tick(self, now: float, dt: float) -> None:
+        for _ in range(min(self.pacer.advance(dt), 20)):
+            self.lab.fork()
+        self.flush_events()
+        self.redraw()
+
+    def show_state(self) -> None:
+        self.redraw()
+
+    def redraw(self) -> None:
+        lab = self.lab
+        chain = self.query_one(RmapChain)
+        chain.border_title = f"rmap of gfn {DATA_GFN:#x} (shared by the parent and its children)"
+        chain.show(lab.head(0), DATA_GFN)
+        self.query_one(RmapBars).show(lab.histogram(log2=self.log2), self.log2)
+        state = "▶ playing" if self.pacer.playing else "⏸ paused"
+        self.title = f"mmuscope · {lab.layout} · rmaps"
+        self.sub_title = (
+            f"shadow paging (EPT off) · PTE_LIST_EXT era {lab.era} · "
+            f"{len(lab.children)} children · {state} {self.pacer.speed:g}/s"
+        )
+
+    def action_fork(self) -> None:
+        self.pause()
+        self.lab.fork()
+        self.flush_events(force=True)
+        self.redraw()
+
+    def action_exit_child(self) -> None:
+        self.pause()
+        self.lab.exit()
+        self.flush_events(force=True)
+        self.redraw()
+
+    def action_next_era(self) -> None:
+        era = ERA_NAMES[(ERA_NAMES.index(self.lab.era) + 1) % len(ERA_NAMES)]
+        self.lab = self.lab.with_era(era)
+        self.notify(f"PTE_LIST_EXT era {era}: {ERAS[era].layout}", timeout=4)
+        self.redraw()
+
+    def action_toggle_buckets(self) -> None:
+        self.log2 = not self.log2
+        self.redraw()
