@@ -3,6 +3,8 @@ shrink it, the era switch replays the storm with another pte_list_desc, buckets 
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 from engine.mmu.rmap_lab import ForkLab
@@ -57,3 +59,23 @@ async def test_fork_exit_era_and_buckets(tmp_path: Path) -> None:
         await pilot.pause(0.6)
         assert len(screen.lab.children) > 14
         screen.lab.mmu.audit()
+
+
+async def test_e_exports_the_rmap_chain(tmp_path: Path) -> None:
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f3")
+        await pilot.pause()
+        for _ in range(20):
+            await pilot.press("n")
+        await pilot.press("e")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+    dots = list(tmp_path.glob("mmuscope-rmaps-*.dot"))
+    assert len(dots) == 1
+    text = dots[0].read_text()
+    assert text.startswith("digraph rmap {") and "d0 -> d1" in text
+    if shutil.which("dot"):
+        done = subprocess.run(["dot", "-Tplain"], input=text, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert len(list(tmp_path.glob("mmuscope-rmaps-*.pdf"))) == 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..mmu.mmu_pages import SPTES_PER_PAGE, KvmMmuPage, MmuPages
+from ..mmu.rmap import KvmRmapHead
 from .dot import EMPTY_FONT, FONT, VISIT_FILL, VISIT_LINE, format_attrs, graph_label, quote
 
 
@@ -52,3 +53,38 @@ def pages_to_dot(pages: MmuPages, *, title: str = "", path: Iterable[KvmMmuPage]
         lines.append(f"  {{ rank=same; {' '.join(ids)} }}")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def rmap_to_dot(head: KvmRmapHead, gfn: int, *, title: str = "") -> str:
+    """One rmap as Graphviz: `kvm_rmap_head.val` → each `pte_list_desc` as a row of its
+    PTE_LIST_EXT cells (filled = an sptep), linked by `more`."""
+    era = head.era
+    lines = [
+        "digraph rmap {",
+        f"  graph [rankdir=LR, fontname={quote(FONT)}, label={graph_label([title])}];",
+        f"  node [shape=plaintext, fontname={quote(FONT)}, fontsize=10];",
+        f"  head {format_attrs({'shape': 'box', 'label': _head_label(head, gfn)})};",
+    ]
+    previous = "head"
+    for number, desc in enumerate(head.descs):
+        used = desc.used()
+        cells = "".join(
+            f'<TD BGCOLOR="{VISIT_FILL if i < used and desc.sptes[i] else "#ffffff"}"> </TD>'
+            for i in range(era.ext)
+        )
+        counts = f"spte_count {desc.spte_count}" if era.has_spte_count else ""
+        if era.has_tail_count:
+            counts += f" tail_count {desc.tail_count}"
+        label = (
+            f'<<TABLE BORDER="0" CELLBORDER="1" CELLSPACING="0"><TR><TD COLSPAN="{era.ext}">'
+            f"desc {number} {counts}</TD></TR><TR>{cells}</TR></TABLE>>"
+        )
+        lines.append(f"  d{number} {format_attrs({'label': label})};")
+        lines.append(f"  {previous} -> d{number};")
+        previous = f"d{number}"
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _head_label(head: KvmRmapHead, gfn: int) -> str:
+    return f"rmap_head of gfn {gfn:#x}\ncount {head.count()}, PTE_LIST_EXT {head.era.ext}"

@@ -76,6 +76,16 @@ class RmapScreen(PlayerScreen):
             f"{len(lab.children)} children · {state} {self.pacer.speed:g}/s"
         )
 
+    def export_dot(self) -> tuple[str, int] | None:
+        """The shared gfn's rmap chain as a graph."""
+        from engine.export.mmu_dot import rmap_to_dot
+
+        head = self.lab.head(0)
+        if head is None or head.is_empty:
+            return None
+        title = f"fork storm, {len(self.lab.children)} children, PTE_LIST_EXT era {self.lab.era}"
+        return rmap_to_dot(head, DATA_GFN, title=title), len(head.descs) + 1
+
     def action_fork(self) -> None:
         self.pause()
         self.lab.fork()
