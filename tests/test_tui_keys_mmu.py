@@ -8,7 +8,7 @@ from pathlib import Path
 
 from engine.mmu.mmu_pages import BATCH_ZAP_PAGES
 from engine.mmu.session import MMU_WORKLOADS
-from tests.tui_pilot import SIZE, build, memslots
+from tests.tui_pilot import SIZE, build, memslots, press_export
 from tui.app import MmuscopeApp
 from tui.screens.memslots import MemslotsScreen
 from tui.screens.shadow_mmu import ShadowMmuScreen
@@ -140,9 +140,7 @@ async def test_e_exports_the_shadow_pages(tmp_path: Path) -> None:
         await pilot.press("f2")
         for _ in range(5):
             await pilot.press("n")
-        await pilot.press("e")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
+        await press_export(pilot)
     dots = list(tmp_path.glob("mmuscope-mmu-pc-4g-*.dot"))
     assert len(dots) == 1
     text = dots[0].read_text()

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 from engine.mmu.rmap_lab import ForkLab
-from tests.tui_pilot import SIZE, build
+from tests.tui_pilot import SIZE, build, press_export
 from tui.app import MmuscopeApp
 from tui.screens.rmaps import RmapScreen
 from tui.widgets.rmap_panels import RmapBars, RmapChain
@@ -68,9 +68,7 @@ async def test_e_exports_the_rmap_chain(tmp_path: Path) -> None:
         await pilot.pause()
         for _ in range(20):
             await pilot.press("n")
-        await pilot.press("e")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
+        await press_export(pilot)
     dots = list(tmp_path.glob("mmuscope-rmaps-*.dot"))
     assert len(dots) == 1
     text = dots[0].read_text()

@@ -28,6 +28,7 @@ from tests.tui_pilot import (
     fill,
     memslots,
     paste,
+    press_export,
     structure_text,
     text_of,
 )
@@ -210,9 +211,7 @@ async def test_e_exports_dot_and_pdf(tmp_path: Path) -> None:
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("n")
-        await pilot.press("e")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
+        await press_export(pilot)
         dots = list(tmp_path.glob("*.dot"))
         assert len(dots) == 1, list(tmp_path.iterdir())
         assert "pc-4g" in dots[0].name and "rbtree" in dots[0].name
@@ -229,9 +228,7 @@ async def test_e_exports_dot_and_pdf(tmp_path: Path) -> None:
 async def test_e_exports_an_array_strategy(tmp_path: Path) -> None:
     app = build(tmp_path, lookup="linear")
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("e")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
+        await press_export(pilot)
         dots = list(tmp_path.glob("*linear*.dot"))
         assert len(dots) == 1, list(tmp_path.iterdir())
 

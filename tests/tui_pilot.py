@@ -95,3 +95,10 @@ async def fill(pilot: Pilot, dialog: Screen[None], values: dict[str, str]) -> No
         else:
             await pilot.press("backspace")
         assert field.value == value, (selector, field.value)
+
+
+async def press_export(pilot: Pilot[object]) -> None:
+    """Press `e` and wait for the export worker to finish writing its files."""
+    await pilot.press("e")
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()

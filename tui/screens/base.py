@@ -9,9 +9,10 @@ from pathlib import Path
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Static
+from textual.widgets import Footer, Header, Static
 
 from engine.events import Event
 from engine.pacing import Pacer
@@ -55,8 +56,19 @@ class MmuScreen(Screen[None]):
         self._counters_shown_at = 0.0
         self._counters_stale = False
 
-    def compose_too_small(self) -> ComposeResult:
+    def compose(self) -> ComposeResult:
+        """The frame every screen shares: header, the screen's own widgets in `#main`,
+        the event panel, the footer, and the too-small message."""
+        yield Header()
+        with Horizontal(id="main"):
+            yield from self.compose_main()
+        yield EventPanel(id="events")
+        yield Footer()
         yield TooSmall(id="too-small")
+
+    def compose_main(self) -> ComposeResult:
+        """The screen's own widgets, between the header and the event panel."""
+        yield from ()
 
     @property
     def events_panel(self) -> EventPanel:

@@ -8,8 +8,7 @@ import time
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer, Header
+from textual.containers import Vertical
 
 from engine.errors import KvmError
 from engine.explorer import LookupRecord, MemslotExplorer
@@ -21,7 +20,6 @@ from engine.workload import WORKLOADS
 
 from ..messages import WindowMoved
 from ..widgets.cost_panel import CostPanel
-from ..widgets.events import EventPanel
 from ..widgets.highlight import Highlight
 from ..widgets.lookup_bar import LookupBar
 from ..widgets.path_panel import PathPanel
@@ -120,19 +118,14 @@ class MemslotsScreen(PlayerScreen):
 
     # -- layout -----------------------------------------------------------------------
 
-    def compose(self) -> ComposeResult:
-        yield Header()
-        with Horizontal(id="main"):
-            with Vertical(id="left"):
-                yield LookupBar(id="lookup-bar")
-                yield StructureView(id="structure")
-                yield PathPanel(id="path")
-            with Vertical(id="right"):
-                yield SlotTable(id="slots")
-                yield CostPanel(id="costs")
-        yield EventPanel(id="events")
-        yield Footer()
-        yield from self.compose_too_small()
+    def compose_main(self) -> ComposeResult:
+        with Vertical(id="left"):
+            yield LookupBar(id="lookup-bar")
+            yield StructureView(id="structure")
+            yield PathPanel(id="path")
+        with Vertical(id="right"):
+            yield SlotTable(id="slots")
+            yield CostPanel(id="costs")
 
     def on_mount(self) -> None:
         super().on_mount()

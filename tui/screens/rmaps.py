@@ -6,15 +6,13 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer, Header
+from textual.containers import Vertical
 
 from engine.mmu.rmap import ERAS
 from engine.mmu.rmap_lab import ForkLab
 from engine.mmu.rmap_workloads import DATA_GFN
 from engine.pacing import Pacer
 
-from ..widgets.events import EventPanel
 from ..widgets.rmap_panels import RmapBars, RmapChain
 from .base import PlayerScreen
 
@@ -39,15 +37,10 @@ class RmapScreen(PlayerScreen):
         self.lab = ForkLab(era, emit=self.pending_events.append)
         self.log2 = False
 
-    def compose(self) -> ComposeResult:
-        yield Header()
-        with Horizontal(id="main"):
-            with Vertical(id="left"):
-                yield RmapChain(id="chain")
-            yield RmapBars(id="bars")
-        yield EventPanel(id="events")
-        yield Footer()
-        yield from self.compose_too_small()
+    def compose_main(self) -> ComposeResult:
+        with Vertical(id="left"):
+            yield RmapChain(id="chain")
+        yield RmapBars(id="bars")
 
     def on_mount(self) -> None:
         super().on_mount()

@@ -9,15 +9,13 @@ import time
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer, Header
+from textual.containers import Vertical
 
 from engine.mmu.mmu_pages import KvmMmuPage
 from engine.mmu.session import MMU_WORKLOADS, MmuSession, MmuStep
 from engine.mmu.views import fault_path, pages_by_level, spt_cells, zap_batches
 from engine.pacing import Pacer
 
-from ..widgets.events import EventPanel
 from ..widgets.lookup_bar import LookupBar
 from ..widgets.mmu_panels import MmuCounters, PageLevels, SptGrid
 from .base import PlayerScreen
@@ -57,17 +55,12 @@ class ShadowMmuScreen(PlayerScreen):
     def view_name(self) -> str:  # type: ignore[override]
         return f"mmu-{self.session.layout.name}"
 
-    def compose(self) -> ComposeResult:
-        yield Header()
-        with Horizontal(id="main"):
-            with Vertical(id="left"):
-                yield LookupBar(id="fault-bar")
-                yield PageLevels(id="levels")
-                yield SptGrid(id="grid")
-            yield MmuCounters(id="mmu-counters")
-        yield EventPanel(id="events")
-        yield Footer()
-        yield from self.compose_too_small()
+    def compose_main(self) -> ComposeResult:
+        with Vertical(id="left"):
+            yield LookupBar(id="fault-bar")
+            yield PageLevels(id="levels")
+            yield SptGrid(id="grid")
+        yield MmuCounters(id="mmu-counters")
 
     def on_mount(self) -> None:
         super().on_mount()
