@@ -7,12 +7,15 @@ import shutil
 from pathlib import Path
 
 from engine.mmu.mmu_pages import BATCH_ZAP_PAGES
-from engine.mmu.session import MMU_WORKLOADS
+from engine.mmu.session import MMU_WORKLOADS, MmuSession
+from engine.mmu.shadow_session import SHADOW_WORKLOADS, ShadowSession
+from engine.mmu.spte import SPTE_CONFIGS
 from tests.tui_pilot import SIZE, build, memslots, press_export
 from tui.app import MmuscopeApp
 from tui.screens.memslots import MemslotsScreen
 from tui.screens.shadow_mmu import ShadowMmuScreen
 from tui.widgets.lookup_bar import LookupBar
+from tui.widgets.mmu_panels import GuestPanel, PageLevels
 
 
 def shadow(app: MmuscopeApp) -> ShadowMmuScreen:
@@ -148,3 +151,54 @@ async def test_e_exports_the_shadow_pages(tmp_path: Path) -> None:
     assert "fillcolor" in text  # the last fault's path
     if shutil.which("dot"):
         assert len(list(tmp_path.glob("mmuscope-mmu-pc-4g-*.pdf"))) == 1
+
+
+async def test_p_switches_to_shadow_paging_with_guest_walks_and_the_vtlb(tmp_path: Path) -> None:
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f2")
+        mmu = shadow(app)
+        assert isinstance(mmu.session, MmuSession)
+        assert "EPT on" in str(mmu.query_one(GuestPanel).content)
+        await pilot.press("p")
+        session = mmu.session
+        assert isinstance(session, ShadowSession) and session.mmu.vtlbs is not None
+        assert "shadow paging" in str(mmu.sub_title)
+        await pilot.press("n")
+        assert mmu.last is not None and "cr3" in str(mmu.query_one(LookupBar).content)
+        panel = str(mmu.query_one(GuestPanel).content)
+        assert "PML4E" in panel and "vtlb vcpu" in panel
+        assert session.last_walk and session.last_walk[0][0] == 4
+        await pilot.press("V")  # the vtlb off: a new guest
+        assert mmu.session is not session and mmu.session.mmu.vtlbs is None  # type: ignore[union-attr]
+        assert mmu.session.steps == 0 and mmu.last is None
+        await pilot.press("p")  # 2011: no MMIO sptes
+        assert mmu.session.mmu.cfg == SPTE_CONFIGS["2011-shadow-no-mmio-cache"]
+        await pilot.press("p")
+        assert isinstance(mmu.session, MmuSession)
+
+
+async def test_w_cycles_the_shadow_workloads_and_each_runs(tmp_path: Path) -> None:
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f2", "p")
+        mmu = shadow(app)
+        seen = []
+        for _ in SHADOW_WORKLOADS:
+            seen.append(mmu.session.workload)
+            await pilot.press("n", "n", "n")
+            assert mmu.last is not None and mmu.last.exited
+            await pilot.press("w")
+        assert seen == list(SHADOW_WORKLOADS) and mmu.session.workload == seen[0]
+        mmu.session.audit()
+
+
+async def test_the_roots_line_counts_pages_below_each_root(tmp_path: Path) -> None:
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f2", "p")
+        mmu = shadow(app)
+        for _ in range(6):
+            await pilot.press("n")
+        assert mmu.reach and all(r.per_level[0] == 1 for r in mmu.reach)
+        assert "root [" in str(mmu.query_one(PageLevels).content)

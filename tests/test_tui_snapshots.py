@@ -148,6 +148,20 @@ def test_shadow_mmu(snap_compare: SnapCompare, theme: str) -> None:
 
 
 @pytest.mark.parametrize("theme", THEMES)
+def test_shadow_paging(snap_compare: SnapCompare, theme: str) -> None:
+    """EPT off: two processes' roots, a guest walk, the vtlb."""
+
+    async def run(pilot: Pilot[object]) -> None:
+        await pilot.pause()
+        await pilot.press("f2", "p")
+        await pilot.pause()
+        await pilot.press(*["n"] * 9)
+        await pilot.pause()
+
+    assert snap_compare(snapshot_app(theme), terminal_size=(120, 40), run_before=run)
+
+
+@pytest.mark.parametrize("theme", THEMES)
 def test_rmap_screen(snap_compare: SnapCompare, theme: str) -> None:
     async def run(pilot: Pilot[object]) -> None:
         await pilot.pause()

@@ -45,6 +45,8 @@ class MmuscopeApp(App[None]):
         Binding("f1", "show_view('memslots')", "Memslots", tooltip="The memslots screen"),
         Binding("f2", "show_view('mmu')", "Shadow MMU", tooltip="Faults, shadow pages, zaps"),
         Binding("f3", "show_view('rmaps')", "Rmaps", tooltip="A fork storm's rmap chains"),
+        Binding("f4", "show_view('tlb')", "TLB flush", tooltip="Paravirt TLB flush (seed 001)"),
+        Binding("f5", "show_view('power')", "POWER", tooltip="POWER hash page table keys"),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("t", "next_theme", "Theme", show=False, tooltip="Cycle the mmuscope themes"),
         Binding("S", "screenshot_svg", "Screenshot", show=False, tooltip="Save an SVG screenshot"),
@@ -103,19 +105,40 @@ class MmuscopeApp(App[None]):
 
         config = self.config
         session = MmuSession(config.layout, seed=config.seed)
-        return ShadowMmuScreen(session, Pacer(config.speed, playing=False))
+        return ShadowMmuScreen(session, Pacer(config.speed, playing=False), seed=config.seed)
 
     def rmap_screen(self) -> Screen[None]:
         from .screens.rmaps import RmapScreen
 
         return RmapScreen(Pacer(self.config.speed, playing=False))
 
+    def tlb_screen(self) -> Screen[None]:
+        from .screens.tlb import TlbScreen
+
+        return TlbScreen(Pacer(self.config.speed, playing=False))
+
+    def power_screen(self) -> Screen[None]:
+        from .screens.power import PowerScreen
+
+        return PowerScreen(Pacer(self.config.speed, playing=False))
+
+    def make_screen(self, name: str) -> Screen[None]:
+        """The screen behind a view name (built on first use)."""
+        factories = {
+            "memslots": self.memslots_screen,
+            "mmu": self.mmu_screen,
+            "rmaps": self.rmap_screen,
+            "tlb": self.tlb_screen,
+            "power": self.power_screen,
+        }
+        return factories[name]()
+
     # -- actions ----------------------------------------------------------------------
 
     def action_show_view(self, name: str) -> None:
         """Switch screens; each keeps its state (and pauses while hidden)."""
         if not self.is_screen_installed(name):
-            self.install_screen(self.mmu_screen() if name == "mmu" else self.rmap_screen(), name)
+            self.install_screen(self.make_screen(name), name)
         target = self.get_screen(name)
         if self.screen is not target:
             pause = getattr(self.screen, "pause", None)

@@ -10,7 +10,7 @@ Workloads (issue 4, seeds 000 and 003):
   first access caches an MMIO spte, the rest are emulated without a memslot search);
 - `churn`: `kernbench` plus a memslot update every `CHURN_EVERY` accesses (a BAR
   created and deleted), so generations advance, MMIO sptes go stale and DELETE zaps.
-`fork` and `pfault` need guest page tables (shadow paging, EPT off) and live elsewhere.
+`fork` and `pfault` need guest page tables: shadow paging, `shadow_session.py`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,11 @@ from dataclasses import dataclass, replace
 from ..errors import KvmError
 from ..events import Event
 from ..layouts.layout import Layout, build_vm
+from ..vm import Vm
 from .direct import DirectMmu, spte_index
+from .mmu_pages import KvmMmuPage
 from .spte import SPTE_CONFIGS, RetPf, is_mmio_spte
+from .views import fault_path
 
 PAGE_SHIFT = 12
 ACCESS_NS = 1000  # virtual time between two guest accesses, for event timestamps
@@ -39,6 +42,10 @@ class MmuAccess:
     gpa: int
     write: bool
 
+    @property
+    def label(self) -> str:
+        return f"gpa {self.gpa:#x}"
+
 
 @dataclass(frozen=True, slots=True)
 class MmuStep:
@@ -52,6 +59,9 @@ class MmuStep:
 
 class MmuSession:
     """A guest (a `Layout`), its direct MMU and a workload; deterministic for a seed."""
+
+    paging = "ept"
+    workloads = MMU_WORKLOADS
 
     def __init__(
         self,
@@ -112,6 +122,11 @@ class MmuSession:
         gfn = slot.base_gfn + rng.randrange(slot.npages)
         return MmuAccess(vcpu, gfn << PAGE_SHIFT, write=rng.random() < 0.3)
 
+    def set_workload(self, workload: str) -> None:
+        if workload not in MMU_WORKLOADS:
+            raise ValueError(f"unknown workload {workload!r}; choose from {MMU_WORKLOADS}")
+        self.workload = workload
+
     def step(self) -> MmuStep:
         update = self._churn() if self.workload == "churn" else ""
         access = self.next_access()
@@ -148,20 +163,27 @@ class MmuSession:
                 return sp.spt[index]
             sp = child
 
+    def path_of(self, step: MmuStep) -> list[tuple[KvmMmuPage, int]]:
+        """The pages the access's gfn walks through, root first."""
+        root = self.mmu.roots.get(step.access.vcpu)
+        return fault_path(self.mmu.pages, root, step.access.gpa >> PAGE_SHIFT) if root else []
+
     def _churn(self) -> str:
-        """Every CHURN_EVERY accesses, create or delete a 1 MiB BAR-like slot."""
-        if self.steps % CHURN_EVERY:
-            return ""
-        exists = self.vm.slot(0, CHURN_SLOT) is not None
-        try:
-            if exists:
-                self.vm.set_user_memory_region(CHURN_SLOT, 0, 0, 0, 0)
-                return "delete"
-            self.vm.set_user_memory_region(CHURN_SLOT, 0, 0xFD00_0000, 1 << 20, 0x7E00_0000_0000)
-            return "create"
-        except KvmError as err:  # a layout that already uses that range
-            return f"refused: {err.errno_name}"
+        return "" if self.steps % CHURN_EVERY else churn_update(self.vm)
 
     def audit(self) -> None:
         self.mmu.audit()
         self.vm.audit()
+
+
+def churn_update(vm: Vm) -> str:
+    """The churn workload's memslot update: create a 1 MiB BAR-like slot, or delete it."""
+    exists = vm.slot(0, CHURN_SLOT) is not None
+    try:
+        if exists:
+            vm.set_user_memory_region(CHURN_SLOT, 0, 0, 0, 0)
+            return "delete"
+        vm.set_user_memory_region(CHURN_SLOT, 0, 0xFD00_0000, 1 << 20, 0x7E00_0000_0000)
+        return "create"
+    except KvmError as err:  # a layout that already uses that range
+        return f"refused: {err.errno_name}"

@@ -246,6 +246,7 @@ SPTE_CONFIGS: Mapping[str, SpteConfig] = MappingProxyType(
         "shadow-52bit": SpteConfig(ept=False, host_phys_bits=52),  # MMIO caching impossible
         # 2011 had no MMIO sptes at all; modelled as today's layout with caching off.
         "2011-no-mmio-cache": SpteConfig(ept=True, ad_bits=False, mmio_caching=False),
+        "2011-shadow-no-mmio-cache": SpteConfig(ept=False, mmio_caching=False),
     }
 )
 

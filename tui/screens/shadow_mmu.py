@@ -1,7 +1,8 @@
-"""The shadow-MMU screen: a guest faulting on the direct MMU (EPT on), its shadow pages by
-level, one page's 512 sptes, MMIO sptes cached and hit, and zaps — the fast one replayed
-batch by batch with its lock breaks, the slow one in a single hold (seeds 000 and 003,
-kvm-reference §4-§6)."""
+"""The shadow-MMU screen: a guest faulting on the direct MMU (EPT on) or on shadow paging
+(EPT off: guest processes, their walks, the vtlb), its pages by level with each root's
+reach, one page's 512 sptes, MMIO sptes cached and hit, and zaps — the fast one
+replayed batch by batch with its lock breaks, the slow one in a single hold (seeds 000,
+002, 003 and 004, kvm-reference §4-§6)."""
 
 from __future__ import annotations
 
@@ -11,17 +12,29 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 
+from engine.mmu.dag import RootReach, root_reach
 from engine.mmu.mmu_pages import KvmMmuPage
-from engine.mmu.session import MMU_WORKLOADS, MmuSession, MmuStep
-from engine.mmu.views import fault_path, pages_by_level, spt_cells, zap_batches
+from engine.mmu.role import ACC_EXEC_MASK, ACC_USER_MASK, ACC_WRITE_MASK
+from engine.mmu.session import MmuSession, MmuStep
+from engine.mmu.shadow_session import ShadowSession, ShadowStep
+from engine.mmu.views import pages_by_level, spt_cells, zap_batches
 from engine.pacing import Pacer
 
 from ..widgets.lookup_bar import LookupBar
-from ..widgets.mmu_panels import MmuCounters, PageLevels, SptGrid
+from ..widgets.mmu_panels import GuestPanel, MmuCounters, PageLevels, SptGrid
 from .base import PlayerScreen
 
 ENGINE_BUDGET = 0.008
 ZAP_BATCH_SECONDS = 0.25  # one lock hold of a replayed zap on screen
+REACH_SECONDS = 0.5  # the roots' reach (a networkx pass over every page) at most this often
+#: `p` cycles these: (name, spte config, shadow paging?)
+PAGING_MODES = (
+    ("EPT, direct pages", "ept", False),
+    ("shadow paging (EPT off)", "shadow", True),
+    ("shadow paging, 2011: no MMIO sptes", "2011-shadow-no-mmio-cache", True),
+)
+Session = MmuSession | ShadowSession
+Step = MmuStep | ShadowStep
 
 
 class ShadowMmuScreen(PlayerScreen):
@@ -31,7 +44,12 @@ class ShadowMmuScreen(PlayerScreen):
         Binding("n", "next_exit", "Next", tooltip="Run until the next VM exit, paused"),
         Binding("plus,equals_sign", "faster", "Faster", key_display="+"),
         Binding("minus", "slower", "Slower", key_display="-"),
-        Binding("w", "next_workload", "Workload", tooltip="kernbench, netperf, churn"),
+        Binding("w", "next_workload", "Workload",
+                tooltip="kernbench, netperf, churn; with shadow paging also fork, pfault"),
+        Binding("p", "next_paging", "Paging",
+                tooltip="EPT, shadow paging, shadow paging without MMIO sptes (2011)"),
+        Binding("V", "toggle_vtlb", "vtlb", show=False,
+                tooltip="Shadow paging: the 16-entry vtlb of seed 000 on or off"),
         Binding("z", "fast_zap", "Fast zap", tooltip="kvm_mmu_zap_all_fast: new generation"),
         Binding("Z", "slow_zap", "Slow zap", tooltip="The old kvm_mmu_zap_all: one lock hold"),
         Binding("left_square_bracket", "select(-1)", "Up a level", show=False, key_display="["),
@@ -39,17 +57,23 @@ class ShadowMmuScreen(PlayerScreen):
                 key_display="]"),
     ]  # fmt: skip
 
-    def __init__(self, session: MmuSession, pacer: Pacer) -> None:
+    def __init__(self, session: Session, pacer: Pacer, *, seed: int = 1) -> None:
         super().__init__(pacer)
-        self.session = session
-        self.last: MmuStep | None = None
+        self.session: Session = session
+        self.seed = seed
+        self.paging = 0 if session.paging == "ept" else 1
+        self.vtlb = True
+        self.reach: list[RootReach] = []
+        self._reach_at = -REACH_SECONDS
+        self._reach_key: object = None
+        self.last: Step | None = None
         self.path: list[tuple[KvmMmuPage, int]] = []
         self.shown = 0  # levels of the path revealed
         self.depth = -1  # selected level on the path (-1: the deepest)
         self.zap_replay: list[tuple[int, int]] = []
         self.zap_kind = ""
         self._zap_at = 0.0
-        session.subscribe(self.pending_events.append)
+        self._unsubscribe = session.subscribe(self.pending_events.append)
 
     @property
     def view_name(self) -> str:  # type: ignore[override]
@@ -60,12 +84,53 @@ class ShadowMmuScreen(PlayerScreen):
             yield LookupBar(id="fault-bar")
             yield PageLevels(id="levels")
             yield SptGrid(id="grid")
-        yield MmuCounters(id="mmu-counters")
+        with Vertical(id="mmu-right"):
+            yield MmuCounters(id="mmu-counters")
+            yield GuestPanel(id="guest")
 
     def on_mount(self) -> None:
         super().on_mount()
         self.query_one("#levels").border_title = "shadow pages by level"
         self.query_one("#mmu-counters").border_title = "kvm->arch"
+        self.redraw()
+
+    # -- the session ------------------------------------------------------------------
+
+    def _replace_session(self, session: Session) -> None:
+        """Start over on a new guest (same layout, seed and workload where it exists)."""
+        self._unsubscribe()
+        self.session = session
+        self._unsubscribe = session.subscribe(self.pending_events.append)
+        self.last, self.path, self.shown, self.depth = None, [], 0, -1
+        self.zap_replay = []
+        self._reach_key = None
+        self.sync_player()
+
+    def _new_session(self, workload: str) -> Session:
+        _, config, shadow = PAGING_MODES[self.paging]
+        layout = self.session.layout
+        if shadow:
+            return ShadowSession(
+                layout, workload=workload, seed=self.seed, spte_config=config, vtlb=self.vtlb
+            )
+        return MmuSession(layout, workload=workload, seed=self.seed, spte_config=config)
+
+    def action_next_paging(self) -> None:
+        self.paging = (self.paging + 1) % len(PAGING_MODES)
+        workload = self.session.workload
+        shadow = PAGING_MODES[self.paging][2]
+        names = ShadowSession.workloads if shadow else MmuSession.workloads
+        self._replace_session(self._new_session(workload if workload in names else names[0]))
+        self.notify(f"{PAGING_MODES[self.paging][0]}: a new guest", timeout=3)
+        self.redraw()
+
+    def action_toggle_vtlb(self) -> None:
+        if not isinstance(self.session, ShadowSession):
+            self.notify("the vtlb is for shadow paging: press p first", severity="warning")
+            return
+        self.vtlb = not self.vtlb
+        self._replace_session(self._new_session(self.session.workload))
+        self.notify(f"vtlb {'on' if self.vtlb else 'off'}: a new guest", timeout=3)
         self.redraw()
 
     # -- the player -------------------------------------------------------------------
@@ -87,7 +152,7 @@ class ShadowMmuScreen(PlayerScreen):
         self.flush_events()
         self.redraw()
 
-    def _run(self, count: int) -> MmuStep | None:
+    def _run(self, count: int) -> Step | None:
         """Run up to `count` accesses in the engine budget; show the last VM exit."""
         deadline = time.perf_counter() + ENGINE_BUDGET
         shown = None
@@ -101,11 +166,9 @@ class ShadowMmuScreen(PlayerScreen):
             self._show_step(shown)
         return shown
 
-    def _show_step(self, step: MmuStep) -> None:
+    def _show_step(self, step: Step) -> None:
         self.last = step
-        root = self.session.mmu.roots.get(step.access.vcpu)
-        gfn = step.access.gpa >> 12
-        self.path = fault_path(self.session.mmu.pages, root, gfn) if root else []
+        self.path = self.session.path_of(step)  # type: ignore[arg-type]
         self.shown = self.pacer.revealed(len(self.path)) if self.pacer.playing else 1
         self.depth = -1
 
@@ -117,7 +180,12 @@ class ShadowMmuScreen(PlayerScreen):
         selected, marked = self._selected()
         zapping = self._zap_caption()
         self.query_one(PageLevels).show(
-            pages_by_level(mmu.pages), path_pages, selected, mmu.pages.mmu_valid_gen, zapping
+            pages_by_level(mmu.pages),
+            path_pages,
+            selected,
+            mmu.pages.mmu_valid_gen,
+            zapping,
+            self._root_reach(),
         )
         grid = self.query_one(SptGrid)
         if selected is None:
@@ -133,7 +201,45 @@ class ShadowMmuScreen(PlayerScreen):
             )
         self.query_one(LookupBar).show_content(self._fault_words())
         self.query_one(MmuCounters).show(self._counter_lines(), mmu.pages.lock_holds)
+        self._show_guest()
         self._update_header()
+
+    def _root_reach(self) -> list[RootReach]:
+        """Each root's reach: a networkx pass over every page, so while playing at most
+        every REACH_SECONDS; paused, whenever the pages changed."""
+        pages, roots = self.session.mmu.pages, self.session.mmu.roots
+        key = (self.session.steps, pages.n_used_mmu_pages, pages.mmu_valid_gen,
+               tuple(sorted((v, r.seq) for v, r in roots.items())))  # fmt: skip
+        now = time.monotonic()
+        if key == self._reach_key or (self.pacer.playing and now - self._reach_at < REACH_SECONDS):
+            return self.reach
+        self._reach_at, self._reach_key = now, key
+        self.reach = root_reach(pages, roots)
+        return self.reach
+
+    def _show_guest(self) -> None:
+        panel = self.query_one(GuestPanel)
+        session = self.session
+        if not isinstance(session, ShadowSession):
+            panel.border_title = "guest walk · vtlb"
+            panel.show_tdp()
+            return
+        vcpu = self.last.access.vcpu if self.last is not None else 0
+        walk_title = "guest walk (kvm_mmu_paging_element)"
+        if isinstance(self.last, ShadowStep):
+            walk_title = f"walk of {self.last.access.label}"
+        vtlbs = session.mmu.vtlbs
+        if vtlbs is None:
+            entries, vtlb_title = [], "vtlb off (V turns it on)"
+        else:
+            vtlb = vtlbs[vcpu]
+            entries = [(e.page_number, e.frame_number, _access(e.access)) for e in vtlb.entries()]
+            vtlb_title = (
+                f"vtlb vcpu {vcpu}: {len(entries)}/{len(vtlb.slots)} · hits {vtlb.hits} "
+                f"misses {vtlb.misses}"
+            )
+        panel.border_title = "guest walk · vtlb"
+        panel.show(session.last_walk, walk_title, entries, vtlb_title)
 
     def _selected(self) -> tuple[KvmMmuPage | None, int | None]:
         revealed = self.path[: max(self.shown, 1)]
@@ -152,7 +258,10 @@ class ShadowMmuScreen(PlayerScreen):
         kind = "write" if access.write else "read"
         ret = f"RET_PF_{step.ret.name}" if step.ret is not None else "no exit"
         walked = f"{min(self.shown, len(self.path))}/{len(self.path)} levels"
-        return f"vcpu {access.vcpu} {kind} gpa {access.gpa:#x}: {walked} → {ret}"
+        words = f"vcpu {access.vcpu} {kind} {access.label}: {walked} → {ret}"
+        if isinstance(step, ShadowStep) and step.guest:
+            words += f", #PF injected: guest {step.guest}"
+        return words + (f" · {step.update}" if step.update else "")
 
     def _counter_lines(self) -> list[tuple[str, str]]:
         session, pages = self.session, self.session.mmu.pages
@@ -162,6 +271,14 @@ class ShadowMmuScreen(PlayerScreen):
             ("pages used / max", f"{pages.n_used_mmu_pages} / {pages.n_max_mmu_pages}"),
             ("accesses / exits", f"{session.steps} / {session.exits}"),
         ]
+        if isinstance(session, ShadowSession):
+            vtlbs = session.mmu.vtlbs
+            lines += [
+                ("guest processes", str(len(session.os.processes))),
+                ("cr3 loads", str(session.cr3_loads)),
+                ("emulator walks", str(session.emulator_walks)),
+                ("vtlb walks saved", str(vtlbs.walks_saved) if vtlbs else "vtlb off"),
+            ]
         lines += [(f"RET_PF_{name}", str(count)) for name, count in sorted(session.results.items())]
         lines += [(name, str(value)) for name, value in session.mmu.stat.items() if value]
         return lines
@@ -170,7 +287,7 @@ class ShadowMmuScreen(PlayerScreen):
         state = "▶ playing" if self.pacer.playing else "⏸ paused"
         self.title = f"mmuscope · {self.session.layout.name} · shadow MMU"
         self.sub_title = (
-            f"EPT, direct pages · {self.session.workload} · mmu_valid_gen "
+            f"{PAGING_MODES[self.paging][0]} · {self.session.workload} · mmu_valid_gen "
             f"{self.session.mmu.pages.mmu_valid_gen} · {state} {self.pacer.speed:g}/s"
         )
 
@@ -248,8 +365,9 @@ class ShadowMmuScreen(PlayerScreen):
                 return
 
     def action_next_workload(self) -> None:
-        names = MMU_WORKLOADS
-        self.session.workload = names[(names.index(self.session.workload) + 1) % len(names)]
+        names = self.session.workloads
+        self.session.set_workload(names[(names.index(self.session.workload) + 1) % len(names)])
+        self.last, self.path, self.shown = None, [], 0
         self.redraw()
 
     def action_select(self, delta: int) -> None:
@@ -259,3 +377,11 @@ class ShadowMmuScreen(PlayerScreen):
         current = self.depth % revealed if self.depth < 0 else self.depth
         self.depth = max(0, min(revealed - 1, current + delta))
         self.redraw()
+
+
+def _access(access: int) -> str:
+    """ACC_* bits as letters, r always (a present translation is readable)."""
+    return "r" + "".join(
+        letter if access & mask else "-"
+        for letter, mask in (("w", ACC_WRITE_MASK), ("u", ACC_USER_MASK), ("x", ACC_EXEC_MASK))
+    )

@@ -27,6 +27,7 @@ from .panel import TextPanel
 
 LOG_LINES_PER_FLUSH = 40  # at full speed the log scrolls faster than anyone reads anyway
 LOG_MAX_LINES = 1000
+NARROW_LOG = 60  # below this many columns the log drops the task column
 
 
 def trace_line(event: Event) -> str:
@@ -41,6 +42,15 @@ def trace_line(event: Event) -> str:
         )
 
 
+def compact_line(line: str) -> str:
+    """A trace line without its task column (`comm-pid`), for a narrow log."""
+    task, sep, rest = line.lstrip().partition(" [")
+    if not sep or " " in task.strip():
+        return line
+    cpu, _, tail = rest.partition("]")
+    return f"[{cpu}] {tail.lstrip()}"
+
+
 class EventLog(Log):
     DEFAULT_CSS = """
     EventLog { width: 1fr; border: round $panel; border-title-color: $text-muted; }
@@ -49,12 +59,18 @@ class EventLog(Log):
 
 
 def counters_table(rows: list[CounterRow], width: int = 48) -> Text:
-    """kvm_stat's columns, biggest totals first, as fixed-width text."""
-    name = max(8, width - 27)
-    text = Text(f"{'Event':<{name}}{'Total':>9}{'%Total':>8}{'CurAvg/s':>10}\n", style="bold")
+    """kvm_stat's columns, biggest totals first, as fixed-width text (the numbers'
+    columns narrow in a narrow panel, so that no row wraps)."""
+    tot, pct, avg = (9, 8, 10) if width >= 8 + 27 else (7, 7, 9)
+    name = max(8, width - tot - pct - avg)
+    text = Text(
+        f"{'Event':<{name}}{'Total':>{tot}}{'%Total':>{pct}}{'CurAvg/s':>{avg}}\n", style="bold"
+    )
     for row in rows:
         event = row.event if len(row.event) <= name else row.event[: name - 1] + "…"
-        text.append(f"{event:<{name}}{row.total:>9}{row.percent:>8.1f}{row.rate:>10.0f}\n")
+        text.append(
+            f"{event:<{name}}{row.total:>{tot}}{row.percent:>{pct}.1f}{row.rate:>{avg}.0f}\n"
+        )
     text.rstrip()
     text.no_wrap = True
     return text
@@ -114,9 +130,12 @@ class EventPanel(Horizontal):
         that grows lays the whole screen out again: the screens flush a few times a
         second, not every frame."""
         if self._unwritten:
+            log = self.query_one(EventLog)
             lines = [trace_line(e) for e in self._unwritten]
+            if log.content_region.width < NARROW_LOG:
+                lines = [compact_line(line) for line in lines]
             self._unwritten.clear()
-            self.query_one(EventLog).write_lines(lines)
+            log.write_lines(lines)
             self.logged += len(lines)
 
     def refresh_counters(self, now: float) -> None:

@@ -12,11 +12,13 @@ from rich.style import Style
 from rich.text import Text
 from textual.widget import Widget
 
+from engine.mmu.dag import RootReach
 from engine.mmu.mmu_pages import KvmMmuPage
 from engine.mmu.views import LevelSummary, SpteCell
 
 GRID_COLUMNS = 32  # 512 sptes = 16 rows of 32
 PAGES_PER_LEVEL = 6  # chips shown per level around the path
+MAX_ROOT_LINES = 3
 LEGEND = "· none  ▸ table  ■ 4K leaf  █ 2M leaf  ◆ MMIO  ◇ stale MMIO"
 
 
@@ -79,9 +81,15 @@ class PageLevels(MmuDrawing):
         selected: KvmMmuPage | None,
         valid_gen: int,
         zapping: str = "",
+        reach: list[RootReach] | None = None,
     ) -> None:
         text = Text(no_wrap=True, overflow="ellipsis")
         on_path = {sp.seq for sp in path}
+        for line in (reach or [])[:MAX_ROOT_LINES]:
+            self._root_line(text, line, on_path, valid_gen)
+        if reach and len(reach) > MAX_ROOT_LINES:
+            more = len(reach) - MAX_ROOT_LINES
+            text.append(f"... {more} more roots\n", style=self.style_of("label"))
         for summary in levels:
             text.append(f"L{summary.level} ", style=self.style_of("label"))
             text.append(f"{len(summary.pages):>6} ", style=self.style_of("page"))
@@ -104,6 +112,19 @@ class PageLevels(MmuDrawing):
             text.append(zapping, style=self.style_of("mmio-stale"))
         self.show_text(text)
 
+    def _root_line(self, text: Text, reach: RootReach, on_path: set[int], valid_gen: int) -> None:
+        """root gfn, its vCPUs, and the pages below it per level (networkx reach)."""
+        root = reach.root
+        component = "path" if root.seq in on_path else "page"
+        if root.mmu_valid_gen != valid_gen or root.role.invalid:
+            component = "obsolete"
+        vcpus = ",".join(map(str, reach.vcpus))
+        text.append(f"root [{root.gfn:#x}]", style=self.style_of(component))
+        text.append(f" vcpu {vcpus} reaches L4·L3·L2·L1 ", style=self.style_of("label"))
+        text.append("·".join(map(str, reach.per_level)), style=self.style_of("page"))
+        shared = f" ({reach.shared} shared)" if reach.shared else ""
+        text.append(f"{shared}\n", style=self.style_of("label"))
+
 
 def _around(pages: tuple[KvmMmuPage, ...], on_path: set[int]) -> list[KvmMmuPage]:
     """Up to PAGES_PER_LEVEL pages, centred on the one on the path."""
@@ -120,10 +141,11 @@ class SptGrid(MmuDrawing):
 
     def show(self, cells: list[SpteCell], marked: int | None) -> None:
         text = Text(no_wrap=True)
+        gap = " " if self.content_size.width >= 2 * GRID_COLUMNS - 1 else ""  # narrow: packed
         for cell in cells:
             component = "selected" if cell.index == marked else cell.state
             text.append(self.SYMBOL[cell.state], style=self.style_of(component))
-            text.append("\n" if cell.index % GRID_COLUMNS == GRID_COLUMNS - 1 else " ")
+            text.append("\n" if cell.index % GRID_COLUMNS == GRID_COLUMNS - 1 else gap)
         text.append(LEGEND, style=self.style_of("label"))
         self.show_text(text)
 
@@ -149,4 +171,45 @@ class MmuCounters(MmuDrawing):
                 text.append("█" * min(hold, 40) + "\n", style=self.style_of("mmio-stale"))
             if len(holds) > 8:
                 text.append(f"  ... {len(holds) - 8} more holds\n", style=self.style_of("label"))
+        self.show_text(text)
+
+
+LEVEL_NAMES = {4: "PML4E", 3: "PDPTE", 2: "PDE", 1: "PTE"}
+
+
+class GuestPanel(MmuDrawing):
+    """Shadow paging's extra work: the guest walk KVM just made, and the vtlb of the
+    vCPU that faulted (seed 000, patch 7/7).  Under EPT, a note that the CPU walks the
+    guest's tables itself."""
+
+    def show_tdp(self) -> None:
+        self.show_text(
+            Text(
+                "EPT on: the CPU walks the guest's page tables itself, so KVM never "
+                "reads them and keeps no vtlb.\n\np: shadow paging (EPT off)",
+                style=self.style_of("label"),
+            )
+        )
+
+    def show(
+        self,
+        walk: list[tuple[int, int]],
+        walk_title: str,
+        vtlb: list[tuple[int, int, str]],
+        vtlb_title: str,
+    ) -> None:
+        """`walk`: (level, pte) read; `vtlb`: (page number, frame number, access)."""
+        text = Text(no_wrap=True, overflow="ellipsis")
+        text.append(walk_title + "\n", style=self.style_of("label"))
+        for level, pte in walk:
+            present = pte & 1
+            text.append(f" {LEVEL_NAMES.get(level, f'L{level}'):<6}", style=self.style_of("label"))
+            text.append(f"{pte:#018x}", style=self.style_of("leaf" if present else "none"))
+            text.append(f" → {pte >> 12 & (1 << 40) - 1:#x}\n" if present else " not present\n")
+        if not walk:
+            text.append(" no guest walk yet\n", style=self.style_of("none"))
+        text.append(vtlb_title + "\n", style=self.style_of("label"))
+        for page, frame, access in vtlb:
+            text.append(f" {page:#09x}→{frame:#x} ", style=self.style_of("mmio"))
+            text.append(f"{access}\n", style=self.style_of("label"))
         self.show_text(text)

@@ -1,0 +1,1 @@
+"""The seeds' claims as tables: each model measured beside the thread's own numbers."""

@@ -1,0 +1,204 @@
+"""A guest on shadow paging (EPT off): processes, demand paging through injected #PFs,
+CR3 loads, the vtlb, and the five workloads, all deterministic for a seed."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.events import Event
+from engine.layouts import preset
+from engine.mmu.guest_pt import GuestPageTables
+from engine.mmu.shadow_session import (
+    FORK_LIVE,
+    FORK_PAGES,
+    HEAP,
+    PFAULT_PAGES,
+    SHADOW_WORKLOADS,
+    ShadowSession,
+)
+from engine.mmu.spte import RetPf
+
+
+def session(workload: str, **kw: object) -> ShadowSession:
+    return ShadowSession(preset("pc-4g"), workload=workload, **kw)  # type: ignore[arg-type]
+
+
+def recorded(s: ShadowSession) -> list[Event]:
+    events: list[Event] = []
+    s.subscribe(events.append)
+    return events
+
+
+@pytest.mark.parametrize("workload", SHADOW_WORKLOADS)
+def test_workloads_are_deterministic_and_audited(workload: str) -> None:
+    runs = []
+    for _ in range(2):
+        s = session(workload, seed=5)
+        events = recorded(s)
+        steps = []
+        for n in range(400):
+            steps.append(s.step())
+            if n % 50 == 0:
+                s.audit()
+        s.audit()
+        runs.append(([(x.access, x.ret, x.update, x.guest) for x in steps], events))
+    assert runs[0] == runs[1]
+
+
+def test_a_first_touch_costs_two_exits_then_none() -> None:
+    """Anonymous memory: KVM's walk fails, the #PF goes to the guest, which maps the
+    page; the retried access faults once more and gets its spte; then the CPU alone."""
+    s = session("pfault")
+    first, second = s.step(), s.step()
+    assert first.ret is RetPf.RETRY and first.guest == "do_anonymous_page"
+    assert second.access == first.access and second.ret is RetPf.FIXED
+    assert not s.needs_exit(first.access)
+    assert "mov cr3" in first.update and "pfault" in first.update
+
+
+def test_pfault_round_follows_seed_004s_program() -> None:
+    s = session("pfault")
+    updates: list[str] = []
+    rets: Counter[str] = Counter()
+    while True:
+        step = s.step()
+        updates += [step.update] if step.update else []
+        if "munmap" in step.update:
+            break  # the next round's first access
+        rets[step.ret.name if step.ret else "none"] += 1
+    joined = " | ".join(updates)
+    assert "mprotect(PROT_WRITE): 0 ptes changed" in joined  # x86: W implies R
+    assert f"mprotect(PROT_READ): {PFAULT_PAGES} ptes changed" in joined
+    # first writes: RETRY + FIXED each; the second writes hit; after PROT_READ every read
+    # exits once (the guest pte store zapped the spte) and is FIXED read-only
+    assert rets["RETRY"] == PFAULT_PAGES
+    assert rets["FIXED"] == 2 * PFAULT_PAGES
+    s.audit()
+
+
+def test_netperf_mmio_is_walked_once_then_hit() -> None:
+    s = session("netperf", seed=2)
+    events = recorded(s)
+    s.run(600)
+    names = Counter(e.name for e in events)
+    assert names["mark_mmio_spte"] == 2  # the NIC doorbell and the LAPIC
+    assert names["handle_mmio_page_fault"] > 300
+    # walks: first touches of the 16 buffer pages (twice each) and the two MMIO misses
+    assert names["kvm_mmu_pagetable_walk"] <= 2 * 16 + 2 + 2
+    s.audit()
+
+
+def test_without_mmio_sptes_the_vtlb_saves_the_emulators_walk() -> None:
+    """Seed 000: with no MMIO caching (2011) each MMIO exit walks the guest tables in
+    the fault and again in the emulator; the vtlb answers the second."""
+    walks = {}
+    for vtlb in (False, True):
+        s = session("netperf", seed=2, spte_config="2011-shadow-no-mmio-cache", vtlb=vtlb)
+        events = recorded(s)
+        s.run(600)
+        walks[vtlb] = sum(e.name == "kvm_mmu_pagetable_walk" for e in events)
+        if vtlb:
+            assert s.mmu.vtlbs is not None
+            assert s.mmu.vtlbs.walks_saved == walks[False] - walks[True]
+    assert walks[True] < 0.6 * walks[False]
+
+
+def test_fork_grows_each_shared_gfns_rmap_to_the_live_children() -> None:
+    s = session("fork")
+    s.run(FORK_PAGES * (FORK_LIVE + 10) * 2)
+    parent = next(p for p in s.os.processes.values() if p.comm == "rmap_fork")
+    gfn = parent.pages[HEAP]
+    live = sum(1 for p in s.os.processes.values() if p.pages.get(HEAP) == gfn)
+    assert live == FORK_LIVE + 1
+    # the parent's own spte went when the first fork write-protected its pte (COW), and
+    # the newest child may not have read that page yet
+    assert FORK_LIVE - 1 <= s.mmu.rmap_count(gfn) <= FORK_LIVE
+    s.audit()
+
+
+def test_kernbench_jobs_exit_and_free_their_tables() -> None:
+    s = session("kernbench", seed=3)
+    events = recorded(s)
+    s.run(3000)
+    assert len(s.os.processes) == 2 * s.nr_vcpus  # every exit is replaced
+    assert s.cr3_loads > 50
+    assert any(e.name == "kvm_mmu_unprotect_page" for e in events)  # torn-down tables
+    pool = s.mmu.guest
+    assert len(pool.tables) == sum(len(t) for t in pool.processes.values())
+    s.audit()
+
+
+def test_churn_zaps_and_every_vcpu_reloads_its_root() -> None:
+    s = session("churn", seed=3)
+    events = recorded(s)
+    gen = s.mmu.pages.mmu_valid_gen
+    s.run(500)
+    assert any(e.name == "kvm_mmu_zap_all_fast" for e in events)
+    assert s.mmu.pages.mmu_valid_gen != gen or s.mmu.pages.gen_era == "2019"
+    for root in s.mmu.roots.values():
+        assert not s.mmu.pages.is_obsolete(root)
+    s.audit()
+
+
+def test_set_workload_ends_the_old_processes() -> None:
+    s = session("fork")
+    s.run(200)
+    s.set_workload("netperf")
+    assert [p.comm for p in s.os.processes.values()] == []
+    s.run(50)
+    assert [p.comm for p in s.os.processes.values()] == ["netperf"]
+    (netperf,) = s.os.processes.values()
+    assert len(s.mmu.guest.allocated) == len(s.mmu.guest.tables) + len(netperf.pages)
+    with pytest.raises(ValueError, match="unknown workload"):
+        s.set_workload("nope")
+    s.audit()
+
+
+def test_events_are_stamped_with_the_vcpu() -> None:
+    s = session("kernbench")
+    events = recorded(s)
+    s.run(50)
+    walks = [e for e in events if e.name == "kvm_mmu_pagetable_walk"]
+    assert walks and all(e.comm == "qemu-kvm" for e in walks)
+    assert {e.cpu for e in walks} == {0, 1}
+    assert s.last_walk and s.last_walk[0][0] == 4
+
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("run"), st.integers(1, 60)),
+        st.tuples(st.just("workload"), st.sampled_from(SHADOW_WORKLOADS)),
+        st.tuples(st.just("zap"), st.sampled_from(("fast", "slow"))),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(ops=OPS, seed=st.integers(0, 50), vtlb=st.booleans())
+def test_random_sessions_keep_every_invariant(
+    ops: list[tuple[str, object]], seed: int, vtlb: bool
+) -> None:
+    s = session("kernbench", seed=seed, vtlb=vtlb)
+    for op, arg in ops:
+        if op == "run":
+            assert isinstance(arg, int)
+            s.run(arg)
+        elif op == "workload":
+            s.set_workload(str(arg))
+        elif arg == "fast":
+            s.mmu.zap_all_fast()
+        else:
+            s.mmu.pages.zap_all()
+        s.audit()
+
+
+def test_guest_pool_is_where_the_tables_are() -> None:
+    s = session("kernbench")
+    assert isinstance(s.mmu.guest, GuestPageTables)
+    s.run(100)
+    assert all(gfn in s.mmu.guest.pool for gfn in s.mmu.guest.tables)
