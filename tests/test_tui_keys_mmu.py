@@ -175,7 +175,10 @@ async def test_p_switches_to_shadow_paging_with_guest_walks_and_the_vtlb(tmp_pat
         await pilot.press("p")  # 2011: no MMIO sptes
         assert mmu.session.mmu.cfg == SPTE_CONFIGS["2011-shadow-no-mmio-cache"]
         await pilot.press("p")
+        assert mmu.session.mmu.cfg == SPTE_CONFIGS["2011-no-mmio-cache"]
         assert isinstance(mmu.session, MmuSession)
+        await pilot.press("p")
+        assert mmu.session.mmu.cfg == SPTE_CONFIGS["ept"]
 
 
 async def test_w_cycles_the_shadow_workloads_and_each_runs(tmp_path: Path) -> None:

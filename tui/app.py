@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
@@ -19,7 +20,11 @@ from engine.layouts import DEFAULT_LAYOUT, Layout, preset
 from engine.pacing import DEFAULT_SPEED, Pacer
 from engine.workload import DEFAULT_WORKLOAD
 
+from .scenario_runner import ScenarioRun, goto_step
 from .themes import DEFAULT_THEME, THEME_VARIABLES, register_themes
+
+if TYPE_CHECKING:
+    from engine.scenarios import Scenario
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +38,7 @@ class AppConfig:
     theme: str | None = None
     export_dir: Path = Path(".")
     as_id: int = 0
+    scenario: Scenario | None = None
 
 
 class MmuscopeApp(App[None]):
@@ -47,6 +53,26 @@ class MmuscopeApp(App[None]):
         Binding("f3", "show_view('rmaps')", "Rmaps", tooltip="A fork storm's rmap chains"),
         Binding("f4", "show_view('tlb')", "TLB flush", tooltip="Paravirt TLB flush (seed 001)"),
         Binding("f5", "show_view('power')", "POWER", tooltip="POWER hash page table keys"),
+        Binding(
+            "f6",
+            "show_view('experiments')",
+            "Experiments",
+            tooltip="The seeds' claims measured: bench tables as bar charts",
+        ),
+        Binding(
+            "greater_than_sign,pagedown",
+            "scenario(1)",
+            "Next step",
+            key_display=">",
+            tooltip="The scenario's next step",
+        ),
+        Binding(
+            "less_than_sign,pageup",
+            "scenario(-1)",
+            "Step back",
+            key_display="<",
+            tooltip="The scenario's previous step (replayed from the start)",
+        ),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("t", "next_theme", "Theme", show=False, tooltip="Cycle the mmuscope themes"),
         Binding("S", "screenshot_svg", "Screenshot", show=False, tooltip="Save an SVG screenshot"),
@@ -61,6 +87,7 @@ class MmuscopeApp(App[None]):
         #: mmuscope's themes (built-in and the user's), in the order `t` cycles them
         self.own_themes = [n for n in self.available_themes if n not in textual_themes]
         self.theme = config.theme or DEFAULT_THEME
+        self.scenario_run = ScenarioRun(config.scenario) if config.scenario else None
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(THEME_VARIABLES)
@@ -71,6 +98,8 @@ class MmuscopeApp(App[None]):
         self.install_screen(self.memslots_screen(), "memslots")
         self.push_screen("memslots")
         self.call_after_refresh(self._freeze_startup_objects)
+        if self.scenario_run is not None:
+            self.call_after_refresh(self.action_scenario, 1)
 
     def _freeze_startup_objects(self) -> None:
         """Move everything alive after start-up out of the collector's sight.
@@ -122,6 +151,11 @@ class MmuscopeApp(App[None]):
 
         return PowerScreen(Pacer(self.config.speed, playing=False))
 
+    def experiments_screen(self) -> Screen[None]:
+        from .screens.experiments import ExperimentsScreen
+
+        return ExperimentsScreen()
+
     def make_screen(self, name: str) -> Screen[None]:
         """The screen behind a view name (built on first use)."""
         factories = {
@@ -130,6 +164,7 @@ class MmuscopeApp(App[None]):
             "rmaps": self.rmap_screen,
             "tlb": self.tlb_screen,
             "power": self.power_screen,
+            "experiments": self.experiments_screen,
         }
         return factories[name]()
 
@@ -145,6 +180,22 @@ class MmuscopeApp(App[None]):
             if pause is not None:
                 pause()  # a hidden screen does not play on in the background
             self.switch_screen(name)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "scenario":
+            return self.scenario_run is not None  # the keys exist only in a scenario
+        return True
+
+    async def action_scenario(self, delta: int) -> None:
+        """Step the scenario forward (1) or back (-1)."""
+        run = self.scenario_run
+        if run is None:
+            return
+        target = max(0, min(run.last, run.index + delta))
+        if target == run.index:
+            self.notify("that was the last step" if delta > 0 else "this is the first step")
+            return
+        await goto_step(self, run, target)
 
     def action_help(self) -> None:
         from .screens.help import HelpScreen
@@ -201,11 +252,24 @@ def make_app(
     theme: str | None = None,
     export_dir: Path | str = ".",
     as_id: int = 0,
+    scenario: Scenario | str | None = None,
 ) -> MmuscopeApp:
-    """The explorer on a guest (a preset name or a `Layout`)."""
+    """The explorer on a guest (a preset name or a `Layout`), or on a scenario, whose
+    layout and settings replace the guest's, paused on its first step."""
+    if isinstance(scenario, str):
+        from engine.scenarios import load_scenario
+
+        scenario = load_scenario(scenario)
+    if scenario is not None:
+        layout, playing = scenario.layout, False
+        settings = scenario.settings
+        lookup = settings.get("lookup", lookup)
+        workload = settings.get("workload", workload)
+        seed = settings.get("seed", seed)
+        speed = settings.get("speed", speed)
     if isinstance(layout, str):
         layout = preset(layout)
     config = AppConfig(
-        layout, lookup, workload, seed, speed, playing, theme, Path(export_dir), as_id
+        layout, lookup, workload, seed, speed, playing, theme, Path(export_dir), as_id, scenario
     )
     return MmuscopeApp(config)

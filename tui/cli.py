@@ -9,9 +9,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from engine.lookup import LOOKUP_STRATEGIES
+
+if TYPE_CHECKING:
+    from engine.scenarios import Scenario
 
 
 class CliError(Exception):
@@ -74,6 +77,11 @@ def _add_explorer_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--export-dir", type=Path, default=Path("."), help="where e and S write files"
     )
+    group.add_argument(
+        "--scenario",
+        metavar="NAME",
+        help="open on a classroom scenario, paused on its first step (see `scenarios`)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     sub.add_parser("overview", help="print the default guest's memslots and lookup costs")
+    sub.add_parser("scenarios", help="list the classroom scenarios (open one with --scenario)")
 
     lookup = sub.add_parser("lookup", help="explain one memslot lookup in text")
     lookup.add_argument("gfn", type=_int, help="guest frame number (0x... or decimal)")
@@ -136,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_explorer(args: argparse.Namespace) -> int:
     """Open the explorer (the app factory shared with the tests and screenshots)."""
+    scenario = _scenario(args.scenario) if args.scenario else None
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise CliError("the explorer needs a terminal; `mmuscope overview` prints a summary")
     from .commands import load_layout
@@ -164,8 +174,35 @@ def run_explorer(args: argparse.Namespace) -> int:
         theme=args.theme,
         export_dir=args.export_dir,
         as_id=args.as_id,
+        scenario=scenario,
     )
     app.run()
+    return 0
+
+
+def _scenario(name: str) -> Scenario:
+    from engine.scenarios import ScenarioError, load_scenario
+
+    try:
+        return load_scenario(name)
+    except ScenarioError as err:
+        raise CliError(str(err)) from None
+
+
+def list_scenarios() -> int:
+    """`mmuscope scenarios`: one line per scenario, then how to open one."""
+    from engine.scenarios import ScenarioError
+    from engine.scenarios import list_scenarios as load_all
+
+    try:
+        scenarios = load_all()
+    except ScenarioError as err:
+        raise CliError(str(err)) from None
+    width = max(len(s.name) for s in scenarios)
+    for s in scenarios:
+        steps = f"{len(s.steps)} steps"
+        print(f"{s.name:<{width}}  {s.screen:<8}  seed {s.seed[:3]}  {steps:>8}  {s.title}")
+    print("\nopen one with: mmuscope --scenario NAME   (> next step, < back)")
     return 0
 
 
@@ -179,6 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .console import show_overview
 
             return show_overview()
+        if args.command == "scenarios":
+            return list_scenarios()
         if args.command == "lookup":
             from .commands import run_lookup
 

@@ -263,11 +263,17 @@ class DirectMmu:
             if check_mmio_spte(self.cfg, spte, self.vm.generation(root.role.smm)):
                 if self._listener is not None:
                     self._emit("handle_mmio_page_fault", addr=0, gfn=gfn, access=ACC_ALL)
+                    self._emit_mmio(gpa, write)
                 self.stat["pf_emulate"] += 1
                 return RetPf.EMULATE
             # A stale generation: RET_PF_INVALID, then the real fault path below.
         slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
         return self._direct_map(vcpu, root, gfn, slot, write)
+
+    def _emit_mmio(self, gpa: int, write: bool) -> None:
+        """`trace_kvm_mmio()` of the emulated access (userspace completes a read)."""
+        kind = "write" if write else "unsatisfied-read"
+        self._emit("kvm_mmio", type=kind, len=4, gpa=gpa, val=0)
 
     def _vcpu_gfn_to_memslot(self, vcpu: int, gfn: int) -> MemorySlot | None:
         """`kvm_vcpu_gfn_to_memslot()`: a hit of the vCPU's fresh `last_used_slot` here,
@@ -281,6 +287,7 @@ class DirectMmu:
             if cached is not None and cached.base_gfn <= gfn < cached.base_gfn + cached.npages:
                 slots = self._memslot_sets.get(state.as_id)
                 if slots is not None and state.last_used_slot_gen == slots.generation:
+                    vm.memslot_lookups += 1
                     return cached
         return vm.vcpu_gfn_to_memslot(vcpu, gfn)
 
@@ -344,15 +351,17 @@ class DirectMmu:
             self._zap_leaf(sp, index)
         if slot is None:
             self.stat["pf_emulate"] += 1
-            if not self.cfg.mmio_caching_enabled:
-                return RetPf.EMULATE  # 2011: every MMIO access faults and searches again
-            gen = self.vm.generation(root.role.smm)
-            sp.spt[index] = make_mmio_spte(self.cfg, gfn, ACC_ALL, gen)
+            if self.cfg.mmio_caching_enabled:
+                gen = self.vm.generation(root.role.smm)
+                sp.spt[index] = make_mmio_spte(self.cfg, gfn, ACC_ALL, gen)
+                self.stat["pf_mmio_spte_created"] += 1
+                if self._listener is not None:
+                    self._emit(
+                        "mark_mmio_spte", sptep=sp.sptep(index), gfn=gfn, access=ACC_ALL, gen=gen
+                    )
+            # 2011 (no caching): every MMIO access faults and searches again
             if self._listener is not None:
-                self._emit(
-                    "mark_mmio_spte", sptep=sp.sptep(index), gfn=gfn, access=ACC_ALL, gen=gen
-                )
-            self.stat["pf_mmio_spte_created"] += 1
+                self._emit_mmio(gfn << PAGE_SHIFT, write)
             return RetPf.EMULATE
         return self._set_leaf(sp, index, gfn, slot, level, write)
 

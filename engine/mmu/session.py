@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ..errors import KvmError
-from ..events import Event
+from ..events import Event, FieldValue
 from ..layouts.layout import Layout, build_vm
 from ..vm import Vm
 from .direct import DirectMmu, spte_index
@@ -34,6 +34,7 @@ CHURN_EVERY = 50
 CHURN_SLOT = 500  # the slot id the churn workload creates and deletes
 NIC_DOORBELL, LAPIC_EOI = 0xFEBF_1000, 0xFEE0_00B0
 MMU_WORKLOADS = ("kernbench", "netperf", "churn")
+PFERR_WRITE = 1 << 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +74,7 @@ class MmuSession:
         spte_config: str = "ept",
         pte_list_era: str = "6.4",
         gen_era: str = "2019",
+        huge_pages: bool = True,
     ) -> None:
         if workload not in MMU_WORKLOADS:
             raise ValueError(f"unknown workload {workload!r}; choose from {MMU_WORKLOADS}")
@@ -87,6 +89,7 @@ class MmuSession:
             SPTE_CONFIGS[spte_config],
             pte_list_era=pte_list_era,
             gen_era=gen_era,
+            huge_pages=huge_pages,
             emit=self._forward,
         )
         self.steps = 0
@@ -135,9 +138,15 @@ class MmuSession:
         if not self.needs_exit(access):
             return MmuStep(access, False, None, update)
         self.exits += 1
+        error_code = PFERR_WRITE if access.write else 0
+        self._emit_exit("kvm_page_fault", vcpu_id=access.vcpu, address=access.gpa,
+                        error_code=error_code)  # fmt: skip
         ret = self.mmu.page_fault(access.vcpu, access.gpa, access.write)
         self.results[ret.name] = self.results.get(ret.name, 0) + 1
         return MmuStep(access, True, ret, update)
+
+    def _emit_exit(self, name: str, **fields: FieldValue) -> None:
+        self._forward(Event(name, fields))
 
     def run(self, count: int) -> MmuStep | None:
         last = None

@@ -271,6 +271,8 @@ class ShadowMmu:
         if (slot is None and not self._mmio_cacheable(gfn)) or (
             slot is not None and write and slot.readonly
         ):
+            if slot is None:
+                self._emit_mmio(gfn, gva, write)
             self.stat["pf_emulate"] += 1
             return RetPf.EMULATE
         if walk is not None:
@@ -278,7 +280,9 @@ class ShadowMmu:
         if self.shadow_pages_of(gfn, root.role.smm) and write:
             return self._emulate_table_write(gfn)  # fetch just shadowed the faulting gfn
         if slot is None:
-            return self._set_mmio_spte(sp, index, gfn, access)
+            ret = self._set_mmio_spte(sp, index, gfn, access)
+            self._emit_mmio(gfn, gva, write)
+            return ret
         return self._set_spte(sp, index, gfn, access, slot, write, user)
 
     def _emulate_table_write(self, gfn: int) -> RetPf:
@@ -294,8 +298,14 @@ class ShadowMmu:
             return False  # RET_PF_INVALID: the real fault path rebuilds it
         gfn = get_mmio_spte_gfn(self.cfg, spte)
         self._emit("handle_mmio_page_fault", addr=gva, gfn=gfn, access=access)
+        self._emit_mmio(gfn, gva, write)
         self.stat["pf_emulate"] += 1
         return True
+
+    def _emit_mmio(self, gfn: int, gva: int, write: bool) -> None:
+        """`trace_kvm_mmio()` of the emulated access (userspace completes a read)."""
+        kind = "write" if write else "unsatisfied-read"
+        self._emit("kvm_mmio", type=kind, len=4, gpa=gfn << PAGE_SHIFT | gva & 0xFFF, val=0)
 
     def _mmio_cacheable(self, gfn: int) -> bool:
         return self.cfg.mmio_caching_enabled and not gfn >> (self.cfg.host_phys_bits - PAGE_SHIFT)

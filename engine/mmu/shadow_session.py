@@ -31,9 +31,10 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
-from ..events import Event
+from ..events import Event, FieldValue
 from ..layouts.layout import Layout, build_vm
 from .guest_os import GuestOs, GuestProcess
+from .guest_pt import PFERR_USER_MASK, PFERR_WRITE_MASK
 from .mmu_pages import KvmMmuPage
 from .session import ACCESS_NS, CHURN_EVERY, LAPIC_EOI, NIC_DOORBELL, churn_update
 from .shadow import ShadowMmu
@@ -120,6 +121,7 @@ class ShadowSession:
         self._notes: list[str] = []
         self._mmio_hit = False
         self.emulator_walks = 0  # the emulator's own gva->gpa translations
+        self.guest_walks = 0  # FNAME(walk_addr) runs: the fault's and the emulator's
         self.workload = workload
         self._program = self._start(workload)
 
@@ -134,6 +136,7 @@ class ShadowSession:
             self._mmio_hit = True
         elif event.name == "kvm_mmu_pagetable_walk":
             self.last_walk = []
+            self.guest_walks += 1
         elif event.name == "kvm_mmu_paging_element":
             self.last_walk.append((int(event.fields["level"]), int(event.fields["pte"])))
         if self._listeners:
@@ -172,6 +175,13 @@ class ShadowSession:
             return ShadowStep(access, False, None, update)
         self.exits += 1
         self._mmio_hit = False
+        self._emit_exit(
+            "kvm_page_fault",
+            vcpu_id=access.vcpu,
+            address=access.gva,
+            error_code=(PFERR_WRITE_MASK if access.write else 0)
+            | (PFERR_USER_MASK if access.user else 0),
+        )
         ret = self.mmu.page_fault(access.vcpu, access.cr3, access.gva, access.write, access.user)
         self.results[ret.name] = self.results.get(ret.name, 0) + 1
         if ret is RetPf.EMULATE and not self._mmio_hit:
@@ -185,6 +195,9 @@ class ShadowSession:
         if self._retries > MAX_RETRIES:
             raise RuntimeError(f"{access.label}: the guest keeps faulting ({guest})")
         return ShadowStep(access, True, ret, update, guest)
+
+    def _emit_exit(self, name: str, **fields: FieldValue) -> None:
+        self._forward(Event(name, fields))
 
     def _emulator_translates(self, access: ShadowAccess) -> None:
         """The emulator's `gva_to_gpa` of the instruction's operand: a second guest walk,

@@ -445,6 +445,12 @@ def mmio_gen_wraps(memslots_gen: int, nr_address_spaces: int = 2) -> bool:
     return gen & ~(nr_address_spaces - 1) == 0
 
 
+def updates_until_mmio_wrap(memslots_gen: int, nr_address_spaces: int = 2) -> int:
+    """How many memslot updates of this address space until `mmio_gen_wraps` fires."""
+    left = MMIO_SPTE_GEN_MASK + 1 - (memslots_gen & MMIO_SPTE_GEN_MASK)
+    return -(-left // nr_address_spaces)  # each update adds nr_address_spaces
+
+
 def describe_spte(cfg: SpteConfig, spte: int, level: int) -> str:
     """One line for the UI: what this spte at `level` means."""
     if spte == 0:

@@ -18,6 +18,7 @@ from engine.events import Event
 from engine.pacing import Pacer
 from engine.stats import compile_filter
 
+from ..widgets.caption import Caption
 from ..widgets.events import EventPanel
 
 MIN_WIDTH, MIN_HEIGHT = 80, 24
@@ -60,6 +61,7 @@ class MmuScreen(Screen[None]):
         """The frame every screen shares: header, the screen's own widgets in `#main`,
         the event panel, the footer, and the too-small message."""
         yield Header()
+        yield Caption(id="caption")
         with Horizontal(id="main"):
             yield from self.compose_main()
         yield EventPanel(id="events")

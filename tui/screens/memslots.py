@@ -306,10 +306,35 @@ class MemslotsScreen(PlayerScreen):
 
     def action_next_workload(self) -> None:
         names = list(WORKLOADS)
-        mix = names[(names.index(self.explorer.workload.mix.name) + 1) % len(names)]
+        self.action_set_workload(
+            names[(names.index(self.explorer.workload.mix.name) + 1) % len(names)]
+        )
+
+    def action_set_workload(self, mix: str) -> None:
         self.explorer.workload.set_mix(mix)
         self._update_header()
         self.notify(WORKLOADS[mix].description, title=f"workload {mix}", timeout=4)
+
+    def action_caches(self, vcpu: bool, vm: bool) -> None:
+        """Both caches at once (scenarios): the vCPU's and the VM's last_used_slot."""
+        self.explorer.set_vcpu_cache(vcpu)
+        self.explorer.set_vm_cache(vm)
+        self._update_header()
+
+    def action_run(self, count: int) -> None:
+        """`count` lookups at once (paused); the cost panel takes them all in."""
+        self.pause()
+        record = None
+        for _ in range(count):
+            record = self.explorer.step()
+            self.lookups_done += 1
+            if record.slot is not None:
+                self._changed_hits.add(record.slot.id)
+        if record is not None:
+            self._show_record(record)
+            if self.highlight is not None:
+                self._reveal(self.highlight.steps)
+        self._show_progress(time.monotonic(), force=True)
 
     def action_reset_costs(self) -> None:
         self.explorer.reset_costs()

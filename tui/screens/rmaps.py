@@ -91,8 +91,18 @@ class RmapScreen(PlayerScreen):
         self.flush_events(force=True)
         self.redraw()
 
+    def action_fork_many(self, count: int) -> None:
+        self.pause()
+        for _ in range(count):
+            self.lab.fork()
+        self.flush_events(force=True)
+        self.redraw()
+
     def action_next_era(self) -> None:
-        era = ERA_NAMES[(ERA_NAMES.index(self.lab.era) + 1) % len(ERA_NAMES)]
+        self.action_era(ERA_NAMES[(ERA_NAMES.index(self.lab.era) + 1) % len(ERA_NAMES)])
+
+    def action_era(self, era: str) -> None:
+        """Replay the same storm under one PTE_LIST_EXT era: "3", "15", "14" or "6.4"."""
         self.lab = self.lab.with_era(era)
         self.notify(f"PTE_LIST_EXT era {era}: {ERAS[era].layout}", timeout=4)
         self.redraw()

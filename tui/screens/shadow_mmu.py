@@ -32,6 +32,7 @@ PAGING_MODES = (
     ("EPT, direct pages", "ept", False),
     ("shadow paging (EPT off)", "shadow", True),
     ("shadow paging, 2011: no MMIO sptes", "2011-shadow-no-mmio-cache", True),
+    ("EPT, 2011: no MMIO sptes", "2011-no-mmio-cache", False),
 )
 Session = MmuSession | ShadowSession
 Step = MmuStep | ShadowStep
@@ -47,7 +48,10 @@ class ShadowMmuScreen(PlayerScreen):
         Binding("w", "next_workload", "Workload",
                 tooltip="kernbench, netperf, churn; with shadow paging also fork, pfault"),
         Binding("p", "next_paging", "Paging",
-                tooltip="EPT, shadow paging, shadow paging without MMIO sptes (2011)"),
+                tooltip="EPT, shadow paging, both without MMIO sptes (2011)"),
+        Binding("H", "toggle_huge_pages", "Huge pages", show=False,
+                tooltip="EPT: 2M leaves where the slot allows, or 4K only (as while "
+                "dirty logging)"),
         Binding("V", "toggle_vtlb", "vtlb", show=False,
                 tooltip="Shadow paging: the 16-entry vtlb of seed 000 on or off"),
         Binding("z", "fast_zap", "Fast zap", tooltip="kvm_mmu_zap_all_fast: new generation"),
@@ -63,6 +67,7 @@ class ShadowMmuScreen(PlayerScreen):
         self.seed = seed
         self.paging = 0 if session.paging == "ept" else 1
         self.vtlb = True
+        self.huge_pages = True
         self.reach: list[RootReach] = []
         self._reach_at = -REACH_SECONDS
         self._reach_key: object = None
@@ -104,6 +109,8 @@ class ShadowMmuScreen(PlayerScreen):
         self.last, self.path, self.shown, self.depth = None, [], 0, -1
         self.zap_replay = []
         self._reach_key = None
+        self.pending_events.clear()
+        self.events_panel.reset()
         self.sync_player()
 
     def _new_session(self, workload: str) -> Session:
@@ -113,15 +120,35 @@ class ShadowMmuScreen(PlayerScreen):
             return ShadowSession(
                 layout, workload=workload, seed=self.seed, spte_config=config, vtlb=self.vtlb
             )
-        return MmuSession(layout, workload=workload, seed=self.seed, spte_config=config)
+        return MmuSession(
+            layout,
+            workload=workload,
+            seed=self.seed,
+            spte_config=config,
+            huge_pages=self.huge_pages,
+        )
 
     def action_next_paging(self) -> None:
-        self.paging = (self.paging + 1) % len(PAGING_MODES)
+        self.action_set_paging((self.paging + 1) % len(PAGING_MODES))
+
+    def action_set_paging(self, mode: int) -> None:
+        """One of PAGING_MODES, on a new guest (scenarios use this directly)."""
+        self.paging = mode
         workload = self.session.workload
         shadow = PAGING_MODES[self.paging][2]
         names = ShadowSession.workloads if shadow else MmuSession.workloads
         self._replace_session(self._new_session(workload if workload in names else names[0]))
         self.notify(f"{PAGING_MODES[self.paging][0]}: a new guest", timeout=3)
+        self.redraw()
+
+    def action_toggle_huge_pages(self) -> None:
+        if not isinstance(self.session, MmuSession):
+            self.notify("huge pages are an EPT setting here: press p first", severity="warning")
+            return
+        self.huge_pages = not self.huge_pages
+        self._replace_session(self._new_session(self.session.workload))
+        size = "2M leaves where the slot allows" if self.huge_pages else "4K leaves only"
+        self.notify(f"{size}: a new guest", timeout=3)
         self.redraw()
 
     def action_toggle_vtlb(self) -> None:
@@ -267,18 +294,21 @@ class ShadowMmuScreen(PlayerScreen):
         session, pages = self.session, self.session.mmu.pages
         lines = [
             ("mmu_valid_gen", f"{pages.mmu_valid_gen} ({pages.gen_era} era)"),
-            ("memslots generation", str(session.vm.generation())),
-            ("pages used / max", f"{pages.n_used_mmu_pages} / {pages.n_max_mmu_pages}"),
             ("accesses / exits", f"{session.steps} / {session.exits}"),
         ]
         if isinstance(session, ShadowSession):
             vtlbs = session.mmu.vtlbs
             lines += [
-                ("guest processes", str(len(session.os.processes))),
-                ("cr3 loads", str(session.cr3_loads)),
-                ("emulator walks", str(session.emulator_walks)),
+                ("guest walks", str(session.guest_walks)),
                 ("vtlb walks saved", str(vtlbs.walks_saved) if vtlbs else "vtlb off"),
+                ("emulator translations", str(session.emulator_walks)),
+                ("cr3 loads / processes", f"{session.cr3_loads} / {len(session.os.processes)}"),
             ]
+        lines += [
+            ("memslot lookups", str(session.vm.memslot_lookups)),
+            ("memslots generation", str(session.vm.generation())),
+            ("pages used / max", f"{pages.n_used_mmu_pages} / {pages.n_max_mmu_pages}"),
+        ]
         lines += [(f"RET_PF_{name}", str(count)) for name, count in sorted(session.results.items())]
         lines += [(name, str(value)) for name, value in session.mmu.stat.items() if value]
         return lines
@@ -366,8 +396,57 @@ class ShadowMmuScreen(PlayerScreen):
 
     def action_next_workload(self) -> None:
         names = self.session.workloads
-        self.session.set_workload(names[(names.index(self.session.workload) + 1) % len(names)])
+        self.action_set_workload(names[(names.index(self.session.workload) + 1) % len(names)])
+
+    def action_set_workload(self, name: str) -> None:
+        self.session.set_workload(name)
         self.last, self.path, self.shown = None, [], 0
+        self.redraw()
+
+    def action_run(self, count: int) -> None:
+        """Run `count` guest accesses at once (paused), showing the last exit."""
+        self.pause()
+        shown = None
+        for _ in range(count):
+            step = self.session.step()
+            shown = step if step.exited else shown
+        if shown is not None:
+            self._show_step(shown)
+            self.shown = len(self.path)
+        self.flush_events(force=True)
+        self.redraw()
+
+    def action_next_result(self, name: str) -> None:
+        """Run to the next exit whose fault returns RET_PF_<name> (e.g. EMULATE)."""
+        self.pause()
+        for _ in range(10_000):
+            step = self.session.step()
+            if step.exited and step.ret is not None and step.ret.name == name:
+                self._show_step(step)
+                self.shown = len(self.path)
+                break
+        self.flush_events(force=True)
+        self.redraw()
+
+    def action_memslot_update(self) -> None:
+        """One memslot update (a BAR-like slot created or deleted): the generation moves
+        on, cached MMIO sptes go stale, and a DELETE zaps."""
+        from engine.mmu.session import churn_update
+
+        done = churn_update(self.session.vm)
+        self.notify(f"memslot update: {done}; generation {self.session.vm.generation()}")
+        self.flush_events(force=True)
+        self.redraw()
+
+    def action_near_wrap(self) -> None:
+        """Fast-forward the generation to two updates before the MMIO generation's 19
+        bits wrap (262,144 updates with two address spaces)."""
+        from engine.mmu.spte import updates_until_mmio_wrap
+
+        vm = self.session.vm
+        skip = updates_until_mmio_wrap(vm.generation(), vm.address_spaces) - 2
+        vm.skip_updates(skip)
+        self.notify(f"skipped {skip:,} memslot updates: generation {vm.generation():#x}")
         self.redraw()
 
     def action_select(self, delta: int) -> None:

@@ -149,3 +149,10 @@ class EventPanel(Horizontal):
 
     def clear_log(self) -> None:
         self.query_one(EventLog).clear()
+
+    def reset(self) -> None:
+        """A new model: an empty log and kvm_stat counters from zero (the filter stays)."""
+        self.counters = EventCounters()
+        self._unwritten.clear()
+        self.clear_log()
+        self.show_counters()

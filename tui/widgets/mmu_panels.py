@@ -140,14 +140,23 @@ class SptGrid(MmuDrawing):
               "mmio-stale": "◇"}  # fmt: skip
 
     def show(self, cells: list[SpteCell], marked: int | None) -> None:
+        columns, gap = self._shape()
         text = Text(no_wrap=True)
-        gap = " " if self.content_size.width >= 2 * GRID_COLUMNS - 1 else ""  # narrow: packed
         for cell in cells:
             component = "selected" if cell.index == marked else cell.state
             text.append(self.SYMBOL[cell.state], style=self.style_of(component))
-            text.append("\n" if cell.index % GRID_COLUMNS == GRID_COLUMNS - 1 else gap)
+            text.append("\n" if cell.index % columns == columns - 1 else gap)
         text.append(LEGEND, style=self.style_of("label"))
         self.show_text(text)
+
+    def _shape(self) -> tuple[int, str]:
+        """32 spaced cells a row when they fit (16 rows); when the panel is short, 64
+        packed cells a row (8 rows); when it is narrow, 32 packed."""
+        width, height = self.content_size
+        rows_needed = len(range(0, 512, GRID_COLUMNS)) + 1  # and the legend
+        if width >= 2 * GRID_COLUMNS - 1 and (height >= rows_needed or width < 64):
+            return GRID_COLUMNS, " "
+        return (64, "") if width >= 64 else (GRID_COLUMNS, "")
 
     def empty_text(self) -> Text:
         return Text(
@@ -182,11 +191,16 @@ class GuestPanel(MmuDrawing):
     vCPU that faulted (seed 000, patch 7/7).  Under EPT, a note that the CPU walks the
     guest's tables itself."""
 
+    DEFAULT_CSS = """
+    GuestPanel.-tdp { text-wrap: wrap; }
+    """
+
     def show_tdp(self) -> None:
+        self.add_class("-tdp")
         self.show_text(
             Text(
-                "EPT on: the CPU walks the guest's page tables itself, so KVM never "
-                "reads them and keeps no vtlb.\n\np: shadow paging (EPT off)",
+                "EPT on: the CPU walks the guest's page tables itself, so KVM "
+                "never reads them and keeps no vtlb. p: shadow paging (EPT off)",
                 style=self.style_of("label"),
             )
         )
@@ -199,6 +213,7 @@ class GuestPanel(MmuDrawing):
         vtlb_title: str,
     ) -> None:
         """`walk`: (level, pte) read; `vtlb`: (page number, frame number, access)."""
+        self.remove_class("-tdp")
         text = Text(no_wrap=True, overflow="ellipsis")
         text.append(walk_title + "\n", style=self.style_of("label"))
         for level, pte in walk:

@@ -1,0 +1,43 @@
+"""Classroom scenarios: one data file per mechanism, each a guided walk through a seed.
+
+A scenario (`data/<name>.toml`) names the seed thread it follows, the screen and guest it
+opens on, the settings, and steps.  Each step has a caption — what to look at and why,
+citing the thread — and the actions that bring the screen to that point: the names of
+the screen's own key actions (`next_exit`, `fast_zap`, `set_paging(1)`), so a scenario
+does exactly what a user pressing keys would.  Stepping back replays the steps before
+from a fresh screen: every screen is deterministic for its seed.
+
+    title = "..."
+    seed = "000_df0d32b1438c86b7.txt"    # the thread in shared/seeds
+    screen = "memslots"                  # memslots, mmu, rmaps, tlb, power
+    layout = "assigned-devices"          # a preset (engine.layouts.PRESETS)
+    [settings]                           # optional: lookup, workload, seed, speed
+    setup = ["strategy(0)"]              # optional: actions before the first step
+    [[steps]]
+    caption = "..."
+    actions = ["next_lookup", "run(200)"]
+"""
+
+from __future__ import annotations
+
+from .scenario import (
+    SCENARIO_DIR,
+    SCREENS,
+    Scenario,
+    ScenarioError,
+    ScenarioStep,
+    list_scenarios,
+    load_scenario,
+    parse_scenario,
+)
+
+__all__ = [
+    "SCENARIO_DIR",
+    "SCREENS",
+    "Scenario",
+    "ScenarioError",
+    "ScenarioStep",
+    "list_scenarios",
+    "load_scenario",
+    "parse_scenario",
+]

@@ -1,0 +1,144 @@
+"""Loading and checking scenario files (see the package docstring for the format)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib  # type: ignore[import-not-found]
+
+SCENARIO_DIR = Path(__file__).parent / "data"
+SCREENS = ("memslots", "mmu", "rmaps", "tlb", "power")
+SETTINGS = {"lookup": str, "workload": str, "seed": int, "speed": (int, float)}
+SEEDS = (
+    "000_df0d32b1438c86b7.txt",
+    "001_8696687ca16d9e5e.txt",
+    "002_162a047969525a1e.txt",
+    "003_04d8d0fcc1d93881.txt",
+    "004_88df47726365a56c.txt",
+)
+ACTION = re.compile(r"^[a-z_][a-z0-9_]*(\([^()]*\))?$")
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used; the message names the file and the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioStep:
+    caption: str
+    actions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    title: str
+    seed: str
+    screen: str
+    layout: str
+    steps: tuple[ScenarioStep, ...]
+    settings: dict[str, Any] = field(default_factory=dict)
+    setup: tuple[str, ...] = ()
+
+    def actions_until(self, index: int) -> list[str]:
+        """Every action from the setup through step `index` (0-based), in order."""
+        actions = list(self.setup)
+        for step in self.steps[: index + 1]:
+            actions += step.actions
+        return actions
+
+
+def list_scenarios(directory: Path = SCENARIO_DIR) -> list[Scenario]:
+    """Every scenario, in file-name order (the files are numbered by mechanism)."""
+    return [load_scenario(path) for path in sorted(directory.glob("*.toml"))]
+
+
+def scenario_names(directory: Path = SCENARIO_DIR) -> list[str]:
+    return [_name(path) for path in sorted(directory.glob("*.toml"))]
+
+
+def _name(path: Path) -> str:
+    """`03-vtlb.toml` is the scenario `vtlb`."""
+    return re.sub(r"^\d+-", "", path.stem)
+
+
+def load_scenario(which: str | Path, directory: Path = SCENARIO_DIR) -> Scenario:
+    """A scenario by name (`vtlb`) or path."""
+    path = Path(which)
+    if not path.suffix:
+        found = [p for p in sorted(directory.glob("*.toml")) if _name(p) == str(which)]
+        if not found:
+            names = ", ".join(scenario_names(directory))
+            raise ScenarioError(f"no scenario {str(which)!r}; choose from {names}")
+        path = found[0]
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as err:
+        raise ScenarioError(f"{path}: cannot read: {err}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ScenarioError(f"{path}: not TOML: {err}") from None
+    return parse_scenario(_name(path), data, where=str(path))
+
+
+def parse_scenario(name: str, data: dict[str, Any], where: str = "scenario") -> Scenario:
+    from ..layouts import PRESETS
+
+    def need(key: str, kind: type, table: dict[str, Any] = data, at: str = "") -> Any:
+        value = table.get(key)
+        if not isinstance(value, kind) or (isinstance(value, str) and not value.strip()):
+            raise ScenarioError(f"{where}: {at}{key} must be a non-empty {kind.__name__}")
+        return value
+
+    unknown = set(data) - {"title", "seed", "screen", "layout", "settings", "setup", "steps"}
+    if unknown:
+        raise ScenarioError(f"{where}: unknown keys {', '.join(sorted(unknown))}")
+    screen, layout, seed = need("screen", str), need("layout", str), need("seed", str)
+    if screen not in SCREENS:
+        raise ScenarioError(f"{where}: screen {screen!r} is not one of {', '.join(SCREENS)}")
+    if layout not in PRESETS:
+        raise ScenarioError(f"{where}: layout {layout!r} is not a preset")
+    if seed not in SEEDS:
+        raise ScenarioError(f"{where}: seed {seed!r} is not a seed thread's file name")
+    settings = data.get("settings", {})
+    if not isinstance(settings, dict):
+        raise ScenarioError(f"{where}: settings must be a table")
+    for key, value in settings.items():
+        if key not in SETTINGS or not isinstance(value, SETTINGS[key]):  # type: ignore[arg-type]
+            raise ScenarioError(f"{where}: settings.{key} is not a known setting of its type")
+    steps = data.get("steps")
+    if not isinstance(steps, list) or not steps:
+        raise ScenarioError(f"{where}: a scenario needs at least one [[steps]]")
+    return Scenario(
+        name=name,
+        title=need("title", str),
+        seed=seed,
+        screen=screen,
+        layout=layout,
+        steps=tuple(_step(s, i, where, need) for i, s in enumerate(steps, 1)),
+        settings=dict(settings),
+        setup=_actions(data.get("setup", []), f"{where}: setup"),
+    )
+
+
+def _step(step: Any, number: int, where: str, need: Any) -> ScenarioStep:
+    if not isinstance(step, dict) or set(step) - {"caption", "actions"}:
+        raise ScenarioError(f"{where}: step {number} must have a caption and actions only")
+    caption = need("caption", str, step, f"step {number}: ")
+    actions = _actions(step.get("actions", []), f"{where}: step {number}")
+    return ScenarioStep(" ".join(caption.split()), actions)
+
+
+def _actions(actions: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):
+        raise ScenarioError(f"{where}: actions must be a list of strings")
+    for action in actions:
+        if not ACTION.match(action):
+            raise ScenarioError(f"{where}: {action!r} is not an action name")
+    return tuple(actions)

@@ -1,0 +1,86 @@
+"""Scenarios in the app (Pilot): each opens on its screen with a caption, runs to its end
+with `>`, and `<` steps back to the same picture a fresh replay gives."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.scenarios import list_scenarios, load_scenario
+from tui.app import MmuscopeApp, make_app
+from tui.widgets.caption import Caption
+
+SIZE = (120, 40)
+MMUSCOPE = Path(sys.executable).parent / "mmuscope"
+
+
+async def settle(pilot: object, rounds: int = 6) -> None:
+    for _ in range(rounds):
+        await pilot.pause(0.02)  # type: ignore[attr-defined]
+
+
+def caption_text(app: MmuscopeApp) -> str:
+    caption = app.screen.query_one(Caption)
+    return f"{caption.border_title} {caption.content}"
+
+
+@pytest.mark.parametrize("name", [s.name for s in list_scenarios()])
+async def test_each_scenario_runs_to_its_end(name: str, tmp_path: Path) -> None:
+    scenario = load_scenario(name)
+    app = make_app(scenario=name, export_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        run = app.scenario_run
+        assert run is not None and run.index == 0
+        screen_class = type(app.screen)
+        assert app.screen is app.get_screen(scenario.screen)
+        for action in scenario.actions_until(len(scenario.steps) - 1):
+            method = re.match(r"[a-z_0-9]+", action)
+            assert method and hasattr(screen_class, f"action_{method[0]}"), action
+        assert "step 1/" in caption_text(app)
+        for number in range(2, len(scenario.steps) + 1):
+            await pilot.press("greater_than_sign")
+            await settle(pilot)
+            assert run.index == number - 1
+            assert f"step {number}/{len(scenario.steps)}" in caption_text(app)
+        await pilot.press("greater_than_sign")  # past the end: stays
+        await settle(pilot)
+        assert run.index == len(scenario.steps) - 1
+
+
+async def test_stepping_back_replays_to_the_same_state(tmp_path: Path) -> None:
+    app = make_app(scenario="mmio-caching", export_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("greater_than_sign")
+        await settle(pilot)
+        first = app.screen
+        state = (first.session.steps, first.session.exits, dict(first.session.results))  # type: ignore[attr-defined]
+        await pilot.press("greater_than_sign", "less_than_sign")
+        await settle(pilot)
+        again = app.screen
+        assert again is not first and app.scenario_run.index == 1  # type: ignore[union-attr]
+        assert (again.session.steps, again.session.exits, dict(again.session.results)) == state  # type: ignore[attr-defined]
+        assert "step 2/4" in caption_text(app)
+
+
+async def test_without_a_scenario_the_step_keys_do_nothing(tmp_path: Path) -> None:
+    app = make_app(playing=False, export_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("greater_than_sign")
+        await settle(pilot)
+        assert app.scenario_run is None
+        assert not app.screen.query_one(Caption).display
+
+
+def test_scenarios_command_lists_them_and_a_bad_name_exits_2() -> None:
+    out = subprocess.run([MMUSCOPE, "scenarios"], capture_output=True, text=True, check=True)
+    for s in list_scenarios():
+        assert s.name in out.stdout
+    bad = subprocess.run([MMUSCOPE, "--scenario", "nope"], capture_output=True, text=True)
+    assert bad.returncode == 2
+    assert bad.stderr.count("\n") == 1 and "no scenario 'nope'" in bad.stderr
