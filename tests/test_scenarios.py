@@ -23,6 +23,7 @@ MECHANISMS = {
     "rmap-fork-storm",
     "fast-zap",
     "mmio-generation-wrap",
+    "pv-tlb-flush",
 }
 SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
 

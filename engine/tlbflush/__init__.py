@@ -1,0 +1,29 @@
+"""Paravirt remote TLB flush in overcommitted KVM guests (seed 001, kvm-reference §7).
+
+A seeded discrete-event model of VMs of 8 vCPUs on 8 pCPUs running ebizzy, the host
+scheduling the vCPU threads, and four flush protocols: `baseline`, `gang`, `pv_flush`
+(the seed's patch) and `flush_on_enter` (Peter Zijlstra's proposal, today's
+KVM_VCPU_FLUSH_TLB).  `tlb_flush_table()` (claim.py) is the bench table.
+"""
+
+from __future__ import annotations
+
+from .config import VM_COUNTS, TlbConfig
+from .metrics import TlbMetrics
+from .protocols import PROTOCOL_NAMES, PROTOCOLS, FlushProtocol, protocol
+from .sim import TlbSim
+from .vcpu import VIS_NAMES, Flush, VCpu
+
+__all__ = [
+    "PROTOCOLS",
+    "PROTOCOL_NAMES",
+    "VIS_NAMES",
+    "VM_COUNTS",
+    "Flush",
+    "FlushProtocol",
+    "TlbConfig",
+    "TlbMetrics",
+    "TlbSim",
+    "VCpu",
+    "protocol",
+]

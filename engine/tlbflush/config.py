@@ -1,0 +1,107 @@
+"""The constants of the paravirt TLB flush model (seed 001) and where each one comes from.
+
+Times are integer nanoseconds (the model never uses a wall clock).
+
+* The host scheduler's numbers are CFS's defaults of the seed's era (kernel/sched/fair.c,
+  v3.2/v3.3, early 2012): `sysctl_sched_latency` 6 ms, `sysctl_sched_min_granularity`
+  0.75 ms and `sysctl_sched_wakeup_granularity` 1 ms, each multiplied by
+  `1 + ilog2(min(ncpus, 8))` (SCHED_TUNABLESCALING_LOG), i.e. by 4 on the seed's 8 pCPUs;
+  `sched_nr_latency` 8.  A pCPU with n runnable vCPUs (n <= 8) gives each a slice of
+  latency / n: 12 ms with 2 VMs, 6 ms with 4, 3 ms with 8.  A waking vCPU's vruntime is
+  placed at least at `min_vruntime - latency / 2` (place_entity, GENTLE_FAIR_SLEEPERS) and
+  preempts the running one when it is behind by more than the wakeup granularity
+  (check_preempt_wakeup).
+* The patch's spin: `int loop = 1024;` and `while (... && --loop) cpu_relax();` — at most
+  1023 PAUSE iterations before `halt()` (seed 001, Nikunj A Dadhania, 20 Feb 2012).  What
+  one iteration costs is not in the seed: PAUSE_LOOP_NS is an assumption (about 10 ns on
+  a 2012 Xeon; PAUSE took about 10 cycles before Skylake), so the spin lasts about 10 µs.
+* The hardware costs (EXIT_NS and friends) are orders of magnitude for a 2012 Xeon without
+  pause-loop exiting (the seed's "non-PLE hardware"), UNVERIFIED, and not fitted to the
+  seed's table: an x2APIC IPI in physical mode is one ICR write (one exit) per target,
+  delivery costs the target an exit and an injection, the handler's EOI another exit.
+* The guest tick matters only to the patch's `halt()`, which returns on any interrupt:
+  GUEST_HZ is the kernel's Kconfig default (HZ_250); the seed's guest config is unknown.
+* The workload is ebizzy 0.3 (ltp utils/benchmark/ebizzy-0.3/ebizzy.c): each record is
+  `alloc_mem(chunk_size)`, a memcpy of a 512 KiB chunk (the default chunk_size is 64 Ki
+  records of 8 bytes), a bsearch, and `free_mem()`.  With glibc's per-thread arenas the
+  free trims the heap with MADV_DONTNEED (mmap_sem held for read), so each record ends in
+  a remote TLB flush of the process's mm, and the next one refaults the buffer.  WORK_NS
+  (memcpy + 128 refaults + search, about 250 µs) is an estimate, not a measurement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NS_PER_US = 1_000
+NS_PER_MS = 1_000_000
+NS_PER_S = 1_000_000_000
+
+# -- the host: CFS of early 2012 on 8 pCPUs ---------------------------------------------
+SCHED_FACTOR = 4  # 1 + ilog2(8)
+SCHED_LATENCY_NS = 6 * NS_PER_MS * SCHED_FACTOR  # 24 ms
+SCHED_MIN_GRANULARITY_NS = 750 * NS_PER_US * SCHED_FACTOR  # 3 ms
+SCHED_WAKEUP_GRANULARITY_NS = 1 * NS_PER_MS * SCHED_FACTOR  # 4 ms
+SCHED_NR_LATENCY = 8
+CONTEXT_SWITCH_NS = 4 * NS_PER_US  # schedule(), vcpu_put/vcpu_load and the VM entry
+
+# -- the hardware (UNVERIFIED orders of magnitude, non-PLE 2012 Xeon) --------------------
+EXIT_NS = 2 * NS_PER_US  # one VM exit, KVM's handling and the re-entry
+IPI_SEND_NS = EXIT_NS  # one ICR write per destination (x2APIC physical mode)
+IPI_DELIVER_NS = EXIT_NS  # the host IPI to the target's pCPU, its exit and injection
+HANDLER_NS = EXIT_NS + 500  # smp_invalidate_interrupt: local_flush_tlb + the EOI's exit
+KICK_NS = EXIT_NS  # the KVM_HC_KICK_CPU hypercall of the last acknowledger
+FLUSH_ON_ENTRY_NS = 500  # kvm_vcpu_flush_tlb_guest() before the entry
+PAUSE_LOOP_NS = 10  # one cpu_relax() iteration of the patch's loop (assumption)
+
+# -- the patch (seed 001) ------------------------------------------------------------------
+PV_FLUSH_LOOP = 1024  # `int loop = 1024;`
+PV_FLUSH_SPIN_NS = (PV_FLUSH_LOOP - 1) * PAUSE_LOOP_NS  # `--loop`: 1023 iterations
+
+# -- the guest -------------------------------------------------------------------------------
+GUEST_HZ = 250
+TICK_NS = NS_PER_S // GUEST_HZ
+WORK_NS = 250 * NS_PER_US  # one ebizzy record (estimate, see above)
+WORK_JITTER = 0.1  # each record takes WORK_NS × U(0.9, 1.1)
+
+VM_COUNTS = (1, 2, 4, 8)
+VCPUS_PER_VM = 8
+PCPUS = 8
+
+
+def sched_period(nr_running: int) -> int:
+    """`__sched_period()`: the latency, stretched when more than sched_nr_latency run."""
+    if nr_running > SCHED_NR_LATENCY:
+        return nr_running * SCHED_MIN_GRANULARITY_NS
+    return SCHED_LATENCY_NS
+
+
+def sched_slice(nr_running: int) -> int:
+    """`sched_slice()` for equal weights: the period shared by the runnable tasks."""
+    n = max(1, nr_running)
+    return sched_period(n) // n
+
+
+@dataclass(frozen=True, slots=True)
+class TlbConfig:
+    """One run: `vms` VMs of 8 vCPUs on 8 pCPUs, one flush protocol, one seed."""
+
+    vms: int = 2
+    protocol: str = "baseline"
+    seed: int = 1
+    duration_ns: int = 500 * NS_PER_MS
+    warmup_ns: int = SCHED_LATENCY_NS  # records before this are not counted
+    vcpus_per_vm: int = VCPUS_PER_VM
+    pcpus: int = PCPUS
+    work_ns: int = WORK_NS
+    work_jitter: float = WORK_JITTER
+    spin_ns: int = PV_FLUSH_SPIN_NS
+    tick_ns: int = TICK_NS
+
+    def __post_init__(self) -> None:
+        if self.vms < 1 or self.vcpus_per_vm < 1 or self.pcpus < 1:
+            raise ValueError("a run needs at least one VM, one vCPU and one pCPU")
+        if self.vcpus_per_vm > self.pcpus:
+            raise ValueError("each vCPU of a VM is pinned to its own pCPU")
+        if self.duration_ns <= self.warmup_ns:
+            raise ValueError("the run must last longer than its warm-up")

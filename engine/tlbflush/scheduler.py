@@ -1,0 +1,234 @@
+"""The host scheduler of the vCPU threads: CFS per pCPU, or gang scheduling per VM.
+
+`CfsScheduler` is a small CFS (kernel/sched/fair.c of early 2012, constants in
+config.py): each pCPU has a run queue ordered by vruntime; the running vCPU keeps the
+pCPU for `sched_slice()` (24 ms / n), then the leftmost runnable one takes over.  A
+vCPU that halts leaves the queue (`kvm_vcpu_block()` sleeps); when it wakes its vruntime
+is placed at least at `min_vruntime - latency / 2` and it preempts the running vCPU if
+that one is ahead by more than the wakeup granularity.  Every vCPU is pinned (vCPU i of
+each VM on pCPU i): the load balancer is not modelled, it has nothing to even out here.
+
+`GangScheduler` runs one VM at a time on all pCPUs, rotating every `sched_slice(vms)` —
+the slice CFS would give each vCPU — so a VM gets the same share as under CFS.  A vCPU
+that halts leaves its pCPU idle until its VM's next slot or its wake-up: no other VM may
+use it (the fragmentation gang scheduling pays).  The co-scheduling IPIs of a real gang
+scheduler are not in the seed and not modelled: the switch costs CONTEXT_SWITCH_NS, as
+under CFS.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ..errors import AuditError
+from .config import SCHED_LATENCY_NS, SCHED_WAKEUP_GRANULARITY_NS, sched_slice
+from .vcpu import BLOCKED, RUNNABLE, RUNNING, VCpu
+
+EV_SLICE = 0  # the pCPU's (or the gang's) slice ends
+
+
+class Host(Protocol):
+    """What a scheduler needs from the simulator."""
+
+    now: int
+    vcpus: list[VCpu]
+
+    def push(self, when: int, kind: int, a: int, b: int, token: int) -> None: ...
+    def switch_in(self, v: VCpu) -> None: ...
+    def deschedule(self, v: VCpu, blocked: bool) -> None: ...
+
+
+@dataclass(slots=True, eq=False)
+class RunQueue:
+    pcpu: int
+    curr: VCpu | None = None
+    queue: list[VCpu] = field(default_factory=list)
+    min_vruntime: int = 0
+    exec_start: int = 0
+    token: int = 0
+    idle_since: int | None = 0
+    idle_ns: int = 0
+
+    def set_curr(self, v: VCpu | None, now: int) -> None:
+        if v is None and self.curr is not None:
+            self.idle_since = now
+        elif v is not None and self.idle_since is not None:
+            self.idle_ns += now - self.idle_since
+            self.idle_since = None
+        self.curr = v
+
+    def idle_time(self, now: int) -> int:
+        return self.idle_ns + (now - self.idle_since if self.idle_since is not None else 0)
+
+
+class CfsScheduler:
+    name = "cfs"
+
+    def __init__(self, host: Host, pcpus: int, rng: random.Random) -> None:
+        self.host = host
+        self.rqs = [RunQueue(p) for p in range(pcpus)]
+        self.rng = rng
+
+    def start(self) -> None:
+        """Every vCPU runnable on its pCPU, with vruntimes spread over one slice, and
+        each pCPU's first slice cut at random: the pCPUs switch at independent phases
+        (the VMs did not boot in lock-step)."""
+        for v in self.host.vcpus:
+            rq = self.rqs[v.pcpu]
+            rq.queue.append(v)
+        for rq in self.rqs:
+            width = sched_slice(len(rq.queue))
+            for v in rq.queue:
+                v.vruntime = self.rng.randrange(width)
+            if rq.queue:
+                self._switch(rq, self._leftmost(rq), first=self.rng.randrange(1, width + 1))
+
+    # -- CFS's bookkeeping -------------------------------------------------------------
+
+    def _update_curr(self, rq: RunQueue) -> None:
+        now = self.host.now
+        if rq.curr is not None:
+            rq.curr.vruntime += now - rq.exec_start
+        rq.exec_start = now
+        candidates = [v.vruntime for v in rq.queue]
+        if rq.curr is not None:
+            candidates.append(rq.curr.vruntime)
+        if candidates:
+            rq.min_vruntime = max(rq.min_vruntime, min(candidates))
+
+    @staticmethod
+    def _leftmost(rq: RunQueue) -> VCpu:
+        return min(rq.queue, key=lambda v: (v.vruntime, v.gid))
+
+    def _switch(self, rq: RunQueue, v: VCpu, first: int | None = None) -> None:
+        rq.queue.remove(v)
+        rq.set_curr(v, self.host.now)
+        rq.exec_start = self.host.now
+        rq.token += 1
+        slice_ns = first if first is not None else sched_slice(len(rq.queue) + 1)
+        self.host.push(self.host.now + slice_ns, EV_SLICE, rq.pcpu, 0, rq.token)
+        self.host.switch_in(v)
+
+    def _preempt_curr(self, rq: RunQueue) -> None:
+        prev = rq.curr
+        assert prev is not None
+        rq.set_curr(None, self.host.now)
+        self.host.deschedule(prev, blocked=False)
+        rq.queue.append(prev)
+
+    # -- events --------------------------------------------------------------------------
+
+    def slice_end(self, pcpu: int, token: int) -> None:
+        rq = self.rqs[pcpu]
+        if token != rq.token or rq.curr is None:
+            return
+        self._update_curr(rq)
+        if rq.queue:
+            self._preempt_curr(rq)
+            self._switch(rq, self._leftmost(rq))
+        else:
+            rq.token += 1
+            self.host.push(self.host.now + sched_slice(1), EV_SLICE, pcpu, 0, rq.token)
+
+    def block(self, v: VCpu) -> None:
+        """The running `v` halted: it leaves the run queue, the next one runs."""
+        rq = self.rqs[v.pcpu]
+        assert rq.curr is v, f"{v.name} halts but does not run"
+        self._update_curr(rq)
+        rq.set_curr(None, self.host.now)
+        rq.token += 1
+        self.host.deschedule(v, blocked=True)
+        if rq.queue:
+            self._switch(rq, self._leftmost(rq))
+
+    def wake(self, v: VCpu) -> None:
+        """`v` left its halt: enqueue it, and preempt the running vCPU if CFS would."""
+        rq = self.rqs[v.pcpu]
+        self._update_curr(rq)
+        v.vruntime = max(v.vruntime, rq.min_vruntime - SCHED_LATENCY_NS // 2)
+        rq.queue.append(v)
+        if rq.curr is None:
+            self._switch(rq, self._leftmost(rq))
+        elif rq.curr.vruntime - v.vruntime > SCHED_WAKEUP_GRANULARITY_NS:
+            self._preempt_curr(rq)
+            self._switch(rq, self._leftmost(rq))
+
+    def idle_ns(self, now: int) -> int:
+        return sum(rq.idle_time(now) for rq in self.rqs)
+
+    def audit(self) -> None:
+        seen: set[int] = set()
+        for rq in self.rqs:
+            for v in rq.queue:
+                if v.host != RUNNABLE or v.pcpu != rq.pcpu or v.gid in seen or v is rq.curr:
+                    raise AuditError(f"pCPU {rq.pcpu}: {v.name} does not belong in the queue")
+                seen.add(v.gid)
+            if rq.curr is not None:
+                seen.add(rq.curr.gid)
+        for v in self.host.vcpus:
+            if (v.host != BLOCKED) != (v.gid in seen):
+                raise AuditError(f"{v.name} ({v.host}) is not where CFS thinks it is")
+
+
+class GangScheduler:
+    name = "gang"
+
+    def __init__(self, host: Host, pcpus: int, vms: int, rng: random.Random) -> None:
+        self.host = host
+        self.rqs = [RunQueue(p) for p in range(pcpus)]
+        self.vms = vms
+        self.gang = rng.randrange(vms)
+        self.token = 0
+
+    def _member(self, vm: int, pcpu: int) -> VCpu | None:
+        return next((v for v in self.host.vcpus if v.vm == vm and v.pcpu == pcpu), None)
+
+    def start(self) -> None:
+        self._run_gang()
+
+    def _run_gang(self) -> None:
+        for rq in self.rqs:
+            v = self._member(self.gang, rq.pcpu)
+            if v is not None and v.host == RUNNABLE:
+                rq.set_curr(v, self.host.now)
+                self.host.switch_in(v)
+        if self.vms > 1:
+            self.token += 1
+            slot = sched_slice(self.vms)
+            self.host.push(self.host.now + slot, EV_SLICE, -1, 0, self.token)
+
+    def slice_end(self, pcpu: int, token: int) -> None:
+        if token != self.token:
+            return
+        for rq in self.rqs:  # the whole gang leaves first, then the next one comes in
+            if rq.curr is not None:
+                prev = rq.curr
+                rq.set_curr(None, self.host.now)
+                self.host.deschedule(prev, blocked=False)
+        self.gang = (self.gang + 1) % self.vms
+        self._run_gang()
+
+    def block(self, v: VCpu) -> None:
+        rq = self.rqs[v.pcpu]
+        assert rq.curr is v, f"{v.name} halts but does not run"
+        rq.set_curr(None, self.host.now)
+        self.host.deschedule(v, blocked=True)
+
+    def wake(self, v: VCpu) -> None:
+        rq = self.rqs[v.pcpu]
+        if v.vm == self.gang and rq.curr is None:
+            rq.set_curr(v, self.host.now)
+            self.host.switch_in(v)
+
+    def idle_ns(self, now: int) -> int:
+        return sum(rq.idle_time(now) for rq in self.rqs)
+
+    def audit(self) -> None:
+        for rq in self.rqs:
+            if rq.curr is not None and (rq.curr.vm != self.gang or rq.curr.host != RUNNING):
+                raise AuditError(f"pCPU {rq.pcpu} runs {rq.curr.name} outside its gang")
+
+
+Scheduler = CfsScheduler | GangScheduler

@@ -1,0 +1,479 @@
+"""A deterministic discrete-event simulation of remote TLB flushes in overcommitted KVM
+guests (seed 001: ebizzy in 2, 4 and 8 VMs of 8 vCPUs on 8 pCPUs).
+
+The host side (scheduler.py) runs the vCPU threads; this module is the rest: VM entry
+(the steal-time byte read by `record_steal_time()`, then the interrupts pending in the
+local APIC), VM exits on preemption (`kvm_steal_time_set_preempted()`) and on HLT, the
+IPIs on the wire, and each guest's ebizzy threads (one per vCPU) with their flushes.
+A flush follows the protocol (protocols.py); each target acknowledges in
+`smp_invalidate_interrupt()` as soon as it runs in guest mode.
+
+Events (to `emit`, tracepoint-shaped): `flush_tlb_others_ipi` (2012 kernel) or
+`kvm_flush_tlb_multi` (today's, for flush_on_enter), `smp_invalidate_interrupt`,
+`kvm_apic_accept_irq` (an IPI reaches the target's APIC; apicid = vcpu_id),
+`kvm_kick_cpu`, `kvm_pv_tlb_flush` (vcpu_id, need_flush_tlb: the host tracepoint of
+arch/x86/kvm/trace.h), `kvm_exit` (reason HLT), `kvm_vcpu_wakeup`, `kvm_entry` and
+`sched_switch`.  With `trace_vm` set, only that VM's events are emitted and its flushes
+keep the time and manner of every acknowledgement (for the TLB screen).
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..errors import AuditError
+from ..events import Event, FieldValue
+from .config import (
+    CONTEXT_SWITCH_NS,
+    FLUSH_ON_ENTRY_NS,
+    HANDLER_NS,
+    IPI_DELIVER_NS,
+    IPI_SEND_NS,
+    KICK_NS,
+    NS_PER_S,
+    TlbConfig,
+)
+from .metrics import TlbMetrics, metrics_of
+from .protocols import protocol
+from .scheduler import EV_SLICE, CfsScheduler, GangScheduler, Scheduler
+from .vcpu import BLOCKED, HALT, RUNNABLE, RUNNING, SPIN, VIS_PREEMPTED, WORK, Flush, VCpu
+
+EV_ENTER, EV_GUEST, EV_IPI, EV_TICK = 1, 2, 3, 4
+RECENT_FLUSHES = 256  # flushes of the traced VM kept for the screen
+
+
+@dataclass(slots=True)
+class Counters:
+    flushes: int = 0
+    ipis: int = 0
+    flags: int = 0  # KVM_VCPU_FLUSH_TLB set instead of an IPI
+    flushes_on_entry: int = 0
+    kicks: int = 0
+    halts: int = 0
+    early_returns: int = 0  # the patch's halt() returned with targets still in the mask
+    waits_on_preempted: int = 0  # flushes that waited on a preempted target
+    late_acks: int = 0  # acknowledgements at VM entry (the target was not running)
+    wakeups: dict[str, int] = field(default_factory=lambda: {"kick": 0, "ipi": 0, "tick": 0})
+    stall_ns: int = 0  # sender time from the flush's start to its return, summed
+    stall_max_ns: int = 0
+    returned: int = 0
+    ack_ns: int = 0  # from the start to the last acknowledgement, summed
+    acked: int = 0
+
+
+class TlbSim:
+    """One seeded run; `run_until()` / `step()` advance it, `audit()` checks it."""
+
+    def __init__(
+        self,
+        config: TlbConfig,
+        *,
+        emit: Callable[[Event], None] | None = None,
+        trace_vm: int | None = None,
+    ) -> None:
+        self.cfg = config
+        self.protocol = protocol(config.protocol)
+        self.rng = random.Random(config.seed)
+        self.now = 0
+        self.emit = emit
+        self.trace_vm = trace_vm
+        self.counters = Counters()
+        n = config.vcpus_per_vm
+        self.vcpus = [VCpu(vm, i, vm * n + i, pcpu=i) for vm in range(config.vms) for i in range(n)]
+        self.slots: dict[int, Flush] = {}  # sender gid -> its flush_state slot
+        self.inflight: dict[tuple[int, int], int] = {}  # (target, sender) -> IPIs on the wire
+        self.recent: deque[Flush] = deque(maxlen=RECENT_FLUSHES)
+        self._heap: list[tuple[int, int, int, int, int, int]] = []
+        self._seq = 0
+        self._fid = 0
+        self._last_on: list[str] = ["<idle>"] * config.pcpus
+        self.tick_phase = [self.rng.randrange(config.tick_ns) for _ in self.vcpus]
+        for v in self.vcpus:  # each thread starts somewhere inside a record,
+            v.guest_left = self.rng.randrange(1, config.work_ns)
+            v.st_preempted = True  # and every vCPU as if just preempted
+        self.sched: Scheduler = (
+            GangScheduler(self, config.pcpus, config.vms, self.rng)
+            if self.protocol.gang
+            else CfsScheduler(self, config.pcpus, self.rng)
+        )
+        self.sched.start()
+
+    # -- the event loop -------------------------------------------------------------------
+
+    def push(self, when: int, kind: int, a: int, b: int, token: int) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (when, self._seq, kind, a, b, token))
+
+    @property
+    def next_event_at(self) -> int | None:
+        return self._heap[0][0] if self._heap else None
+
+    def step(self) -> bool:
+        """Handle the next event; False when nothing is left (never, in practice)."""
+        if not self._heap:
+            return False
+        when, _, kind, a, b, token = heapq.heappop(self._heap)
+        if when < self.now:
+            raise AuditError(f"an event at {when} ns came after {self.now} ns")
+        self.now = when
+        if kind == EV_GUEST:
+            self._on_guest(self.vcpus[a], token)
+        elif kind == EV_IPI:
+            self._on_ipi(self.vcpus[a], b)
+        elif kind == EV_ENTER:
+            self._on_enter(self.vcpus[a], token)
+        elif kind == EV_SLICE:
+            self.sched.slice_end(a, token)
+        elif kind == EV_TICK:
+            self._on_tick(self.vcpus[a], token)
+        return True
+
+    def run_until(self, until: int) -> None:
+        heap = self._heap
+        while heap and heap[0][0] <= until:
+            self.step()
+        self.now = max(self.now, until)
+
+    def run(self) -> None:
+        self.run_until(self.cfg.duration_ns)
+
+    # -- the host: called by the scheduler ---------------------------------------------
+
+    def switch_in(self, v: VCpu) -> None:
+        """The scheduler picked `v`: load it and enter the guest after the switch."""
+        v.host = RUNNING
+        v.entered = False
+        v.token += 1
+        self.push(self.now + CONTEXT_SWITCH_NS, EV_ENTER, v.gid, 0, v.token)
+        prev, self._last_on[v.pcpu] = self._last_on[v.pcpu], v.name
+        self._emit("sched_switch", {"prev_comm": prev, "next_comm": v.name}, v.vm, v.pcpu)
+        self._update_vis(v)
+
+    def deschedule(self, v: VCpu, blocked: bool) -> None:
+        """`v` leaves its pCPU: preempted (still runnable) or blocked in a HLT."""
+        if v.entered and self._timed(v):
+            v.guest_left = max(0, v.done_at - self.now)
+        v.entered = False
+        v.token += 1
+        if blocked:
+            v.host = BLOCKED
+            self._last_on[v.pcpu] = "<idle>"
+        else:
+            v.host = RUNNABLE
+            v.st_preempted = True  # kvm_steal_time_set_preempted()
+            self._target_preempted(v)
+        self._update_vis(v)
+
+    # -- VM entry and exit --------------------------------------------------------------
+
+    def _on_enter(self, v: VCpu, token: int) -> None:
+        if token != v.token or v.host != RUNNING or v.entered:
+            return
+        v.entered = True
+        cost = 0
+        if v.st_preempted:  # record_steal_time(): xchg(&st->preempted, 0)
+            flush = v.st_flush
+            v.st_preempted = v.st_flush = False
+            if self.protocol.flag_preempted:
+                self._emit(
+                    "kvm_pv_tlb_flush", {"vcpu_id": v.index, "need_flush_tlb": flush}, v.vm, v.pcpu
+                )
+                if flush:
+                    cost += FLUSH_ON_ENTRY_NS
+                    self.counters.flushes_on_entry += 1
+        if v.pending:
+            cost += self._handle_irqs(v, late=True)
+        self._update_vis(v)
+        self._emit("kvm_entry", {"vcpu_id": v.index}, v.vm, v.pcpu)
+        self._resume(v, self.now + cost)
+
+    def _resume(self, v: VCpu, at: int) -> None:
+        """Guest code runs again from `at`: the work, the spin, or past the halt."""
+        if v.mode == WORK:
+            self._arm(v, at + v.guest_left)
+            return
+        f = v.flush
+        assert f is not None
+        if v.mode == HALT or not f.mask:  # a halt() returned: no second look at the mask
+            self._finish_flush(v, at)
+        else:
+            if self.protocol.flag_preempted:
+                self._recheck(v, f)
+            if v.flush is f and self.protocol.halt_after_spin:
+                self._arm(v, at + v.guest_left)
+
+    def _halt(self, v: VCpu) -> None:
+        """The patch's `halt()`: the vCPU blocks until an interrupt or a kick."""
+        self.counters.halts += 1
+        v.mode = HALT
+        v.halt_seq += 1
+        v.halted_at = self.now
+        self._emit("kvm_exit", {"vcpu_id": v.index, "reason": "HLT"}, v.vm, v.pcpu)
+        self.sched.block(v)
+        tick, phase = self.cfg.tick_ns, self.tick_phase[v.gid]
+        next_tick = phase + ((self.now - phase) // tick + 1) * tick
+        self.push(next_tick, EV_TICK, v.gid, 0, v.halt_seq)
+
+    def _on_tick(self, v: VCpu, seq: int) -> None:
+        if v.host == BLOCKED and v.halt_seq == seq:
+            self._wake(v, "tick")
+
+    def _wake(self, v: VCpu, reason: str) -> None:
+        if v.host != BLOCKED:
+            return
+        self.counters.wakeups[reason] += 1
+        v.host = RUNNABLE
+        self._emit(
+            "kvm_vcpu_wakeup",
+            {"vcpu_id": v.index, "ns": self.now - v.halted_at, "waited": True, "reason": reason},
+            v.vm,
+            v.pcpu,
+        )
+        self.sched.wake(v)
+        self._update_vis(v)
+
+    # -- the guest: ebizzy's records and their flushes -----------------------------------
+
+    def _record_ns(self) -> int:
+        jitter = self.cfg.work_jitter
+        return int(self.cfg.work_ns * self.rng.uniform(1 - jitter, 1 + jitter))
+
+    def _timed(self, v: VCpu) -> bool:
+        """Does `v` count down `guest_left` (work, or the patch's spin)?"""
+        return v.mode == WORK or (v.mode == SPIN and self.protocol.halt_after_spin)
+
+    def _arm(self, v: VCpu, when: int) -> None:
+        v.token += 1
+        v.done_at = when
+        self.push(when, EV_GUEST, v.gid, 0, v.token)
+
+    def _charge(self, v: VCpu, cost: int) -> None:
+        """An interrupt handler or a hypercall took `cost` of the running `v`'s time."""
+        if cost and v.entered and self._timed(v):
+            self._arm(v, v.done_at + cost)
+
+    def _on_guest(self, v: VCpu, token: int) -> None:
+        if token != v.token or not v.entered:
+            return
+        if v.mode == WORK:
+            v.records_all += 1
+            if self.now >= self.cfg.warmup_ns:
+                v.records += 1
+            self._start_flush(v)
+        elif v.mode == SPIN and v.flush is not None and v.flush.mask:
+            self._halt(v)  # `if (!loop && !cpumask_empty(...)) halt();`
+
+    def _start_flush(self, s: VCpu) -> None:
+        """munmap/MADV_DONTNEED: flush the mm on every other vCPU of the VM."""
+        self._fid += 1
+        n = self.cfg.vcpus_per_vm
+        targets = tuple(g for g in range(s.vm * n, s.vm * n + n) if g != s.gid)
+        old = self.slots.get(s.gid)
+        if old is not None and old.mask:  # cpumask_andnot() overwrites the old mask
+            old.superseded = True
+            for gone in old.mask:
+                self.vcpus[gone].in_masks.discard(s.gid)
+            old.mask.clear()
+        f = Flush(self._fid, s.gid, s.vm, self.now, targets)
+        self.slots[s.gid] = f
+        if s.vm == self.trace_vm:
+            self.recent.append(f)
+        s.flushes += 1
+        self.counters.flushes += 1
+        sent = self.now
+        for gid in targets:
+            t = self.vcpus[gid]
+            if self.protocol.flag_preempted and t.st_preempted:
+                self._flag(t, f)
+                continue
+            f.mask.add(gid)
+            f.ipis.append(gid)
+            t.in_masks.add(s.gid)
+            sent += IPI_SEND_NS
+            self.counters.ipis += 1
+            key = (gid, s.gid)
+            self.inflight[key] = self.inflight.get(key, 0) + 1
+            self.push(sent + IPI_DELIVER_NS, EV_IPI, gid, s.gid, f.fid)
+            if t.visible == VIS_PREEMPTED:
+                self._waited(f)
+        s.mode = SPIN
+        s.flush = f
+        self._emit_flush(s, f)
+        if not f.mask:
+            self._finish_flush(s, sent)
+        elif self.protocol.halt_after_spin:
+            s.guest_left = sent - self.now + self.cfg.spin_ns
+            self._arm(s, self.now + s.guest_left)
+        else:
+            s.token += 1  # spins until the mask is empty
+        self._update_vis(s)
+
+    def _emit_flush(self, s: VCpu, f: Flush) -> None:
+        if self.emit is None:
+            return
+        n = self.cfg.vcpus_per_vm
+        name = "kvm_flush_tlb_multi" if self.protocol.flag_preempted else "flush_tlb_others_ipi"
+        ipi_mask = sum(1 << (g % n) for g in f.ipis)
+        flag_mask = sum(1 << (g % n) for g in f.flagged)
+        fields: dict[str, FieldValue] = {"vcpu_id": s.index, "ipi_mask": ipi_mask}
+        if self.protocol.flag_preempted:
+            fields["flush_on_enter_mask"] = flag_mask
+        self._emit(name, fields, s.vm, s.pcpu)
+
+    def _flag(self, t: VCpu, f: Flush) -> None:
+        """`try_cmpxchg(&st->preempted, state, state | KVM_VCPU_FLUSH_TLB)`: no IPI."""
+        t.flag_sets += not t.st_flush
+        t.st_flush = True
+        t.flags_received += 1
+        f.flagged.append(t.gid)
+        self.counters.flags += 1
+        if f.vm == self.trace_vm:
+            f.acks[t.gid] = (self.now, "flag")
+
+    def _waited(self, f: Flush) -> None:
+        if not f.waited_on_preempted:
+            f.waited_on_preempted = True
+            self.counters.waits_on_preempted += 1
+
+    def _target_preempted(self, v: VCpu) -> None:
+        """`v` was just preempted: flag it for senders re-checking their masks
+        (flush_on_enter), or note that their flush now waits on a preempted vCPU."""
+        for sender in sorted(v.in_masks):
+            f = self.slots[sender]
+            s = self.vcpus[sender]
+            if s.flush is not f:
+                continue  # the patch's halt() already returned: nobody waits
+            if not self.protocol.flag_preempted:
+                self._waited(f)
+            elif s.entered:  # a sender not in guest mode re-checks at its entry
+                self._unmask(v, f)
+                self._flag(v, f)
+                if not f.mask:
+                    self._mask_empty(f, None)
+
+    def _recheck(self, s: VCpu, f: Flush) -> None:
+        """Peter Zijlstra's `goto again`: flag the targets preempted since the IPIs."""
+        for gid in sorted(f.mask):
+            t = self.vcpus[gid]
+            if t.st_preempted:
+                self._unmask(t, f)
+                self._flag(t, f)
+        if not f.mask:
+            self._mask_empty(f, None)
+
+    def _unmask(self, t: VCpu, f: Flush) -> None:
+        f.mask.discard(t.gid)
+        t.in_masks.discard(f.sender)
+
+    def _on_ipi(self, t: VCpu, sender: int) -> None:
+        key = (t.gid, sender)
+        left = self.inflight[key] - 1
+        if left:
+            self.inflight[key] = left
+        else:
+            del self.inflight[key]
+        t.pending.add(sender)  # the vector's IRR bit: IPIs of one sender coalesce
+        self._emit(
+            "kvm_apic_accept_irq",
+            {"apicid": t.index, "sender": self.vcpus[sender].index, "running": t.entered},
+            t.vm,
+            t.pcpu,
+        )
+        if t.entered:
+            self._charge(t, self._handle_irqs(t, late=False))
+        elif t.host == BLOCKED:
+            self._wake(t, "ipi")  # kvm_vcpu_kick()
+
+    def _handle_irqs(self, t: VCpu, late: bool) -> int:
+        """`smp_invalidate_interrupt()` for each pending sender; returns the time taken."""
+        cost = 0
+        for sender in sorted(t.pending):
+            cost += HANDLER_NS + self._ack(t, sender, late)
+        t.pending.clear()
+        return cost
+
+    def _ack(self, t: VCpu, sender: int, late: bool) -> int:
+        self._emit(
+            "smp_invalidate_interrupt",
+            {"vcpu_id": t.index, "sender": self.vcpus[sender].index},
+            t.vm,
+            t.pcpu,
+        )
+        f = self.slots.get(sender)
+        if f is None or t.gid not in f.mask:
+            return 0
+        self._unmask(t, f)
+        if late:
+            t.late_acks += 1
+            self.counters.late_acks += 1
+        if f.vm == self.trace_vm:
+            f.acks[t.gid] = (self.now, "late" if late else "ipi")
+        return self._mask_empty(f, t) if not f.mask else 0
+
+    def _mask_empty(self, f: Flush, acker: VCpu | None) -> int:
+        """The last target acknowledged; returns the acknowledger's extra time."""
+        f.done_at = self.now
+        self.counters.ack_ns += self.now - f.start
+        self.counters.acked += 1
+        s = self.vcpus[f.sender]
+        cost = 0
+        if self.protocol.kick_sender and acker is not None:
+            cost = KICK_NS  # `if (cpumask_empty(...)) kvm_kick_cpu(f->sender_cpu);`
+            self.counters.kicks += 1
+            self._emit("kvm_kick_cpu", {"vcpu_id": acker.index, "cpu": s.index}, s.vm, acker.pcpu)
+            self._wake(s, "kick")
+        if s.flush is f and s.entered and s.mode == SPIN:
+            self._finish_flush(s, self.now)
+        return cost
+
+    def _finish_flush(self, s: VCpu, at: int) -> None:
+        f = s.flush
+        assert f is not None and s.entered
+        f.returned_at = at
+        if f.mask:
+            f.early = True
+            self.counters.early_returns += 1
+        stall = at - f.start
+        self.counters.stall_ns += stall
+        self.counters.stall_max_ns = max(self.counters.stall_max_ns, stall)
+        self.counters.returned += 1
+        s.flush = None
+        s.mode = WORK
+        s.guest_left = self._record_ns()
+        self._arm(s, at + s.guest_left)
+        self._update_vis(s)
+
+    # -- bookkeeping ----------------------------------------------------------------------
+
+    def _update_vis(self, v: VCpu) -> None:
+        new = v.visible
+        if new != v.vis:
+            v.state_ns[v.vis] += self.now - v.vis_since
+            v.vis = new
+            v.vis_since = self.now
+
+    def _emit(self, name: str, fields: dict[str, FieldValue], vm: int, pcpu: int) -> None:
+        if self.emit is None or (self.trace_vm is not None and vm != self.trace_vm):
+            return
+        self.emit(Event(name, {"vm": vm, **fields}, ts=self.now / NS_PER_S, cpu=pcpu))
+
+    def vm_vcpus(self, vm: int) -> list[VCpu]:
+        n = self.cfg.vcpus_per_vm
+        return self.vcpus[vm * n : vm * n + n]
+
+    def waiting_on_preempted(self, s: VCpu) -> bool:
+        """Is `s` stuck in its flush on a target that is descheduled right now?"""
+        f = s.flush
+        return f is not None and any(self.vcpus[g].visible == VIS_PREEMPTED for g in f.mask)
+
+    def audit(self) -> None:
+        from .audit import audit_sim
+
+        audit_sim(self)
+
+    def metrics(self) -> TlbMetrics:
+        return metrics_of(self)
