@@ -24,6 +24,7 @@ MECHANISMS = {
     "fast-zap",
     "mmio-generation-wrap",
     "pv-tlb-flush",
+    "power-keys",
 }
 SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
 

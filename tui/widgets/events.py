@@ -129,7 +129,7 @@ class EventPanel(Horizontal):
         """Write the events kept since the last flush.  Writing grows the log, and a log
         that grows lays the whole screen out again: the screens flush a few times a
         second, not every frame."""
-        if self._unwritten:
+        if self._unwritten and self.query(EventLog):
             log = self.query_one(EventLog)
             lines = [trace_line(e) for e in self._unwritten]
             if log.content_region.width < NARROW_LOG:
@@ -143,7 +143,10 @@ class EventPanel(Horizontal):
         self.show_counters()
 
     def show_counters(self) -> None:
-        table = self.query_one(CountersTable)
+        found = self.query(CountersTable)
+        if not found:
+            return  # a timer fired before the panel's children mounted (or after teardown)
+        table = found.first()
         rows = self.counters.rows(self.pattern)
         table.show_content(counters_table(rows, table.content_region.width or 48))
 

@@ -1,0 +1,244 @@
+"""The POWER screen's drawings: a window of HPT groups around the fault's primary and
+secondary groups (8 slots each, coloured by what they hold, the search's probes marked
+one by one), and the counters of the classification with the era's key trade-off.
+
+Colours come from component classes over the theme's variables: a guest HPTE is
+`slot-ram`, an absent one `slot-rom`, MMIO (key 31) `node-cache-hit`, the seed's
+host-swapped key 30 `slot-dirty`, an empty slot `node-empty`; the search's examined slots
+`node-path`, the slot being examined `node-compare`, the slot found `node-hit`.
+"""
+
+from __future__ import annotations
+
+from rich.style import Style
+from rich.text import Text
+from textual.widget import Widget
+
+from engine.ppc.faults import EMULATED, FORWARDED, FaultRecord, Phase
+from engine.ppc.hpt import HashPageTable
+from engine.ppc.hpte import ABSENT, EMPTY, HPTES_PER_GROUP, MMIO, SWAPPED, VALID
+from engine.ppc.keys import PpcEra
+from engine.ppc.machine import PpcCounters
+
+GLYPH = {VALID: "■", ABSENT: "□", MMIO: "◆", SWAPPED: "▣", EMPTY: "·"}
+LEGEND = "■ guest  □ absent  ◆ MMIO k31  ▣ swapped k30  · empty"
+OUTCOME_STYLE = {FORWARDED: "forwarded", EMULATED: "emulated"}
+
+
+class PowerDrawing(Widget):
+    """Shared styling for the POWER panels (component classes → Rich styles)."""
+
+    COMPONENT_CLASSES = {
+        "power--valid",
+        "power--absent",
+        "power--mmio",
+        "power--swapped",
+        "power--empty",
+        "power--visited",
+        "power--probe",
+        "power--found",
+        "power--group",
+        "power--current",
+        "power--label",
+        "power--forwarded",
+        "power--emulated",
+        "power--paged",
+        "power--warning",
+    }
+
+    DEFAULT_CSS = """
+    PowerDrawing { background: $surface; padding: 0 1; border: round $panel;
+        border-title-color: $primary; text-wrap: nowrap; text-overflow: ellipsis; }
+    PowerDrawing > .power--valid { color: $slot-ram; }
+    PowerDrawing > .power--absent { color: $slot-rom; }
+    PowerDrawing > .power--mmio { color: $node-cache-hit; text-style: bold; }
+    PowerDrawing > .power--swapped { color: $slot-dirty; text-style: bold; }
+    PowerDrawing > .power--empty { color: $node-empty; }
+    PowerDrawing > .power--visited { color: $background; background: $node-path; }
+    PowerDrawing > .power--probe { color: $background; background: $node-compare;
+        text-style: bold; }
+    PowerDrawing > .power--found { color: $background; background: $node-hit;
+        text-style: bold; }
+    PowerDrawing > .power--group { color: $node-idle; }
+    PowerDrawing > .power--current { color: $node-path; text-style: bold; }
+    PowerDrawing > .power--label { color: $text-muted; }
+    PowerDrawing > .power--forwarded { color: $success; text-style: bold; }
+    PowerDrawing > .power--emulated { color: $node-cache-hit; text-style: bold; }
+    PowerDrawing > .power--paged { color: $warning; text-style: bold; }
+    PowerDrawing > .power--warning { color: $warning; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.content = Text()
+        self._styles: dict[tuple[str, str], Style] = {}
+
+    def style_of(self, component: str) -> Style:
+        """The component's Rich style, cached until the theme or the CSS changes."""
+        key = (self.app.theme, component)
+        style = self._styles.get(key)
+        if style is None:
+            style = self._styles[key] = self.get_component_rich_style(f"power--{component}")
+        return style
+
+    def notify_style_update(self) -> None:
+        self._styles.clear()
+        super().notify_style_update()
+
+    def render(self) -> Text:
+        return self.content
+
+    def show_text(self, text: Text) -> None:
+        if text == self.content:
+            return  # no repaint for an unchanged panel (most frames between two faults)
+        self.content = text
+        self.refresh()
+
+
+class HptGroups(PowerDrawing):
+    """Two windows of groups: around the fault's primary group and its secondary."""
+
+    def show(
+        self, hpt: HashPageTable, record: FaultRecord | None, phases: list[Phase], shown: int
+    ) -> None:
+        text = Text(no_wrap=True, overflow="ellipsis")
+        rows = max(1, (self.content_region.height - 3) // 2) if self.is_mounted else 3
+        if record is None:
+            text.append("no fault yet: space plays, s steps, n runs to the next fault\n",
+                        style=self.style_of("label"))  # fmt: skip
+            for group in hpt.window(0, rows):
+                self._row(text, hpt, group, tuple(hpt.kinds_of(group)), {}, -1, False)
+            text.append(LEGEND, style=self.style_of("label"))
+            self.show_text(text)
+            return
+        revealed = phases[:shown]
+        done = bool(revealed) and revealed[-1].what == "outcome"
+        marks = {p.slot: n for n, p in enumerate(revealed) if p.what == "probe"}
+        current = revealed[-1].slot if revealed and revealed[-1].what == "probe" else -1
+        found = record.slot if done or record.slot in marks else -1
+        primary, secondary = hpt.groups_of(record.vpn)
+        for number, (name, group) in enumerate((("primary", primary), ("secondary", secondary))):
+            how = "(vsid ^ page) & mask" if number == 0 else f"primary ^ {hpt.mask:#x}"
+            text.append(f"{name} group {group:#x} = {how}\n", style=self.style_of("label"))
+            for row in hpt.window(group, rows):
+                kinds = self._kinds(hpt, record, row, (primary, secondary), done)
+                self._row(text, hpt, row, kinds, marks, current, row == group, found)
+        text.append(LEGEND, style=self.style_of("label"))
+        self.show_text(text)
+
+    @staticmethod
+    def _kinds(
+        hpt: HashPageTable, record: FaultRecord, group: int, searched: tuple[int, int], done: bool
+    ) -> tuple[str, ...]:
+        """A searched group as the fault found it until the outcome shows, then as now."""
+        if record.groups and not done and group in searched:
+            return record.groups[searched.index(group)]
+        return tuple(hpt.kinds_of(group))
+
+    def _row(
+        self,
+        text: Text,
+        hpt: HashPageTable,
+        group: int,
+        kinds: tuple[str, ...],
+        marks: dict[int, int],
+        current: int,
+        searched: bool,
+        found: int = -1,
+    ) -> None:
+        text.append("▶" if searched else " ", style=self.style_of("current"))
+        text.append(f"{group:#06x} ", style=self.style_of("current" if searched else "group"))
+        for slot, kind in zip(hpt.group_slots(group), kinds, strict=True):
+            style = kind
+            if slot == found:
+                style = "found"
+            elif slot == current:
+                style = "probe"
+            elif slot in marks:
+                style = "visited"
+            text.append(f" {GLYPH[kind]} ", style=self.style_of(style))
+        used = sum(1 for kind in kinds if kind != EMPTY)
+        text.append(f" {used}/{HPTES_PER_GROUP}\n", style=self.style_of("label"))
+
+
+class PowerCounters(PowerDrawing):
+    """The classification's counters, what the keys saved, and the era's key trade-off."""
+
+    def show(self, era: PpcEra, c: PpcCounters, record: FaultRecord | None, done: bool) -> None:
+        text = Text(no_wrap=True, overflow="ellipsis")
+        text.append(f"{era.name}\n", style=self.style_of("current"))
+        text.append(f"{era.summary}\n", style=self.style_of("label"))
+        lines = [
+            ("faults (HDSI)", c.faults, ""),
+            (" forwarded", c.forwarded, "forwarded"),
+            (" MMIO emulated", c.emulated, "emulated"),
+            (" paged in", c.paged_in, "paged"),
+            ("NO_HPTE / KEYFAULT", f"{c.no_hpte}/{c.keyfaults}", ""),
+            ("hash searches", c.searches, ""),
+            ("HPTEs examined", c.hptes_examined, ""),
+            (" per fault", f"{c.hptes_examined / c.faults:.2f}" if c.faults else "-", ""),
+            ("saved searches", c.saved_searches, "forwarded" if c.saved_searches else ""),
+            ("MMIO cache hits", c.mmio_cache_hits, ""),
+        ]
+        for name, value, style in lines:
+            text.append(f"{name:<19}", style=self.style_of("label"))
+            text.append(f"{value!s:>10}\n", style=self.style_of(style) if style else "")
+        keys = era.guest_keys
+        text.append(f"{'guest keys':<19}", style=self.style_of("label"))
+        text.append(f"{keys[0]}-{keys[-1]} ({len(keys)})\n")
+        for key in sorted(era.host_keys):
+            text.append(f"key {key}: the host's, denied\n", style=self.style_of("warning"))
+        if not era.host_keys:
+            text.append("keys 30, 31: the guest's own\n", style=self.style_of("label"))
+        if record is not None and done:
+            text.append(self._verdict(record), style=self.style_of(_outcome_style(record)))
+        self.show_text(text)
+
+    @staticmethod
+    def _verdict(record: FaultRecord) -> str:
+        searched = f"{record.examined} HPTEs" if record.search is not None else "no search"
+        return f"#{record.seq}: {record.outcome.replace('_', ' ')}, {searched}"
+
+
+class FaultSteps(PowerDrawing):
+    """The handler's path for the fault on show, revealed with the animation: the exit,
+    the key check or `kvmppc_hpte_hv_fault()`'s search group by group, the outcome, and
+    what the guest did after a forwarded fault."""
+
+    def show(self, record: FaultRecord | None, phases: list[Phase], shown: int, after: str) -> None:
+        text = Text(no_wrap=True, overflow="ellipsis")
+        if record is None:
+            text.append("the handler's path appears here", style=self.style_of("label"))
+            self.show_text(text)
+            return
+        revealed = phases[:shown]
+        probes = [p for p in revealed if p.what == "probe"]
+        for phase in revealed:
+            if phase.what == "fault":
+                why = "DSISR_KEYFAULT" if record.keyfault else "DSISR_NOHPTE"
+                text.append(f"kvmppc_hdsi: {why}\n", style=self.style_of("current"))
+            elif phase.what in ("key", "cache"):
+                text.append(f" {phase.text}\n", style=self.style_of("label"))
+            elif phase.what == "probe" and phase is probes[0]:
+                valid = "V" if record.keyfault else "V|ABSENT"
+                text.append(f" kvmppc_hv_find_lock_hpte({valid})\n")
+                self._groups(text, probes)
+            elif phase.what == "outcome":
+                text.append(f" → {phase.text}\n", style=self.style_of(_outcome_style(record)))
+                if after:
+                    text.append(f" {after}\n", style=self.style_of("label"))
+        self.show_text(text)
+
+    def _groups(self, text: Text, probes: list[Phase]) -> None:
+        for number, name in enumerate(("primary", "secondary")):
+            mine = probes[number * HPTES_PER_GROUP : (number + 1) * HPTES_PER_GROUP]
+            if not mine:
+                continue
+            hit = any(p.match for p in mine)
+            verdict = "match" if hit else ("no match" if len(mine) == HPTES_PER_GROUP else "…")
+            text.append(f"  {name}: {len(mine)}/8 examined, {verdict}\n",
+                        style=self.style_of("found" if hit else "label"))  # fmt: skip
+
+
+def _outcome_style(record: FaultRecord) -> str:
+    return OUTCOME_STYLE.get(record.outcome, "paged")
