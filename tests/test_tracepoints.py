@@ -351,8 +351,11 @@ def test_fixture_both_shapes_headers_and_stack_traces() -> None:
         "address": 0xFEE000B0,
         "error_code": 6,
     }
-    assert by_ts[5123.6001].fields == {
-        "text": "reason EPT_VIOLATION rip 0xffffffff81a2b3c4 info 182 0"
+    assert by_ts[5123.6001].fields == {  # kvm_exit in its older printk
+        "exit_reason": "EPT_VIOLATION",
+        "guest_rip": 0xFFFFFFFF81A2B3C4,
+        "info1": 0x182,
+        "info2": 0,
     }
     assert by_ts[5123.7001].fields == {"text": "sp gen 1 gfn"}  # known name, truncated text
     assert by_ts[5123.7].fields == {"gfn": 0x100, "pfn": 0x2300, "level": 2}  # tgid column

@@ -1,31 +1,46 @@
-"""`mmuscope bench [--json] [--quick]`: the engine's speed and memory (engine/mmu/bench.py).
+"""`mmuscope bench [--json] [--quick] [--table NAME]... [--svg DIR]`: the seeds' claims
+measured, one table each (engine/claims/registry.py), and the engine's speed.
 
-`--json` prints one object, `{"engine": {"columns": ["name", "value", "unit"], "rows":
-[[name, value, unit], ...]}}`; later benchmarks add tables beside `engine`.  Without it a
-table for people, with the issue's bars.  Timings depend on the machine, so each one comes
-with a baseline measured in the same run (a dict insert per gfn) and a `*_vs_dict_insert`
-row: the fault's speed as a fraction of the baseline's.
+`--json` prints one object, `{TABLE: {"columns": [...], "rows": [[...], ...], "seed":
+SEED_FILE_NAME, "claim": str, "reproduced": bool, "note": str, ...}}`, every table in
+registry order; the `engine` table keeps its columns `name, value, unit` and its rows.
+Without it, a table for people per claim — the seed's numbers in the `seed_*` columns
+beside the model's, the verdict in the title, the note under it — and the engine table
+with the issue's bars.  `--svg DIR` also writes `DIR/<table>.svg`, one bar chart per
+table (a DIR that is not a writable directory: one line, exit 2, nothing run).
+`--table NAME` (repeatable) runs only those tables.  A table whose module cannot be
+imported is left out with one line on stderr; the others still run.
 
-`--quick` keeps every row name and measures less (50k faults, a 1 GiB populate, 20k
-pages zapped); the rows `quick` (1), `populate_gib` and `fast_zap_pages` say so, and the
-6 GiB bars are not judged.  The lock-hold bar holds at any size.
+`--quick` keeps every table and column and measures less (each table says how in its
+note); the engine's timings depend on the machine, so they come with baselines measured
+in the same run (a dict insert per gfn) and `*_vs_dict_insert` ratios.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
+from pathlib import Path
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.table import Table
+from rich.text import Text
 
-from engine.mmu.bench import BARS, FULL_ONLY_BARS, Row, bar_met, engine_rows
+from engine.claims.registry import TABLES, MissingTable, chart_spec, run_tables
+from engine.claims.table import Cell, ClaimTable
+from engine.mmu.bench import BARS, FULL_ONLY_BARS, Row, bar_met
+
+from .cli import CliError
 
 COLUMNS = ["name", "value", "unit"]
+PIPE_WIDTH = 200  # a pipe or a file has no width: wide enough that no number breaks
 
 
-def bench_json(rows: list[Row]) -> str:
-    return json.dumps({"engine": {"columns": COLUMNS, "rows": [list(row) for row in rows]}})
+def bench_json(tables: dict[str, ClaimTable]) -> str:
+    """Every table as one JSON object on one line."""
+    return json.dumps({name: table.to_json() for name, table in tables.items()})
 
 
 def _value(value: float | int) -> str:
@@ -33,6 +48,7 @@ def _value(value: float | int) -> str:
 
 
 def bench_table(rows: list[Row]) -> Table:
+    """The engine table, with the issue's bars."""
     quick = any(name == "quick" and value for name, value, _ in rows)
     title = "mmuscope bench: engine" + (" (--quick: smaller runs)" if quick else "")
     table = Table(
@@ -55,10 +71,93 @@ def bench_table(rows: list[Row]) -> Table:
     return table
 
 
+def _cell(cell: Cell) -> str:
+    if cell is None:
+        return "—"
+    if isinstance(cell, bool):
+        return "yes" if cell else "no"
+    if isinstance(cell, int | float):
+        return _value(cell)
+    return cell
+
+
+def claim_table(table: ClaimTable) -> Group:
+    """A claim table for people: the verdict in the title, seed columns set apart."""
+    verdict = "[green]reproduced: yes[/]" if table.reproduced else "[red]reproduced: NO[/]"
+    out = Table(
+        title=f"mmuscope bench: {table.name} — {verdict}",
+        caption=f"{table.seed}: {table.claim}",
+        caption_justify="left",
+        show_edge=False,
+    )
+    for column in table.columns:
+        seed = column.startswith("seed_")
+        text_column = all(isinstance(row[table.columns.index(column)], str) for row in table.rows)
+        out.add_column(
+            column,
+            justify="left" if text_column else "right",
+            style="italic cyan" if seed else None,
+            header_style="bold cyan" if seed else "bold",
+            overflow="fold",
+            no_wrap=not text_column,  # numbers never break; long texts wrap
+            ratio=1 if text_column else None,
+        )
+    for row in table.rows:
+        out.add_row(*(_cell(cell) for cell in row))
+    return Group(out, Text(table.note, style="dim"), Text(""))
+
+
+def _human(table: ClaimTable) -> Table | Group:
+    if table.name == "engine":
+        rows: list[Row] = []
+        for name, value, unit in table.rows:
+            assert isinstance(value, int | float)
+            rows.append((str(name), value, str(unit)))
+        return bench_table(rows)
+    return claim_table(table)
+
+
+def check_svg_dir(directory: Path) -> None:
+    """Refuse `--svg DIR` before anything runs: it must be a writable directory."""
+    if not directory.is_dir():
+        raise CliError(f"--svg {directory}: no such directory")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise CliError(f"--svg {directory}: not writable")
+
+
+def write_charts(tables: dict[str, ClaimTable], directory: Path) -> list[Path]:
+    from engine.claims.chart import write_chart
+    from engine.export.render import ExportError
+
+    written = []
+    for table in tables.values():
+        try:
+            written.append(write_chart(table, directory, chart_spec(table)))
+        except ExportError as err:
+            raise CliError(str(err)) from None
+    return written
+
+
+def _report_missing(missing: MissingTable) -> None:
+    print(f"mmuscope: bench: table {missing.name} missing: {missing.reason}", file=sys.stderr)
+
+
 def run_bench(args: argparse.Namespace) -> int:
-    rows = engine_rows(quick=args.quick)
+    svg_dir: Path | None = getattr(args, "svg", None)
+    if svg_dir is not None:
+        check_svg_dir(svg_dir)
+    names = getattr(args, "table", None) or list(TABLES)
+    names = [name for name in TABLES if name in names]  # registry order, no repeats
+    tables = run_tables(names, args.quick, on_missing=_report_missing)
+    written = write_charts(tables, svg_dir) if svg_dir is not None else []
     if args.json:
-        print(bench_json(rows))
-    else:
-        Console().print(bench_table(rows))
+        print(bench_json(tables))
+        for path in written:
+            print(f"wrote {path}", file=sys.stderr)
+        return 0
+    console = Console() if sys.stdout.isatty() else Console(width=PIPE_WIDTH)
+    for table in tables.values():
+        console.print(_human(table))
+    for path in written:
+        console.print(f"wrote {path}")
     return 0

@@ -98,6 +98,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("overview", help="print the default guest's memslots and lookup costs")
     sub.add_parser("scenarios", help="list the classroom scenarios (open one with --scenario)")
 
+    replay = sub.add_parser(
+        "replay", help="replay a trace-cmd report or tracefs trace (the app, or text)"
+    )
+    replay.add_argument("trace", type=Path, metavar="TRACE", help="the trace text ('-': stdin)")
+    mode = replay.add_mutually_exclusive_group()
+    mode.add_argument("--jsonl", action="store_true", help="one JSON object per event")
+    mode.add_argument("--summary", action="store_true", help="counts as one JSON object")
+
     lookup = sub.add_parser("lookup", help="explain one memslot lookup in text")
     lookup.add_argument("gfn", type=_int, help="guest frame number (0x... or decimal)")
     lookup.add_argument("--gpa", action="store_true", help="the number is an address")
@@ -137,9 +145,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--log2", action="store_true", help="true log2 buckets (not the kernel's ffs())"
     )
 
-    bench = sub.add_parser("bench", help="measure the engine: faults, a 6 GiB populate, zaps")
+    from engine.claims.registry import TABLES
+
+    bench = sub.add_parser(
+        "bench", help="the seeds' claims measured beside their numbers, and the engine's speed"
+    )
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.add_argument("--quick", action="store_true", help="smaller runs (well under a minute)")
+    bench.add_argument(
+        "--table",
+        action="append",
+        choices=TABLES,
+        metavar="NAME",
+        help=f"only this table (repeatable): {', '.join(TABLES)}",
+    )
+    bench.add_argument("--svg", type=Path, metavar="DIR", help="write one SVG chart per table")
     return parser
 
 
@@ -189,6 +209,24 @@ def _scenario(name: str) -> Scenario:
         raise CliError(str(err)) from None
 
 
+def run_replay(args: argparse.Namespace) -> int:
+    from .replay_cli import TraceFileError, run_replay_text
+
+    if not (args.jsonl or args.summary):
+        raise CliError("replay in the app is not built yet: give --jsonl or --summary")
+    try:
+        return run_replay_text(args)
+    except TraceFileError as err:
+        raise CliError(str(err)) from None
+
+
+def _quiet_stdout() -> None:
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
 def list_scenarios() -> int:
     """`mmuscope scenarios`: one line per scenario, then how to open one."""
     from engine.scenarios import ScenarioError
@@ -218,6 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return show_overview()
         if args.command == "scenarios":
             return list_scenarios()
+        if args.command == "replay":
+            return run_replay(args)
         if args.command == "lookup":
             from .commands import run_lookup
 
@@ -242,5 +282,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"mmuscope: error: {err}", file=sys.stderr)
         return 2
     except BrokenPipeError:
+        _quiet_stdout()  # the reader went away (| head): no "Exception ignored" at exit
         return 0
     parser.error(f"unknown command {args.command!r}")

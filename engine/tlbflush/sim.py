@@ -212,7 +212,7 @@ class TlbSim:
         v.mode = HALT
         v.halt_seq += 1
         v.halted_at = self.now
-        self._emit("kvm_exit", {"vcpu_id": v.index, "reason": "HLT"}, v.vm, v.pcpu)
+        self._emit("kvm_exit", {"vcpu_id": v.index, "exit_reason": "HLT"}, v.vm, v.pcpu)
         self.sched.block(v)
         tick, phase = self.cfg.tick_ns, self.tick_phase[v.gid]
         next_tick = phase + ((self.now - phase) // tick + 1) * tick

@@ -398,8 +398,30 @@ _KVM: dict[str, dict[str, str]] = {
     },
     # "mmio %s len %u gpa 0x%llx val 0x%llx" (include/trace/events/kvm.h)
     "kvm_mmio": {CURRENT: "mmio {type:s} len {len:u} gpa 0x{gpa:x} val 0x{val:x}"},
+    # arch/x86/kvm/trace.h, from memory of the 5.x/6.x source (UNVERIFIED against a tree):
+    # "vcpu %u reason %s%s%s rip 0x%lx info1 0x%016llx info2 0x%016llx intr_info 0x%08x
+    # error_code 0x%08x"; the two extra %s (" FAILED_VMENTRY" ...) are almost always empty,
+    # and lines that carry them still count, as text.  Before ~5.8: "reason %s rip 0x%lx
+    # info %llx %llx".
+    "kvm_exit": {
+        CURRENT: "vcpu {vcpu_id:u} reason {exit_reason:s} rip 0x{guest_rip:x}"
+        " info1 0x{info1:016x} info2 0x{info2:016x} intr_info 0x{intr_info:08x}"
+        " error_code 0x{error_code:08x}",
+        PRE_2019: "reason {exit_reason:s} rip 0x{guest_rip:x} info {info1:x} {info2:x}",
+    },
+    # "vcpu %u, rip 0x%lx" (6.x may append "[immediate exit]"); older kernels "vcpu %u"
+    "kvm_entry": {
+        CURRENT: "vcpu {vcpu_id:u}, rip 0x{rip:x}",
+        PRE_2019: "vcpu {vcpu_id:u}",
+    },
+    # "vcpu %u need_flush_tlb %s" with "true"/"false" (record_steal_time)
+    "kvm_pv_tlb_flush": {CURRENT: "vcpu {vcpu_id:u} need_flush_tlb {need_flush_tlb?true|false}"},
 }
-_DEFAULTS: dict[str, dict[str, FieldValue]] = {"kvm_page_fault": {"rip": 0}}
+_DEFAULTS: dict[str, dict[str, FieldValue]] = {
+    "kvm_page_fault": {"rip": 0},
+    "kvm_entry": {"rip": 0},
+    "kvm_exit": {"guest_rip": 0, "info1": 0, "info2": 0, "intr_info": 0, "error_code": 0},
+}
 _DERIVE: dict[str, Deriver] = {"kvm_mmu_set_spte": _set_spte_letters}
 
 TRACEPOINTS: dict[str, Tracepoint] = {

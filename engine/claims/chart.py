@@ -1,0 +1,345 @@
+"""Bar charts of bench tables: SVG written by hand, and a Graphviz dot version.
+
+One chart per `ClaimTable` (`mmuscope bench --svg DIR`, the Experiments screen's `e`):
+a title with the table's name, its claim and "reproduced: yes/no", then one group of
+horizontal bars per row — the model's values, and the seed's own number drawn beside
+the value it is paired with (grey), where the seed has one.  Seed numbers that pair
+with no model value (a time where the model counts work) are printed under the row's
+label.  A `ChartSpec` says which columns label a row, which are drawn and which seed
+column goes with which; `infer_spec()` guesses one for tables it does not know.  When
+the values span more than two decades the scale is logarithmic (log10(1 + v)), and the
+chart says so.
+
+No third-party package: the SVG is text, every string escaped for XML; files are written
+atomically (`engine.export.render.write_atomically`).
+"""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..export.render import write_atomically
+from .table import Cell, ClaimTable
+
+WIDTH = 1000
+LABEL_W = 330
+BAR_X = LABEL_W + 10
+VALUE_W = 120
+BAR_MAX = WIDTH - BAR_X - VALUE_W
+BAR_H = 12
+BAR_GAP = 2
+GROUP_GAP = 10
+LINE_H = 16
+WRAP = 140  # characters per title or note line
+LABEL_CHARS = 50  # characters of a row's label that fit left of the bars
+NOTE_LINES = 12
+LOG_DECADES = 2  # beyond a max/min ratio of 10**2 the scale is logarithmic
+PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#edc948", "#76b7b2")
+SEED_COLOUR = "#9d9d9d"
+YES, NO = "#2e7d32", "#c62828"
+XML_ENTITIES = (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ('"', "&quot;"), ("'", "&apos;"))
+
+
+@dataclass(frozen=True, slots=True)
+class ChartSpec:
+    """Which columns label a row, which are drawn, and each drawn column's seed column."""
+
+    label: tuple[str, ...]
+    values: tuple[str, ...]
+    seeds: dict[str, str] = field(default_factory=dict)
+    unit: str = ""
+    log: bool | None = None  # None: logarithmic when the values span > 2 decades
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    series: str
+    value: float | None
+    seed: bool  # a seed's number, drawn grey beside the model's
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    label: str
+    bars: tuple[Bar, ...]
+    seed_text: str  # seed numbers that pair with no drawn value
+
+
+def _number(cell: Cell) -> float | None:
+    if isinstance(cell, bool) or not isinstance(cell, int | float):
+        return None
+    return float(cell) if math.isfinite(cell) else None
+
+
+def infer_spec(table: ClaimTable) -> ChartSpec:
+    """A spec from the cells: the first column labels a row; numeric columns are drawn,
+    `seed_X` beside `X`."""
+    first = table.rows[0] if table.rows else []
+    numeric = [
+        name
+        for index, name in enumerate(table.columns)
+        if index < len(first) and _number(first[index]) is not None
+    ]
+    label = (table.columns[0],) if table.columns else ()
+    values = tuple(n for n in numeric if not n.startswith("seed_") and n not in label)
+    seeds = {v: f"seed_{v}" for v in values if f"seed_{v}" in table.columns}
+    return ChartSpec(label, values, seeds)
+
+
+def usable(spec: ChartSpec, table: ClaimTable) -> ChartSpec:
+    """`spec` when every column it names exists in `table`, else `infer_spec(table)`."""
+    names = set(spec.label) | set(spec.values) | set(spec.seeds.values())
+    return spec if names <= set(table.columns) else infer_spec(table)
+
+
+def groups(table: ClaimTable, spec: ChartSpec) -> list[Group]:
+    """The bars of each row: each value, followed by its seed's where the seed has one."""
+    at = {name: index for index, name in enumerate(table.columns)}
+    paired = set(spec.seeds.values())
+    loose = [c for c in table.columns if c.startswith("seed_") and c not in paired]
+    out: list[Group] = []
+    for row in table.rows:
+        label = " · ".join(_fmt(row[at[c]]) for c in spec.label)
+        bars: list[Bar] = []
+        for column in spec.values:
+            bars.append(Bar(column, _number(row[at[column]]), seed=False))
+            seed_column = spec.seeds.get(column)
+            if seed_column is not None and _number(row[at[seed_column]]) is not None:
+                bars.append(Bar(column, _number(row[at[seed_column]]), seed=True))
+        texts = [_loose(c[5:], row[at[c]]) for c in loose if row[at[c]] not in (None, "")]
+        out.append(Group(label, tuple(bars), "seed: " + ", ".join(texts) if texts else ""))
+    return out
+
+
+def _loose(name: str, cell: Cell) -> str:
+    """A seed cell shown as text: a number with its column's name, a text as it is."""
+    return cell if isinstance(cell, str) else f"{name} {_fmt(cell)}"
+
+
+def _fit(text: str, chars: int) -> str:
+    return text if len(text) <= chars else text[: chars - 1] + "…"
+
+
+def _fmt(cell: Cell) -> str:
+    if cell is None:
+        return "—"
+    if isinstance(cell, float):
+        return f"{cell:,.4g}" if abs(cell) < 1000 else f"{cell:,.0f}"
+    if isinstance(cell, int) and not isinstance(cell, bool):
+        return f"{cell:,}"
+    return str(cell)
+
+
+def log_scale(spec: ChartSpec, all_groups: Sequence[Group]) -> bool:
+    if spec.log is not None:
+        return spec.log
+    values = [b.value for g in all_groups for b in g.bars if b.value is not None and b.value > 0]
+    return bool(values) and max(values) / min(values) > 10**LOG_DECADES
+
+
+def top_value(all_groups: Sequence[Group]) -> float:
+    """The longest bar's value (1.0 when nothing is positive)."""
+    values = [b.value for g in all_groups for b in g.bars if b.value is not None]
+    return max([v for v in values if v > 0], default=1.0)
+
+
+def bar_fraction(value: float | None, top: float, log: bool) -> float:
+    """Length of a bar as a fraction of the longest (0 for none or non-positive)."""
+    if value is None or value <= 0 or top <= 0:
+        return 0.0
+    if log:
+        return math.log10(1 + value) / math.log10(1 + top)
+    return min(value / top, 1.0)
+
+
+def series_colours(spec: ChartSpec) -> dict[str, str]:
+    return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(spec.values)}
+
+
+# -- SVG --------------------------------------------------------------------------------
+
+
+def _xml_char(ch: str) -> bool:
+    """A character XML 1.0 allows (no C0 controls but tab/newlines, no surrogates)."""
+    code = ord(ch)
+    if code < 0x20:
+        return ch in "\t\n\r"
+    return not (0xD800 <= code <= 0xDFFF or code in (0xFFFE, 0xFFFF))
+
+
+def _clean(text: str) -> str:
+    """Text fit for XML 1.0: control characters dropped, then escaped (quotes too)."""
+    kept = "".join(ch for ch in text if _xml_char(ch))
+    for raw, entity in XML_ENTITIES:
+        kept = kept.replace(raw, entity)
+    return kept
+
+
+def _text(
+    x: float, y: float, text: str, *, size: int = 12, fill: str = "#222", **attrs: str
+) -> str:
+    extra = "".join(f' {k.replace("_", "-")}="{_clean(v)}"' for k, v in attrs.items())
+    return (
+        f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" fill="{fill}"{extra}>'
+        f"{_clean(text)}</text>"
+    )
+
+
+def _header(table: ClaimTable, spec: ChartSpec, log: bool) -> tuple[list[str], float]:
+    verdict = "yes" if table.reproduced else "no"
+    parts = [
+        _text(12, 24, f"{table.name}", size=18, font_weight="bold"),
+        _text(
+            WIDTH - 12,
+            24,
+            f"reproduced: {verdict}",
+            size=16,
+            fill=YES if table.reproduced else NO,
+            font_weight="bold",
+            text_anchor="end",
+        ),
+    ]
+    y = 44.0
+    for line in textwrap.wrap(f"{table.seed}: {table.claim}", WRAP):
+        parts.append(_text(12, y, line, size=12))
+        y += LINE_H
+    x = 12.0
+    for name, colour in series_colours(spec).items():
+        parts.append(f'<rect x="{x:.1f}" y="{y - 10:.1f}" width="12" height="10" fill="{colour}"/>')
+        parts.append(_text(x + 16, y, name, size=11))
+        x += 30 + 7 * len(name)
+    if spec.seeds:
+        parts.append(
+            f'<rect x="{x:.1f}" y="{y - 10:.1f}" width="12" height="10" fill="{SEED_COLOUR}"/>'
+        )
+        parts.append(_text(x + 16, y, "seed (the thread's number)", size=11))
+        x += 200
+    scale = "log scale: log10(1 + value)" if log else "linear scale"
+    unit = f"{spec.unit} · " if spec.unit else ""
+    parts.append(_text(WIDTH - 12, y, f"{unit}{scale}", size=11, fill="#555", text_anchor="end"))
+    return parts, y + 14
+
+
+def _group_svg(
+    group: Group, y: float, top: float, log: bool, colours: dict[str, str]
+) -> tuple[list[str], float]:
+    parts = [_text(12, y + BAR_H - 2, _fit(group.label, LABEL_CHARS), size=11)]
+    if group.seed_text:
+        seed = _fit(group.seed_text, LABEL_CHARS + 4)
+        parts.append(_text(12, y + BAR_H + 11, seed, size=10, fill="#666"))
+    height = max(len(group.bars), 2 if group.seed_text else 1) * (BAR_H + BAR_GAP)
+    for n, bar in enumerate(group.bars):
+        by = y + n * (BAR_H + BAR_GAP)
+        width = BAR_MAX * bar_fraction(bar.value, top, log)
+        colour = SEED_COLOUR if bar.seed else colours[bar.series]
+        title = f"{'seed ' if bar.seed else ''}{bar.series} {_fmt(bar.value)}"
+        parts.append(
+            f'<rect x="{BAR_X}" y="{by:.1f}" width="{width:.1f}" height="{BAR_H}" '
+            f'fill="{colour}"><title>{_clean(title)}</title></rect>'
+        )
+        label = ("seed " if bar.seed else "") + _fmt(bar.value)
+        parts.append(_text(BAR_X + width + 4, by + BAR_H - 2, label, size=10, fill="#333"))
+    return parts, y + height + GROUP_GAP
+
+
+def _footer(table: ClaimTable, y: float) -> tuple[list[str], float]:
+    lines = textwrap.wrap(table.note, WRAP)
+    if len(lines) > NOTE_LINES:
+        lines = [*lines[: NOTE_LINES - 1], lines[NOTE_LINES - 1] + " …"]
+    parts = []
+    for line in lines:
+        parts.append(_text(12, y, line, size=10, fill="#444"))
+        y += LINE_H - 3
+    return parts, y
+
+
+def chart_svg(table: ClaimTable, spec: ChartSpec | None = None) -> str:
+    """The whole chart as an SVG document."""
+    spec = usable(spec, table) if spec is not None else infer_spec(table)
+    all_groups = groups(table, spec)
+    log = log_scale(spec, all_groups)
+    top = top_value(all_groups)
+    parts, y = _header(table, spec, log)
+    y += 6
+    colours = series_colours(spec)
+    for group in all_groups:
+        drawn, y = _group_svg(group, y, top, log, colours)
+        parts += drawn
+    notes, y = _footer(table, y + 8)
+    parts += notes
+    height = int(y + 12)
+    title = f"mmuscope bench: {table.name}"
+    return "\n".join(
+        [
+            '<?xml version="1.0" encoding="UTF-8"?>',
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+            f'viewBox="0 0 {WIDTH} {height}" font-family="DejaVu Sans, Helvetica, sans-serif">',
+            f"<title>{_clean(title)}</title>",
+            f'<rect x="0" y="0" width="{WIDTH}" height="{height}" fill="#ffffff"/>',
+            *parts,
+            "</svg>",
+            "",
+        ]
+    )
+
+
+def write_chart(
+    table: ClaimTable, directory: pathlib.Path, spec: ChartSpec | None = None
+) -> pathlib.Path:
+    """`directory/<name>.svg`, written atomically; `ExportError` when it cannot be."""
+    path = pathlib.Path(directory) / f"{table.name}.svg"
+    write_atomically(path, chart_svg(table, spec).encode())
+    return path
+
+
+# -- dot --------------------------------------------------------------------------------
+
+DOT_BAR_MAX = 360  # points
+
+
+def chart_dot(table: ClaimTable, spec: ChartSpec | None = None) -> str:
+    """The same chart as one Graphviz node: an HTML-like table of bars."""
+    spec = usable(spec, table) if spec is not None else infer_spec(table)
+    all_groups = groups(table, spec)
+    log = log_scale(spec, all_groups)
+    top = top_value(all_groups)
+    colours = series_colours(spec)
+    rows: list[str] = []
+    for group in all_groups:
+        for n, bar in enumerate(group.bars):
+            label = group.label if n == 0 else ""
+            width = max(1, round(DOT_BAR_MAX * bar_fraction(bar.value, top, log)))
+            colour = SEED_COLOUR if bar.seed else colours[bar.series]
+            value = ("seed " if bar.seed else f"{bar.series} ") + _fmt(bar.value)
+            rest = max(1, DOT_BAR_MAX - width)
+            rows.append(
+                f'<TR><TD ALIGN="LEFT">{_clean(label)}</TD>'
+                '<TD ALIGN="LEFT" CELLPADDING="0">'
+                '<TABLE BORDER="0" CELLSPACING="0" CELLPADDING="0"><TR>'
+                f'<TD BGCOLOR="{colour}" WIDTH="{width}" HEIGHT="10" FIXEDSIZE="TRUE"></TD>'
+                f'<TD WIDTH="{rest}" HEIGHT="10" FIXEDSIZE="TRUE"></TD>'
+                "</TR></TABLE></TD>"
+                f'<TD ALIGN="LEFT">{_clean(value)}</TD></TR>'
+            )
+    if not rows:
+        rows.append("<TR><TD>no rows</TD></TR>")
+    verdict = "yes" if table.reproduced else "no"
+    title = f"{table.name} — reproduced: {verdict}" + (" (log scale)" if log else "")
+    claim = "\\n".join(_dot_string(line) for line in textwrap.wrap(table.claim, 100))
+    return (
+        "digraph bench {\n"
+        f'  graph [label="{_dot_string(title)}\\n{claim}", labelloc=t, fontname="Helvetica"];\n'
+        '  node [shape=plaintext, fontname="Helvetica", fontsize=10];\n'
+        '  chart [label=<<TABLE BORDER="0" CELLSPACING="0" CELLPADDING="1">'
+        + "".join(rows)
+        + "</TABLE>>];\n}\n"
+    )
+
+
+def _dot_string(text: str) -> str:
+    """Inside a dot double-quoted string."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")

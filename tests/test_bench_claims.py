@@ -1,0 +1,362 @@
+"""`mmuscope bench`'s claim tables (issue 5 §4-§5): the JSON contract of every table,
+verdicts computed from rows, the SVG charts, `--svg` errors, missing tables.
+
+The console script runs `--json --quick` once for the whole test process (shared with
+tests/test_bench.py: every table together is the slow part); everything else runs the
+engine in-process on small sizes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import types
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rich.console import Console
+
+from engine.claims import memslot_lookup, rmap_ext, slot_cache, zap
+from engine.claims.chart import chart_dot, chart_svg, infer_spec, write_chart
+from engine.claims.registry import (
+    CHART_SPECS,
+    RUNNERS,
+    TABLES,
+    MissingTable,
+    engine_verdict,
+    run_table,
+    run_tables,
+)
+from engine.claims.table import ClaimTable
+from engine.lookup import LOOKUP_STRATEGIES
+from engine.mmu.rmap import ERAS, KvmRmapHead
+from tests.test_bench import mmuscope, quick_json_run
+from tui.bench import claim_table
+
+SEED_FILE = re.compile(r"^\d{3}_[0-9a-f]{16}\.txt$")
+REQUIRED_COLUMNS = {
+    "memslot_lookup": {"strategy", "workload", "layout", "visited_cached", "visited_bare"},
+    "slot_cache": {"workload", "vm_cache_hit_ratio", "seed_hit_ratio"},
+    "rmap_ext": {
+        "pte_list_ext",
+        "descriptors",
+        "bytes",
+        "lines_per_add",
+        "lines_per_remove",
+        "lines_per_walk",
+        "relative_cost",
+    },
+    "zap": {"method", "max_lock_hold_pages", "total_work_pages", "vcpu_stall_mean_pages"},
+    "tlb_flush": {"vms", "baseline", "gang", "pv_flush", "flush_on_enter"},
+    "ppc_keys": {"searches_per_fault"},
+    "engine": {"name", "value", "unit"},
+}
+
+
+@pytest.fixture(scope="module")
+def tables() -> dict[str, Any]:
+    done = quick_json_run()
+    assert done.returncode == 0, done.stderr
+    parsed: dict[str, Any] = json.loads(done.stdout)
+    return parsed
+
+
+def as_table(name: str, data: dict[str, Any]) -> ClaimTable:
+    known = {"columns", "rows", "seed", "claim", "reproduced", "note"}
+    extra = {k: v for k, v in data.items() if k not in known}
+    return ClaimTable(
+        name,
+        data["columns"],
+        data["rows"],
+        data["seed"],
+        data["claim"],
+        data["reproduced"],
+        data.get("note", ""),
+        extra,
+    )
+
+
+def column(data: dict[str, Any], name: str) -> list[Any]:
+    index = data["columns"].index(name)
+    return [row[index] for row in data["rows"]]
+
+
+# -- the JSON contract -------------------------------------------------------------------
+
+
+def test_json_has_every_table_in_order(tables: dict[str, Any]) -> None:
+    assert list(tables) == list(TABLES)
+
+
+@pytest.mark.parametrize("name", TABLES)
+def test_every_table_has_its_columns_seed_claim_and_verdict(
+    tables: dict[str, Any], name: str
+) -> None:
+    data = tables[name]
+    assert REQUIRED_COLUMNS[name] <= set(data["columns"])
+    assert data["rows"] and all(len(row) == len(data["columns"]) for row in data["rows"])
+    assert SEED_FILE.match(data["seed"]), data["seed"]
+    assert isinstance(data["claim"], str) and data["claim"]
+    assert isinstance(data["reproduced"], bool)
+
+
+def test_memslot_lookup_covers_strategies_workloads_and_layouts(tables: dict[str, Any]) -> None:
+    data = tables["memslot_lookup"]
+    assert set(column(data, "strategy")) == set(LOOKUP_STRATEGIES)
+    assert set(column(data, "workload")) == {"ram", "mmio", "mixed"}
+    assert {"pc-4g", "assigned-devices", "max"} <= set(column(data, "layout"))
+    seeds = {v for v in column(data, "seed_visited") if v is not None}
+    assert seeds == {32.0, 6.5}  # Alex's "full 32 entries" and "6-7 tree nodes"
+
+
+def test_the_seeds_numbers_sit_beside_the_models(tables: dict[str, Any]) -> None:
+    rmap = tables["rmap_ext"]
+    assert set(column(rmap, "pte_list_ext")) == {3, 14, 15}
+    assert {367.2, 302.0} <= set(column(rmap, "seed_fork_time"))
+    assert set(column(tables["zap"], "method")) == {"slow", "fast"}
+    assert {2405434959, 2323016424} <= set(column(tables["zap"], "seed_ns"))
+    assert set(column(tables["slot_cache"], "seed_hit_ratio")) == {0.35}
+    assert {2, 4, 8} <= set(column(tables["tlb_flush"], "vms"))
+
+
+def test_engine_table_keeps_its_rows(tables: dict[str, Any]) -> None:
+    engine = tables["engine"]
+    assert engine["columns"] == ["name", "value", "unit"]
+    assert isinstance(engine["bars"], dict) and "fast_zap_max_lock_hold_pages" in engine["bars"]
+    assert "populate_6g_s" not in engine["bars"]  # not judged on a quick run
+
+
+@pytest.mark.parametrize("name", TABLES)
+def test_human_output_shows_the_verdict_and_seed_columns(tables: dict[str, Any], name: str) -> None:
+    if name == "engine":
+        return  # its bars table: tests/test_bench.py
+    console = Console(record=True, width=240)
+    console.print(claim_table(as_table(name, tables[name])))
+    text = console.export_text()
+    assert f"mmuscope bench: {name}" in text and "reproduced:" in text
+    for seed_column in (c for c in tables[name]["columns"] if c.startswith("seed_")):
+        assert seed_column in text
+
+
+# -- verdicts from rows (small sizes) ----------------------------------------------------
+
+
+SMALL_LAYOUTS = ("pc-4g", memslot_lookup.ALEX_LAYOUT, "assigned-devices")
+
+
+@pytest.fixture(scope="module")
+def lookup_rows() -> list[list[Any]]:
+    return memslot_lookup.measure(SMALL_LAYOUTS, {"lookups": 60, "warmup": 20})
+
+
+def test_memslot_lookup_verdict_comes_from_the_rows(lookup_rows: list[list[Any]]) -> None:
+    checks = memslot_lookup.judge(lookup_rows)
+    assert all(checks[name] for name in memslot_lookup.JUDGED), checks
+    broken = [list(row) for row in lookup_rows]
+    at = memslot_lookup.COLUMNS.index
+    for row in broken:  # a tree that scanned like an array
+        if row[at("strategy")] == "rbtree" and row[at("workload")] == "mmio":
+            row[at("visited_bare")] = float(row[at("slots")])
+    assert not memslot_lookup.judge(broken)["bare_tree_log_n"]
+
+
+def test_caches_never_cost_more_than_one_look_over_the_bare_search(
+    lookup_rows: list[list[Any]],
+) -> None:
+    at = memslot_lookup.COLUMNS.index
+    for row in lookup_rows:
+        assert row[at("visited_cached")] <= row[at("visited_bare")] + 1.0
+        if row[at("workload")] == "mmio":
+            assert row[at("visited_cached")] == 1.0  # the MMIO spte, after warm-up
+            if row[at("strategy")] == "linear":
+                assert row[at("visited_bare")] >= row[at("slots")]
+
+
+def test_alex_layout_has_the_2011_private_slots() -> None:
+    layout = memslot_lookup.alex_layout()
+    ids = sorted(r.id for r in layout.regions)
+    assert ids[-3:] == [32, 33, 34] and len(ids) == 10
+
+
+def test_slot_cache_verdict_comes_from_the_rows() -> None:
+    rows = slot_cache.measure(300)
+    checks = slot_cache.judge(rows)
+    assert isinstance(checks["above_35_percent"], bool)
+    at = slot_cache.COLUMNS.index
+    low = [[*row] for row in rows]
+    for row in low:
+        row[at("vm_cache_hit_ratio")] = 0.2
+    assert not slot_cache.judge(low)["above_35_percent"]
+    high = [[*row] for row in rows]
+    for row in high:
+        row[at("vm_cache_hit_ratio")] = 0.9
+    assert slot_cache.judge(high)["above_35_percent"]
+
+
+def test_rmap_storm_costs_and_verdict() -> None:
+    storms = {era: rmap_ext.fork_storm(era, children=60) for era in ERAS}
+    assert max(storms["6.4"].adds) <= 3  # the head only, whatever the chain's length
+    assert storms["3"].adds[-1] > storms["3"].adds[5]  # era 3 walks the whole chain
+    assert storms["15"].total_lines < storms["3"].total_lines
+    rows, _ = rmap_ext.measure(pages=1, children=60)
+    assert rmap_ext.judge(rows)["ext15_cheaper_than_ext3"]
+    at = rmap_ext.COLUMNS.index
+    worse = [[*row] for row in rows]
+    worse[1][at("relative_cost")] = 1.5  # era 15 costing more than era 3
+    assert not rmap_ext.judge(worse)["ext15_cheaper_than_ext3"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    era=st.sampled_from(sorted(ERAS)),
+    ops=st.lists(st.tuples(st.booleans(), st.integers(0, 63)), min_size=1, max_size=80),
+)
+def test_line_counts_follow_any_add_remove_sequence(era: str, ops: list[tuple[bool, int]]) -> None:
+    head = KvmRmapHead(era)
+    held: list[int] = []
+    fresh = iter(range(0x1000, 0x100000, 8))
+    for add, pick in ops:
+        descs = len(head.descs)
+        if add or not held:
+            lines = rmap_ext.add_lines(head)
+            head.add(sptep := next(fresh))
+            held.append(sptep)
+        else:
+            sptep = held.pop(pick % len(held))
+            lines = rmap_ext.remove_lines(head, sptep)
+            head.remove(sptep)
+        assert 0 <= lines <= 3 * (descs + 1)  # at most 2 lines a desc, plus a new one
+        head.audit()
+
+
+def test_zap_verdict_and_stall() -> None:
+    assert zap.stall([100]) == (50.0, 100)
+    assert zap.stall([10, 10, 4]) == ((100 + 100 + 16) / 48, 10)
+    rows = zap.measure((1, 2))
+    checks = zap.judge(rows)
+    assert checks["fast_stalls_less"] and checks["same_work"] and checks["fast_hold_bounded"]
+    at = zap.COLUMNS.index
+    assert {row[at("lock_holds")] for row in rows if row[at("method")] == "slow"} == {1}
+    slow_only = [row for row in rows if row[at("method")] == "slow"]
+    assert not zap.judge(slow_only)["fast_stalls_less"]
+
+
+def test_engine_verdict_judges_the_bars() -> None:
+    rows = [("faults_per_s", 150_000, "faults/s"), ("fast_zap_max_lock_hold_pages", 10, "pages")]
+    assert engine_verdict(rows, quick=True) == {
+        "faults_per_s": False,
+        "fast_zap_max_lock_hold_pages": True,
+    }
+
+
+# -- charts ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", TABLES)
+def test_every_table_charts_as_valid_svg(tables: dict[str, Any], name: str, tmp_path: Path) -> None:
+    table = as_table(name, tables[name])
+    path = write_chart(table, tmp_path, CHART_SPECS.get(name))
+    assert path == tmp_path / f"{name}.svg"
+    root = ET.parse(path).getroot()
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    texts = " ".join(t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text"))
+    assert name in texts and ("reproduced: yes" in texts or "reproduced: no" in texts)
+    assert len(list(root.iter("{http://www.w3.org/2000/svg}rect"))) > len(table.rows)
+
+
+def test_chart_text_is_escaped_and_seed_bars_drawn() -> None:
+    table = ClaimTable(
+        "odd",
+        ["label", "value", "seed_value", "seed_note"],
+        [["<a&b>", 3.0, 4.0, 'say "hi"\x01'], ["ok", None, None, None]],
+        "000_df0d32b1438c86b7.txt",
+        "claim with <tags> & 'quotes'",
+        False,
+        "note \x00 with a control character",
+    )
+    root = ET.fromstring(chart_svg(table).encode())
+    texts = [t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text")]
+    assert "<a&b>" in texts and "reproduced: no" in texts
+    assert any(t.startswith("seed 4") for t in texts)  # the seed's bar, beside the model's
+    assert infer_spec(table).seeds == {"value": "seed_value"}
+    dot = chart_dot(table)
+    assert dot.startswith("digraph bench {") and "&lt;a&amp;b&gt;" in dot
+
+
+def test_svg_option_writes_one_chart_per_table(tmp_path: Path) -> None:
+    done = mmuscope(
+        "bench", "--quick", "--table", "slot_cache", "--table", "zap", "--svg", str(tmp_path)
+    )
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["slot_cache.svg", "zap.svg"]
+    for path in tmp_path.iterdir():
+        ET.parse(path)
+    assert "slot_cache" in done.stdout and "reproduced" in done.stdout
+
+
+@pytest.mark.parametrize("where", ["missing", "file"])
+def test_bad_svg_directory_is_one_line_exit_2(tmp_path: Path, where: str) -> None:
+    target = tmp_path / "nope" if where == "missing" else tmp_path / "a-file"
+    if where == "file":
+        target.write_text("x")
+    done = mmuscope("bench", "--quick", "--svg", str(target))
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stdout == "" and "Traceback" not in done.stderr
+    assert done.stderr.startswith("mmuscope") and done.stderr.count("\n") == 1
+
+
+# -- missing tables ----------------------------------------------------------------------
+
+
+def _fake_table(quick: bool = False) -> ClaimTable:
+    return ClaimTable("tlb_flush", ["vms", "baseline"], [[2, 1.0]], "001_8696687ca16d9e5e.txt",
+                      "c", True)  # fmt: skip
+
+
+def test_a_missing_table_is_reported_and_the_others_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = types.ModuleType("fake_claims")
+    fake.tlb_flush_table = _fake_table  # type: ignore[attr-defined]
+
+    def broken(quick: bool = False) -> ClaimTable:
+        raise ImportError("no module named engine.ppc.hpt")
+
+    fake.ppc_keys_table = broken  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "fake_claims", fake)
+    monkeypatch.setitem(RUNNERS, "tlb_flush", ("fake_claims", "tlb_flush_table"))
+    monkeypatch.setitem(RUNNERS, "ppc_keys", ("fake_claims", "ppc_keys_table"))
+    monkeypatch.setitem(RUNNERS, "zap", ("engine.claims.not_there", "zap_table"))
+    missing: list[MissingTable] = []
+    out = run_tables(["zap", "tlb_flush", "ppc_keys"], quick=True, on_missing=missing.append)
+    assert list(out) == ["tlb_flush"]
+    assert [m.name for m in missing] == ["zap", "ppc_keys"]
+    with pytest.raises(ValueError, match="unknown table"):
+        run_table("nope")
+
+
+def test_the_cli_reports_a_missing_table_on_stderr(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tui.cli import main
+
+    fake = types.ModuleType("fake_claims2")
+    fake.tlb_flush_table = _fake_table  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "fake_claims2", fake)
+    monkeypatch.setitem(RUNNERS, "tlb_flush", ("fake_claims2", "tlb_flush_table"))
+    monkeypatch.setitem(RUNNERS, "ppc_keys", ("engine.ppc.not_written_yet", "ppc_keys_table"))
+    assert main(["bench", "--json", "--table", "tlb_flush", "--table", "ppc_keys"]) == 0
+    captured = capsys.readouterr()
+    assert list(json.loads(captured.out)) == ["tlb_flush"]
+    assert captured.err.count("\n") == 1 and "ppc_keys missing" in captured.err
+
+
+def test_bench_help_lists_the_tables() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tui", "bench", "--help"], capture_output=True, text=True
+    )
+    assert done.returncode == 0 and "--svg" in done.stdout and "memslot_lookup" in done.stdout

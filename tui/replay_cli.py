@@ -1,0 +1,66 @@
+"""`mmuscope replay TRACE --jsonl | --summary` (CONTRACT.md), streamed line by line.
+
+`--jsonl` prints one JSON object per event as soon as it is known; `--summary` prints one
+object at the end.  A file that cannot be read is a one-line error (exit 2); lines that
+are not events are skipped, never an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TextIO
+
+from engine.trace.reader import TraceCounts, iter_events, summarize
+
+WRITE_BATCH = 512  # JSON lines joined per write
+
+
+class TraceFileError(Exception):
+    """The trace cannot be read at all (missing, a directory, no permission)."""
+
+
+@contextmanager
+def open_trace(path: Path) -> Iterator[TextIO]:
+    """The trace as text lines; undecodable bytes become U+FFFD (and those lines are
+    skipped as garbage, not an error)."""
+    if str(path) == "-":
+        yield sys.stdin
+        return
+    try:
+        handle = path.open(encoding="utf-8", errors="replace", newline="")
+    except IsADirectoryError:
+        raise TraceFileError(f"{path}: is a directory, not a trace") from None
+    except OSError as err:
+        raise TraceFileError(f"{path}: {err.strerror or err}") from None
+    with handle:
+        yield handle
+
+
+def write_jsonl(lines: TextIO, out: TextIO) -> TraceCounts:
+    counts = TraceCounts()
+    batch: list[str] = []
+    dumps = json.dumps
+    for event in iter_events(lines, counts):
+        batch.append(dumps(event.to_json()))
+        if len(batch) >= WRITE_BATCH:
+            out.write("\n".join(batch) + "\n")
+            batch.clear()
+    if batch:
+        out.write("\n".join(batch) + "\n")
+    return counts
+
+
+def run_replay_text(args: argparse.Namespace) -> int:
+    """The two text modes; the caller turns TraceFileError into exit code 2."""
+    with open_trace(args.trace) as lines:
+        if args.summary:
+            print(json.dumps(summarize(lines).summary()))
+        else:
+            write_jsonl(lines, sys.stdout)
+    sys.stdout.flush()
+    return 0
