@@ -24,6 +24,7 @@ from .constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY, PAGE_SHIFT, PA
 from .errors import KvmError
 from .events import Event, Listener
 from .layouts.layout import Layout, build_vm
+from .layouts.qemu_trace import MemoryRegionCall, ReplayResult, replay_one
 from .lookup import LOOKUP_STRATEGIES
 from .lookup.base import LookupTrace, Shape
 from .memslot import MemorySlot
@@ -263,6 +264,17 @@ class MemslotExplorer:
             old.userspace_addr,
         )
         return self._after_update(slot_id)
+
+    def replay_call(self, call: MemoryRegionCall) -> ReplayResult:
+        """A recorded KVM_SET_USER_MEMORY_REGION call, as QEMU made it (any address
+        space); a refusal changes nothing and comes back with its errno."""
+        result = replay_one(self.vm, call)
+        slot_id = call.slot & 0xFFFF
+        if result.ret == 0:
+            self.names.setdefault((call.as_id, slot_id), f"slot{slot_id}")
+            if call.as_id == self.as_id:
+                self._after_update(slot_id)
+        return result
 
     def _existing(self, slot_id: int) -> MemorySlot:
         """The slot to change; KVM answers EINVAL for deleting a slot that is not there."""

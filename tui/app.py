@@ -24,6 +24,7 @@ from .scenario_runner import ScenarioRun, goto_step
 from .themes import DEFAULT_THEME, THEME_VARIABLES, register_themes
 
 if TYPE_CHECKING:
+    from engine.memslot_churn import RecordedChurn
     from engine.scenarios import Scenario
 
 
@@ -39,6 +40,7 @@ class AppConfig:
     export_dir: Path = Path(".")
     as_id: int = 0
     scenario: Scenario | None = None
+    churn: RecordedChurn | None = None  # QEMU's recorded memslot calls, replayed live
 
 
 class MmuscopeApp(App[None]):
@@ -125,7 +127,7 @@ class MmuscopeApp(App[None]):
             seed=config.seed,
             as_id=config.as_id,
         )
-        return MemslotsScreen(explorer, Pacer(config.speed, config.playing))
+        return MemslotsScreen(explorer, Pacer(config.speed, config.playing), config.churn)
 
     def mmu_screen(self) -> Screen[None]:
         from engine.mmu.session import MmuSession
@@ -253,6 +255,7 @@ def make_app(
     export_dir: Path | str = ".",
     as_id: int = 0,
     scenario: Scenario | str | None = None,
+    churn: RecordedChurn | None = None,
 ) -> MmuscopeApp:
     """The explorer on a guest (a preset name or a `Layout`), or on a scenario, whose
     layout and settings replace the guest's, paused on its first step."""
@@ -267,9 +270,21 @@ def make_app(
         workload = settings.get("workload", workload)
         seed = settings.get("seed", seed)
         speed = settings.get("speed", speed)
+    if churn is not None:
+        layout = churn.boot  # the guest as QEMU built it, before the recorded updates
     if isinstance(layout, str):
         layout = preset(layout)
     config = AppConfig(
-        layout, lookup, workload, seed, speed, playing, theme, Path(export_dir), as_id, scenario
+        layout,
+        lookup,
+        workload,
+        seed,
+        speed,
+        playing,
+        theme,
+        Path(export_dir),
+        as_id,
+        scenario,
+        churn,
     )
     return MmuscopeApp(config)

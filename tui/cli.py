@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, NoReturn
 from engine.lookup import LOOKUP_STRATEGIES
 
 if TYPE_CHECKING:
+    from engine.memslot_churn import RecordedChurn
     from engine.scenarios import Scenario
 
 
@@ -76,6 +77,13 @@ def _add_explorer_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--theme", help="theme name (default mmuscope-dark)")
     group.add_argument(
         "--export-dir", type=Path, default=Path("."), help="where e and S write files"
+    )
+    group.add_argument(
+        "--qemu-trace",
+        type=Path,
+        metavar="FILE",
+        help="replay QEMU's recorded memslot calls (kvm_set_user_memory trace or strace) "
+        "as live churn: j steps, playing interleaves them with lookups",
     )
     group.add_argument(
         "--scenario",
@@ -166,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
 def run_explorer(args: argparse.Namespace) -> int:
     """Open the explorer (the app factory shared with the tests and screenshots)."""
     scenario = _scenario(args.scenario) if args.scenario else None
+    churn = _churn(args) if args.qemu_trace else None
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise CliError("the explorer needs a terminal; `mmuscope overview` prints a summary")
     from .commands import load_layout
@@ -195,9 +204,26 @@ def run_explorer(args: argparse.Namespace) -> int:
         export_dir=args.export_dir,
         as_id=args.as_id,
         scenario=scenario,
+        churn=churn,
     )
     app.run()
     return 0
+
+
+def _churn(args: argparse.Namespace) -> RecordedChurn:
+    from engine.layouts.qemu_trace import TraceFormatError
+    from engine.memslot_churn import recorded_churn
+
+    if args.layout or args.mtree:
+        raise CliError("--qemu-trace builds the guest from the recording: drop --layout/--mtree")
+    try:
+        text = args.qemu_trace.read_text(errors="replace")
+    except OSError as err:
+        raise CliError(f"{args.qemu_trace}: {err.strerror or err}") from None
+    try:
+        return recorded_churn(text, args.qemu_trace.stem)
+    except TraceFormatError as err:
+        raise CliError(f"{args.qemu_trace}: {err}") from None
 
 
 def _scenario(name: str) -> Scenario:

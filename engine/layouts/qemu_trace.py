@@ -279,7 +279,7 @@ def parse_memory_region_calls(text: str) -> list[MemoryRegionCall]:
     return calls
 
 
-def _replay_one(vm: Vm, call: MemoryRegionCall) -> ReplayResult:
+def replay_one(vm: Vm, call: MemoryRegionCall) -> ReplayResult:
     """Issue one recorded ioctl to ``vm`` and compare the result with the recording."""
     ret, name, reason = 0, None, None
     try:
@@ -297,4 +297,4 @@ def _replay_one(vm: Vm, call: MemoryRegionCall) -> ReplayResult:
 
 def replay_calls(vm: Vm, calls: Iterable[MemoryRegionCall]) -> list[ReplayResult]:
     """Replay the calls in order, as QEMU's ``kvm_set_phys_mem`` issued them."""
-    return [_replay_one(vm, call) for call in calls]
+    return [replay_one(vm, call) for call in calls]

@@ -15,6 +15,7 @@ from engine.explorer import LookupRecord, MemslotExplorer
 from engine.export.dot import shape_to_dot
 from engine.lookup import LOOKUP_STRATEGIES, STRATEGY_CLASSES
 from engine.lookup.base import TreeView
+from engine.memslot_churn import RecordedChurn
 from engine.pacing import Pacer
 from engine.workload import WORKLOADS
 
@@ -29,6 +30,7 @@ from .base import PlayerScreen
 from .dialogs import GfnDialog, SlotDialog, SlotRequest, parse_number
 
 ENGINE_BUDGET = 0.008  # seconds of engine work per tick, at most (the rest waits)
+CHURN_LOOKUPS = 25  # while playing a recording: one recorded ioctl every this many lookups
 PREFIX_SCANS = ("linear", "size-sorted")
 LEGEND = (
     "[$node-path]■ visited[/] [$node-compare]■ comparing[/] [$node-hit]■ hit[/] "
@@ -66,6 +68,13 @@ class MemslotsScreen(PlayerScreen):
         Binding("w", "next_workload", "Workload", show=False, tooltip="Cycle the access mix"),
         Binding("g", "lookup_gfn", "Look up", tooltip="Look up a gfn you type"),
         Binding("a", "add_slot", "Add", tooltip="Create a memslot"),
+        Binding(
+            "j",
+            "next_ioctl",
+            "Next ioctl",
+            show=False,
+            tooltip="Replay the next recorded KVM_SET_USER_MEMORY_REGION (--qemu-trace)",
+        ),
         Binding("d", "delete_slot", "Delete", show=False, tooltip="Delete the selected memslot"),
         Binding("m", "move_slot", "Move", show=False, tooltip="Move the selected memslot"),
         Binding("z", "zoom(1)", "Zoom in", show=False, tooltip="More detail per node"),
@@ -98,7 +107,9 @@ class MemslotsScreen(PlayerScreen):
         Binding("x", "reset_costs", "Reset", show=False, tooltip="Reset costs and hits"),
     ]
 
-    def __init__(self, explorer: MemslotExplorer, pacer: Pacer) -> None:
+    def __init__(
+        self, explorer: MemslotExplorer, pacer: Pacer, churn: RecordedChurn | None = None
+    ) -> None:
         super().__init__(pacer)
         self.explorer = explorer
         self.record: LookupRecord | None = None
@@ -110,6 +121,7 @@ class MemslotsScreen(PlayerScreen):
         self._rate_at = time.monotonic()
         self._rate_count = 0
         self.window = ""  # where the tree drawing's window is, when not the whole tree
+        self.churn = churn
         explorer.subscribe(self.pending_events.append)
 
     @property
@@ -155,13 +167,19 @@ class MemslotsScreen(PlayerScreen):
         """Run up to `count` lookups within the engine budget; show the last one."""
         deadline = time.perf_counter() + ENGINE_BUDGET
         record = None
+        updated = False
         for _ in range(count):
             record = self.explorer.step()
             self.lookups_done += 1
             if record.slot is not None:
                 self._changed_hits.add(record.slot.id)
+            if self.churn is not None and self.lookups_done % CHURN_LOOKUPS == 0:
+                updated |= self._replay_ioctl(notify=False)  # recorded, between lookups
+                record = None
             if time.perf_counter() > deadline:
                 break
+        if updated:
+            self._slots_changed()
         if record is not None:
             self._show_record(record)
 
@@ -230,9 +248,10 @@ class MemslotsScreen(PlayerScreen):
         speed = f"{self.pacer.speed:g}/s"
         if self.pacer.playing and 0 < self.rate < 0.9 * self.pacer.speed:
             speed += f" (runs {self.rate:.0f}/s)"
+        churn = f" · {self.churn.position}" if self.churn is not None else ""
         self.sub_title = (
             f"{explorer.lookup} · gen {explorer.generation} · cache {'+'.join(caches) or 'off'}"
-            f" · {explorer.workload.mix.name} · {state} {speed}"
+            f" · {explorer.workload.mix.name}{churn} · {state} {speed}"
         )
 
     def _show_structure(self) -> None:
@@ -381,6 +400,15 @@ class MemslotsScreen(PlayerScreen):
                 explorer.move_slot(request.slot_id, request.gpa)
         except KvmError as err:
             return f"{err.errno_name}: {err.reason} (nothing changed)"
+        self._slots_changed()
+        self.notify(
+            f"slot {request.slot_id}: {request.mode} done, generation {explorer.generation}"
+        )
+        return None
+
+    def _slots_changed(self) -> None:
+        """Redraw after a memslot update: the old lookup belongs to the old generation."""
+        explorer = self.explorer
         self.record = self.highlight = None
         self._show_structure()
         self.query_one(SlotTable).set_slots(explorer.slots(), explorer.names)
@@ -388,10 +416,48 @@ class MemslotsScreen(PlayerScreen):
         self.query_one(PathPanel).show(None, (), self.explorer.slot_name)
         self._show_progress(time.monotonic(), force=True)
         self._update_header()
-        self.notify(
-            f"slot {request.slot_id}: {request.mode} done, generation {explorer.generation}"
-        )
-        return None
+
+    # -- recorded churn (QEMU's KVM_SET_USER_MEMORY_REGION calls) ---------------------
+
+    def action_next_ioctl(self) -> None:
+        """Replay the next recorded KVM_SET_USER_MEMORY_REGION call."""
+        if self.churn is None:
+            self.notify(
+                "no recorded calls: start with --qemu-trace FILE (a kvm_set_user_memory "
+                "trace or strace of QEMU)",
+                severity="warning",
+            )
+            return
+        self.pause()
+        if self._replay_ioctl(notify=True):
+            self._slots_changed()
+        self.flush_events(force=True)
+
+    def _replay_ioctl(self, notify: bool) -> bool:
+        """Replay one recorded call; True when there was one (the caller redraws)."""
+        from engine.memslot_churn import describe_call
+
+        churn = self.churn
+        assert churn is not None
+        call = churn.next_call()
+        if call is None:
+            if notify:
+                self.notify(f"all {len(churn.calls)} recorded calls replayed", timeout=4)
+            return False
+        result = self.explorer.replay_call(call)
+        churn.record(result)
+        answer = "0" if result.ret == 0 else f"{result.errno_name} ({result.reason})"
+        recorded = "" if result.call.recorded_ret is None else f", recorded {call.recorded_ret}"
+        mismatch = result.matches_recorded is False
+        if notify or result.ret or mismatch:
+            gen = self.explorer.generation
+            self.notify(
+                f"{describe_call(call)} → {answer}{recorded}; generation {gen}",
+                title=churn.position,
+                severity="warning" if result.ret or mismatch else "information",
+                timeout=5,
+            )
+        return True
 
     def _selected(self) -> int:
         selected = self.query_one(SlotTable).selected_slot_id()
