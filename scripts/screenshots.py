@@ -32,6 +32,8 @@ class Shot:
     theme: str | None = None
     keys: tuple[str, ...] = ()
     size: tuple[int, int] = SIZE
+    scenario: str | None = None
+    wait: float = 0.1  # seconds after the last key (a worker may still be drawing)
 
 
 SHOTS = (
@@ -45,7 +47,12 @@ SHOTS = (
     Shot("memslots-light", theme="mmuscope-light", keys=("n", "n", "n")),
     Shot("shadow-mmu", keys=("f2", "n", "n", "n", "n", "n", "n", "s")),
     Shot("shadow-mmu-netperf", keys=("f2", "w", "n", "n", "n", "n", "n", "n", "n")),
+    Shot("shadow-paging", keys=("f2", "p", *["n"] * 9)),
     Shot("rmaps-fork", keys=("f3", *["n"] * 30)),
+    Shot("tlb-pv-flush", scenario="pv-tlb-flush", keys=(">", ">", ">")),
+    Shot("power-keys", scenario="power-keys", keys=(">", ">", ">", ">")),
+    Shot("scenario-vtlb", scenario="vtlb", keys=(">", ">")),
+    Shot("experiments", keys=("f6", "down", "down", "down", "down", "enter"), wait=8.0),
     Shot("help", keys=("question_mark",)),
     Shot("add-slot", keys=("a",)),
     Shot("filter", keys=("n", "f")),
@@ -61,6 +68,7 @@ async def take(shot: Shot, out: Path) -> Path:
         theme=shot.theme,
         playing=False,
         seed=7,
+        scenario=shot.scenario,
     )
     app.animation_level = "none"
     async with app.run_test(size=shot.size, notifications=False) as pilot:
@@ -68,7 +76,7 @@ async def take(shot: Shot, out: Path) -> Path:
         for key in shot.keys:
             await pilot.press(key)
             await pilot.pause()
-        await pilot.pause(0.1)
+        await pilot.pause(shot.wait)
         svg = app.export_screenshot(title=f"mmuscope: {shot.name}")
     path = out / f"{shot.name}.svg"
     write_atomically(path, svg.encode("utf-8"))  # never a half-written screenshot
