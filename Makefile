@@ -8,12 +8,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.mmuscope-installed
 
-.PHONY: run test lint bench screenshots graphviz clean
+.PHONY: run test lint bench screenshots graphviz chromium clean
 
 run: $(STAMP) graphviz
 	$(BIN)/mmuscope
 
-test: $(STAMP) graphviz lint
+test: $(STAMP) graphviz chromium lint
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
@@ -48,6 +48,19 @@ graphviz:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz; \
 	  else \
 	    echo "Graphviz 'dot' is missing (PDF/SVG/PNG export needs it): run  sudo apt-get install graphviz"; \
+	  fi; \
+	fi
+
+# Headless Chromium for the browser-mode test (tests/test_serve.py), which is skipped
+# without it.  Debian's package: `mmuscope serve` itself needs no browser on the server.
+chromium:
+	@if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Chromium (for the browser-mode test) with apt-get"; \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } || \
+	      echo "could not install Chromium: the browser-mode test will be skipped"; \
+	  else \
+	    echo "Chromium is missing (the browser-mode test is skipped without it): run  sudo apt-get install chromium"; \
 	  fi; \
 	fi
 

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from engine.memslot_churn import RecordedChurn
     from engine.scenarios import Scenario
 
+    from .app import MmuscopeApp
+
 
 class CliError(Exception):
     """Bad input: printed as one line, exit code 2."""
@@ -168,15 +170,26 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"only this table (repeatable): {', '.join(TABLES)}",
     )
     bench.add_argument("--svg", type=Path, metavar="DIR", help="write one SVG chart per table")
+
+    from .serve import add_serve_parser
+
+    add_serve_parser(sub)
     return parser
 
 
 def run_explorer(args: argparse.Namespace) -> int:
     """Open the explorer (the app factory shared with the tests and screenshots)."""
-    scenario = _scenario(args.scenario) if args.scenario else None
-    churn = _churn(args) if args.qemu_trace else None
+    app = explorer_app(args)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise CliError("the explorer needs a terminal; `mmuscope overview` prints a summary")
+    app.run()
+    return 0
+
+
+def explorer_app(args: argparse.Namespace) -> MmuscopeApp:
+    """The explorer the options describe, every option checked (also for `serve`)."""
+    scenario = _scenario(args.scenario) if args.scenario else None
+    churn = _churn(args) if args.qemu_trace else None
     from .commands import load_layout
     from .themes import load_themes
 
@@ -193,7 +206,7 @@ def run_explorer(args: argparse.Namespace) -> int:
         raise CliError(f"--speed {args.speed:g}: give lookups per second, 0.5 to 10000")
     from .app import make_app
 
-    app = make_app(
+    return make_app(
         layout,
         lookup=args.lookup,
         workload=args.workload,
@@ -206,8 +219,6 @@ def run_explorer(args: argparse.Namespace) -> int:
         scenario=scenario,
         churn=churn,
     )
-    app.run()
-    return 0
 
 
 def _churn(args: argparse.Namespace) -> RecordedChurn:
@@ -304,6 +315,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .bench import run_bench
 
             return run_bench(args)
+        if args.command == "serve":
+            from .serve import run_serve
+
+            return run_serve(args)
     except CliError as err:
         print(f"mmuscope: error: {err}", file=sys.stderr)
         return 2
