@@ -24,6 +24,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/memslot_speed.py
 	$(BIN)/python benchmarks/tui_speed.py
+	$(BIN)/python benchmarks/replay_speed.py
 
 screenshots: $(STAMP)
 	$(BIN)/python scripts/screenshots.py

@@ -15,26 +15,22 @@ Workloads (issue 4, seeds 000 and 003):
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..errors import KvmError
-from ..events import Event, FieldValue
-from ..layouts.layout import Layout, build_vm
+from ..layouts.layout import Layout
 from ..vm import Vm
 from .direct import DirectMmu, spte_index
+from .guest_session import PFERR_WRITE, GuestSession
 from .mmu_pages import KvmMmuPage
 from .spte import SPTE_CONFIGS, RetPf, is_mmio_spte
 from .views import fault_path
 
 PAGE_SHIFT = 12
-ACCESS_NS = 1000  # virtual time between two guest accesses, for event timestamps
 CHURN_EVERY = 50
 CHURN_SLOT = 500  # the slot id the churn workload creates and deletes
 NIC_DOORBELL, LAPIC_EOI = 0xFEBF_1000, 0xFEE0_00B0
 MMU_WORKLOADS = ("kernbench", "netperf", "churn")
-PFERR_WRITE = 1 << 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +54,7 @@ class MmuStep:
     update: str = ""  # a memslot update made before the access (churn)
 
 
-class MmuSession:
+class MmuSession(GuestSession):
     """A guest (a `Layout`), its direct MMU and a workload; deterministic for a seed."""
 
     paging = "ept"
@@ -76,14 +72,7 @@ class MmuSession:
         gen_era: str = "2019",
         huge_pages: bool = True,
     ) -> None:
-        if workload not in MMU_WORKLOADS:
-            raise ValueError(f"unknown workload {workload!r}; choose from {MMU_WORKLOADS}")
-        self.layout = layout
-        self.workload = workload
-        self.vm = build_vm(layout)
-        self.nr_vcpus = nr_vcpus
-        self._rng = random.Random(seed)
-        self._listeners: list[Callable[[Event], None]] = []
+        super().__init__(layout, workload, seed, nr_vcpus)
         self.mmu = DirectMmu(
             self.vm,
             SPTE_CONFIGS[spte_config],
@@ -92,26 +81,7 @@ class MmuSession:
             huge_pages=huge_pages,
             emit=self._forward,
         )
-        self.steps = 0
-        self._vcpu = 0
-        self.exits = 0
-        self.results: dict[str, int] = {}
         self._ram = [s for s in self.vm.memslots(0) if not s.readonly]
-
-    # -- events -----------------------------------------------------------------------
-
-    def subscribe(self, listener: Callable[[Event], None]) -> Callable[[], None]:
-        self._listeners.append(listener)
-        return lambda: self._listeners.remove(listener)
-
-    def _forward(self, event: Event) -> None:
-        """Stamp the MMU's events with the virtual clock and the faulting vCPU."""
-        if self._listeners:
-            stamped = replace(
-                event, ts=self.steps * ACCESS_NS / 1e9, cpu=self._vcpu, comm="qemu-kvm"
-            )
-            for listener in list(self._listeners):
-                listener(stamped)
 
     # -- the workload -------------------------------------------------------------------
 
@@ -126,8 +96,7 @@ class MmuSession:
         return MmuAccess(vcpu, gfn << PAGE_SHIFT, write=rng.random() < 0.3)
 
     def set_workload(self, workload: str) -> None:
-        if workload not in MMU_WORKLOADS:
-            raise ValueError(f"unknown workload {workload!r}; choose from {MMU_WORKLOADS}")
+        self.check_workload(workload)
         self.workload = workload
 
     def step(self) -> MmuStep:
@@ -137,16 +106,9 @@ class MmuSession:
         self._vcpu = access.vcpu
         if not self.needs_exit(access):
             return MmuStep(access, False, None, update)
-        self.exits += 1
-        error_code = PFERR_WRITE if access.write else 0
-        self._emit_exit("kvm_page_fault", vcpu_id=access.vcpu, address=access.gpa,
-                        error_code=error_code)  # fmt: skip
-        ret = self.mmu.page_fault(access.vcpu, access.gpa, access.write)
-        self.results[ret.name] = self.results.get(ret.name, 0) + 1
+        self._vm_exit(access.vcpu, access.gpa, PFERR_WRITE if access.write else 0)
+        ret = self._result(self.mmu.page_fault(access.vcpu, access.gpa, access.write))
         return MmuStep(access, True, ret, update)
-
-    def _emit_exit(self, name: str, **fields: FieldValue) -> None:
-        self._forward(Event(name, fields))
 
     def run(self, count: int) -> MmuStep | None:
         last = None

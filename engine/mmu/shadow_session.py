@@ -26,17 +26,16 @@ Workloads, deterministic for a seed:
 
 from __future__ import annotations
 
-import random
 from collections import deque
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Iterator
+from dataclasses import dataclass
 
-from ..events import Event, FieldValue
-from ..layouts.layout import Layout, build_vm
+from ..events import Event
+from ..layouts.layout import Layout
 from .guest_os import GuestOs, GuestProcess
-from .guest_pt import PFERR_USER_MASK, PFERR_WRITE_MASK
+from .guest_session import PFERR_USER, PFERR_WRITE, GuestSession
 from .mmu_pages import KvmMmuPage
-from .session import ACCESS_NS, CHURN_EVERY, LAPIC_EOI, NIC_DOORBELL, churn_update
+from .session import CHURN_EVERY, LAPIC_EOI, NIC_DOORBELL, churn_update
 from .shadow import ShadowMmu
 from .spte import PT_USER_MASK, PT_WRITABLE_MASK, SPTE_CONFIGS, RetPf, is_mmio_spte
 from .views import fault_path
@@ -78,7 +77,7 @@ class ShadowStep:
 Program = Iterator["ShadowAccess | str"]
 
 
-class ShadowSession:
+class ShadowSession(GuestSession):
     """A guest on `ShadowMmu` with a vtlb, driven by a seeded workload."""
 
     paging = "shadow"
@@ -96,13 +95,7 @@ class ShadowSession:
         gen_era: str = "2019",
         vtlb: bool = True,
     ) -> None:
-        if workload not in SHADOW_WORKLOADS:
-            raise ValueError(f"unknown workload {workload!r}; choose from {SHADOW_WORKLOADS}")
-        self.layout = layout
-        self.vm = build_vm(layout)
-        self.nr_vcpus = nr_vcpus
-        self._rng = random.Random(seed)
-        self._listeners: list[Callable[[Event], None]] = []
+        super().__init__(layout, workload, seed, nr_vcpus)
         self.mmu = ShadowMmu(
             self.vm,
             SPTE_CONFIGS[spte_config],
@@ -112,26 +105,18 @@ class ShadowSession:
             emit=self._forward,
         )
         self.os = GuestOs(self.mmu.guest)
-        self.steps = self.exits = self.cr3_loads = 0
-        self.results: dict[str, int] = {}
+        self.cr3_loads = 0
         self.last_walk: list[tuple[int, int]] = []  # (level, pte) read by the last walk
-        self._vcpu = 0
         self._retry: ShadowAccess | None = None
         self._retries = 0
         self._notes: list[str] = []
         self._mmio_hit = False
         self.emulator_walks = 0  # the emulator's own gva->gpa translations
         self.guest_walks = 0  # FNAME(walk_addr) runs: the fault's and the emulator's
-        self.workload = workload
         self._program = self._start(workload)
 
-    # -- events -----------------------------------------------------------------------
-
-    def subscribe(self, listener: Callable[[Event], None]) -> Callable[[], None]:
-        self._listeners.append(listener)
-        return lambda: self._listeners.remove(listener)
-
-    def _forward(self, event: Event) -> None:
+    def _observe(self, event: Event) -> None:
+        """The walk KVM just made (for the screen), and whether an MMIO spte was hit."""
         if event.name == "handle_mmio_page_fault":
             self._mmio_hit = True
         elif event.name == "kvm_mmu_pagetable_walk":
@@ -139,19 +124,12 @@ class ShadowSession:
             self.guest_walks += 1
         elif event.name == "kvm_mmu_paging_element":
             self.last_walk.append((int(event.fields["level"]), int(event.fields["pte"])))
-        if self._listeners:
-            stamped = replace(
-                event, ts=self.steps * ACCESS_NS / 1e9, cpu=self._vcpu, comm="qemu-kvm"
-            )
-            for listener in list(self._listeners):
-                listener(stamped)
 
     # -- running ----------------------------------------------------------------------
 
     def set_workload(self, workload: str) -> None:
         """End every process of the running workload and start `workload`."""
-        if workload not in SHADOW_WORKLOADS:
-            raise ValueError(f"unknown workload {workload!r}; choose from {SHADOW_WORKLOADS}")
+        self.check_workload(workload)
         for proc in list(self.os.processes.values()):
             self._exit(proc)
         self._retry, self._notes = None, []
@@ -173,17 +151,12 @@ class ShadowSession:
         if not self.needs_exit(access):
             self._retry = None
             return ShadowStep(access, False, None, update)
-        self.exits += 1
         self._mmio_hit = False
-        self._emit_exit(
-            "kvm_page_fault",
-            vcpu_id=access.vcpu,
-            address=access.gva,
-            error_code=(PFERR_WRITE_MASK if access.write else 0)
-            | (PFERR_USER_MASK if access.user else 0),
+        error_code = (PFERR_WRITE if access.write else 0) | (PFERR_USER if access.user else 0)
+        self._vm_exit(access.vcpu, access.gva, error_code)
+        ret = self._result(
+            self.mmu.page_fault(access.vcpu, access.cr3, access.gva, access.write, access.user)
         )
-        ret = self.mmu.page_fault(access.vcpu, access.cr3, access.gva, access.write, access.user)
-        self.results[ret.name] = self.results.get(ret.name, 0) + 1
         if ret is RetPf.EMULATE and not self._mmio_hit:
             self._emulator_translates(access)
         guest = ""
@@ -195,9 +168,6 @@ class ShadowSession:
         if self._retries > MAX_RETRIES:
             raise RuntimeError(f"{access.label}: the guest keeps faulting ({guest})")
         return ShadowStep(access, True, ret, update, guest)
-
-    def _emit_exit(self, name: str, **fields: FieldValue) -> None:
-        self._forward(Event(name, fields))
 
     def _emulator_translates(self, access: ShadowAccess) -> None:
         """The emulator's `gva_to_gpa` of the instruction's operand: a second guest walk,

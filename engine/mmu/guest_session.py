@@ -1,0 +1,72 @@
+"""What the two running guests share (`MmuSession` under EPT, `ShadowSession` with EPT
+off): the guest built from a `Layout`, a seeded workload generator, the counts of
+accesses, VM exits and RET_PF_* results, and events stamped with the virtual clock and
+the vCPU that caused them, as a `trace-cmd` record of the vCPU thread would be."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import replace
+
+from ..events import Event, FieldValue
+from ..layouts.layout import Layout, build_vm
+from .spte import RetPf
+
+ACCESS_NS = 1000  # virtual time between two guest accesses, for event timestamps
+PFERR_WRITE = 1 << 1  # the error code bits of the emitted kvm_page_fault
+PFERR_USER = 1 << 2
+
+
+class GuestSession:
+    """A guest, its counters and its event listeners; subclasses add the MMU and steps."""
+
+    paging = ""
+    workloads: tuple[str, ...] = ()
+
+    def __init__(self, layout: Layout, workload: str, seed: int, nr_vcpus: int) -> None:
+        self.check_workload(workload)
+        self.layout = layout
+        self.workload = workload
+        self.vm = build_vm(layout)
+        self.nr_vcpus = nr_vcpus
+        self._rng = random.Random(seed)
+        self._listeners: list[Callable[[Event], None]] = []
+        self.steps = self.exits = 0
+        self.results: dict[str, int] = {}
+        self._vcpu = 0
+
+    def check_workload(self, workload: str) -> None:
+        if workload not in self.workloads:
+            raise ValueError(f"unknown workload {workload!r}; choose from {self.workloads}")
+
+    # -- events -----------------------------------------------------------------------
+
+    def subscribe(self, listener: Callable[[Event], None]) -> Callable[[], None]:
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def _forward(self, event: Event) -> None:
+        """The MMU's events (and the session's own), stamped and handed out."""
+        self._observe(event)
+        if self._listeners:
+            stamped = replace(
+                event, ts=self.steps * ACCESS_NS / 1e9, cpu=self._vcpu, comm="qemu-kvm"
+            )
+            for listener in list(self._listeners):
+                listener(stamped)
+
+    def _observe(self, event: Event) -> None:
+        """A subclass's look at every event before it is handed out."""
+
+    def _emit(self, name: str, **fields: FieldValue) -> None:
+        self._forward(Event(name, fields))
+
+    def _vm_exit(self, vcpu: int, address: int, error_code: int) -> None:
+        """A VM exit for a page fault: counted, and traced as `kvm_page_fault`."""
+        self.exits += 1
+        self._emit("kvm_page_fault", vcpu_id=vcpu, address=address, error_code=error_code)
+
+    def _result(self, ret: RetPf) -> RetPf:
+        self.results[ret.name] = self.results.get(ret.name, 0) + 1
+        return ret
