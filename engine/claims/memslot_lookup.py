@@ -36,11 +36,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from ..layouts import Layout, build_vm, preset
 from ..layouts.layout import assign_host_addresses
 from ..lookup import LOOKUP_STRATEGIES
+from ..stats import LookupCost
 from ..vm import Vm
 from ..workload import WORKLOADS, Access, Workload, WorkloadMix
 from .table import Cell, ClaimTable
@@ -102,24 +102,6 @@ def layout_named(name: str) -> Layout:
     return alex_layout() if name == ALEX_LAYOUT else preset(name)
 
 
-@dataclass(slots=True)
-class Tally:
-    """One strategy's totals over the counted lookups of one run."""
-
-    lookups: int = 0
-    misses: int = 0
-    bare: int = 0
-    cached: int = 0
-
-    @property
-    def bare_mean(self) -> float:
-        return self.bare / self.lookups if self.lookups else 0.0
-
-    @property
-    def cached_mean(self) -> float:
-        return self.cached / self.lookups if self.lookups else 0.0
-
-
 class LookupRun:
     """A workload over one guest, every lookup costed under every strategy."""
 
@@ -130,7 +112,7 @@ class LookupRun:
         self.workload = Workload(vm.memslots(), "mixed", seed=seed, nr_vcpus=NR_VCPUS)
         self.workload.mix = mix
         self.mmio_sptes: set[int] = set()
-        self.tally = {s.name: Tally() for s in self.structures}
+        self.tally = {s.name: LookupCost(s.name) for s in self.structures}
         self._miss_visits: dict[int, tuple[int, ...]] = {}
 
     def reset_caches(self) -> None:
@@ -139,7 +121,7 @@ class LookupRun:
         for vcpu in range(NR_VCPUS):
             self.vm.vcpu(vcpu).last_used_slot = None
 
-    def run(self, lookups: int, warmup: int) -> dict[str, Tally]:
+    def run(self, lookups: int, warmup: int) -> dict[str, LookupCost]:
         for gfn in self.workload.mmio:  # the guest's drivers touch every device once
             self.access(Access(-1, 0, gfn, "mmio"), count=False)
         for access in self.workload.take(warmup):
@@ -165,11 +147,7 @@ class LookupRun:
             return
         checks, hit = len(trace.cache_probes), trace.cache_hit
         for structure in self.structures:
-            visits = structure.visits(gfn, slot)
-            tally = self.tally[structure.name]
-            tally.lookups += 1
-            tally.bare += visits
-            tally.cached += checks + (0 if hit else visits)
+            self.tally[structure.name].add(structure.visits(gfn, slot), checks, hit, True)
 
     def _count_miss(self, gfn: int, *, checks: int, cache_hit: bool) -> None:
         visits = self._miss_visits.get(gfn)
@@ -177,11 +155,7 @@ class LookupRun:
             visits = tuple(s.visits(gfn, None) for s in self.structures)
             self._miss_visits[gfn] = visits
         for structure, cost in zip(self.structures, visits, strict=True):
-            tally = self.tally[structure.name]
-            tally.lookups += 1
-            tally.misses += 1
-            tally.bare += cost
-            tally.cached += checks + (0 if cache_hit else cost)
+            self.tally[structure.name].add(cost, checks, cache_hit, False)
 
 
 def seed_claim(strategy: str, workload: str, layout: str) -> str:
