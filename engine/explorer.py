@@ -19,18 +19,21 @@ from __future__ import annotations
 import errno
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from .constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY, PAGE_SHIFT, PAGE_SIZE
 from .errors import KvmError
 from .events import Event, Listener
 from .layouts.layout import Layout, build_vm
-from .layouts.qemu_trace import MemoryRegionCall, ReplayResult, replay_one
 from .lookup import LOOKUP_STRATEGIES
 from .lookup.base import LookupTrace, Shape
 from .memslot import MemorySlot
 from .stats import LookupCost
 from .vm import Vm
 from .workload import DEFAULT_WORKLOAD, MMIO, RAM, Access, Workload
+
+if TYPE_CHECKING:
+    from .layouts.qemu_trace import MemoryRegionCall, ReplayResult
 
 ACCESS_NS = 1000  # virtual time between two accesses, for event timestamps
 PF_WRITE, PF_USER = 0x2, 0x4  # error-code bits of the emitted kvm_page_fault
@@ -268,6 +271,8 @@ class MemslotExplorer:
     def replay_call(self, call: MemoryRegionCall) -> ReplayResult:
         """A recorded KVM_SET_USER_MEMORY_REGION call, as QEMU made it (any address
         space); a refusal changes nothing and comes back with its errno."""
+        from .layouts.qemu_trace import replay_one  # on first use: it costs start-up time
+
         result = replay_one(self.vm, call)
         slot_id = call.slot & 0xFFFF
         if result.ret == 0:

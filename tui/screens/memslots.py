@@ -4,6 +4,7 @@ cost on the same gfn stream, and the events (seed 000, kvm-reference §1)."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from textual import on
 from textual.app import ComposeResult
@@ -15,7 +16,6 @@ from engine.explorer import LookupRecord, MemslotExplorer
 from engine.export.dot import shape_to_dot
 from engine.lookup import LOOKUP_STRATEGIES, STRATEGY_CLASSES
 from engine.lookup.base import TreeView
-from engine.memslot_churn import RecordedChurn
 from engine.pacing import Pacer
 from engine.workload import WORKLOADS
 
@@ -28,6 +28,9 @@ from ..widgets.slot_table import SlotTable
 from ..widgets.structure import StructureView
 from .base import PlayerScreen
 from .dialogs import GfnDialog, SlotDialog, SlotRequest, parse_number
+
+if TYPE_CHECKING:
+    from engine.memslot_churn import RecordedChurn
 
 ENGINE_BUDGET = 0.008  # seconds of engine work per tick, at most (the rest waits)
 CHURN_LOOKUPS = 25  # while playing a recording: one recorded ioctl every this many lookups
