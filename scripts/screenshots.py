@@ -52,6 +52,7 @@ SHOTS = (
     Shot("tlb-pv-flush", scenario="pv-tlb-flush", keys=(">", ">", ">")),
     Shot("power-keys", scenario="power-keys", keys=(">", ">", ">", ">")),
     Shot("scenario-vtlb", scenario="vtlb", keys=(">", ">")),
+    Shot("scenario-projector", scenario="fast-zap", theme="projector", keys=(">", ">", ">")),
     Shot("experiments", keys=("f6", "down", "down", "down", "down", "enter"), wait=8.0),
     Shot("help", keys=("question_mark",)),
     Shot("add-slot", keys=("a",)),

@@ -103,6 +103,11 @@ async def test_z_zaps_fast_in_batches_and_shift_z_in_one_hold(tmp_path: Path) ->
         assert pages.mmu_valid_gen != gen and pages.n_used_mmu_pages == 0
         assert sum(pages.lock_holds) == used and max(pages.lock_holds) == BATCH_ZAP_PAGES
         assert mmu.zap_replay, "the zap is replayed hold by hold"
+        levels, zapping_now = mmu._zap_levels()  # the zapped pages stay, dimmed, till their hold
+        assert sum(len(level.pages) for level in levels) == used
+        assert sum(level.obsolete for level in levels) == used
+        assert len(zapping_now) == BATCH_ZAP_PAGES
+        assert min(zapping_now) == min(sp.seq for level in levels for sp in level.pages)
         await pilot.pause(0.1 + 0.3 * len(pages.lock_holds))
         assert not mmu.zap_replay
         for _ in range(10):
@@ -205,3 +210,17 @@ async def test_the_roots_line_counts_pages_below_each_root(tmp_path: Path) -> No
             await pilot.press("n")
         assert mmu.reach and all(r.per_level[0] == 1 for r in mmu.reach)
         assert "root [" in str(mmu.query_one(PageLevels).content)
+
+
+async def test_a_slow_zap_stalls_the_guest_while_its_one_hold_replays(tmp_path: Path) -> None:
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f2", "H")  # 4K leaves: a few hundred pages, a hold of seconds
+        mmu = shadow(app)
+        mmu.action_run(300)
+        await pilot.press("Z", "space")  # play: the vCPUs would run, but mmu_lock is held
+        steps = mmu.session.steps
+        await pilot.pause(0.3)
+        assert mmu.zap_replay and "every vCPU waits" in mmu._zap_caption()
+        assert mmu.session.steps == steps
+        await pilot.press("space")

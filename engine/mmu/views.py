@@ -7,7 +7,7 @@ them against the model.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .mmu_pages import KvmMmuPage, MmuPages
@@ -37,13 +37,19 @@ class LevelSummary:
 
 def pages_by_level(pages: MmuPages) -> list[LevelSummary]:
     """Active pages grouped by level, highest first (roots at the top)."""
+    return levels_of(pages.pages(), pages.is_obsolete)
+
+
+def levels_of(
+    pages: Iterable[KvmMmuPage], is_obsolete: Callable[[KvmMmuPage], bool]
+) -> list[LevelSummary]:
+    """Any pages (a zap replay adds the ones already gone) grouped by level, oldest
+    first within a level."""
     grouped: dict[int, list[KvmMmuPage]] = {}
-    for sp in pages.pages():
+    for sp in sorted(pages, key=lambda sp: sp.seq):
         grouped.setdefault(sp.role.level, []).append(sp)
     return [
-        LevelSummary(
-            level, tuple(grouped[level]), sum(pages.is_obsolete(sp) for sp in grouped[level])
-        )
+        LevelSummary(level, tuple(grouped[level]), sum(map(is_obsolete, grouped[level])))
         for level in sorted(grouped, reverse=True)
     ]
 

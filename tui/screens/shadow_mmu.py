@@ -17,7 +17,7 @@ from engine.mmu.mmu_pages import KvmMmuPage
 from engine.mmu.role import ACC_EXEC_MASK, ACC_USER_MASK, ACC_WRITE_MASK
 from engine.mmu.session import MmuSession, MmuStep
 from engine.mmu.shadow_session import ShadowSession, ShadowStep
-from engine.mmu.views import pages_by_level, spt_cells, zap_batches
+from engine.mmu.views import LevelSummary, levels_of, pages_by_level, spt_cells, zap_batches
 from engine.pacing import Pacer
 
 from ..widgets.lookup_bar import LookupBar
@@ -25,7 +25,9 @@ from ..widgets.mmu_panels import GuestPanel, MmuCounters, PageLevels, SptGrid
 from .base import PlayerScreen
 
 ENGINE_BUDGET = 0.008
-ZAP_BATCH_SECONDS = 0.25  # one lock hold of a replayed zap on screen
+ZAP_BATCH_SECONDS = 0.25  # one lock hold of a replayed zap on screen, at least
+ZAP_PAGE_SECONDS = 0.025  # and this long per page zapped under it (10 pages: 0.25 s)
+ZAP_HOLD_MAX_SECONDS = 8.0  # the longest hold shown (a slow zap of a big guest)
 REACH_SECONDS = 0.5  # the roots' reach (a networkx pass over every page) at most this often
 #: `p` cycles these: (name, spte config, shadow paging?)
 PAGING_MODES = (
@@ -78,6 +80,7 @@ class ShadowMmuScreen(PlayerScreen):
         self.zap_replay: list[tuple[int, int]] = []
         self.zap_kind = ""
         self._zap_at = 0.0
+        self.zap_ghosts: list[KvmMmuPage] = []  # the zapped pages, oldest first (replay)
         self._unsubscribe = session.subscribe(self.pending_events.append)
 
     @property
@@ -171,7 +174,8 @@ class ShadowMmuScreen(PlayerScreen):
     def tick(self, now: float, dt: float) -> None:
         if self.zap_replay:
             self._advance_zap(now)
-        started = self.pacer.advance(dt)
+        stalled = bool(self.zap_replay) and self.zap_kind == "slow zap"  # mmu_lock is held
+        started = 0 if stalled else self.pacer.advance(dt)
         if started:
             self._run(started)
         elif self.path and self.pacer.animating:
@@ -205,14 +209,15 @@ class ShadowMmuScreen(PlayerScreen):
         session, mmu = self.session, self.session.mmu
         path_pages = [sp for sp, _ in self.path[: self.shown]]
         selected, marked = self._selected()
-        zapping = self._zap_caption()
+        levels, zapping_now = self._zap_levels()
         self.query_one(PageLevels).show(
-            pages_by_level(mmu.pages),
+            levels,
             path_pages,
             selected,
             mmu.pages.mmu_valid_gen,
-            zapping,
+            self._zap_caption(),
             self._root_reach(),
+            zapping_now,
         )
         grid = self.query_one(SptGrid)
         if selected is None:
@@ -334,8 +339,12 @@ class ShadowMmuScreen(PlayerScreen):
 
     # -- zaps -------------------------------------------------------------------------
 
-    def _start_zap(self, kind: str, zapped: int) -> None:
+    def _start_zap(self, kind: str, zapped: int, before: list[KvmMmuPage]) -> None:
+        """Replay a zap that already happened: `before` are the pages it found, zapped
+        oldest first (kvm_zap_obsolete_pages walks active_mmu_pages from the tail)."""
         holds = self.session.mmu.pages.lock_holds
+        alive = {sp.seq for sp in self.session.mmu.pages.pages()}
+        self.zap_ghosts = sorted((sp for sp in before if sp.seq not in alive), key=_seq)
         self.zap_kind = kind
         self.zap_replay = zap_batches(holds) if zapped else []
         self._zap_at = time.monotonic()
@@ -346,7 +355,9 @@ class ShadowMmuScreen(PlayerScreen):
         self.redraw()
 
     def _advance_zap(self, now: float) -> None:
-        if now - self._zap_at >= ZAP_BATCH_SECONDS:
+        hold = self.zap_replay[0][1]
+        seconds = min(ZAP_HOLD_MAX_SECONDS, max(ZAP_BATCH_SECONDS, hold * ZAP_PAGE_SECONDS))
+        if now - self._zap_at >= seconds:
             self._zap_at = now
             self.zap_replay.pop(0)
             if not self.zap_replay:
@@ -357,16 +368,34 @@ class ShadowMmuScreen(PlayerScreen):
             return ""
         done, hold = self.zap_replay[0]
         left = len(self.zap_replay) - 1
+        if self.zap_kind == "slow zap":
+            return f"slow zap: mmu_lock held over all {hold} pages; every vCPU waits"
         return (
             f"{self.zap_kind}: mmu_lock held, zapping pages {done + 1}-{done + hold}; "
-            f"{left} more holds after a lock break"
+            f"{left} more holds after a lock break (the vCPUs run meanwhile)"
         )
 
+    def _zap_levels(self) -> tuple[list[LevelSummary], set[int]]:
+        """The pages by level, with the replayed zap's pages not yet gone (dimmed), and
+        the seqs of the ones its current lock hold is zapping."""
+        pages = self.session.mmu.pages
+        if not self.zap_replay:
+            return pages_by_level(pages), set()
+        done, hold = self.zap_replay[0]
+        ghosts = self.zap_ghosts[done:]
+        gone = {sp.seq for sp in ghosts}
+        levels = levels_of(
+            [*pages.pages(), *ghosts], lambda sp: sp.seq in gone or pages.is_obsolete(sp)
+        )
+        return levels, {sp.seq for sp in ghosts[:hold]}
+
     def action_fast_zap(self) -> None:
-        self._start_zap("fast zap", self.session.mmu.zap_all_fast())
+        before = list(self.session.mmu.pages.pages())
+        self._start_zap("fast zap", self.session.mmu.zap_all_fast(), before)
 
     def action_slow_zap(self) -> None:
-        self._start_zap("slow zap", self.session.mmu.pages.zap_all())
+        before = list(self.session.mmu.pages.pages())
+        self._start_zap("slow zap", self.session.mmu.pages.zap_all(), before)
 
     # -- actions ------------------------------------------------------------------
 
@@ -464,3 +493,7 @@ def _access(access: int) -> str:
         letter if access & mask else "-"
         for letter, mask in (("w", ACC_WRITE_MASK), ("u", ACC_USER_MASK), ("x", ACC_EXEC_MASK))
     )
+
+
+def _seq(sp: KvmMmuPage) -> int:
+    return sp.seq

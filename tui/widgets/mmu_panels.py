@@ -82,6 +82,7 @@ class PageLevels(MmuDrawing):
         valid_gen: int,
         zapping: str = "",
         reach: list[RootReach] | None = None,
+        zapping_now: set[int] | None = None,
     ) -> None:
         text = Text(no_wrap=True, overflow="ellipsis")
         on_path = {sp.seq for sp in path}
@@ -99,6 +100,8 @@ class PageLevels(MmuDrawing):
                 component = "path" if sp.seq in on_path else "page"
                 if selected is not None and sp is selected:
                     component = "selected"
+                elif zapping_now and sp.seq in zapping_now:
+                    component = "mmio-stale"  # under the lock hold being replayed
                 elif sp.mmu_valid_gen != valid_gen or sp.role.invalid:
                     component = "obsolete"
                 text.append(f"[{sp.gfn:#x}]", style=self.style_of(component))
