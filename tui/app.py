@@ -41,6 +41,8 @@ class AppConfig:
     as_id: int = 0
     scenario: Scenario | None = None
     churn: RecordedChurn | None = None  # QEMU's recorded memslot calls, replayed live
+    trace: Path | None = None  # `mmuscope replay TRACE`: open on the replay screen
+    tracefs: Path | None = None  # `mmuscope live`: the replay screen on trace_pipe
 
 
 class MmuscopeApp(App[None]):
@@ -60,6 +62,12 @@ class MmuscopeApp(App[None]):
             "show_view('experiments')",
             "Experiments",
             tooltip="The seeds' claims measured: bench tables as bar charts",
+        ),
+        Binding(
+            "f7",
+            "show_view('replay')",
+            "Replay",
+            tooltip="The trace replayed (mmuscope replay TRACE, mmuscope live)",
         ),
         Binding(
             "greater_than_sign,pagedown",
@@ -97,8 +105,9 @@ class MmuscopeApp(App[None]):
     def on_mount(self) -> None:
         for warning in self.theme_warnings:
             self.notify(warning, severity="warning", timeout=10)
-        self.install_screen(self.memslots_screen(), "memslots")
-        self.push_screen("memslots")
+        first = "replay" if self.has_replay else "memslots"
+        self.install_screen(self.make_screen(first), first)
+        self.push_screen(first)
         self.call_after_refresh(self._freeze_startup_objects)
         if self.scenario_run is not None:
             self.call_after_refresh(self.action_scenario, 1)
@@ -158,6 +167,19 @@ class MmuscopeApp(App[None]):
 
         return ExperimentsScreen()
 
+    @property
+    def has_replay(self) -> bool:
+        return self.config.trace is not None or self.config.tracefs is not None
+
+    def replay_screen(self) -> Screen[None]:
+        from .screens.replay import REPLAY_SPEED, ReplayScreen
+
+        config = self.config
+        if config.trace is not None:
+            return ReplayScreen.for_trace(config.trace, Pacer(REPLAY_SPEED, config.playing))
+        assert config.tracefs is not None
+        return ReplayScreen.for_live(config.tracefs, Pacer(REPLAY_SPEED))
+
     def make_screen(self, name: str) -> Screen[None]:
         """The screen behind a view name (built on first use)."""
         factories = {
@@ -168,6 +190,8 @@ class MmuscopeApp(App[None]):
             "power": self.power_screen,
             "experiments": self.experiments_screen,
         }
+        if self.has_replay:
+            factories["replay"] = self.replay_screen
         return factories[name]()
 
     # -- actions ----------------------------------------------------------------------
@@ -186,6 +210,8 @@ class MmuscopeApp(App[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "scenario":
             return self.scenario_run is not None  # the keys exist only in a scenario
+        if action == "show_view" and parameters == ("replay",):
+            return self.has_replay  # F7 exists only with a trace
         return True
 
     async def action_scenario(self, delta: int) -> None:
@@ -256,9 +282,12 @@ def make_app(
     as_id: int = 0,
     scenario: Scenario | str | None = None,
     churn: RecordedChurn | None = None,
+    trace: Path | str | None = None,
+    tracefs: Path | str | None = None,
 ) -> MmuscopeApp:
     """The explorer on a guest (a preset name or a `Layout`), or on a scenario, whose
-    layout and settings replace the guest's, paused on its first step."""
+    layout and settings replace the guest's, paused on its first step; with a `trace`
+    file or a `tracefs` directory, open on the replay screen (F7)."""
     if isinstance(scenario, str):
         from engine.scenarios import load_scenario
 
@@ -286,5 +315,7 @@ def make_app(
         as_id,
         scenario,
         churn,
+        Path(trace) if trace is not None else None,
+        Path(tracefs) if tracefs is not None else None,
     )
     return MmuscopeApp(config)

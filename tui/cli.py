@@ -174,6 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .serve import add_serve_parser
 
     add_serve_parser(sub)
+
+    from .live import add_live_parser
+
+    add_live_parser(sub)
     return parser
 
 
@@ -250,7 +254,9 @@ def run_replay(args: argparse.Namespace) -> int:
     from .replay_cli import TraceFileError, run_replay_text
 
     if not (args.jsonl or args.summary):
-        raise CliError("replay in the app is not built yet: give --jsonl or --summary")
+        from .live import run_replay_app
+
+        return run_replay_app(args)
     try:
         return run_replay_text(args)
     except TraceFileError as err:
@@ -319,6 +325,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .serve import run_serve
 
             return run_serve(args)
+        if args.command == "live":
+            from .live import run_live
+
+            return run_live(args)
     except CliError as err:
         print(f"mmuscope: error: {err}", file=sys.stderr)
         return 2

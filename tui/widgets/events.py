@@ -20,7 +20,7 @@ from textual.widgets import Log
 
 from engine.events import Event
 from engine.stats import CounterRow, EventCounters
-from engine.trace import TracepointError, format_line
+from engine.trace import VARIANTS, TracepointError, format_line
 from engine.trace.lines import TRACE_CMD
 
 from .panel import TextPanel
@@ -32,14 +32,15 @@ NARROW_LOG = 60  # below this many columns the log drops the task column
 
 def trace_line(event: Event) -> str:
     """An event as `trace-cmd report` prints it: the tracepoint's own printk text where the
-    kernel has one (engine.trace), `key=value` pairs for the model's own events."""
-    try:
-        return format_line(event, TRACE_CMD)
-    except TracepointError:
-        task = f"{event.comm}-{event.pid}"
-        return (
-            f"{task:>16} [{event.cpu:03d}] {event.ts:12.6f}: {event.name}: {event.format_fields()}"
-        )
+    kernel has one (engine.trace; an event replayed from an older kernel in that
+    kernel's printk), `key=value` pairs for the model's own events."""
+    for variant in VARIANTS:
+        try:
+            return format_line(event, TRACE_CMD, variant=variant)
+        except TracepointError:
+            continue
+    task = f"{event.comm}-{event.pid}"
+    return f"{task:>16} [{event.cpu:03d}] {event.ts:12.6f}: {event.name}: {event.format_fields()}"
 
 
 def compact_line(line: str) -> str:

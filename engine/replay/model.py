@@ -1,0 +1,452 @@
+"""The MMU a kvmmmu trace implies: shadow pages, MMIO sptes, `mmu_valid_gen` flips, TDP
+sptes per gfn, and per-vCPU exits, rebuilt event by event (kvm-reference §4-§6).
+
+What each event does to the model:
+
+* ``kvm_mmu_get_page`` ``new`` — a shadow page appears (kvm-reference §4.3: allocated with
+  ``sp->mmu_valid_gen = kvm->arch.mmu_valid_gen``, so until the first fast zap its
+  ``gen`` tells the VM's generation); ``existing`` — a page the model has not seen was
+  created before the trace started: it is *adopted*.
+* ``kvm_mmu_prepare_zap_page`` — the page vanishes.  Pages are keyed as KVM keys them
+  (the gfn and the role fields the printk shows; plus ``gen``, since an obsolete page and
+  its same-role successor coexist until the zap).  A zap of a page never seen is counted
+  (``unknown_zaps``), and so is one the trace gives no gfn for (``unkeyed_zaps``:
+  ``trace-cmd report``'s kvm plugin prints none for zaps).
+* ``kvm_mmu_zap_all_fast`` — prints the generation *before* the flip (mmu.c emits the
+  tracepoint, then toggles ``mmu_valid_gen = mmu_valid_gen ? 0 : 1``); before 2019 the
+  generation was a counter, incremented instead (§4.4).  Which one: 0/1 toggles unless a
+  generation above 1 was ever seen.  Every page present at a fast zap is obsolete from
+  then on (dimmed): ``kvm_zap_obsolete_pages`` takes them all, and the pages found or
+  made afterwards are of the new generation.  That rule holds for the TDP MMU too, whose
+  pages print ``gen 0`` whatever the VM's (``tdp_mmu_init_sp`` never sets it).  Before
+  the first fast zap, a page whose ``gen`` differs from the newest page's is obsolete
+  (left over from a zap before the trace began).
+* ``mark_mmio_spte`` — an MMIO spte with its 19-bit generation (§5.1); ``check_mmio_spte``
+  tells the VM's current memslots generation, and a cached spte whose generation differs
+  is stale.  MMIO sptes cached before the last fast zap lived in now-obsolete pages.
+* ``kvm_tdp_mmu_spte_changed`` (old → new spte per as/level/gfn) and ``kvm_mmu_set_spte``
+  (a shadow-MMU leaf) — the gfn grid: not present, a table, a leaf, or MMIO (`classify`).
+  The TDP MMU frees its pages without ``kvm_mmu_prepare_zap_page``: when a table spte at
+  level L goes away, the direct page at its gfn and level L-1 vanishes (``tdp_freed``).
+  Roots freed when their last user puts them leave no trace and stay.
+* ``fast_page_fault``, ``kvm_page_fault``, ``kvm_exit``, ``kvm_entry`` — counted per vCPU.
+* every event — counted per (name, cpu, pid), so kvm_stat's table can be rebuilt for any
+  CPU or pid filter at any position.
+
+Bounded whatever the trace's length: each table has a cap and drops its oldest entries
+(counted in ``evicted_pages`` and ``evicted_sptes``).  `snapshot` copies the dicts (their
+values are immutable, so the copies share them); the timeline index keeps snapshots at
+checkpoints.  Traces that start mid-run never make it raise: whatever it cannot place is
+counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+
+from ..events import Event, FieldValue
+from ..mmu.spte import MMIO_SPTE_GEN_MASK
+from .records import (
+    MAX_COUNT_KEYS,
+    MAX_FLIPS,
+    MAX_MMIO_SPTES,
+    MAX_PAGES,
+    MAX_TDP_SPTES,
+    MAX_VCPUS,
+    NONE,
+    TABLE,
+    GenFlip,
+    MmioSpte,
+    ModelSnapshot,
+    PageKey,
+    ReplayPage,
+    TdpKey,
+    TdpSpte,
+    VcpuCounts,
+    _int,
+    classify,
+    gfns_per_spte,
+    page_key,
+)
+
+_TABLES = ("pages", "by_gfn", "mmio", "tdp", "counts", "vcpus", "exit_reasons")
+_SCALARS = (
+    *("events", "seq", "version", "mmu_valid_gen", "memslots_gen", "max_gen_seen"),
+    *("flips", "flips_total", "created", "adopted", "zapped", "duplicate_creates"),
+    *("unknown_zaps", "unkeyed_zaps", "evicted_pages", "evicted_sptes", "tdp_freed"),
+    *("mmio_checks_ok", "mmio_checks_stale"),
+    *("set_sptes", "tdp_changes", "first_ts", "last_ts", "min_ts", "max_ts"),
+    *("last_change", "last_tdp"),
+)
+
+
+class ReplayModel:
+    """The VM's MMU as far as the events replayed so far tell."""
+
+    def __init__(
+        self,
+        *,
+        max_pages: int = MAX_PAGES,
+        max_tdp: int = MAX_TDP_SPTES,
+        max_mmio: int = MAX_MMIO_SPTES,
+    ) -> None:
+        self.limits = (max_pages, max_tdp, max_mmio)
+        self.pages: dict[PageKey, ReplayPage] = {}
+        #: (gfn, level) -> the keys of the pages there, oldest first (for TDP frees)
+        self.by_gfn: dict[tuple[int, int], tuple[PageKey, ...]] = {}
+        self.mmio: dict[int, MmioSpte] = {}
+        self.tdp: dict[TdpKey, TdpSpte] = {}
+        self.counts: dict[tuple[str, int, int], int] = {}
+        self.vcpus: dict[int, VcpuCounts] = {}
+        self.exit_reasons: dict[str, int] = {}
+        self.events = 0
+        self.seq = 0
+        self.version = 0  # bumped whenever something drawn changes
+        self.mmu_valid_gen: int | None = None  # unknown until a page is created or a flip
+        self.memslots_gen: int | None = None  # 19 bits, from the MMIO events
+        self.max_gen_seen = 0
+        self.flips: tuple[GenFlip, ...] = ()
+        self.flips_total = 0
+        self.created = self.adopted = self.zapped = self.duplicate_creates = 0
+        self.unknown_zaps = self.unkeyed_zaps = 0
+        self.evicted_pages = self.evicted_sptes = 0  # dropped by the caps (page copies)
+        self.tdp_freed = 0  # pages whose TDP table spte was cleared
+        self.mmio_checks_ok = self.mmio_checks_stale = 0
+        self.set_sptes = self.tdp_changes = 0
+        self.first_ts: float | None = None  # of the first event replayed
+        self.last_ts: float | None = None  # of the last one
+        self.min_ts: float | None = None  # timestamps need not rise (CPUs' clocks, merges)
+        self.max_ts: float | None = None
+        #: what the last drawn change was: ("appeared"|"vanished"|"flip"|"mmio"|"tdp", words)
+        self.last_change: tuple[str, str] = ("", "")
+        self.last_tdp: TdpKey | None = None
+
+    # -- state --------------------------------------------------------------------------
+
+    def snapshot(self) -> ModelSnapshot:
+        tables = {name: dict(getattr(self, name)) for name in _TABLES}
+        return ModelSnapshot(tables, {name: getattr(self, name) for name in _SCALARS})
+
+    @classmethod
+    def from_snapshot(cls, snap: ModelSnapshot, **limits: int) -> ReplayModel:
+        model = cls(**limits)
+        for name, table in snap.tables.items():
+            setattr(model, name, dict(table))
+        for name, value in snap.scalars.items():
+            setattr(model, name, value)
+        return model
+
+    def copy(self) -> ReplayModel:
+        max_pages, max_tdp, max_mmio = self.limits
+        return ReplayModel.from_snapshot(
+            self.snapshot(), max_pages=max_pages, max_tdp=max_tdp, max_mmio=max_mmio
+        )
+
+    def is_obsolete(self, page: ReplayPage) -> bool:
+        """Of an older generation than the VM's (is_obsolete_sp, §4.4): present at the
+        last fast zap, or (before any) of another gen than the newest page."""
+        if page.epoch < self.flips_total:
+            return True
+        return (
+            self.flips_total == 0
+            and page.gen is not None
+            and self.mmu_valid_gen is not None
+            and page.gen != self.mmu_valid_gen
+        )
+
+    def mmio_is_stale(self, spte: MmioSpte) -> bool:
+        """check_mmio_spte would refuse it: the VM's generation moved on (§5.3)."""
+        return self.memslots_gen is not None and spte.gen != self.memslots_gen
+
+    def mmio_is_obsolete(self, spte: MmioSpte) -> bool:
+        """Cached before the last fast zap: its page was obsolete and is zapped."""
+        return spte.epoch != self.flips_total
+
+    def totals(
+        self, cpus: frozenset[int] | None = None, pids: frozenset[int] | None = None
+    ) -> dict[str, int]:
+        """Events per name so far, only those on `cpus` and of `pids` (None: all)."""
+        out: dict[str, int] = {}
+        for (name, cpu, pid), count in self.counts.items():
+            if (cpus is None or cpu in cpus) and (pids is None or pid in pids):
+                out[name] = out.get(name, 0) + count
+        return out
+
+    # -- events -------------------------------------------------------------------------
+
+    def apply(self, event: Event) -> bool:
+        """Replay one event; True when it changed something drawn (pages, sptes, gens)."""
+        self.events += 1
+        ts = event.ts
+        if self.min_ts is None or self.max_ts is None:
+            self.first_ts = self.min_ts = self.max_ts = ts
+        elif ts < self.min_ts:
+            self.min_ts = ts
+        elif ts > self.max_ts:
+            self.max_ts = ts
+        self.last_ts = ts
+        self._count(event)
+        handler = _HANDLERS.get(event.name)
+        if handler is None or not event.fields:
+            return False
+        if handler(self, event):
+            self.version += 1
+            return True
+        return False
+
+    def _count(self, event: Event) -> None:
+        key = (event.name, event.cpu, event.pid)
+        counts = self.counts
+        if key not in counts and len(counts) >= MAX_COUNT_KEYS:
+            key = (event.name, -1, -1)
+        counts[key] = counts.get(key, 0) + 1
+
+    def _get_page(self, event: Event) -> bool:
+        fields = event.fields
+        key = page_key(fields)
+        if key is None:
+            return False
+        gen = key[1]
+        if gen is not None:
+            self.max_gen_seen = max(self.max_gen_seen, gen)
+        page = self.pages.get(key)
+        created = bool(fields.get("created"))
+        if created:
+            self.created += 1
+            if gen is not None and not self.flips_total:
+                self.mmu_valid_gen = gen  # a new page carries the VM's generation
+        if page is not None:
+            if created:
+                self.duplicate_creates += 1
+                self.pages[key] = replace(page, copies=page.copies + 1)
+            return created
+        if not created:
+            self.adopted += 1
+        self._add_page(key, fields, event.ts, adopted=not created)
+        verb = "appeared" if created else "seen"
+        self.last_change = ("appeared", f"{verb}: {_page_words(self.pages[key])}")
+        return True
+
+    def _add_page(
+        self, key: PageKey, fields: Mapping[str, FieldValue], ts: float, adopted: bool
+    ) -> None:
+        level, direct, access = _int(fields, "level"), fields.get("direct"), _int(fields, "access")
+        word = _int(fields, "role")
+        if word is not None:  # libtraceevent's "WORD: %08x" (kvm-reference §4.2 layout)
+            level, direct, access = word & 0xF, bool(word >> 7 & 1), word >> 8 & 7
+        self.seq += 1
+        self.pages[key] = ReplayPage(
+            key, level, bool(direct), access, self.seq, ts, 1, adopted, self.flips_total
+        )
+        if level is not None:
+            self.by_gfn[key[0], level] = (*self.by_gfn.get((key[0], level), ()), key)
+        if len(self.pages) > self.limits[0]:
+            oldest = self.pages[next(iter(self.pages))]
+            self.evicted_pages += oldest.copies
+            self._drop_page(oldest)
+
+    def _drop_page(self, page: ReplayPage) -> None:
+        del self.pages[page.key]
+        if page.level is None:
+            return
+        where = (page.gfn, page.level)
+        left = tuple(k for k in self.by_gfn.get(where, ()) if k != page.key)
+        if left:
+            self.by_gfn[where] = left
+        else:
+            self.by_gfn.pop(where, None)
+
+    def _remove_copy(self, page: ReplayPage, how: str) -> None:
+        if page.copies > 1:
+            self.pages[page.key] = replace(page, copies=page.copies - 1)
+        else:
+            self._drop_page(page)
+        self.last_change = ("vanished", f"{how}: {_page_words(page)}")
+
+    def _zap_page(self, event: Event) -> bool:
+        key = page_key(event.fields)
+        if key is None:
+            self.unkeyed_zaps += 1
+            return False
+        page = self.pages.get(key)
+        if page is None:
+            self.unknown_zaps += 1
+            return False
+        self.zapped += 1
+        self._remove_copy(page, "zapped")
+        return True
+
+    def _zap_all_fast(self, event: Event) -> bool:
+        old = _int(event.fields, "mmu_valid_gen")
+        if old is None:
+            return False
+        self.max_gen_seen = max(self.max_gen_seen, old)
+        new = old ^ 1 if old <= 1 and self.max_gen_seen <= 1 else old + 1
+        flip = GenFlip(event.ts, old, new, _int(event.fields, "used_pages"))
+        self.flips = (*self.flips[-(MAX_FLIPS - 1) :], flip)
+        self.flips_total += 1
+        self.mmu_valid_gen = new
+        self.last_change = ("flip", f"mmu_valid_gen {old} → {new}: every page obsolete")
+        return True
+
+    def _mark_mmio(self, event: Event) -> bool:
+        gfn, gen = _int(event.fields, "gfn"), _int(event.fields, "gen")
+        if gfn is None or gen is None:
+            return False
+        gen &= MMIO_SPTE_GEN_MASK
+        self.mmio.pop(gfn, None)  # re-inserted last: the dict stays oldest-first
+        access = _int(event.fields, "access") or 0
+        self.mmio[gfn] = MmioSpte(gfn, gen, access, event.ts, self.flips_total)
+        if len(self.mmio) > self.limits[2]:
+            del self.mmio[next(iter(self.mmio))]
+            self.evicted_sptes += 1
+        self.memslots_gen = gen
+        self.last_change = ("mmio", f"MMIO spte cached: gfn {gfn:#x} gen {gen:#x}")
+        return True
+
+    def _check_mmio(self, event: Event) -> bool:
+        kvm_gen = _int(event.fields, "kvm_gen")
+        if kvm_gen is None:
+            return False
+        changed = self.memslots_gen != kvm_gen & MMIO_SPTE_GEN_MASK
+        self.memslots_gen = kvm_gen & MMIO_SPTE_GEN_MASK
+        if event.fields.get("valid"):
+            self.mmio_checks_ok += 1
+        else:
+            self.mmio_checks_stale += 1
+        return changed
+
+    def _tdp_changed(self, event: Event) -> bool:
+        fields = event.fields
+        as_id, gfn, level = _int(fields, "as_id"), _int(fields, "gfn"), _int(fields, "level")
+        new, old = _int(fields, "new_spte"), _int(fields, "old_spte")
+        if as_id is None or gfn is None or level is None or new is None:
+            return False
+        self.tdp_changes += 1
+        self._set_tdp((as_id, level, gfn), new, old or 0, event.ts)
+        if level > 1 and classify(old or 0, level) == TABLE and classify(new, level) != TABLE:
+            self._free_child(gfn, level - 1)
+        return True
+
+    def _free_child(self, gfn: int, level: int) -> None:
+        """A TDP MMU table spte went away: the page it pointed to is freed (the TDP MMU
+        emits no kvm_mmu_prepare_zap_page; its child page has the spte's gfn, one level
+        down, and is direct)."""
+        for key in self.by_gfn.get((gfn, level), ()):
+            page = self.pages[key]
+            if page.direct:
+                self.tdp_freed += 1
+                self._remove_copy(page, "freed (TDP)")
+                return
+
+    def _set_spte(self, event: Event) -> bool:
+        fields = event.fields
+        gfn, level, spte = _int(fields, "gfn"), _int(fields, "level"), _int(fields, "spte")
+        if gfn is None or level is None or spte is None:
+            return False
+        self.set_sptes += 1
+        key = (0, level, gfn)
+        before = self.tdp.get(key)
+        return self._set_tdp(key, spte, before.spte if before else 0, event.ts)
+
+    def _set_tdp(self, key: TdpKey, new: int, old: int, ts: float) -> bool:
+        as_id, level, gfn = key
+        key = (as_id, level, gfn - gfn % gfns_per_spte(level))  # the spte's first gfn
+        kind = classify(new, level)
+        self.tdp.pop(key, None)
+        if kind != NONE:
+            self.tdp[key] = TdpSpte(new, kind, old, ts)
+            if len(self.tdp) > self.limits[1]:
+                del self.tdp[next(iter(self.tdp))]
+                self.evicted_sptes += 1
+        self.last_tdp = key
+        self.last_change = ("tdp", f"as {as_id} l{level} gfn {gfn:#x}: {old:#x} → {new:#x}")
+        return True
+
+    def _vcpu_event(self, event: Event) -> bool:
+        vcpu = _int(event.fields, "vcpu_id" if event.name != "fast_page_fault" else "vcpu")
+        if vcpu is None:
+            return False
+        counts = self.vcpus.get(vcpu)
+        if counts is None:
+            if len(self.vcpus) >= MAX_VCPUS:
+                return False
+            counts = VcpuCounts()
+        if event.name == "kvm_exit":
+            counts = replace(counts, exits=counts.exits + 1)
+            reason = event.fields.get("exit_reason")
+            if isinstance(reason, str) and (
+                reason in self.exit_reasons or len(self.exit_reasons) < 64
+            ):
+                self.exit_reasons[reason] = self.exit_reasons.get(reason, 0) + 1
+        elif event.name == "kvm_entry":
+            counts = replace(counts, entries=counts.entries + 1)
+        elif event.name == "kvm_page_fault":
+            counts = replace(counts, faults=counts.faults + 1)
+        elif event.fields.get("fixed"):
+            counts = replace(counts, fast_fixed=counts.fast_fixed + 1)
+        elif event.fields.get("spurious"):
+            counts = replace(counts, fast_spurious=counts.fast_spurious + 1)
+        self.vcpus[vcpu] = counts
+        return False
+
+    # -- invariants ---------------------------------------------------------------------
+
+    def audit(self) -> None:
+        """Raise AssertionError when the model contradicts itself."""
+        max_pages, max_tdp, max_mmio = self.limits
+        assert len(self.pages) <= max_pages and len(self.tdp) <= max_tdp
+        assert len(self.mmio) <= max_mmio and len(self.flips) <= MAX_FLIPS
+        copies = 0
+        for key, page in self.pages.items():
+            assert page.key == key and page.copies >= 1 and 0 < page.seq <= self.seq, page
+            assert 0 <= page.epoch <= self.flips_total, page
+            copies += page.copies
+        live = self.created + self.adopted - self.zapped - self.tdp_freed - self.evicted_pages
+        assert copies == live, (copies, live)
+        indexed = [key for keys in self.by_gfn.values() for key in keys]
+        assert len(indexed) == len(set(indexed)), "a page indexed twice"
+        assert set(indexed) == {k for k, p in self.pages.items() if p.level is not None}
+        for (gfn, level), keys in self.by_gfn.items():
+            assert keys and all(
+                self.pages[k].gfn == gfn and self.pages[k].level == level for k in keys
+            )
+        for (as_id, level, gfn), tdp in self.tdp.items():
+            assert tdp.kind != NONE and tdp.kind == classify(tdp.spte, level), (gfn, tdp)
+            assert gfn % gfns_per_spte(level) == 0 and as_id >= 0, (as_id, level, gfn)
+        for gfn, spte in self.mmio.items():
+            assert spte.gfn == gfn and 0 <= spte.gen <= MMIO_SPTE_GEN_MASK
+            assert 0 <= spte.epoch <= self.flips_total
+        assert sum(self.counts.values()) == self.events
+        assert len(self.counts) <= MAX_COUNT_KEYS + len({k[0] for k in self.counts})
+        totals = self.totals()
+        for name, attr in (("kvm_exit", "exits"), ("kvm_entry", "entries")):
+            per_vcpu = sum(getattr(v, attr) for v in self.vcpus.values())
+            assert per_vcpu <= totals.get(name, 0), (name, per_vcpu)
+        assert self.flips_total >= len(self.flips)
+        if self.flips:
+            assert self.mmu_valid_gen is not None
+
+
+def _page_words(page: ReplayPage) -> str:
+    level = f"l{page.level}" if page.level is not None else "l?"
+    gen = f" gen {page.gen}" if page.gen is not None else ""
+    return f"gfn {page.gfn:#x} {level}{' direct' if page.direct else ''}{gen}"
+
+
+_HANDLERS: dict[str, Callable[[ReplayModel, Event], bool]] = {
+    "kvm_mmu_get_page": ReplayModel._get_page,
+    "kvm_mmu_prepare_zap_page": ReplayModel._zap_page,
+    "kvm_mmu_zap_all_fast": ReplayModel._zap_all_fast,
+    "mark_mmio_spte": ReplayModel._mark_mmio,
+    "check_mmio_spte": ReplayModel._check_mmio,
+    "kvm_tdp_mmu_spte_changed": ReplayModel._tdp_changed,
+    "kvm_mmu_set_spte": ReplayModel._set_spte,
+    "fast_page_fault": ReplayModel._vcpu_event,
+    "kvm_page_fault": ReplayModel._vcpu_event,
+    "kvm_exit": ReplayModel._vcpu_event,
+    "kvm_entry": ReplayModel._vcpu_event,
+}
+#: the events whose fields the model reads (an index pass may skip parsing the others)
+MODEL_EVENTS = frozenset(_HANDLERS)

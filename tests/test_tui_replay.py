@@ -1,0 +1,184 @@
+"""The replay screen through Pilot: `mmuscope replay TRACE` opens on it; pages appear and
+vanish, the timeline steps, seeks, filters by CPU and pid; a bigger file shows indexing
+progress; it reads at 80×24 and 120×40; `e` exports the pages as dot."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from textual.widgets import Input
+
+from engine.pacing import SPEEDS
+from engine.replay.cursor import TraceCursor
+from tests.datafiles import FIXTURES
+from tests.tui_pilot import drawn_lines, paste, press_export
+from tui.app import MmuscopeApp, make_app
+from tui.screens.base import TooSmall
+from tui.screens.replay import ReplayScreen
+from tui.widgets.events import EventPanel
+from tui.widgets.replay_panels import IndexingBar, ReplayPages, ReplayState, SpteGrid, TimelineBar
+
+SAMPLE = FIXTURES / "trace-kvmmmu-sample.txt"
+MMUSCOPE = Path(sys.executable).parent / "mmuscope"
+
+
+def build(trace: Path, export_dir: Path) -> MmuscopeApp:
+    app = make_app(trace=trace, playing=False, export_dir=export_dir)
+    app.animation_level = "none"
+    return app
+
+
+def replay_screen(app: MmuscopeApp) -> ReplayScreen:
+    screen = app.screen
+    assert isinstance(screen, ReplayScreen), f"expected the replay screen, got {screen!r}"
+    return screen
+
+
+async def indexed(pilot, screen: ReplayScreen) -> TraceCursor:  # type: ignore[no-untyped-def]
+    timeline = screen.timeline
+    assert isinstance(timeline, TraceCursor)
+    for _ in range(200):
+        if timeline.index.done:
+            break
+        await pilot.pause(0.02)
+    await pilot.pause()
+    assert timeline.index.done
+    return timeline
+
+
+def shown(widget: object) -> str:
+    return "\n".join(drawn_lines(widget))  # type: ignore[arg-type]
+
+
+async def test_the_trace_drives_pages_sptes_and_the_timeline(tmp_path: Path) -> None:
+    app = build(SAMPLE, tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = replay_screen(app)
+        cursor = await indexed(pilot, screen)
+        assert cursor.total == 29 and cursor.position == 0
+        assert screen.query_one(IndexingBar).has_class("-done")
+        await pilot.press("s")
+        assert cursor.position == 1
+        for _ in range(3):
+            await pilot.press("n")  # spte_requested is no change; get_page is
+        assert len(cursor.model.pages) == 1
+        assert "0x0" in shown(screen.query_one(ReplayPages))  # the root appeared
+        await pilot.press("end")
+        assert cursor.position == 29
+        state = shown(screen.query_one(ReplayState))
+        assert "1→0" in state and "0x3a" in state  # the flip, the MMIO generation
+        assert "sptes: as 0 l1" in shown(screen.query_one(SpteGrid))
+        assert "#29/29" in shown(screen.query_one(TimelineBar))
+        await pilot.press("home")
+        assert cursor.position == 0 and not cursor.model.pages
+        await pilot.press("right_square_bracket")
+        assert cursor.position > 0
+        await pilot.press("g")
+        await paste(pilot, "#12")
+        await pilot.press("enter")
+        assert cursor.position == 12 and isinstance(app.screen, ReplayScreen)
+        screen.pacer.index = len(SPEEDS) - 1
+        await pilot.press("space")
+        await pilot.pause(0.3)
+        assert cursor.position == 29 and not screen.pacer.playing  # played to the end
+        cursor.model.audit()
+
+
+async def test_cpu_and_pid_filters_recount_kvm_stat(tmp_path: Path) -> None:
+    app = build(SAMPLE, tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = replay_screen(app)
+        cursor = await indexed(pilot, screen)
+        await pilot.press("end")
+        panel = screen.query_one(EventPanel)
+        everything = sum(panel.counters.totals.values())
+        assert everything == cursor.position == 29
+        await pilot.press("c")
+        await paste(pilot, "5")
+        await pilot.press("enter")
+        assert screen.filters.cpus == frozenset({5})
+        assert panel.counters.totals == {"fast_page_fault": 1, "mark_mmio_spte": 1,
+            "check_mmio_spte": 1, "handle_mmio_page_fault": 1, "kvm_mmio": 1}  # fmt: skip
+        assert "cpu 5" in shown(screen.query_one(TimelineBar))
+        await pilot.press("p")
+        await paste(pilot, "4240")
+        await pilot.press("enter")
+        assert panel.counters.totals == {}  # pid 4240 ran on CPU 0, not 5
+        await pilot.press("c")
+        dialog = app.screen
+        dialog.query_one(Input).value = ""
+        await pilot.press("enter")
+        assert panel.counters.totals == {"kvm_mmu_zap_all_fast": 1, "kvm_mmu_prepare_zap_page": 1}
+        await pilot.press("p")
+        await paste(pilot, "x")
+        await pilot.press("enter")
+        assert "pids: not a number" in str(app.screen.query_one("#error").content)
+
+
+async def test_e_exports_the_pages_as_dot(tmp_path: Path) -> None:
+    app = build(SAMPLE, tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await indexed(pilot, replay_screen(app))
+        await pilot.press("end")
+        await press_export(pilot)
+    dots = list(tmp_path.glob("mmuscope-replay-*.dot"))
+    assert len(dots) == 1 and dots[0].read_text().startswith("digraph replay_pages {")
+
+
+async def test_readable_at_80x24_and_120x40(tmp_path: Path) -> None:
+    app = build(SAMPLE, tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = replay_screen(app)
+        await indexed(pilot, screen)
+        await pilot.press("end")
+        for size in ((80, 24), (120, 40)):
+            await pilot.resize_terminal(*size)
+            await pilot.pause()
+            assert not screen.query_one(TooSmall).display
+            pages, grid, state = (screen.query_one(t) for t in (ReplayPages, SpteGrid, ReplayState))
+            assert pages.content_size.height >= 3 and grid.content_size.height >= 4
+            assert state.content_size.width >= 28 and state.content_size.height >= 8
+            assert "L2" in shown(pages) and "valid_gen" in shown(state)
+            assert "…" not in shown(state).split("\n")[1]  # the first line fits
+            assert "#29/29" in shown(screen.query_one(TimelineBar))
+
+
+async def test_a_big_file_shows_indexing_progress_and_plays_meanwhile(tmp_path: Path) -> None:
+    body = [x for x in SAMPLE.read_text().splitlines(keepends=True) if not x.startswith("#")]
+    trace = tmp_path / "big.txt"
+    trace.write_text("".join(body * 2500))  # ~130k lines
+    messages: list[object] = []
+    app = build(trace, tmp_path)
+    async with app.run_test(size=(120, 40), message_hook=messages.append) as pilot:
+        screen = replay_screen(app)
+        await pilot.press("space")
+        cursor = await indexed(pilot, screen)
+        progress = [m.progress for m in messages if isinstance(m, ReplayScreen.Indexed)]
+        assert any(0 < p < 1 for p in progress) and progress[-1] == 1.0
+        assert screen.query_one(IndexingBar).has_class("-done")
+        assert cursor.position > 0  # it played while the index was built
+        await pilot.press("end")
+        assert cursor.position == cursor.index.events == cursor.total
+        cursor.index.audit()
+
+
+async def test_without_a_trace_there_is_no_replay_view(tmp_path: Path) -> None:
+    app = make_app("pc-4g", playing=False, export_dir=tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("f7")
+        assert not isinstance(app.screen, ReplayScreen)
+        assert not app.has_replay
+
+
+def test_replay_without_a_flag_needs_a_file_and_a_terminal(tmp_path: Path) -> None:
+    for args, words in (
+        ([str(SAMPLE)], "needs a terminal"),
+        (["-"], "needs a file"),
+        ([str(tmp_path / "missing.txt")], "No such file"),
+    ):
+        out = subprocess.run([MMUSCOPE, "replay", *args], capture_output=True, text=True,
+                             stdin=subprocess.DEVNULL)  # fmt: skip
+        assert out.returncode == 2 and words in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1

@@ -1,0 +1,192 @@
+"""The app on real traces: ``mmuscope replay TRACE`` (no flag) opens the replay screen on
+a file, and ``mmuscope live [--tracefs DIR]`` on a tracefs's ``trace_pipe``.
+
+Before the app starts, `check_tracefs` makes sure live can work, each failure one line
+and exit 2: no tracefs at DIR (``trace_pipe`` missing), ``trace_pipe`` not readable (not
+root), no ``events/kvmmmu`` (kvm not loaded), kvmmmu events disabled — which root is
+offered to enable (``echo 1 > DIR/events/kvmmmu/enable``, or ``--enable`` to skip the
+question), and anyone else is told the exact command.
+
+`tail_lines` reads ``trace_pipe`` (a FIFO in the tests) without ever blocking for long:
+non-blocking reads after a `select` with a short timeout, so the thread that runs it
+notices when the app quits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import select
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from .cli import CliError
+
+DEFAULT_TRACEFS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
+POLL = 0.1  # seconds a read waits for data before checking for quit
+READ_SIZE = 1 << 20  # few reads: see engine/replay/index.py on the GIL and I/O
+
+
+# -- the command line -------------------------------------------------------------------
+
+
+def add_live_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    live = sub.add_parser(
+        "live", help="tail a tracefs's kvmmmu events live in the replay screen (root)"
+    )
+    live.add_argument(
+        "--tracefs",
+        type=Path,
+        metavar="DIR",
+        help="tracefs mount (default /sys/kernel/tracing, then /sys/kernel/debug/tracing)",
+    )
+    live.add_argument(
+        "--enable", action="store_true", help="enable the kvmmmu events without asking (root)"
+    )
+
+
+def run_live(args: argparse.Namespace) -> int:
+    tracefs = check_tracefs(args.tracefs, enable=args.enable)
+    _check_app_options(args)
+    from .app import make_app
+
+    make_app(tracefs=tracefs, theme=args.theme, export_dir=args.export_dir).run()
+    return 0
+
+
+def run_replay_app(args: argparse.Namespace) -> int:
+    """`mmuscope replay TRACE`: the replay screen on a file (seekable: not stdin)."""
+    from .replay_cli import TraceFileError, open_trace
+
+    path: Path = args.trace
+    if str(path) == "-":
+        raise CliError("the replay screen seeks in the trace, so it needs a file, not stdin "
+                       "(--jsonl and --summary read stdin)")  # fmt: skip
+    try:
+        with open_trace(path):
+            pass
+    except TraceFileError as err:
+        raise CliError(str(err)) from None
+    _check_app_options(args)
+    from .app import make_app
+
+    make_app(trace=path, theme=args.theme, export_dir=args.export_dir).run()
+    return 0
+
+
+def _check_app_options(args: argparse.Namespace) -> None:
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise CliError("the replay screen needs a terminal; `mmuscope replay TRACE --summary` "
+                       "prints counts")  # fmt: skip
+    if args.theme is not None:
+        from .themes import load_themes
+
+        names = [theme.name for theme in load_themes()[0]]
+        if args.theme not in names:
+            raise CliError(f"unknown theme {args.theme!r}; choose from {', '.join(names)}")
+    if not args.export_dir.is_dir():
+        raise CliError(f"--export-dir {args.export_dir}: no such directory")
+
+
+# -- tracefs checks ---------------------------------------------------------------------
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def can_read(path: Path) -> bool:
+    return os.access(path, os.R_OK)
+
+
+def ask(question: str) -> bool:
+    """A yes/no question on the terminal (no answer, or no terminal: no)."""
+    if not sys.stdin.isatty():
+        return False
+    try:
+        return input(question).strip().lower() in ("y", "yes")
+    except EOFError:
+        return False
+
+
+def find_tracefs(given: Path | None) -> Path:
+    """DIR if it has a trace_pipe (or cannot be looked into: not root); the first default
+    that does when no DIR is given."""
+    for candidate in [given] if given is not None else DEFAULT_TRACEFS:
+        try:
+            (candidate / "trace_pipe").stat()
+        except PermissionError:
+            return candidate  # it is there, but not for us: check_tracefs says so
+        except OSError:
+            continue
+        return candidate
+    where = given if given is not None else DEFAULT_TRACEFS[0]
+    raise CliError(f"no tracefs at {where} (no trace_pipe); mount it: "
+                   f"mount -t tracefs nodev {where}")  # fmt: skip
+
+
+def check_tracefs(given: Path | None, *, enable: bool = False) -> Path:
+    """The tracefs to tail, its kvmmmu events enabled; CliError (exit 2) otherwise."""
+    tracefs = find_tracefs(given)
+    pipe = tracefs / "trace_pipe"
+    try:
+        readable = pipe.exists() and can_read(pipe)
+    except PermissionError:
+        readable = False
+    if not readable:
+        raise CliError(f"cannot read {pipe}: tracing needs root (sudo mmuscope live)")
+    events = tracefs / "events" / "kvmmmu"
+    if not events.is_dir():
+        raise CliError(f"no kvmmmu events in {tracefs / 'events'}: is kvm loaded? "
+                       "(modprobe kvm_intel or kvm_amd)")  # fmt: skip
+    switch = events / "enable"
+    try:
+        state = switch.read_text().strip()
+    except OSError as err:
+        raise CliError(f"cannot read {switch}: {err.strerror or err}") from None
+    if state != "1":
+        _enable(switch, tracefs, enable)
+    return tracefs
+
+
+def _enable(switch: Path, tracefs: Path, enable: bool) -> None:
+    """Turn the kvmmmu events on (root, after asking unless --enable)."""
+    if not is_root():
+        raise CliError(f"kvmmmu events are disabled in {tracefs}; enable them with: "
+                       f"echo 1 | sudo tee {switch}")  # fmt: skip
+    if not (enable or ask(f"enable kvmmmu events in {tracefs}? [y/N] ")):
+        raise CliError(f"kvmmmu events are disabled in {tracefs}; not enabling them "
+                       f"(--enable, or: echo 1 > {switch})")  # fmt: skip
+    try:
+        switch.write_text("1")
+    except OSError as err:
+        raise CliError(f"cannot enable {switch}: {err.strerror or err}") from None
+
+
+# -- reading trace_pipe -----------------------------------------------------------------
+
+
+def tail_lines(
+    pipe: Path, cancelled: Callable[[], bool], poll: float = POLL
+) -> Iterator[list[str]]:
+    """Lines as they come (each with its newline); an empty list after `poll` seconds
+    without any.  Ends when `cancelled()`.  A FIFO with no writer reads as end of file:
+    wait for one (trace_pipe itself never ends)."""
+    fd = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        rest = b""
+        while not cancelled():
+            ready, _, _ = select.select([fd], [], [], poll)
+            chunk = b""
+            if ready:
+                with contextlib.suppress(BlockingIOError):  # nothing after all
+                    chunk = os.read(fd, READ_SIZE)
+                if not chunk:
+                    time.sleep(poll)  # a FIFO whose writer is gone (or not there yet)
+            *lines, rest = (rest + chunk).split(b"\n")
+            yield [line.decode("utf-8", "replace") + "\n" for line in lines]
+    finally:
+        os.close(fd)

@@ -1,0 +1,507 @@
+"""The replay screen: a recorded kvmmmu trace (``mmuscope replay TRACE``) or a live tail
+of tracefs (``mmuscope live``) driving a model of the VM's MMU — shadow pages appearing
+and vanishing by level, obsolete ones dimmed after a generation flip, MMIO sptes with
+their generation, TDP sptes on a grid of gfns, per-vCPU exits — with a timeline to play,
+step and seek (kvm-reference §4-§6; engine.replay).
+
+A file is indexed by a thread worker (a progress bar shows how far) while it already
+plays; seeks reach as far as the index does.  A live tail is read by a thread worker too
+and handed over in batches; only the last events are kept to seek back in.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.worker import get_current_worker
+
+from engine.events import Event
+from engine.pacing import Pacer
+from engine.replay.cursor import TraceCursor
+from engine.replay.filters import EventFilter, describe_ids, parse_ids
+from engine.replay.index import TraceIndex, build_index, open_for_index
+from engine.replay.live import LiveTimeline
+from engine.replay.seek import parse_seek
+from engine.replay.stream import EventAssembler
+from engine.replay.views import page_levels, spte_table
+
+from ..widgets.replay_panels import (
+    IndexingBar,
+    ReplayPages,
+    ReplayState,
+    SpteGrid,
+    TimelineBar,
+    seconds,
+)
+from .base import PlayerScreen
+from .dialogs import TextDialog
+
+Timeline = TraceCursor | LiveTimeline
+REPLAY_SPEED = 100.0  # events a second to start with
+MAX_PER_FRAME = 1000  # events replayed in one frame at most (the Pacer caps at 10000/s)
+FRAME_BUDGET = 0.006  # seconds of parsing a frame may spend (the rest waits a frame)
+NEXT_CHANGE_LIMIT = 200_000  # events `n` reads looking for a change
+REDRAW_EVERY = 0.1  # seconds between redraws of the model's panels while playing
+PROGRESS_EVERY = 0.1  # seconds between progress messages of the index worker
+LIVE_BATCH = 0.05  # seconds the live reader gathers events before handing them over
+SEEK_STEP = 0.10  # [ and ]: a tenth of the trace's time
+# While the index is built, the app's thread waits this long at most for the GIL each
+# time it wakes (Python's default is 5 ms; the event loop wakes many times a frame).
+INDEX_SWITCH_INTERVAL = 0.001
+
+
+class GotoDialog(TextDialog):
+    PROMPT = "Go to a time or an event"
+    PLACEHOLDER = "1.5 · +0.2 · -0.2 · 50% · #1234 · @5123.456"
+    HINT = "seconds from the start, ± from here, a share of the trace, #event, @timestamp"
+    INPUT_ID = "goto"
+
+
+class CpuDialog(TextDialog):
+    PROMPT = "Show the events of these CPUs"
+    PLACEHOLDER = "e.g. 3 or 0,2-5"
+    HINT = "the trace's [cpu] column; empty: every CPU"
+    INPUT_ID = "cpus"
+
+
+class PidDialog(TextDialog):
+    PROMPT = "Show the events of these pids"
+    PLACEHOLDER = "e.g. 4242 (a vCPU thread) or 4240-4250"
+    HINT = "the trace's comm-pid column (thread ids); empty: every pid"
+    INPUT_ID = "pids"
+
+
+class ReplayScreen(PlayerScreen):
+    BINDINGS = [
+        Binding("space", "play_pause", "Play/Pause", tooltip="Play the trace (live: follow it)"),
+        Binding("s", "step", "Step", tooltip="Replay one event"),
+        Binding("n", "next_change", "Next", tooltip="Replay up to the next change drawn"),
+        Binding("plus,equals_sign", "faster", "Faster", key_display="+"),
+        Binding("minus", "slower", "Slower", key_display="-"),
+        Binding("left_square_bracket", "seek_share(-1)", "Back", key_display="[",
+                tooltip="Seek back a tenth of the trace's time"),
+        Binding("right_square_bracket", "seek_share(1)", "On", key_display="]",
+                tooltip="Seek on a tenth of the trace's time"),
+        Binding("home", "seek_start", "Start", show=False, priority=True,
+                tooltip="Seek to the first event"),
+        Binding("end", "seek_end", "End", show=False, priority=True,
+                tooltip="Seek to the last event indexed (live: follow again)"),
+        Binding("g", "goto", "Go to", tooltip="Seek to a time, a share, or an event number"),
+        Binding("c", "filter_cpus", "CPUs", tooltip="Show only some CPUs' events"),
+        Binding("p", "filter_pids", "Pids", tooltip="Show only some pids' events"),
+    ]  # fmt: skip
+
+    DEFAULT_CSS = """
+    ReplayScreen #replay-body { width: 1fr; }
+    ReplayScreen #replay-panels { height: 1fr; }
+    ReplayScreen #replay-left { width: 1fr; }
+    ReplayScreen #replay-pages { height: 1fr; min-height: 4; }
+    ReplayScreen #replay-grid { height: 19; }
+    ReplayScreen #replay-state { width: 46; height: 1fr; }
+    ReplayScreen.-narrow #replay-state { width: 34; }
+    ReplayScreen.-short #replay-grid { height: 7; }
+    """
+
+    view_name = "replay"
+
+    class Indexed(Message):
+        """The index worker's progress (0..1, 1 at the end), or an error."""
+
+        def __init__(self, progress: float, error: str = "") -> None:
+            super().__init__()
+            self.progress = progress
+            self.error = error
+
+    class LiveEvents(Message):
+        def __init__(self, events: list[Event]) -> None:
+            super().__init__()
+            self.events = events
+
+    class LiveEnded(Message):
+        def __init__(self, reason: str) -> None:
+            super().__init__()
+            self.reason = reason
+
+    def __init__(
+        self,
+        timeline: Timeline,
+        pacer: Pacer,
+        *,
+        source: str,
+        trace: Path | None = None,
+        pipe: Path | None = None,
+    ) -> None:
+        super().__init__(pacer)
+        self.timeline: Timeline = timeline
+        self.source = source
+        self.trace = trace
+        self.pipe = pipe
+        self.filters = EventFilter()
+        self._drawn: tuple[int, int, int] | None = None  # (model id, version, width)
+        self._drawn_at = 0.0
+        self._index_started = 0.0
+
+    @classmethod
+    def for_trace(cls, path: Path, pacer: Pacer) -> ReplayScreen:
+        index = TraceIndex(path.stat().st_size)
+        return cls(TraceCursor(path, index), pacer, source=path.name, trace=path)
+
+    @classmethod
+    def for_live(cls, tracefs: Path, pacer: Pacer, keep: int | None = None) -> ReplayScreen:
+        timeline = LiveTimeline(keep) if keep else LiveTimeline()
+        pacer.playing = True  # live: follow from the start
+        return cls(timeline, pacer, source=f"live {tracefs}", pipe=tracefs / "trace_pipe")
+
+    # -- layout -----------------------------------------------------------------------
+
+    def compose_main(self) -> ComposeResult:
+        with Vertical(id="replay-body"):
+            yield TimelineBar(id="timeline")
+            label = f"indexing {self.source}"
+            bar = IndexingBar(label, id="indexing")
+            if self.trace is None:
+                bar.add_class("-done")
+            yield bar
+            with Horizontal(id="replay-panels"):
+                with Vertical(id="replay-left"):
+                    yield ReplayPages(id="replay-pages")
+                    yield SpteGrid(id="replay-grid")
+                yield ReplayState(id="replay-state")
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one("#replay-state").border_title = "kvm->arch · vCPUs"
+        if self.trace is not None:
+            self._index_started = time.monotonic()
+            self._index_trace()
+        if self.pipe is not None:
+            self._tail_pipe()
+        self.redraw(force=True)
+
+    def on_unmount(self) -> None:
+        super().on_unmount()
+        if isinstance(self.timeline, TraceCursor):
+            self.timeline.close()
+
+    # -- workers ----------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="replay-index")
+    def _index_trace(self) -> None:
+        """One pass over the file: checkpoints for seeking (engine.replay.index)."""
+        assert isinstance(self.timeline, TraceCursor) and self.trace is not None
+        worker = get_current_worker()
+        index = self.timeline.index
+        posted = 0.0
+
+        def progress(_: TraceIndex) -> None:
+            nonlocal posted
+            now = time.monotonic()
+            if index.done or now - posted >= PROGRESS_EVERY:
+                posted = now
+                self.post_message(self.Indexed(index.progress))
+
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(INDEX_SWITCH_INTERVAL)
+        try:
+            with open_for_index(self.trace) as handle:
+                build_index(handle, index, cancelled=lambda: worker.is_cancelled, progress=progress)
+        except OSError as err:
+            self.post_message(self.Indexed(0.0, f"{self.trace}: {err.strerror or err}"))
+        finally:
+            sys.setswitchinterval(switch)
+
+    @work(thread=True, exclusive=True, group="replay-live")
+    def _tail_pipe(self) -> None:
+        """Read trace_pipe without blocking the app; hand events over in batches."""
+        from ..live import tail_lines
+
+        assert self.pipe is not None
+        worker = get_current_worker()
+        assembler = EventAssembler()
+        batch: list[Event] = []
+        handed = time.monotonic()
+        try:
+            for lines in tail_lines(self.pipe, lambda: worker.is_cancelled):
+                for line in lines:
+                    found = assembler.feed(line, 0)
+                    if found is not None:
+                        batch.append(found.event)
+                if not lines:  # quiet for a moment: nothing will continue the held event
+                    found = assembler.flush()
+                    if found is not None:
+                        batch.append(found.event)
+                now = time.monotonic()
+                if batch and (now - handed >= LIVE_BATCH or not lines):
+                    handed = now
+                    self.post_message(self.LiveEvents(batch))
+                    batch = []
+        except OSError as err:
+            self.post_message(self.LiveEnded(f"{self.pipe}: {err.strerror or err}"))
+
+    @on(Indexed)
+    def _on_indexed(self, message: Indexed) -> None:
+        bar = self.query_one(IndexingBar)
+        if message.error:
+            self.notify(message.error, title="indexing", severity="error", timeout=10)
+            bar.add_class("-done")
+            return
+        index = self.timeline.index if isinstance(self.timeline, TraceCursor) else None
+        if index is None:
+            return
+        words = f"indexing {self.source}: {index.events:,} events"
+        bar.show(100 * index.progress, words)
+        if index.done:
+            bar.add_class("-done")
+            took = time.monotonic() - self._index_started
+            self.notify(f"{self.source}: {index.events:,} events indexed in {took:.1f} s",
+                        title="replay", timeout=4)  # fmt: skip
+        self.show_timeline()
+
+    @on(LiveEvents)
+    def _on_live_events(self, message: LiveEvents) -> None:
+        timeline = self.timeline
+        assert isinstance(timeline, LiveTimeline)
+        self.show_events(timeline.feed(message.events))
+
+    @on(LiveEnded)
+    def _on_live_ended(self, message: LiveEnded) -> None:
+        self.notify(message.reason, title="live", severity="error", timeout=10)
+
+    # -- playing ----------------------------------------------------------------------
+
+    def tick(self, now: float, dt: float) -> None:
+        timeline = self.timeline
+        if timeline.live:  # events come in batches from the reader; draw what they did
+            self.flush_events()
+            self.redraw()
+            return
+        count = min(self.pacer.advance(dt), MAX_PER_FRAME)
+        events: list[Event] = []
+        deadline = time.perf_counter() + FRAME_BUDGET
+        while count > 0 and time.perf_counter() < deadline:  # late frames do not snowball
+            stepped = timeline.step(min(count, 64))
+            if not stepped:
+                break
+            events += stepped
+            count -= len(stepped)
+        if not events and timeline.at_end:
+            self.pause()
+            self.notify("end of the trace: home replays it from the start", timeout=4)
+        self.show_events(events)
+
+    def show_events(self, events: list[Event]) -> None:
+        """Events just replayed: to the log and counters (filtered), then redraw."""
+        if events:
+            matches = self.filters.matches
+            self.pending_events.extend(e for e in events if matches(e))
+        self.flush_events()
+        self.redraw()
+
+    def action_play_pause(self) -> None:
+        timeline = self.timeline
+        if isinstance(timeline, LiveTimeline):
+            if self.pacer.playing:
+                timeline.following = False
+            else:
+                self.after_seek(timeline.follow())
+        elif not self.pacer.playing and timeline.peek() is None:
+            self.notify("at the end of the trace: home goes back to the start", timeout=3)
+            return
+        super().action_play_pause()
+
+    def action_step(self) -> None:
+        self.pause()
+        self.show_events(self.timeline.step(1))
+
+    def action_next_change(self) -> None:
+        """Replay up to and including the next event that changes a panel."""
+        self.pause()
+        events = self.timeline.step(NEXT_CHANGE_LIMIT, until_change=True)
+        if len(events) > 40:
+            self.after_seek(events[-40:])
+        else:
+            self.show_events(events)
+
+    def pause(self) -> None:
+        if isinstance(self.timeline, LiveTimeline):
+            self.timeline.following = False
+        super().pause()
+
+    # -- seeking ----------------------------------------------------------------------
+
+    def _times(self) -> tuple[float, float]:
+        """(first timestamp, the span known) of the trace."""
+        first, last = self.timeline.first_ts, self.timeline.last_ts
+        if first is None or last is None:
+            return 0.0, 0.0
+        return first, max(0.0, last - first)
+
+    def seek_time(self, ts: float) -> None:
+        self.pause()
+        first, span = self._times()
+        self.after_seek(self.timeline.seek_time(max(first, min(ts, first + span))))
+
+    def seek_event(self, event: int) -> None:
+        self.pause()
+        timeline = self.timeline
+        self.after_seek(timeline.seek_event(max(timeline.earliest, min(event, timeline.seekable))))
+
+    def after_seek(self, tail: list[Event]) -> None:
+        """A new position: kvm_stat's totals from the model (filtered), the log from the
+        events just before it."""
+        panel = self.events_panel
+        panel.reset()
+        self.pending_events.clear()
+        panel.add_events(e for e in tail if self.filters.matches(e))
+        panel.counters.totals = self.timeline.model.totals(self.filters.cpus, self.filters.pids)
+        panel.flush_log()
+        panel.show_counters()
+        self.redraw(force=True)
+
+    def action_seek_share(self, direction: int) -> None:
+        _, span = self._times()
+        now = self.timeline.model.last_ts
+        if span <= 0 or now is None:
+            share = max(1, self.timeline.total // 10)
+            self.seek_event(self.timeline.position + direction * share)
+            return
+        self.seek_time(now + direction * SEEK_STEP * span)
+
+    def action_seek_start(self) -> None:
+        self.seek_event(self.timeline.earliest)
+
+    def action_seek_end(self) -> None:
+        timeline = self.timeline
+        if isinstance(timeline, LiveTimeline):
+            self.after_seek(timeline.follow())
+            self.pacer.playing = True
+            self.sync_player()
+            self.show_state()
+            return
+        self.seek_event(timeline.seekable)
+
+    def action_goto(self) -> None:
+        self.app.push_screen(GotoDialog(self.goto))
+
+    def goto(self, text: str) -> str | None:
+        """Seek as the dialog asks; an error message for anything unreadable."""
+        first, span = self._times()
+        try:
+            target = parse_seek(text, first, span, self.timeline.model.last_ts or first)
+        except ValueError as err:
+            return str(err)
+        if target.event is not None:
+            self.seek_event(target.event)
+        elif target.ts is not None:
+            self.seek_time(target.ts)
+        return None
+
+    # -- filters ----------------------------------------------------------------------
+
+    def action_filter_cpus(self) -> None:
+        self.app.push_screen(CpuDialog(self._set_cpus, _ids_text(self.filters.cpus)))
+
+    def action_filter_pids(self) -> None:
+        self.app.push_screen(PidDialog(self._set_pids, _ids_text(self.filters.pids)))
+
+    def _set_cpus(self, text: str) -> str | None:
+        try:
+            cpus = parse_ids(text, "cpus")
+        except ValueError as err:
+            return str(err)
+        self.set_filters(EventFilter(cpus, self.filters.pids))
+        return None
+
+    def _set_pids(self, text: str) -> str | None:
+        try:
+            pids = parse_ids(text, "pids")
+        except ValueError as err:
+            return str(err)
+        self.set_filters(EventFilter(self.filters.cpus, pids))
+        return None
+
+    def set_filters(self, filters: EventFilter) -> None:
+        """New CPU/pid filters: kvm_stat's totals recounted, the log restarted."""
+        self.filters = filters
+        self.after_seek([])
+
+    # -- drawing ----------------------------------------------------------------------
+
+    def show_state(self) -> None:
+        self.redraw(force=True)
+
+    def show_timeline(self) -> None:
+        timeline = self.timeline
+        first, span = self._times()
+        now = timeline.model.last_ts
+        elapsed = now - first if now is not None and timeline.position else 0.0
+        elapsed = max(0.0, min(elapsed, span))
+        if timeline.live:
+            state = "● live" if self.pacer.playing else "⏸ live"
+            complete = True
+        else:
+            state = "▶" if self.pacer.playing else "⏸"
+            done = isinstance(timeline, TraceCursor) and timeline.index.done
+            complete = done or timeline.at_end
+        following = timeline.live and self.pacer.playing
+        speed = "following" if following else f"{self.pacer.speed:g}/s"
+        self.query_one(TimelineBar).show(
+            state=state,
+            elapsed=elapsed,
+            span=span,
+            position=timeline.position,
+            total=timeline.total,
+            complete=complete,
+            speed=speed,
+            filters=self.filters,
+            earliest=timeline.earliest,
+        )
+
+    def redraw(self, force: bool = False) -> None:
+        """The timeline every time; the model's panels when the model changed (while
+        playing, at most every REDRAW_EVERY seconds: the next frames catch up)."""
+        self.show_timeline()
+        model = self.timeline.model
+        key = (id(model), model.version, self.size.width)
+        now = time.monotonic()
+        if not force and key == self._drawn:
+            return
+        if not force and self.pacer.playing and now - self._drawn_at < REDRAW_EVERY:
+            return
+        self._drawn, self._drawn_at = key, now
+        pages = self.query_one(ReplayPages)
+        gen = "?" if model.mmu_valid_gen is None else model.mmu_valid_gen
+        pages.border_title = f"shadow pages by level · mmu_valid_gen {gen}"
+        pages.show(page_levels(model), model)
+        self.query_one(SpteGrid).show(spte_table(model))
+        self.query_one(ReplayState).show(model, self._times()[0] if model.events else None)
+        self._update_header()
+
+    def _update_header(self) -> None:
+        kind = "live" if self.timeline.live else "replay"
+        self.title = f"mmuscope · {kind} · {self.source}"
+        _, span = self._times()
+        self.sub_title = f"{self.timeline.total:,} events over {seconds(span)} s"
+
+    # -- export -----------------------------------------------------------------------
+
+    def export_dot(self) -> tuple[str, int] | None:
+        """The shadow pages at the current position, ranked by level."""
+        from engine.replay.dot import replay_to_dot
+
+        model = self.timeline.model
+        if not model.pages:
+            return None
+        title = f"{self.source} · event {self.timeline.position:,}"
+        return replay_to_dot(model, title=title)
+
+
+def _ids_text(ids: frozenset[int] | None) -> str:
+    return "" if ids is None else describe_ids(ids)
