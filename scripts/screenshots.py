@@ -23,6 +23,29 @@ from tui.app import make_app  # noqa: E402
 SIZE = (132, 40)
 
 
+ENGINE_TRACE = "engine"  # a trace made of the engine's own events (see engine_trace)
+
+
+def engine_trace(path: Path) -> Path:
+    """A kvmmmu trace as the kernel would print it, of a kernbench guest (4K leaves),
+    then netperf, a fast zap and kernbench again: the replay screen's demo input."""
+    from engine.layouts import preset
+    from engine.mmu.session import MmuSession
+    from engine.trace import format_line
+
+    session = MmuSession(preset("pc-4g"), workload="kernbench", seed=3, huge_pages=False)
+    lines: list[str] = []
+    session.subscribe(lambda event: lines.append(format_line(event) + "\n"))
+    session.run(300)
+    session.set_workload("netperf")
+    session.run(100)
+    session.mmu.zap_all_fast()
+    session.set_workload("kernbench")
+    session.run(150)
+    path.write_text("".join(lines))
+    return path
+
+
 @dataclass(frozen=True)
 class Shot:
     name: str
@@ -33,6 +56,7 @@ class Shot:
     keys: tuple[str, ...] = ()
     size: tuple[int, int] = SIZE
     scenario: str | None = None
+    trace: str | None = None  # a trace file (relative to the repository) for the replay screen
     wait: float = 0.1  # seconds after the last key (a worker may still be drawing)
 
 
@@ -53,12 +77,21 @@ SHOTS = (
     Shot("power-keys", scenario="power-keys", keys=(">", ">", ">", ">")),
     Shot("scenario-vtlb", scenario="vtlb", keys=(">", ">")),
     Shot("scenario-projector", scenario="fast-zap", theme="projector", keys=(">", ">", ">")),
+    Shot("replay", trace=ENGINE_TRACE, keys=("end",)),
     Shot("experiments", keys=("f6", "down", "down", "down", "down", "enter"), wait=8.0),
     Shot("help", keys=("question_mark",)),
     Shot("add-slot", keys=("a",)),
     Shot("filter", keys=("n", "f")),
     Shot("too-small", size=(70, 20)),
 )
+
+
+def _trace(name: str | None, out: Path) -> Path | None:
+    if name is None:
+        return None
+    if name == ENGINE_TRACE:
+        return engine_trace(Path(tempfile.gettempdir()) / "mmuscope-screenshot-trace.txt")
+    return ROOT / name
 
 
 async def take(shot: Shot, out: Path) -> Path:
@@ -70,6 +103,7 @@ async def take(shot: Shot, out: Path) -> Path:
         playing=False,
         seed=7,
         scenario=shot.scenario,
+        trace=_trace(shot.trace, out),
     )
     app.animation_level = "none"
     async with app.run_test(size=shot.size, notifications=False) as pilot:

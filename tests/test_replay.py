@@ -191,3 +191,38 @@ def test_write_jsonl_batches_and_counts() -> None:
     counts = write_jsonl(io.StringIO("".join(_many_lines(1500))), out)
     rows: list[Any] = [json.loads(line) for line in out.getvalue().splitlines()]
     assert len(rows) == counts.events == 1500
+
+
+@pytest.mark.parametrize("shadow", [False, True])
+def test_the_engines_own_events_replay_into_the_same_pages(shadow: bool) -> None:
+    """Round trip: a session's events printed as a trace, parsed back and replayed, leave
+    the replay model with the pages the MMU has (EPT and shadow paging, a fast zap)."""
+    from engine.layouts import preset
+    from engine.mmu.session import MmuSession
+    from engine.mmu.shadow_session import ShadowSession
+    from engine.replay.model import ReplayModel
+    from engine.trace import format_line
+
+    session: MmuSession | ShadowSession
+    if shadow:
+        session = ShadowSession(preset("pc-4g"), workload="fork", seed=3)
+    else:
+        session = MmuSession(preset("pc-4g"), workload="kernbench", seed=3, huge_pages=False)
+    events: list[Any] = []
+    session.subscribe(events.append)
+    session.run(300)
+    session.mmu.zap_all_fast()
+    session.run(100)
+    text = [format_line(e) + "\n" for e in events if e.name in TRACED]
+    model = ReplayModel()
+    for event in iter_events(text):
+        model.apply(event)
+    model.audit()
+    live = [p for p in model.pages.values() if not model.is_obsolete(p)]
+    assert len(live) == session.mmu.pages.n_used_mmu_pages
+
+
+TRACED = {
+    *("kvm_page_fault", "kvm_mmu_get_page", "kvm_mmu_prepare_zap_page", "kvm_mmu_set_spte"),
+    *("mark_mmio_spte", "handle_mmio_page_fault", "kvm_mmio", "kvm_mmu_zap_all_fast"),
+}

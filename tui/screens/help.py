@@ -9,9 +9,10 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Label, Static
 
 ABOUT = (
-    "mmuscope animates KVM's memslot lookups: each guest access searches the memslots "
-    "for its gfn; the drawing shows the nodes visited, the cost table what every strategy "
-    "would have paid on the same stream. ctrl+p opens the command palette."
+    "mmuscope shows KVM's MMU at work. F1 memslot lookups, F2 faults, shadow pages and zaps "
+    "(p: EPT or shadow paging), F3 rmap chains, F4 the paravirt TLB flush, F5 POWER's hash "
+    "page table, F6 the seeds' claims measured, F7 a replayed trace (when given one). "
+    "ctrl+p opens the command palette; --scenario NAME walks through a thread step by step."
 )
 
 
