@@ -195,17 +195,11 @@ def explorer_app(args: argparse.Namespace) -> MmuscopeApp:
     scenario = _scenario(args.scenario) if args.scenario else None
     churn = _churn(args) if args.qemu_trace else None
     from .commands import load_layout
-    from .themes import load_themes
 
     layout = load_layout(args.layout, args.mtree)
-    if args.theme is not None:
-        names = [theme.name for theme in load_themes()[0]]
-        if args.theme not in names:
-            raise CliError(f"unknown theme {args.theme!r}; choose from {', '.join(names)}")
+    check_display_options(args)
     if args.as_id not in (0, 1):
         raise CliError(f"address space {args.as_id} does not exist (0..1)")
-    if not args.export_dir.is_dir():
-        raise CliError(f"--export-dir {args.export_dir}: no such directory")
     if not 0 < args.speed <= 100000:
         raise CliError(f"--speed {args.speed:g}: give lookups per second, 0.5 to 10000")
     from .app import make_app
@@ -223,6 +217,18 @@ def explorer_app(args: argparse.Namespace) -> MmuscopeApp:
         scenario=scenario,
         churn=churn,
     )
+
+
+def check_display_options(args: argparse.Namespace) -> None:
+    """`--theme` and `--export-dir`, which every command that opens the app takes."""
+    if args.theme is not None:
+        from .themes import load_themes
+
+        names = [theme.name for theme in load_themes()[0]]
+        if args.theme not in names:
+            raise CliError(f"unknown theme {args.theme!r}; choose from {', '.join(names)}")
+    if not args.export_dir.is_dir():
+        raise CliError(f"--export-dir {args.export_dir}: no such directory")
 
 
 def _churn(args: argparse.Namespace) -> RecordedChurn:

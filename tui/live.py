@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from .cli import CliError
+from .cli import CliError, check_display_options
 
 DEFAULT_TRACEFS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 POLL = 0.1  # seconds a read waits for data before checking for quit
@@ -81,14 +81,7 @@ def _check_app_options(args: argparse.Namespace) -> None:
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise CliError("the replay screen needs a terminal; `mmuscope replay TRACE --summary` "
                        "prints counts")  # fmt: skip
-    if args.theme is not None:
-        from .themes import load_themes
-
-        names = [theme.name for theme in load_themes()[0]]
-        if args.theme not in names:
-            raise CliError(f"unknown theme {args.theme!r}; choose from {', '.join(names)}")
-    if not args.export_dir.is_dir():
-        raise CliError(f"--export-dir {args.export_dir}: no such directory")
+    check_display_options(args)
 
 
 # -- tracefs checks ---------------------------------------------------------------------
