@@ -25,6 +25,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/memslot_speed.py
 	$(BIN)/python benchmarks/tui_speed.py
 	$(BIN)/python benchmarks/replay_speed.py
+	$(BIN)/python benchmarks/session_speed.py
 
 screenshots: $(STAMP)
 	$(BIN)/python scripts/screenshots.py
