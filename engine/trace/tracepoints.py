@@ -165,21 +165,27 @@ class Template:
     def __init__(self, text: str) -> None:
         self.text = text
         parts: list[str | Slot] = []
-        regex: list[str] = []
         pos = 0
         for m in _SLOT_RE.finditer(text):
-            literal = text[pos : m.start()]
-            parts.append(literal)
-            regex.append(re.escape(literal))
-            slot = self._slot(m)
-            parts.append(slot)
-            regex.append(self._slot_regex(slot, len(regex)))
+            parts.append(text[pos : m.start()])
+            parts.append(self._slot(m))
             pos = m.end()
         parts.append(text[pos:])
-        regex.append(re.escape(text[pos:]))
         self._parts = tuple(parts)
-        self._regex = re.compile("".join(regex))
+        self._regex: re.Pattern[str] | None = None  # compiled on the first parse
         self.slots = tuple(p for p in parts if isinstance(p, Slot) and p.kind != "nul")
+
+    def _compiled(self) -> re.Pattern[str]:
+        """The template as a regex, group g<i> for the slot at part i (formatting needs
+        none: the app formats at start-up, and only parsing pays for compiling)."""
+        if self._regex is None:
+            self._regex = re.compile(
+                "".join(
+                    self._slot_regex(part, index) if isinstance(part, Slot) else re.escape(part)
+                    for index, part in enumerate(self._parts)
+                )
+            )
+        return self._regex
 
     @staticmethod
     def _slot(m: re.Match[str]) -> Slot:
@@ -219,7 +225,7 @@ class Template:
         return "".join(out)
 
     def match(self, text: str) -> dict[str, FieldValue] | None:
-        m = self._regex.fullmatch(text)
+        m = self._compiled().fullmatch(text)
         if m is None:
             return None
         values: dict[str, FieldValue] = {}

@@ -65,7 +65,8 @@ class MmuScreen(Screen[None]):
         with Horizontal(id="main"):
             yield from self.compose_main()
         yield EventPanel(id="events")
-        yield Footer()
+        # compact: less whitespace, and each FooterKey (compact by default) is not restyled
+        yield Footer(compact=True)
         yield TooSmall(id="too-small")
 
     def compose_main(self) -> ComposeResult:
