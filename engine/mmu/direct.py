@@ -63,6 +63,7 @@ from .spte import (
     check_mmio_spte,
     is_mmio_spte,
     is_shadow_present_pte,
+    kvm_mmio_fields,
     make_mmio_spte,
     make_spte,
     memslot_update_zaps,
@@ -271,9 +272,7 @@ class DirectMmu:
         return self._direct_map(vcpu, root, gfn, slot, write)
 
     def _emit_mmio(self, gpa: int, write: bool) -> None:
-        """`trace_kvm_mmio()` of the emulated access (userspace completes a read)."""
-        kind = "write" if write else "unsatisfied-read"
-        self._emit("kvm_mmio", type=kind, len=4, gpa=gpa, val=0)
+        self._emit("kvm_mmio", **kvm_mmio_fields(gpa, write))
 
     def _vcpu_gfn_to_memslot(self, vcpu: int, gfn: int) -> MemorySlot | None:
         """`kvm_vcpu_gfn_to_memslot()`: a hit of the vCPU's fresh `last_used_slot` here,

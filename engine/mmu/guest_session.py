@@ -8,18 +8,31 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Generic, Protocol, TypeVar
 
 from ..events import Event, FieldValue
 from ..layouts.layout import Layout, build_vm
+from .mmu_pages import KvmMmuPage, MmuPages
 from .spte import RetPf
+from .views import fault_path, last_on_path
 
 ACCESS_NS = 1000  # virtual time between two guest accesses, for event timestamps
 PFERR_WRITE = 1 << 1  # the error code bits of the emitted kvm_page_fault
 PFERR_USER = 1 << 2
+StepT = TypeVar("StepT")
 
 
-class GuestSession:
+class RootedMmu(Protocol):
+    """What the sessions read of either MMU: the vCPUs' roots and the pages."""
+
+    roots: dict[int, KvmMmuPage]
+    pages: MmuPages
+
+
+class GuestSession(Generic[StepT]):
     """A guest, its counters and its event listeners; subclasses add the MMU and steps."""
+
+    mmu: RootedMmu
 
     paging = ""
     workloads: tuple[str, ...] = ()
@@ -35,6 +48,15 @@ class GuestSession:
         self.steps = self.exits = 0
         self.results: dict[str, int] = {}
         self._vcpu = 0
+
+    def step(self) -> StepT:
+        raise NotImplementedError
+
+    def run(self, count: int) -> StepT | None:
+        last = None
+        for _ in range(count):
+            last = self.step()
+        return last
 
     def check_workload(self, workload: str) -> None:
         if workload not in self.workloads:
@@ -70,3 +92,18 @@ class GuestSession:
     def _result(self, ret: RetPf) -> RetPf:
         self.results[ret.name] = self.results.get(ret.name, 0) + 1
         return ret
+
+    # -- the vCPU's shadow tables -----------------------------------------------------
+
+    def _live_root(self, vcpu: int) -> KvmMmuPage | None:
+        root = self.mmu.roots.get(vcpu)
+        return None if root is None or self.mmu.pages.is_obsolete(root) else root
+
+    def _leaf(self, vcpu: int, number: int) -> tuple[KvmMmuPage, int] | None:
+        """Where the CPU's walk of page `number` ends in the vCPU's current root."""
+        root = self._live_root(vcpu)
+        return None if root is None else last_on_path(self.mmu.pages, root, number)
+
+    def _path(self, vcpu: int, number: int) -> list[tuple[KvmMmuPage, int]]:
+        root = self.mmu.roots.get(vcpu)
+        return fault_path(self.mmu.pages, root, number) if root else []

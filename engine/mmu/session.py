@@ -20,11 +20,10 @@ from dataclasses import dataclass
 from ..errors import KvmError
 from ..layouts.layout import Layout
 from ..vm import Vm
-from .direct import DirectMmu, spte_index
+from .direct import DirectMmu
 from .guest_session import PFERR_WRITE, GuestSession
 from .mmu_pages import KvmMmuPage
 from .spte import SPTE_CONFIGS, RetPf, is_mmio_spte
-from .views import fault_path
 
 PAGE_SHIFT = 12
 CHURN_EVERY = 50
@@ -54,11 +53,12 @@ class MmuStep:
     update: str = ""  # a memslot update made before the access (churn)
 
 
-class MmuSession(GuestSession):
+class MmuSession(GuestSession[MmuStep]):
     """A guest (a `Layout`), its direct MMU and a workload; deterministic for a seed."""
 
     paging = "ept"
     workloads = MMU_WORKLOADS
+    mmu: DirectMmu
 
     def __init__(
         self,
@@ -110,12 +110,6 @@ class MmuSession(GuestSession):
         ret = self._result(self.mmu.page_fault(access.vcpu, access.gpa, access.write))
         return MmuStep(access, True, ret, update)
 
-    def run(self, count: int) -> MmuStep | None:
-        last = None
-        for _ in range(count):
-            last = self.step()
-        return last
-
     def needs_exit(self, access: MmuAccess) -> bool:
         """False when the CPU's own walk finds a present, non-MMIO leaf (no VM exit)."""
         spte = self.leaf_spte(access.vcpu, access.gpa >> PAGE_SHIFT)
@@ -123,21 +117,12 @@ class MmuSession(GuestSession):
 
     def leaf_spte(self, vcpu: int, gfn: int) -> int:
         """The leaf spte the vCPU's current root maps `gfn` with (0 when none)."""
-        root = self.mmu.roots.get(vcpu)
-        if root is None or self.mmu.pages.is_obsolete(root):
-            return 0
-        sp = root
-        while True:
-            index = spte_index(gfn, sp.role.level)
-            child = self.mmu.pages.child_at(sp, index)
-            if child is None:
-                return sp.spt[index]
-            sp = child
+        leaf = self._leaf(vcpu, gfn)
+        return 0 if leaf is None else leaf[0].spt[leaf[1]]
 
     def path_of(self, step: MmuStep) -> list[tuple[KvmMmuPage, int]]:
         """The pages the access's gfn walks through, root first."""
-        root = self.mmu.roots.get(step.access.vcpu)
-        return fault_path(self.mmu.pages, root, step.access.gpa >> PAGE_SHIFT) if root else []
+        return self._path(step.access.vcpu, step.access.gpa >> PAGE_SHIFT)
 
     def _churn(self) -> str:
         return "" if self.steps % CHURN_EVERY else churn_update(self.vm)

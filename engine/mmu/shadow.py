@@ -62,6 +62,7 @@ from .spte import (
     get_mmio_spte_gfn,
     is_mmio_spte,
     is_shadow_present_pte,
+    kvm_mmio_fields,
     make_mmio_spte,
     make_spte,
     memslot_update_zaps,
@@ -303,9 +304,7 @@ class ShadowMmu:
         return True
 
     def _emit_mmio(self, gfn: int, gva: int, write: bool) -> None:
-        """`trace_kvm_mmio()` of the emulated access (userspace completes a read)."""
-        kind = "write" if write else "unsatisfied-read"
-        self._emit("kvm_mmio", type=kind, len=4, gpa=gfn << PAGE_SHIFT | gva & 0xFFF, val=0)
+        self._emit("kvm_mmio", **kvm_mmio_fields(gfn << PAGE_SHIFT | gva & 0xFFF, write))
 
     def _mmio_cacheable(self, gfn: int) -> bool:
         return self.cfg.mmio_caching_enabled and not gfn >> (self.cfg.host_phys_bits - PAGE_SHIFT)

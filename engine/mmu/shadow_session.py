@@ -38,7 +38,6 @@ from .mmu_pages import KvmMmuPage
 from .session import CHURN_EVERY, LAPIC_EOI, NIC_DOORBELL, churn_update
 from .shadow import ShadowMmu
 from .spte import PT_USER_MASK, PT_WRITABLE_MASK, SPTE_CONFIGS, RetPf, is_mmio_spte
-from .views import fault_path
 
 PAGE = 4096
 HEAP = 0x40_0000  # 4 MiB: where every process's data starts
@@ -77,11 +76,12 @@ class ShadowStep:
 Program = Iterator["ShadowAccess | str"]
 
 
-class ShadowSession(GuestSession):
+class ShadowSession(GuestSession[ShadowStep]):
     """A guest on `ShadowMmu` with a vtlb, driven by a seeded workload."""
 
     paging = "shadow"
     workloads = SHADOW_WORKLOADS
+    mmu: ShadowMmu
 
     def __init__(
         self,
@@ -176,12 +176,6 @@ class ShadowSession(GuestSession):
         self.emulator_walks += 1
         self.mmu.gva_to_gpa(access.vcpu, access.gva, access.write, access.user)
 
-    def run(self, count: int) -> ShadowStep | None:
-        last = None
-        for _ in range(count):
-            last = self.step()
-        return last
-
     def _next_access(self) -> ShadowAccess:
         for item in self._program:
             if isinstance(item, ShadowAccess):
@@ -204,17 +198,15 @@ class ShadowSession(GuestSession):
         )
 
     def leaf_spte(self, vcpu: int, gva: int) -> int:
-        root = self.mmu.roots.get(vcpu)
-        if root is None or self.mmu.pages.is_obsolete(root):
+        leaf = self._leaf(vcpu, gva >> 12)
+        if leaf is None:
             return 0
-        path = fault_path(self.mmu.pages, root, gva >> 12)
-        sp, index = path[-1]
+        sp, index = leaf
         return sp.spt[index] if sp.role.level == 1 else 0
 
     def path_of(self, step: ShadowStep) -> list[tuple[KvmMmuPage, int]]:
         """The shadow pages the access's gva walks through, root first."""
-        root = self.mmu.roots.get(step.access.vcpu)
-        return fault_path(self.mmu.pages, root, step.access.gva >> 12) if root else []
+        return self._path(step.access.vcpu, step.access.gva >> 12)
 
     def _exit(self, proc: GuestProcess) -> str:
         self.mmu.drop_process(proc.cr3)

@@ -445,6 +445,12 @@ def mmio_gen_wraps(memslots_gen: int, nr_address_spaces: int = 2) -> bool:
     return gen & ~(nr_address_spaces - 1) == 0
 
 
+def kvm_mmio_fields(gpa: int, write: bool) -> dict[str, int | str]:
+    """`trace_kvm_mmio()` of an emulated MMIO access: KVM_TRACE_MMIO_WRITE, or a read
+    that userspace completes (KVM_TRACE_MMIO_READ_UNSATISFIED); the value is not modelled."""
+    return {"type": "write" if write else "unsatisfied-read", "len": 4, "gpa": gpa, "val": 0}
+
+
 def updates_until_mmio_wrap(memslots_gen: int, nr_address_spaces: int = 2) -> int:
     """How many memslot updates of this address space until `mmio_gen_wraps` fires."""
     left = MMIO_SPTE_GEN_MASK + 1 - (memslots_gen & MMIO_SPTE_GEN_MASK)
