@@ -103,6 +103,12 @@ async def test_z_zaps_fast_in_batches_and_shift_z_in_one_hold(tmp_path: Path) ->
         assert pages.mmu_valid_gen != gen and pages.n_used_mmu_pages == 0
         assert sum(pages.lock_holds) == used and max(pages.lock_holds) == BATCH_ZAP_PAGES
         assert mmu.zap_replay, "the zap is replayed hold by hold"
+        await pilot.pause(0.1 + 0.3 * len(pages.lock_holds))
+        assert not mmu.zap_replay
+        for _ in range(40):
+            await pilot.press("n")
+        used = pages.n_used_mmu_pages
+        mmu.action_fast_zap()  # no await before the look: no frame can replay a hold yet
         levels, zapping_now = mmu._zap_levels()  # the zapped pages stay, dimmed, till their hold
         assert sum(len(level.pages) for level in levels) == used
         assert sum(level.obsolete for level in levels) == used
