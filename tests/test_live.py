@@ -16,7 +16,7 @@ import pytest
 
 from engine.replay.live import LiveTimeline
 from tests.datafiles import FIXTURES
-from tui import live
+from tui import live, trace_pipe
 from tui.app import make_app
 from tui.cli import main
 from tui.screens.replay import ReplayScreen
@@ -86,7 +86,8 @@ def test_tail_lines_reads_a_fifo_in_batches_and_stops_when_told(tmp_path: Path) 
     stop = threading.Event()
     got: list[str] = []
     idle = 0
-    batches: Iterator[list[str]] = live.tail_lines(root / "trace_pipe", stop.is_set, poll=0.02)
+    pipe = root / "trace_pipe"
+    batches: Iterator[list[str]] = trace_pipe.tail_lines(pipe, stop.is_set, poll=0.02)
     for batch in batches:
         got += batch
         idle += not batch

@@ -32,7 +32,7 @@ from engine.claims.registry import TABLES, MissingTable, chart_spec, run_tables
 from engine.claims.table import Cell, ClaimTable
 from engine.mmu.bench import BARS, FULL_ONLY_BARS, Row, bar_met
 
-from .cli import CliError
+from .cliparts import CliError
 
 COLUMNS = ["name", "value", "unit"]
 PIPE_WIDTH = 200  # a pipe or a file has no width: wide enough that no number breaks

@@ -1,46 +1,21 @@
-"""The text commands: `lookup`, `export`, `layout` (plain text and JSON, no TUI)."""
+"""The text commands: `lookup`, `export`, `layout`, `rmaps-stat` (plain text and JSON, no TUI)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from engine import KvmError, Vm
 from engine.constants import PAGE_SHIFT
-from engine.layouts import DEFAULT_LAYOUT, Layout, build_vm, layout_from_ram_regions, preset
+from engine.layouts import Layout, build_vm
 from engine.lookup.base import LookupTrace
 from engine.lookup.describe import describe_probe
 from engine.memslot import MemorySlot
 
-from .cli import CliError
+from .cliparts import CliError, load_layout, read_text
 
 PROBE_LIMIT = 24  # long linear scans print the head and tail unless --all
-
-
-def read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError as err:
-        raise CliError(f"cannot read {path}: {err.strerror}") from None
-
-
-def load_layout(name: str | None, mtree: Path | None, address_space: str = "memory") -> Layout:
-    """A preset by name, or the slots QEMU would register for an `info mtree` dump."""
-    if mtree is not None:
-        from engine.layouts.qemu_mtree import MtreeError, parse_mtree
-
-        try:
-            regions = parse_mtree(read_text(mtree), address_space, source=str(mtree))
-        except MtreeError as err:
-            raise CliError(str(err)) from None
-        ram = [(r.name, r.gpa, r.size, r.readonly) for r in regions]
-        return layout_from_ram_regions(mtree.name, ram)
-    try:
-        return preset(name or DEFAULT_LAYOUT)
-    except ValueError as err:
-        raise CliError(str(err)) from None
 
 
 def load_guest(args: argparse.Namespace) -> tuple[Layout, Vm]:

@@ -57,7 +57,7 @@ def cost_table(layout_name: str) -> Table:
     return table
 
 
-def show_overview() -> int:
+def show_overview(args: object = None) -> int:
     console = Console()
     console.print(slot_table(DEFAULT_LAYOUT))
     console.print(cost_table(DEFAULT_LAYOUT))

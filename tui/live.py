@@ -1,33 +1,23 @@
-"""The app on real traces: ``mmuscope replay TRACE`` (no flag) opens the replay screen on
-a file, and ``mmuscope live [--tracefs DIR]`` on a tracefs's ``trace_pipe``.
+"""``mmuscope live [--tracefs DIR]``: the replay screen on a tracefs's ``trace_pipe``
+(read by `tui/trace_pipe.py`; ``mmuscope replay TRACE`` opens it on a file).
 
 Before the app starts, `check_tracefs` makes sure live can work, each failure one line
 and exit 2: no tracefs at DIR (``trace_pipe`` missing), ``trace_pipe`` not readable (not
 root), no ``events/kvmmmu`` (kvm not loaded), kvmmmu events disabled — which root is
 offered to enable (``echo 1 > DIR/events/kvmmmu/enable``, or ``--enable`` to skip the
 question), and anyone else is told the exact command.
-
-`tail_lines` reads ``trace_pipe`` (a FIFO in the tests) without ever blocking for long:
-non-blocking reads after a `select` with a short timeout, so the thread that runs it
-notices when the app quits.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import select
 import sys
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from .cli import CliError, check_display_options
+from .cliparts import CliError, check_replay_app_options
 
 DEFAULT_TRACEFS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
-POLL = 0.1  # seconds a read waits for data before checking for quit
-READ_SIZE = 1 << 20  # few reads: see engine/replay/index.py on the GIL and I/O
 
 
 # -- the command line -------------------------------------------------------------------
@@ -50,38 +40,11 @@ def add_live_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def run_live(args: argparse.Namespace) -> int:
     tracefs = check_tracefs(args.tracefs, enable=args.enable)
-    _check_app_options(args)
+    check_replay_app_options(args)
     from .app import make_app
 
     make_app(tracefs=tracefs, theme=args.theme, export_dir=args.export_dir).run()
     return 0
-
-
-def run_replay_app(args: argparse.Namespace) -> int:
-    """`mmuscope replay TRACE`: the replay screen on a file (seekable: not stdin)."""
-    from .replay_cli import TraceFileError, open_trace
-
-    path: Path = args.trace
-    if str(path) == "-":
-        raise CliError("the replay screen seeks in the trace, so it needs a file, not stdin "
-                       "(--jsonl and --summary read stdin)")  # fmt: skip
-    try:
-        with open_trace(path):
-            pass
-    except TraceFileError as err:
-        raise CliError(str(err)) from None
-    _check_app_options(args)
-    from .app import make_app
-
-    make_app(trace=path, theme=args.theme, export_dir=args.export_dir).run()
-    return 0
-
-
-def _check_app_options(args: argparse.Namespace) -> None:
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        raise CliError("the replay screen needs a terminal; `mmuscope replay TRACE --summary` "
-                       "prints counts")  # fmt: skip
-    check_display_options(args)
 
 
 # -- tracefs checks ---------------------------------------------------------------------
@@ -157,29 +120,3 @@ def _enable(switch: Path, tracefs: Path, enable: bool) -> None:
         switch.write_text("1")
     except OSError as err:
         raise CliError(f"cannot enable {switch}: {err.strerror or err}") from None
-
-
-# -- reading trace_pipe -----------------------------------------------------------------
-
-
-def tail_lines(
-    pipe: Path, cancelled: Callable[[], bool], poll: float = POLL
-) -> Iterator[list[str]]:
-    """Lines as they come (each with its newline); an empty list after `poll` seconds
-    without any.  Ends when `cancelled()`.  A FIFO with no writer reads as end of file:
-    wait for one (trace_pipe itself never ends)."""
-    fd = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        rest = b""
-        while not cancelled():
-            ready, _, _ = select.select([fd], [], [], poll)
-            chunk = b""
-            if ready:
-                with contextlib.suppress(BlockingIOError):  # nothing after all
-                    chunk = os.read(fd, READ_SIZE)
-                if not chunk:
-                    time.sleep(poll)  # a FIFO whose writer is gone (or not there yet)
-            *lines, rest = (rest + chunk).split(b"\n")
-            yield [line.decode("utf-8", "replace") + "\n" for line in lines]
-    finally:
-        os.close(fd)

@@ -1,4 +1,5 @@
-"""`mmuscope replay TRACE --jsonl | --summary` (CONTRACT.md), streamed line by line.
+"""`mmuscope replay TRACE`: the replay screen on a file, or with `--jsonl | --summary`
+(CONTRACT.md) text streamed line by line.
 
 `--jsonl` prints one JSON object per event as soon as it is known; `--summary` prints one
 object at the end.  A file that cannot be read is a one-line error (exit 2); lines that
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import TextIO
 
 from engine.trace.reader import TraceCounts, iter_events, summarize
+
+from .cliparts import CliError, check_replay_app_options
 
 WRITE_BATCH = 512  # JSON lines joined per write
 
@@ -56,11 +59,39 @@ def write_jsonl(lines: TextIO, out: TextIO) -> TraceCounts:
 
 
 def run_replay_text(args: argparse.Namespace) -> int:
-    """The two text modes; the caller turns TraceFileError into exit code 2."""
+    """The two text modes; `run_replay` turns TraceFileError into exit code 2."""
     with open_trace(args.trace) as lines:
         if args.summary:
             print(json.dumps(summarize(lines).summary()))
         else:
             write_jsonl(lines, sys.stdout)
     sys.stdout.flush()
+    return 0
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    """`mmuscope replay`: the app without a flag, else the text modes."""
+    if not (args.jsonl or args.summary):
+        return run_replay_app(args)
+    try:
+        return run_replay_text(args)
+    except TraceFileError as err:
+        raise CliError(str(err)) from None
+
+
+def run_replay_app(args: argparse.Namespace) -> int:
+    """The replay screen on a file (seekable: not stdin)."""
+    path: Path = args.trace
+    if str(path) == "-":
+        raise CliError("the replay screen seeks in the trace, so it needs a file, not stdin "
+                       "(--jsonl and --summary read stdin)")  # fmt: skip
+    try:
+        with open_trace(path):
+            pass
+    except TraceFileError as err:
+        raise CliError(str(err)) from None
+    check_replay_app_options(args)
+    from .app import make_app
+
+    make_app(trace=path, theme=args.theme, export_dir=args.export_dir).run()
     return 0

@@ -25,7 +25,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .cli import CliError, _add_explorer_options, explorer_app
+from .cliparts import CliError, add_explorer_options
+from .explorer_cli import explorer_app
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -59,7 +60,7 @@ def add_serve_parser(sub: Any) -> None:
         "--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT})"
     )
     serve.add_argument(APP_FLAG, action="store_true", help=argparse.SUPPRESS)
-    _add_explorer_options(serve)
+    add_explorer_options(serve)
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -87,7 +88,7 @@ def run_serve(args: argparse.Namespace) -> int:
 def explorer_argv(args: argparse.Namespace) -> list[str]:
     """The explorer options of `args` as command-line words (files made absolute)."""
     probe = argparse.ArgumentParser(add_help=False)
-    _add_explorer_options(probe)
+    add_explorer_options(probe)
     words: list[str] = []
     for action in probe._actions:
         value = getattr(args, action.dest, None)

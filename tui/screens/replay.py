@@ -220,7 +220,7 @@ class ReplayScreen(PlayerScreen):
     @work(thread=True, exclusive=True, group="replay-live")
     def _tail_pipe(self) -> None:
         """Read trace_pipe without blocking the app; hand events over in batches."""
-        from ..live import tail_lines
+        from ..trace_pipe import tail_lines
 
         assert self.pipe is not None
         worker = get_current_worker()

@@ -1,0 +1,147 @@
+"""The parts every `mmuscope` command shares: the one-line error, the parser that exits
+with code 2, number and option helpers, and the guest a command's options describe.
+
+Command modules (commands.py, bench.py, live.py, serve.py, explorer_cli.py, ...) depend on
+this module only; `tui/cli.py` assembles them into one parser and never is imported by
+them (tests/test_cli_modules.py checks that the `tui` modules import no one in a circle).
+Exit codes: 0 success, 2 bad input or a missing tool (one line on stderr), 1 a bug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from engine.layouts import Layout
+
+
+class CliError(Exception):
+    """Bad input: printed as one line, exit code 2."""
+
+
+class CliParser(argparse.ArgumentParser):
+    """argparse with exit code 2 and one line for a usage error (no usage dump)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def int_arg(text: str) -> int:
+    """A 64-bit unsigned number, 0x... or decimal (gfns, seeds, counts)."""
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value < 1 << 64:
+        raise argparse.ArgumentTypeError(f"out of range (0 to 2**64-1): {text!r}")
+    return value
+
+
+def add_guest_options(parser: argparse.ArgumentParser) -> None:
+    """--lookup, --layout | --mtree and --as: which guest, which address space."""
+    from engine.layouts import DEFAULT_LAYOUT, PRESETS
+    from engine.lookup import LOOKUP_STRATEGIES
+
+    parser.add_argument(
+        "--lookup",
+        default="rbtree",
+        choices=LOOKUP_STRATEGIES,
+        help="lookup strategy (default rbtree)",
+    )
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--layout",
+        default=None,
+        metavar="NAME",
+        help=f"preset guest: {', '.join(PRESETS)} (default {DEFAULT_LAYOUT})",
+    )
+    source.add_argument("--mtree", type=Path, metavar="FILE", help="QEMU 'info mtree' text")
+    parser.add_argument(
+        "--as", dest="as_id", type=int_arg, default=0, help="address space (1 = SMM)"
+    )
+
+
+def add_explorer_options(parser: argparse.ArgumentParser) -> None:
+    """The explorer's options (the bare command, and `serve` for each browser tab)."""
+    from engine.pacing import DEFAULT_SPEED
+    from engine.workload import DEFAULT_WORKLOAD, WORKLOADS
+
+    group = parser.add_argument_group("explorer")
+    add_guest_options(group)  # type: ignore[arg-type]
+    group.add_argument(
+        "--workload",
+        default=DEFAULT_WORKLOAD,
+        choices=tuple(WORKLOADS),
+        help=f"access mix (default {DEFAULT_WORKLOAD})",
+    )
+    group.add_argument("--seed", type=int_arg, default=1, help="workload seed (default 1)")
+    group.add_argument(
+        "--speed", type=float, default=DEFAULT_SPEED, help="lookups per second to start with"
+    )
+    group.add_argument("--paused", action="store_true", help="start paused")
+    group.add_argument("--theme", help="theme name (default mmuscope-dark)")
+    group.add_argument(
+        "--export-dir", type=Path, default=Path("."), help="where e and S write files"
+    )
+    group.add_argument(
+        "--qemu-trace",
+        type=Path,
+        metavar="FILE",
+        help="replay QEMU's recorded memslot calls (kvm_set_user_memory trace or strace) "
+        "as live churn: j steps, playing interleaves them with lookups",
+    )
+    group.add_argument(
+        "--scenario",
+        metavar="NAME",
+        help="open on a classroom scenario, paused on its first step (see `scenarios`)",
+    )
+
+
+def check_display_options(args: argparse.Namespace) -> None:
+    """`--theme` and `--export-dir`, which every command that opens the app takes."""
+    if args.theme is not None:
+        from .themes import load_themes
+
+        names = [theme.name for theme in load_themes()[0]]
+        if args.theme not in names:
+            raise CliError(f"unknown theme {args.theme!r}; choose from {', '.join(names)}")
+    if not args.export_dir.is_dir():
+        raise CliError(f"--export-dir {args.export_dir}: no such directory")
+
+
+def check_replay_app_options(args: argparse.Namespace) -> None:
+    """What `replay TRACE` and `live` check before opening the replay screen."""
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise CliError("the replay screen needs a terminal; `mmuscope replay TRACE --summary` "
+                       "prints counts")  # fmt: skip
+    check_display_options(args)
+
+
+def read_text(path: Path) -> str:
+    """A text file the user named; undecodable bytes become U+FFFD."""
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError as err:
+        raise CliError(f"cannot read {path}: {err.strerror}") from None
+
+
+def load_layout(name: str | None, mtree: Path | None, address_space: str = "memory") -> Layout:
+    """A preset by name, or the slots QEMU would register for an `info mtree` dump."""
+    from engine.layouts import DEFAULT_LAYOUT, layout_from_ram_regions, preset
+
+    if mtree is not None:
+        from engine.layouts.qemu_mtree import MtreeError, parse_mtree
+
+        try:
+            regions = parse_mtree(read_text(mtree), address_space, source=str(mtree))
+        except MtreeError as err:
+            raise CliError(str(err)) from None
+        ram = [(r.name, r.gpa, r.size, r.readonly) for r in regions]
+        return layout_from_ram_regions(mtree.name, ram)
+    try:
+        return preset(name or DEFAULT_LAYOUT)
+    except ValueError as err:
+        raise CliError(str(err)) from None
