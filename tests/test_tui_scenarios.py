@@ -84,3 +84,43 @@ def test_scenarios_command_lists_them_and_a_bad_name_exits_2() -> None:
     bad = subprocess.run([MMUSCOPE, "--scenario", "nope"], capture_output=True, text=True)
     assert bad.returncode == 2
     assert bad.stderr.count("\n") == 1 and "no scenario 'nope'" in bad.stderr
+
+
+@pytest.mark.parametrize("name", [s.name for s in list_scenarios()])
+async def test_a_clickers_keys_step_on_every_screen_whatever_has_focus(
+    name: str, tmp_path: Path
+) -> None:
+    """Clickers send PageDown/PageUp (some arrows, `.` and `b`): the focused widget (the
+    memslot table, the event log) must not take them before the scenario does."""
+    app = make_app(scenario=name, export_dir=tmp_path)
+    app.animation_level = "none"
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        run = app.scenario_run
+        assert run is not None and run.index == 0
+        focusable = [w for w in app.screen.query("*") if w.focusable]
+        if focusable:
+            focusable[0].focus()  # whatever takes keys on this screen, focused
+        await settle(pilot)
+        for key, index in (("pagedown", 1), ("right", 2), ("pageup", 1), ("left", 0)):
+            await pilot.press(key)
+            await settle(pilot)
+            assert run.index == index, (key, app.focused)
+        await pilot.press("full_stop")
+        await settle(pilot)
+        assert run.index == 1
+        await pilot.press("b")
+        await settle(pilot)
+        assert run.index == 0 and "step 1/" in caption_text(app)
+
+
+async def test_the_step_keys_type_into_a_dialog_in_a_scenario(tmp_path: Path) -> None:
+    app = make_app(scenario="memslot-search", export_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("f")  # the filter dialog: typing, not stepping
+        await settle(pilot)
+        await pilot.press("b", "full_stop", "left", "right")
+        await settle(pilot)
+        assert app.scenario_run is not None and app.scenario_run.index == 0
+        assert app.focused is not None and getattr(app.focused, "value", None) == "b."

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 
 from engine.explorer import MemslotExplorer
 from engine.layouts import DEFAULT_LAYOUT, Layout, preset
@@ -45,6 +45,11 @@ class AppConfig:
     tracefs: Path | None = None  # `mmuscope live`: the replay screen on trace_pipe
 
 
+#: the keys presenters' clickers send, besides `>` and `<`
+NEXT_STEP_KEYS = "pagedown,right,full_stop"
+BACK_STEP_KEYS = "pageup,left,b"
+
+
 class MmuscopeApp(App[None]):
     """mmuscope: KVM's MMU, live."""
 
@@ -69,19 +74,23 @@ class MmuscopeApp(App[None]):
             "Replay",
             tooltip="The trace replayed (mmuscope replay TRACE, mmuscope live)",
         ),
+        # A presenter's clicker sends PageDown/PageUp, arrows, or `.`/`b`: priority, so a
+        # focused table or log cannot take them first (only in a scenario, see check_action)
         Binding(
-            "greater_than_sign,pagedown",
+            f"greater_than_sign,{NEXT_STEP_KEYS}",
             "scenario(1)",
             "Next step",
             key_display=">",
-            tooltip="The scenario's next step",
+            priority=True,
+            tooltip="The scenario's next step (also PageDown, →, a clicker's `.`)",
         ),
         Binding(
-            "less_than_sign,pageup",
+            f"less_than_sign,{BACK_STEP_KEYS}",
             "scenario(-1)",
             "Step back",
             key_display="<",
-            tooltip="The scenario's previous step (replayed from the start)",
+            priority=True,
+            tooltip="The scenario's previous step, replayed from the start (also PageUp, ←, b)",
         ),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("t", "next_theme", "Theme", show=False, tooltip="Cycle the mmuscope themes"),
@@ -209,7 +218,8 @@ class MmuscopeApp(App[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "scenario":
-            return self.scenario_run is not None  # the keys exist only in a scenario
+            # the keys exist only in a scenario, and not while a dialog takes typing
+            return self.scenario_run is not None and not isinstance(self.screen, ModalScreen)
         if action == "show_view" and parameters == ("replay",):
             return self.has_replay  # F7 exists only with a trace
         return True
