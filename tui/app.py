@@ -4,6 +4,7 @@ benchmarks and the screenshot script."""
 from __future__ import annotations
 
 import gc
+import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -133,6 +134,9 @@ class MmuscopeApp(App[None]):
 
     def on_unmount(self) -> None:
         gc.unfreeze()  # the app is done; let its objects be collected
+        render = sys.modules.get("engine.export.render")
+        if render is not None:
+            render.kill_running_dots()  # an export still in `dot` does not outlive the app
 
     def memslots_screen(self) -> Screen[None]:
         from .screens.memslots import MemslotsScreen

@@ -127,6 +127,20 @@ def _quiet_stdout() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; Ctrl+C ends any of them with one line and exit 130, and no
+    Graphviz `dot` started on the way is left running."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("mmuscope: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        render = sys.modules.get("engine.export.render")
+        if render is not None:
+            render.kill_running_dots()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command not in RUNNERS:

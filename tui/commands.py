@@ -95,7 +95,7 @@ def run_lookup(args: argparse.Namespace) -> int:
 
 def run_export(args: argparse.Namespace) -> int:
     from engine.export.dot import shape_to_dot
-    from engine.export.render import ExportError, write_export
+    from engine.export.render import ExportError, check_dot_size, write_export
 
     layout, vm = load_guest(args)
     if args.path is not None and args.path >= 1 << (64 - PAGE_SHIFT):
@@ -104,9 +104,9 @@ def run_export(args: argparse.Namespace) -> int:
     trace = slots.search_explained(args.path, args.lookup) if args.path is not None else None
     title = f"{layout.name} · {args.lookup} · as {args.as_id}"
     text = shape_to_dot(slots.structure(args.lookup).shape(), title=title, trace=trace)
-    if len(slots.id_hash) > 2000 and args.output.suffix.lower() != ".dot":
-        print(f"note: dot lays out {len(slots.id_hash)} nodes slowly", file=sys.stderr)
     try:
+        if args.output.suffix.lower() != ".dot":
+            check_dot_size(len(slots.id_hash), layout.name)
         write_export(text, args.output)
     except ExportError as err:
         raise CliError(str(err)) from None

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.export.render import INSTALL_HINT, ExportError, dot_binary, write_export
-
-PDF_NODE_LIMIT = 3000  # dot takes minutes beyond this; the .dot file is written anyway
+from engine.export.render import (
+    INSTALL_HINT,
+    ExportError,
+    check_dot_size,
+    dot_binary,
+    write_export,
+)
 
 
 def export_view(text: str, nodes: int, stem: Path) -> tuple[str, str]:
@@ -23,10 +27,9 @@ def export_view(text: str, nodes: int, stem: Path) -> tuple[str, str]:
         return f"export failed: {err}", "error"
     if dot_binary() is None:
         return f"wrote {dot_path}\nno PDF: {INSTALL_HINT}", "warning"
-    if nodes > PDF_NODE_LIMIT:
-        return f"wrote {dot_path}\nno PDF: {nodes} nodes is too many for dot", "warning"
     pdf_path = stem.with_suffix(".pdf")
     try:
+        check_dot_size(nodes, "the view", hint="the .dot file has it all")
         write_export(text, pdf_path)
     except ExportError as err:
         return f"wrote {dot_path}\nno PDF: {err}", "warning"

@@ -80,9 +80,9 @@ def run_serve(args: argparse.Namespace) -> int:
         server.serve()
     except OSError as err:  # the port was taken between the check and the bind
         raise CliError(f"cannot listen on {args.host}:{args.port}: {err.strerror}") from None
-    except KeyboardInterrupt:
-        pass
-    return 0
+    # The server stops only on a signal (it handles Ctrl+C itself): one line and 130, as
+    # a Ctrl+C ends every command (cli.main)
+    raise KeyboardInterrupt
 
 
 def explorer_argv(args: argparse.Namespace) -> list[str]:

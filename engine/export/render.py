@@ -11,11 +11,16 @@ message fit to show the user.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
+import threading
+from collections.abc import Callable
 
 SUPPORTED_FORMATS = ("dot", "pdf", "svg", "png")
 INSTALL_HINT = (
@@ -49,21 +54,97 @@ def first_line(text: str) -> str:
     return "no error message"
 
 
-def run_dot(dot_text: str, fmt: str) -> bytes:
-    """`dot -T<fmt>` on `dot_text`: the rendered bytes, or ExportError."""
+#: dot needs ~6 s for a 4000-node tree and grows faster than linearly (the `max` layout's
+#: 32764 slots run for many minutes): beyond this, refuse up front (`check_dot_size`)
+DOT_NODE_LIMIT = 4000
+DOT_TIMEOUT = 120.0  # seconds; a `dot` still running then is killed and the export fails
+
+_running: set[subprocess.Popen[bytes]] = set()
+_running_lock = threading.Lock()
+
+
+def check_dot_size(
+    nodes: int, what: str, hint: str = "export to .dot instead, or use a smaller layout"
+) -> None:
+    """Refuse, before running `dot`, a drawing too big for it to lay out in reasonable time."""
+    if nodes > DOT_NODE_LIMIT:
+        raise ExportError(
+            f"{what}: {nodes} nodes is too many for dot to lay out in reasonable time "
+            f"(at most {DOT_NODE_LIMIT}): {hint}"
+        )
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child, before exec
+    """In the `dot` child: SIGKILL it when the thread that started it dies (Linux's
+    PR_SET_PDEATHSIG), so a killed mmuscope leaves no `dot` spinning."""
+    if _prctl is not None:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _load_prctl() -> Callable[[int, int], int] | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl
+    except (OSError, AttributeError):
+        return None
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_prctl = _load_prctl() if sys.platform.startswith("linux") else None
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """Kill `dot`'s whole process group (it runs in a session of its own) and reap it."""
+    if proc.poll() is None:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        proc.wait()
+
+
+def kill_running_dots() -> None:
+    """Kill every `dot` still running (the CLI and the app call this on exit and interrupt)."""
+    with _running_lock:
+        running = list(_running)
+    for proc in running:
+        _kill(proc)
+
+
+def run_dot(dot_text: str, fmt: str, timeout: float = DOT_TIMEOUT) -> bytes:
+    """`dot -T<fmt>` on `dot_text`: the rendered bytes, or ExportError.
+
+    `dot` runs in its own process group (a terminal's Ctrl+C reaches mmuscope only, which
+    then kills it), dies with its parent, and is killed after `timeout` seconds."""
     binary = dot_binary()
     if binary is None:
         raise ExportError(INSTALL_HINT)
     try:
-        done = subprocess.run(
-            [binary, f"-T{fmt}"], input=dot_text.encode(), capture_output=True, check=False
+        proc = subprocess.Popen(
+            [binary, f"-T{fmt}"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if _prctl is not None else None,
         )
     except OSError as exc:
         raise ExportError(f"cannot run {binary}: {exc.strerror or exc}") from exc
-    if done.returncode != 0:
-        message = first_line(done.stderr.decode(errors="replace"))
+    with _running_lock:
+        _running.add(proc)
+    try:
+        out, err = proc.communicate(dot_text.encode(), timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise ExportError(
+            f"dot -T{fmt} took longer than {timeout:g} s and was stopped: export to .dot instead"
+        ) from None
+    finally:
+        _kill(proc)
+        with _running_lock:
+            _running.discard(proc)
+    if proc.returncode != 0:
+        message = first_line(err.decode(errors="replace"))
         raise ExportError(f"dot -T{fmt} failed: {message}")
-    return done.stdout
+    return out
 
 
 def render(dot_text: str, fmt: str) -> bytes:
