@@ -21,6 +21,7 @@ from engine.layouts import DEFAULT_LAYOUT, Layout, preset
 from engine.pacing import DEFAULT_SPEED, Pacer
 from engine.workload import DEFAULT_WORKLOAD
 
+from .resources import stylesheet
 from .scenario_runner import ScenarioRun, goto_step
 from .themes import DEFAULT_THEME, THEME_VARIABLES, register_themes
 
@@ -54,7 +55,7 @@ BACK_STEP_KEYS = "pageup,left,b"
 class MmuscopeApp(App[None]):
     """mmuscope: KVM's MMU, live."""
 
-    CSS_PATH = "app.tcss"
+    CSS_PATH = stylesheet()  # tui/app.tcss, from the installed package
     TITLE = "mmuscope"
     BINDINGS = [
         Binding("ctrl+q", "quit", "Quit", priority=True),

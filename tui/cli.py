@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
             "Textual app that animates memslot lookups live (ctrl+q quits, ? lists keys)."
         ),
     )
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"mmuscope {__version__}")
     add_explorer_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CliParser)
 

@@ -101,7 +101,13 @@ def add_explorer_options(parser: argparse.ArgumentParser) -> None:
 
 
 def check_display_options(args: argparse.Namespace) -> None:
-    """`--theme` and `--export-dir`, which every command that opens the app takes."""
+    """`--theme` and `--export-dir`, which every command that opens the app takes, and
+    the installed files the app reads (one line, exit 2, when the installation lacks one)."""
+    from .resources import missing_data_files
+
+    missing = missing_data_files()
+    if missing:
+        raise CliError(f"{missing[0]}: not installed; reinstall mmuscope (pip install .)")
     if args.theme is not None:
         from .themes import load_themes
 

@@ -5,7 +5,8 @@ a ``[colors]`` table holding the colour fields of :class:`textual.theme.Theme`
 (``primary`` is required) and a ``[variables]`` table with mmuscope's own theme
 variables (see :data:`THEME_VARIABLES`; a user theme may leave any of them out).
 
-Built-in themes live in ``themes/`` at the top of the repository. User themes are
+Built-in themes live in ``themes/`` at the top of the repository, installed with the
+package (see tui/resources.py). User themes are
 read from ``<user config dir>/mmuscope/themes/*.toml`` (or
 ``$MMUSCOPE_CONFIG_DIR/themes``). A broken built-in is a bug and raises; a broken
 user theme is skipped and reported as a one-line warning.
@@ -26,6 +27,8 @@ from textual.app import App
 from textual.color import Color, ColorParseError
 from textual.theme import Theme
 
+from .resources import BUILTIN_THEMES, theme_dir
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -44,8 +47,7 @@ __all__ = [
 ]
 
 DEFAULT_THEME = "mmuscope-dark"
-BUILTIN_THEMES = ("mmuscope-dark", "mmuscope-light", "projector", "colorblind")
-BUILTIN_THEME_DIR = Path(__file__).resolve().parent.parent / "themes"
+BUILTIN_THEME_DIR = theme_dir()
 
 THEME_VARIABLES: dict[str, str] = {
     "node-idle": "#7d8a99",

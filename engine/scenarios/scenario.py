@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass, field
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[import-not-found]
 
-SCENARIO_DIR = Path(__file__).parent / "data"
+SCENARIO_DIR = Path(str(files(__package__ or "engine.scenarios") / "data"))
+"""The scenario files, installed with the package (pyproject's package-data)."""
 SCREENS = ("memslots", "mmu", "rmaps", "tlb", "power")
 SETTINGS = {"lookup": str, "workload": str, "seed": int, "speed": (int, float)}
 SEEDS = (
@@ -57,7 +59,10 @@ class Scenario:
 
 def list_scenarios(directory: Path = SCENARIO_DIR) -> list[Scenario]:
     """Every scenario, in file-name order (the files are numbered by mechanism)."""
-    return [load_scenario(path) for path in sorted(directory.glob("*.toml"))]
+    paths = sorted(directory.glob("*.toml"))
+    if not paths:
+        raise ScenarioError(f"no scenario files in {directory}: the installation is incomplete")
+    return [load_scenario(path) for path in paths]
 
 
 def scenario_names(directory: Path = SCENARIO_DIR) -> list[str]:

@@ -1,0 +1,49 @@
+"""Where the files mmuscope reads at run time are, found through the installed packages
+(`importlib.resources`), never beside a source tree:
+
+- the built-in themes: `themes/*.toml` at the top of the repository, installed as the
+  data directory `tui/theme_files/` (pyproject maps the package `tui.theme_files` to
+  `themes/`); an editable install or a checkout reads `themes/` itself, as setuptools'
+  editable finder does not map a package nested in another;
+- the app's stylesheet `tui/app.tcss`;
+- the classroom scenarios `engine/scenarios/data/*.toml` (engine.scenarios.SCENARIO_DIR).
+
+`missing_data_files` lists what an incomplete installation lacks, so a command says so in
+one line (exit 2) before anything reads them.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+BUILTIN_THEMES = ("mmuscope-dark", "mmuscope-light", "projector", "colorblind")
+THEME_PACKAGE_DIR = "theme_files"  # tui/theme_files in a wheel: the repository's themes/
+STYLESHEET = "app.tcss"
+
+
+def package_dir() -> Path:
+    """The installed `tui` package (a regular package: its files are a directory)."""
+    return Path(str(files(__package__ or "tui")))
+
+
+def theme_dir() -> Path:
+    """The built-in themes: the wheel's data directory, or the checkout's `themes/`."""
+    installed = package_dir() / THEME_PACKAGE_DIR
+    return installed if installed.is_dir() else package_dir().parent / "themes"
+
+
+def stylesheet() -> Path:
+    return package_dir() / STYLESHEET
+
+
+def missing_data_files() -> list[Path]:
+    """The run-time files an installation should have and has not (empty: all there)."""
+    from engine.scenarios import SCENARIO_DIR
+
+    wanted = [theme_dir() / f"{name}.toml" for name in BUILTIN_THEMES]
+    wanted.append(stylesheet())
+    missing = [path for path in wanted if not path.is_file()]
+    if not any(SCENARIO_DIR.glob("*.toml")):
+        missing.append(SCENARIO_DIR / "*.toml")
+    return missing
