@@ -1,0 +1,91 @@
+"""Guest code, assembled with iced-x86 (a maintained x86 encoder/decoder), never as
+hand-written opcode bytes.
+
+A slice of a guest program is straight-line code of *sweeps* — a loop that loads from,
+stores to, or loads then stores back to `count` addresses `stride` bytes apart — ending
+with a store to the MMIO doorbell, where the VMM takes over (a CPL-3 guest cannot `hlt`,
+domain/real-kvm.md).  `decode()` turns instruction bytes (e.g. `kvm_emulate_insn`'s) back
+into text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from iced_x86 import (
+    BlockEncoder,
+    Code,
+    Decoder,
+    Formatter,
+    FormatterSyntax,
+    Instruction,
+    MemoryOperand,
+    Register,
+)
+
+READ, WRITE, RMW = "read", "write", "rmw"
+KINDS = (READ, WRITE, RMW)
+LABEL_BASE = 1 << 60  # pseudo addresses naming loop heads for the block encoder
+
+
+@dataclass(frozen=True, slots=True)
+class Sweep:
+    """`count` accesses of one kind at `gva`, `gva + stride`, ..."""
+
+    gva: int
+    count: int
+    kind: str = WRITE
+    stride: int = 4096
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS or self.count < 1 or not 0 < self.stride < 1 << 31:
+            raise ValueError(f"bad sweep {self}")
+
+    def addresses(self) -> range:
+        return range(self.gva, self.gva + self.count * self.stride, self.stride)
+
+
+def _sweep(sweep: Sweep, label: int) -> list[Instruction]:
+    at_rax = MemoryOperand(Register.RAX)
+    head: list[Instruction] = []
+    if sweep.kind in (READ, RMW):
+        head.append(Instruction.create_reg_mem(Code.MOV_R8_RM8, Register.BL, at_rax))
+    if sweep.kind in (WRITE, RMW):
+        head.append(Instruction.create_mem_reg(Code.MOV_RM8_R8, at_rax, Register.BL))
+    head[0].ip = label
+    return [
+        Instruction.create_reg_u64(Code.MOV_R64_IMM64, Register.RAX, sweep.gva),
+        Instruction.create_reg_u32(Code.MOV_R32_IMM32, Register.ECX, sweep.count),
+        *head,
+        Instruction.create_reg_i32(Code.ADD_RM64_IMM32, Register.RAX, sweep.stride),
+        Instruction.create_reg(Code.DEC_RM32, Register.ECX),
+        Instruction.create_branch(Code.JNE_REL32_64, label),
+    ]
+
+
+def assemble_slice(sweeps: tuple[Sweep, ...], doorbell_gva: int, rip: int) -> bytes:
+    """The code of one slice, to be placed at guest address `rip`."""
+    instructions: list[Instruction] = []
+    for i, sweep in enumerate(sweeps):
+        instructions += _sweep(sweep, LABEL_BASE + i)
+    instructions += [
+        Instruction.create_reg_u64(Code.MOV_R64_IMM64, Register.RAX, doorbell_gva),
+        Instruction.create_mem_reg(Code.MOV_RM8_R8, MemoryOperand(Register.RAX), Register.BL),
+    ]
+    encoder = BlockEncoder(64)
+    encoder.add_many(instructions)
+    return bytes(encoder.encode(rip))
+
+
+def decode(code: bytes, rip: int = 0, limit: int = 1) -> list[str]:
+    """The first `limit` instructions of `code` in AT&T syntax (as the kernel's
+    `kvm_emulate_insn` readers and objdump print them)."""
+    formatter = Formatter(FormatterSyntax.GAS)
+    out: list[str] = []
+    for instruction in Decoder(64, code, ip=rip):
+        if instruction.code == Code.INVALID:
+            break
+        out.append(formatter.format(instruction))
+        if len(out) >= limit:
+            break
+    return out

@@ -1,0 +1,278 @@
+"""Guest programs: one object describing page tables, accesses and memslot operations,
+so that the very same program runs on the kernel (`engine.kvm.runner`) and on the
+engine's shadow MMU (`engine.kvm.model`).
+
+A program is built whole before it runs: RAM memslot 0 at gpa 0 holds the guest's page
+tables (an `engine.mmu.guest_pt.GuestPageTables`, 4-level, every entry P|W|U so the guest
+runs at CPL 3), its code (`asm.assemble_slice`, one block per slice, never crossing a
+page) and, for most programs, its data.  A *slice* is a CR3 (a process), a rip, the
+sweeps the code makes, and the memslot or dirty-log operations the VMM applies before
+it; every slice ends with a store to the doorbell gpa, which no memslot covers.
+
+Programs (issue 11):
+- `touch`: one process writes N pages once: N demand faults;
+- `fork`: a parent writes N pages, then C children (copies of its tables, as fork()
+  makes them, `pte_mkold`) read them: seed 002's storm, each data gfn's rmap growing by
+  one per process;
+- `mmio`: N reads and N writes of gpas no memslot covers;
+- `ptwrite`: the process maps its own last-level table user-writable and stores each of
+  N of its ptes back unchanged: a write to a shadowed, write-protected gfn;
+- `churn`: N pages in memslot 1, written after each of: create, KVM_MEM_LOG_DIRTY_PAGES
+  on (flags only), off, delete (the reads then find no slot: MMIO exits), re-create,
+  move away and back;
+- `dirty`: memslot 1 logged from the start; rounds of writes, each followed by
+  KVM_GET_DIRTY_LOG (which write-protects the logged pages again).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..constants import KVM_MEM_LOG_DIRTY_PAGES
+from ..mmu.guest_pt import ENTRIES, GuestPageTables
+from .asm import READ, RMW, WRITE, Sweep, assemble_slice
+
+PAGE = 4096
+CODE_GVA = 0x40_0000  # code, then the doorbell at the end of the same 2M (one table)
+DOORBELL_GVA = 0x5F_F000
+DATA_GVA = 0x100_0000
+MMIO_GVA = 0x3000_0000
+PT_GVA = 0x3800_0000
+DOORBELL_GPA = 0xFEE0_0000  # no memslot covers it
+MMIO_GPA = 0xD000_0000
+SLOT1_GPA = 0x1000_0000
+SLOT1_MOVED_GPA = 0x2000_0000
+RAM_SLOT, DATA_SLOT = 0, 1
+PROGRAMS = ("touch", "fork", "mmio", "ptwrite", "churn", "dirty")
+DEFAULT_PAGES = {"touch": 64, "fork": 16, "mmio": 8, "ptwrite": 16, "churn": 16, "dirty": 16}
+DEFAULT_CHILDREN = 8
+DIRTY_ROUNDS = 3
+MAX_PAGES = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class MemslotOp:
+    """A KVM_SET_USER_MEMORY_REGION call; the host address is `backing` (which guest
+    memory: 0 RAM, 1 the data slot's) plus `offset`."""
+
+    slot: int
+    flags: int
+    guest_phys_addr: int
+    memory_size: int
+    backing: int
+    offset: int = 0
+
+    def describe(self) -> str:
+        if not self.memory_size:
+            return f"delete slot {self.slot}"
+        flags = " log-dirty" if self.flags & KVM_MEM_LOG_DIRTY_PAGES else ""
+        return (f"slot {self.slot} gpa {self.guest_phys_addr:#x} "
+                f"{self.memory_size >> 12} pages{flags}")  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class DirtyLogOp:
+    """KVM_GET_DIRTY_LOG of a slot."""
+
+    slot: int
+    npages: int
+
+    def describe(self) -> str:
+        return f"KVM_GET_DIRTY_LOG slot {self.slot}"
+
+
+Op = MemslotOp | DirtyLogOp
+
+
+@dataclass(frozen=True, slots=True)
+class Slice:
+    cr3: int  # gfn of the process's PML4
+    rip: int
+    sweeps: tuple[Sweep, ...]
+    before: tuple[Op, ...] = ()
+    label: str = ""
+
+
+@dataclass
+class GuestProgram:
+    name: str
+    pages: int
+    children: int
+    ram_pages: int  # memslot 0, at gpa 0
+    data_pages: int  # the memory behind memslot 1 (0: none)
+    tables: GuestPageTables
+    code: dict[int, bytes]  # gfn -> the code page
+    setup: tuple[MemslotOp, ...]
+    slices: list[Slice] = field(default_factory=list)
+
+    @property
+    def table_gfns(self) -> list[int]:
+        return sorted(self.tables.tables)
+
+    def accesses(self) -> int:
+        return sum(s.count for sl in self.slices for s in sl.sweeps)
+
+
+class _Builder:
+    def __init__(self, name: str, pages: int, children: int, ram_pages: int) -> None:
+        self.tables = GuestPageTables(range(1, ram_pages))
+        self.program = GuestProgram(
+            name, pages, children, ram_pages, 0, self.tables, {},
+            (MemslotOp(RAM_SLOT, 0, 0, ram_pages * PAGE, 0),),
+        )  # fmt: skip
+        self.code_pages = [self.tables.alloc_page()]
+        self.code_at = 0  # offset of the next block in the last code page
+        self.blocks: dict[tuple[Sweep, ...], int] = {}
+
+    def process(self) -> int:
+        cr3 = self.tables.spawn()
+        for i, gfn in enumerate(self.code_pages):
+            self.tables.map(cr3, CODE_GVA + i * PAGE, gfn, writable=False)
+        self.tables.map(cr3, DOORBELL_GVA, DOORBELL_GPA >> 12)
+        return cr3
+
+    def data(self, cr3: int, count: int, gva: int = DATA_GVA) -> list[int]:
+        gfns = [self.tables.alloc_page() for _ in range(count)]
+        for i, gfn in enumerate(gfns):
+            self.tables.map(cr3, gva + i * PAGE, gfn)
+        return gfns
+
+    def block(self, sweeps: tuple[Sweep, ...]) -> int:
+        """The rip of the code for `sweeps` (each distinct block assembled once)."""
+        if sweeps in self.blocks:
+            return self.blocks[sweeps]
+        size = len(assemble_slice(sweeps, DOORBELL_GVA, 0))
+        if self.code_at + size > PAGE:
+            self.code_pages.append(self.tables.alloc_page())
+            self.code_at = 0
+            gva = CODE_GVA + PAGE * (len(self.code_pages) - 1)
+            if gva >= DOORBELL_GVA:
+                raise ValueError("the program's code does not fit below the doorbell")
+            for cr3 in self.tables.processes:
+                self.tables.map(cr3, gva, self.code_pages[-1], writable=False)
+        gfn = self.code_pages[-1]
+        rip = CODE_GVA + PAGE * (len(self.code_pages) - 1) + self.code_at
+        code = assemble_slice(sweeps, DOORBELL_GVA, rip)
+        page = bytearray(self.program.code.get(gfn, bytes(PAGE)))
+        page[self.code_at : self.code_at + len(code)] = code
+        self.program.code[gfn] = bytes(page)
+        self.code_at += (len(code) + 15) & ~15
+        self.blocks[sweeps] = rip
+        return rip
+
+    def slice(self, cr3: int, sweeps: tuple[Sweep, ...], label: str, *before: Op) -> None:
+        self.program.slices.append(Slice(cr3, self.block(sweeps), sweeps, before, label))
+
+
+def _ram_for(pages: int, processes: int = 1) -> int:
+    tables_each = 4 + (pages + ENTRIES - 1) // ENTRIES + 2
+    return 16 + pages + processes * tables_each
+
+
+def build_program(name: str, pages: int | None = None, children: int | None = None) -> GuestProgram:
+    """A fresh program (its tables are mutable: the model's walks set A/D bits)."""
+    if name not in PROGRAMS:
+        raise ValueError(f"unknown program {name!r}; choose from {', '.join(PROGRAMS)}")
+    n = DEFAULT_PAGES[name] if pages is None else pages
+    c = DEFAULT_CHILDREN if children is None else children
+    if not 1 <= n <= MAX_PAGES:
+        raise ValueError(f"--pages {n}: give 1 to {MAX_PAGES}")
+    if not 0 <= c <= 1024:
+        raise ValueError(f"--children {c}: give 0 to 1024")
+    return _BUILDERS[name](n, c)
+
+
+def _touch(n: int, c: int) -> GuestProgram:
+    b = _Builder("touch", n, c, _ram_for(n))
+    cr3 = b.process()
+    b.data(cr3, n)
+    b.slice(cr3, (Sweep(DATA_GVA, n, WRITE),), f"write {n} pages")
+    return b.program
+
+
+def _fork(n: int, c: int) -> GuestProgram:
+    b = _Builder("fork", n, c, _ram_for(n, c + 1))
+    parent = b.process()
+    b.data(parent, n)
+    b.block((Sweep(DATA_GVA, n, READ),))  # both blocks in the code before the fork
+    b.slice(parent, (Sweep(DATA_GVA, n, WRITE),), f"parent writes {n} pages")
+    for i in range(c):
+        child = b.tables.fork(parent)
+        b.slice(child, (Sweep(DATA_GVA, n, READ),), f"child {i + 1} reads {n} pages")
+    return b.program
+
+
+def _mmio(n: int, c: int) -> GuestProgram:
+    b = _Builder("mmio", n, c, _ram_for(1))
+    cr3 = b.process()
+    for i in range(n):
+        b.tables.map(cr3, MMIO_GVA + i * PAGE, (MMIO_GPA >> 12) + i)
+    sweeps = (Sweep(MMIO_GVA, n, READ), Sweep(MMIO_GVA, n, WRITE))
+    b.slice(cr3, sweeps, f"{n} MMIO reads, {n} MMIO writes")
+    return b.program
+
+
+def _ptwrite(n: int, c: int) -> GuestProgram:
+    n = min(n, ENTRIES)
+    b = _Builder("ptwrite", n, c, _ram_for(n))
+    cr3 = b.process()
+    b.data(cr3, n)
+    leaf_table = b.tables._leaf(cr3, DATA_GVA)
+    assert leaf_table is not None
+    b.tables.map(cr3, PT_GVA, leaf_table[0])  # its own last-level table, user-writable
+    b.slice(cr3, (Sweep(DATA_GVA, n, READ),), f"read {n} pages")
+    b.slice(cr3, (Sweep(PT_GVA, n, RMW, stride=8),), f"store {n} of its own ptes")
+    b.slice(cr3, (Sweep(DATA_GVA, n, READ),), f"read {n} pages again")
+    return b.program
+
+
+def _slot1(b: _Builder, n: int, flags: int = 0, gpa: int = SLOT1_GPA) -> MemslotOp:
+    b.program.data_pages = n
+    return MemslotOp(DATA_SLOT, flags, gpa, n * PAGE, DATA_SLOT)
+
+
+def _map_slot1(b: _Builder, cr3: int, n: int) -> None:
+    for i in range(n):
+        b.tables.map(cr3, DATA_GVA + i * PAGE, (SLOT1_GPA >> 12) + i)
+
+
+def _churn(n: int, c: int) -> GuestProgram:
+    b = _Builder("churn", n, c, _ram_for(0))
+    cr3 = b.process()
+    _map_slot1(b, cr3, n)
+    write, read = (Sweep(DATA_GVA, n, WRITE),), (Sweep(DATA_GVA, n, READ),)
+    create = _slot1(b, n)
+    logged = _slot1(b, n, KVM_MEM_LOG_DIRTY_PAGES)
+    delete = MemslotOp(DATA_SLOT, 0, SLOT1_GPA, 0, DATA_SLOT)
+    away = _slot1(b, n, gpa=SLOT1_MOVED_GPA)
+    b.slice(cr3, write, "write slot 1", create)
+    b.slice(cr3, write, "log dirty pages, write", logged)
+    b.slice(cr3, write, "stop logging, write", create)
+    b.slice(cr3, read, "delete slot 1, read (no slot: MMIO)", delete)
+    b.slice(cr3, write, "re-create slot 1, write", create)
+    b.slice(cr3, read, "move slot 1 away, read (MMIO)", away)
+    b.slice(cr3, write, "move slot 1 back, write", create)
+    return b.program
+
+
+def _dirty(n: int, c: int) -> GuestProgram:
+    b = _Builder("dirty", n, c, _ram_for(0))
+    cr3 = b.process()
+    _map_slot1(b, cr3, n)
+    logged = _slot1(b, n, KVM_MEM_LOG_DIRTY_PAGES)
+    write = (Sweep(DATA_GVA, n, WRITE),)
+    b.slice(cr3, write, "write logged slot 1", logged)
+    for r in range(1, DIRTY_ROUNDS):
+        b.slice(cr3, write, f"round {r + 1}: write again", DirtyLogOp(DATA_SLOT, n))
+    b.slice(cr3, (Sweep(DATA_GVA, 1, READ),), "last dirty log", DirtyLogOp(DATA_SLOT, n))
+    return b.program
+
+
+_BUILDERS = {
+    "touch": _touch,
+    "fork": _fork,
+    "mmio": _mmio,
+    "ptwrite": _ptwrite,
+    "churn": _churn,
+    "dirty": _dirty,
+}

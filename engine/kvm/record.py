@@ -1,0 +1,78 @@
+"""One recorded run: a guest program on the host's KVM with its tracefs instance on.
+
+`record()` makes the instance (kvm + kvmmmu events, the VMM's pid only, a ring buffer
+sized for the program's largest slice), starts it once the VM exists, drains
+`trace_pipe` after every slice (the text goes to `on_text` as it comes: a file, the
+replay model), stops it before the VM is closed (closing zaps every shadow page) and
+removes it, on success, error and Ctrl+C alike.  The result carries the kernel's own
+text, the statistics before and after, the events lost (overruns), and the host.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .host import HostMmu, kernel_release, read_host_mmu
+from .program import GuestProgram
+from .runner import KernelRun, SliceResult, run_on_kernel
+from .stats import stats_delta
+from .tracing import TraceInstance, find_tracefs
+
+BYTES_PER_ACCESS = 1536  # ~10 events of ~120 bytes per faulting access, with room
+MIN_BUFFER_KB, MAX_BUFFER_KB = 2048, 65536
+
+
+@dataclass
+class Recording:
+    run: KernelRun
+    lost: int  # events the ring buffer overwrote or dropped
+    host: HostMmu
+    kernel: str
+    instance: str  # the tracefs instance's name
+
+    def stats(self) -> dict[str, int]:
+        """VM and vCPU statistics' deltas over the run, by name (vCPU names that clash
+        with a VM statistic get a ``vcpu0.`` prefix)."""
+        run = self.run
+        out = stats_delta(run.vm_before, run.vm_after, run.peaks)
+        for name, value in stats_delta(run.vcpu_before, run.vcpu_after, run.peaks).items():
+            out["vcpu0." + name if name in out else name] = value
+        return out
+
+
+def buffer_kb(program: GuestProgram) -> int:
+    largest = max((sum(s.count for s in sl.sweeps) for sl in program.slices), default=1)
+    return max(MIN_BUFFER_KB, min(MAX_BUFFER_KB, largest * BYTES_PER_ACCESS // 1024))
+
+
+def record(
+    program: GuestProgram,
+    *,
+    on_text: Callable[[str], None],
+    on_slice: Callable[[SliceResult], None] | None = None,
+    trace: bool = True,
+) -> Recording:
+    """Run `program` with tracing (or, `trace=False`, without: the benchmark's baseline)."""
+    host = read_host_mmu()
+    if not trace:
+        run = run_on_kernel(program, on_slice=on_slice)
+        return Recording(run, 0, host, kernel_release(), "")
+    root = find_tracefs()
+    with TraceInstance(root, pid=os.getpid(), buffer_kb=buffer_kb(program)) as instance:
+
+        def sliced(result: SliceResult) -> None:
+            on_text(instance.read_available())
+            if on_slice is not None:
+                on_slice(result)
+
+        def closing() -> None:
+            instance.stop()
+            on_text(instance.read_available())
+
+        run = run_on_kernel(program, on_ready=instance.start, on_slice=sliced,
+                            before_close=closing)  # fmt: skip
+        lost = instance.lost()
+        name = instance.path.name
+    return Recording(run, lost, host, kernel_release(), name)

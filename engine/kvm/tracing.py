@@ -1,0 +1,163 @@
+"""Recording the kernel's kvm and kvmmmu tracepoints in a private tracefs instance.
+
+`TraceInstance` makes `instances/mmuscope-PID-N` (Documentation/trace/ftrace.rst,
+"Instances"): its own ring buffer (`buffer_size_kb`), its own `events/kvm/enable` and
+`events/kvmmmu/enable`, `set_event_pid` (only the VMM's thread), and `tracing_on`; the
+global buffer and every other instance are left as they are, whatever the global
+`tracing_on` says.  `read_available()` drains the instance's `trace_pipe` without
+blocking; `lost()` sums the `overrun` and `dropped events` of `per_cpu/cpu*/stats`, so a
+run that lost events can say so.  `close()` turns it off and removes it (`rmdir`).
+
+`find_tracefs()` mounts tracefs at /sys/kernel/tracing when it is absent and we are
+root; anything else is a `TracefsError` carrying the one-line fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import itertools
+import os
+import subprocess
+from pathlib import Path
+
+TRACEFS = Path("/sys/kernel/tracing")
+DEBUGFS_TRACING = Path("/sys/kernel/debug/tracing")
+SUBSYSTEMS = ("kvm", "kvmmmu")
+DEFAULT_BUFFER_KB = 8192  # per CPU
+# MMU-notifier invalidations of *any* range of the VMM's address space (Python's own
+# allocator unmapping arenas): thousands a second that say nothing about the guest, and
+# reading them makes more.  The VMM's memslots never change under it.
+QUIET_EVENTS = ("kvm/kvm_unmap_hva_range", "kvm/kvm_age_hva", "kvm/kvm_test_age_hva")
+READ_SIZE = 1 << 20
+_serial = itertools.count()
+
+
+class TracefsError(Exception):
+    """tracefs cannot be used: the message says how to fix it."""
+
+
+def find_tracefs(mount: bool = True) -> Path:
+    """A tracefs root with `instances/` (mounted here first if absent and root)."""
+    for root in (TRACEFS, DEBUGFS_TRACING):
+        if (root / "instances").is_dir():
+            return root
+    if os.geteuid() != 0:
+        raise TracefsError(f"tracefs is not mounted and mounting it needs root: "
+                           f"sudo mount -t tracefs nodev {TRACEFS}")  # fmt: skip
+    if not mount:
+        raise TracefsError(f"tracefs is not mounted: mount -t tracefs nodev {TRACEFS}")
+    done = subprocess.run(
+        ["mount", "-t", "tracefs", "nodev", str(TRACEFS)], capture_output=True, text=True
+    )
+    if done.returncode != 0 or not (TRACEFS / "instances").is_dir():
+        why = done.stderr.strip() or "no instances/ after mounting"
+        raise TracefsError(f"cannot mount tracefs at {TRACEFS} ({why}); "
+                           "is CONFIG_TRACING on?")  # fmt: skip
+    return TRACEFS
+
+
+class TraceInstance:
+    """A private tracefs instance recording `SUBSYSTEMS` for one pid."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        pid: int | None = None,
+        buffer_kb: int = DEFAULT_BUFFER_KB,
+        subsystems: tuple[str, ...] = SUBSYSTEMS,
+        tag: str = "",
+    ) -> None:
+        self.root = root
+        name = f"mmuscope-{tag + '-' if tag else ''}{os.getpid()}-{next(_serial)}"
+        self.path = root / "instances" / name
+        self.subsystems = subsystems
+        self._fd = -1
+        try:
+            self.path.mkdir()
+        except PermissionError:
+            raise TracefsError(f"cannot create {self.path}: tracing needs root") from None
+        except OSError as err:
+            raise TracefsError(f"cannot create {self.path}: {err.strerror}") from None
+        try:
+            self._configure(pid, buffer_kb)
+        except BaseException:
+            self.close()
+            raise
+
+    def _write(self, name: str, value: str) -> None:
+        (self.path / name).write_text(value)
+
+    def _configure(self, pid: int | None, buffer_kb: int) -> None:
+        self._write("tracing_on", "0")
+        self._write("buffer_size_kb", str(buffer_kb))
+        for sub in self.subsystems:
+            if not (self.path / "events" / sub).is_dir():
+                raise TracefsError(f"no {sub} events in {self.root / 'events'}: "
+                                   "is kvm loaded? (modprobe kvm)")  # fmt: skip
+            self._write(f"events/{sub}/enable", "1")
+        for event in QUIET_EVENTS:
+            if (self.path / "events" / event).is_dir():
+                self._write(f"events/{event}/enable", "0")
+        if pid is not None:
+            self._write("set_event_pid", str(pid))
+        self._fd = os.open(self.path / "trace_pipe", os.O_RDONLY | os.O_NONBLOCK)
+
+    @property
+    def pipe(self) -> Path:
+        return self.path / "trace_pipe"
+
+    def start(self) -> None:
+        self._write("tracing_on", "1")
+
+    def stop(self) -> None:
+        self._write("tracing_on", "0")
+
+    def read_available(self) -> str:
+        """Everything recorded and not read yet (never blocks)."""
+        chunks: list[bytes] = []
+        while self._fd >= 0:
+            try:
+                chunk = os.read(self._fd, READ_SIZE)
+            except BlockingIOError:
+                break
+            except OSError as err:
+                if err.errno == errno.EINTR:
+                    continue
+                raise
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks).decode("utf-8", "replace")
+
+    def lost(self) -> int:
+        """Events the ring buffer overwrote or dropped, over every CPU."""
+        total = 0
+        for stats in sorted((self.path / "per_cpu").glob("cpu*/stats")):
+            with contextlib.suppress(OSError):
+                for line in stats.read_text().splitlines():
+                    key, _, value = line.partition(":")
+                    if key.strip() in ("overrun", "dropped events"):
+                        total += int(value.split()[0])
+        return total
+
+    def close(self) -> None:
+        """Off, closed, removed (idempotent)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        if self.path.is_dir():
+            with contextlib.suppress(OSError):
+                self._write("tracing_on", "0")
+            for sub in self.subsystems:
+                with contextlib.suppress(OSError):
+                    self._write(f"events/{sub}/enable", "0")
+            with contextlib.suppress(FileNotFoundError):
+                self.path.rmdir()
+
+    def __enter__(self) -> TraceInstance:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
