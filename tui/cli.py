@@ -29,6 +29,7 @@ RUNNERS: dict[str | None, tuple[str, str]] = {
     "bench": ("bench", "run_bench"),
     "serve": ("serve", "run_serve"),
     "live": ("live", "run_live"),
+    "kvm": ("kvm_cli", "run_kvm"),
 }
 
 
@@ -119,6 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .live import add_live_parser
 
     add_live_parser(sub)
+
+    from .kvm_cli import add_kvm_parser
+
+    add_kvm_parser(sub)
     return parser
 
 

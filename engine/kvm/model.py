@@ -129,8 +129,8 @@ def run_on_model(
     from .program import DOORBELL_GVA
 
     vm = model_vm(address_spaces)
-    for op in program.setup:
-        _apply(vm, op)
+    for setup in program.setup:
+        _apply(vm, setup)
     run = ModelRun(program, None, vm)  # type: ignore[arg-type]
 
     def observe(event: Event) -> None:

@@ -1,0 +1,72 @@
+"""The guest programs of `mmuscope kvm` on the engine alone: they build, assemble,
+run on the shadow MMU model with every structure audited, and the host is read from
+sysfs-like directories (no KVM needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.kvm.asm import Sweep, assemble_slice, decode
+from engine.kvm.compare import MODEL_MISSING, KernelCounts, compare, host_config
+from engine.kvm.host import read_host_mmu
+from engine.kvm.model import run_on_model
+from engine.kvm.program import PROGRAMS, build_program
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_every_program_runs_on_the_model_and_audits(name: str) -> None:
+    program = build_program(name)
+    run = run_on_model(program, host_config(False, 46))
+    run.mmu.audit()
+    run.vm.audit()
+    assert run.mmio_exits >= len(program.slices)  # every slice ends at the doorbell
+    assert run.created[(4, False)] >= 1
+
+
+def test_fork_grows_each_shared_rmap_by_one_per_process() -> None:
+    run = run_on_model(build_program("fork", 16, 5), host_config(False, 46))
+    assert run.rmap_max == 5  # 6 processes map each data gfn: 5 already there at the last add
+    assert run.created[(4, False)] == 6
+
+
+def test_the_code_decodes_to_the_sweeps_it_was_assembled_from() -> None:
+    code = assemble_slice((Sweep(0x1000000, 3, "rmw"),), 0x5FF000, 0x400000)
+    text = decode(code, 0x400000, limit=9)
+    assert text[:4] == ["movabs $0x1000000,%rax", "mov $3,%ecx", "mov (%rax),%bl",
+                        "mov %bl,(%rax)"]  # fmt: skip
+    assert text[-2:] == ["movabs $0x5FF000,%rax", "mov %bl,(%rax)"]
+
+
+def test_bad_program_arguments() -> None:
+    with pytest.raises(ValueError, match="unknown program"):
+        build_program("boot")
+    with pytest.raises(ValueError, match="--pages"):
+        build_program("touch", 0)
+
+
+def _sysfs(root: Path, params: dict[str, str]) -> Path:
+    for key, value in params.items():
+        module, name = key.split(".")
+        (root / module / "parameters").mkdir(parents=True, exist_ok=True)
+        (root / module / "parameters" / name).write_text(value + "\n")
+    return root
+
+
+def test_host_mmu_is_read_never_assumed(tmp_path: Path) -> None:
+    pvm = read_host_mmu(_sysfs(tmp_path / "pvm", {"kvm.tdp_mmu": "N", "kvm.mmio_caching": "N",
+                                                   "kvm_pvm.x": "0"}))  # fmt: skip
+    assert (pvm.kind, pvm.tdp_mmu, pvm.mmio_caching, pvm.vendor) == ("shadow", False, False,
+                                                                     "kvm_pvm")  # fmt: skip
+    vmx = read_host_mmu(_sysfs(tmp_path / "vmx", {"kvm.tdp_mmu": "Y", "kvm.mmio_caching": "Y",
+                                                   "kvm_intel.ept": "Y"}))  # fmt: skip
+    assert (vmx.kind, vmx.tdp_mmu, vmx.mmio_caching) == ("tdp", True, True)
+
+
+def test_a_difference_without_evidence_stays_unexplained() -> None:
+    program = build_program("touch", 4)
+    model = run_on_model(program, host_config(False, 46))
+    kernel = KernelCounts()  # a kernel that recorded nothing
+    rows = compare(program, kernel, {}, 0, model, MODEL_MISSING)
+    assert {r.explained for r in rows if r.kernel != r.model} == {"unexplained"}

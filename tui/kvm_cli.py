@@ -1,0 +1,166 @@
+"""``mmuscope kvm PROGRAM``: a guest program on the host's own KVM, recorded through a
+private tracefs instance (engine.kvm), shown as text or in the app.
+
+- ``--summary``: ``replay --summary``'s object for the recording plus ``kernel``,
+  ``mmu``, ``stats`` (KVM_GET_STATS_FD deltas), ``program``, ``lost_events``;
+- ``--jsonl``: the recorded events as ``replay --jsonl`` prints them;
+- ``--compare [--json]``: the kernel against the engine's shadow MMU on the same program;
+- none of them: the replay screen following the run live (`tui/kvm_app.py`).
+``--trace-out FILE`` keeps the kernel's text (written to a temporary name, renamed).
+No /dev/kvm, no permission, no tracefs, a guest the kernel stops: exit 2, one line.
+Events the ring buffer lost are reported on stderr, loudly, and in the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from .cliparts import CliError, int_arg
+
+PROGRAM_HELP = {
+    "touch": "demand faults over N pages",
+    "fork": "N pages shared by C+1 processes (seed 002's rmap storm)",
+    "mmio": "N reads and N writes of gpas no memslot covers",
+    "ptwrite": "the guest stores N of its own ptes (a shadowed table)",
+    "churn": "memslot 1 flagged, deleted, re-created, moved while the guest runs",
+    "dirty": "KVM_MEM_LOG_DIRTY_PAGES and KVM_GET_DIRTY_LOG rounds",
+}
+
+
+def add_kvm_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from engine.kvm.program import PROGRAMS
+
+    kvm = sub.add_parser(
+        "kvm", help="run a guest program on this host's KVM and record what its MMU did (root)"
+    )
+    kvm.add_argument("program", choices=PROGRAMS, metavar="PROGRAM",
+                     help="; ".join(f"{k}: {v}" for k, v in PROGRAM_HELP.items()))  # fmt: skip
+    kvm.add_argument("--pages", type=int_arg, help="pages the program touches")
+    kvm.add_argument("--children", type=int_arg, help="fork: child processes (default 8)")
+    kvm.add_argument("--trace-out", type=Path, metavar="FILE", help="keep the kernel's trace")
+    mode = kvm.add_mutually_exclusive_group()
+    mode.add_argument("--summary", action="store_true", help="counts and statistics as JSON")
+    mode.add_argument("--jsonl", action="store_true", help="one JSON object per event")
+    mode.add_argument("--compare", action="store_true", help="the kernel against the model")
+    kvm.add_argument("--json", action="store_true", help="with --compare: one JSON object")
+    kvm.add_argument("--no-trace", action="store_true", help=argparse.SUPPRESS)  # benchmark
+    kvm.add_argument("--theme", help="theme name (the app)")
+    kvm.add_argument("--export-dir", type=Path, default=Path("."), help="where S writes (app)")
+
+
+def run_kvm(args: argparse.Namespace) -> int:
+    from engine.kvm.program import build_program
+
+    if args.json and not args.compare:
+        raise CliError("--json goes with --compare (--summary and --jsonl are JSON already)")
+    try:
+        program = build_program(args.program, args.pages, args.children)
+    except ValueError as err:
+        raise CliError(str(err)) from None
+    if not (args.summary or args.jsonl or args.compare):
+        from .kvm_app import run_kvm_app
+
+        return run_kvm_app(args)
+    text = io.StringIO()
+    recording = _record(program, text.write, trace=not args.no_trace)
+    if args.trace_out is not None:
+        write_atomically(args.trace_out, text.getvalue())
+    if recording.lost:
+        print(f"mmuscope: WARNING: the trace buffer lost {recording.lost} events: "
+              "the counts below are short", file=sys.stderr)  # fmt: skip
+    lines = io.StringIO(text.getvalue())
+    if args.summary:
+        print(json.dumps(summary(recording, lines)))
+    elif args.jsonl:
+        from .replay_cli import write_jsonl
+
+        write_jsonl(lines, sys.stdout)
+    else:
+        _print_compare(args, program.name, recording, lines)
+    sys.stdout.flush()
+    return 0
+
+
+def _record(program: Any, on_text: Any, *, trace: bool = True) -> Any:
+    """`engine.kvm.record.record`, its failures as one-line errors."""
+    from engine.kvm.record import record
+    from engine.kvm.runner import GuestError
+    from engine.kvm.tracing import TracefsError
+    from engine.kvm.vmm import GuestTimeoutError, KvmUnavailableError
+
+    try:
+        return record(program, on_text=on_text, trace=trace)
+    except (KvmUnavailableError, TracefsError, GuestError, GuestTimeoutError) as err:
+        raise CliError(str(err)) from None
+    except PermissionError as err:
+        raise CliError(f"{err.filename or 'tracefs'}: permission denied (run as root)") from None
+
+
+def summary(recording: Any, lines: io.StringIO) -> dict[str, Any]:
+    from engine.trace.reader import summarize
+
+    out: dict[str, Any] = summarize(lines).summary()
+    out.update(
+        kernel=recording.kernel,
+        mmu=recording.host.kind,
+        stats=recording.stats(),
+        program=recording.run.program.name,
+        lost_events=recording.lost,
+        mmio_exits=recording.run.mmio_exits,
+        host=recording.host.describe(),
+    )
+    return out
+
+
+def compare_rows(program_name: str, recording: Any, lines: io.StringIO) -> list[Any]:
+    """The kernel's recording against the model run on a fresh copy of the program."""
+    from engine.kvm.compare import MODEL_MISSING, KernelCounts, compare, host_config
+    from engine.kvm.host import host_phys_bits
+    from engine.kvm.model import run_on_model
+    from engine.kvm.program import build_program
+    from engine.trace.reader import iter_events
+
+    run = recording.run
+    if recording.host.tdp:
+        raise CliError("--compare models shadow paging; this host's guests use the TDP MMU")
+    kernel = KernelCounts()
+    kernel.add(iter_events(lines))
+    program = build_program(program_name, run.program.pages, run.program.children)
+    cfg = host_config(recording.host.mmio_caching, host_phys_bits())
+    model = run_on_model(program, cfg, address_spaces=1)
+    return compare(program, kernel, recording.stats(), run.mmio_exits, model, MODEL_MISSING)
+
+
+def _print_compare(args: argparse.Namespace, name: str, recording: Any, lines: Any) -> None:
+    rows = compare_rows(name, recording, lines)
+    if args.json:
+        print(json.dumps({"program": name, "kernel": recording.kernel,
+                          "mmu": recording.host.kind,
+                          "rows": [r.to_json() for r in rows]}))  # fmt: skip
+        return
+    print(f"{name} on {recording.kernel} ({recording.host.describe()}) against the model")
+    width = max(len(r.what) for r in rows)
+    for r in rows:
+        verdict = "=" if r.explained is None else f"≠ {r.explained}"
+        print(f"{r.what:<{width}}  {_num(r.kernel):>8}  {_num(r.model):>8}  {verdict}")
+
+
+def _num(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """`text` to `path` through a temporary name in the same directory."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise CliError(f"{path}: {err.strerror or err}") from None
