@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from engine.memslot_churn import RecordedChurn
     from engine.scenarios import Scenario
 
+    from .kvm_launch import KvmLaunch
+
 
 @dataclass(frozen=True, slots=True)
 class AppConfig:
@@ -45,6 +47,7 @@ class AppConfig:
     churn: RecordedChurn | None = None  # QEMU's recorded memslot calls, replayed live
     trace: Path | None = None  # `mmuscope replay TRACE`: open on the replay screen
     tracefs: Path | None = None  # `mmuscope live`: the replay screen on trace_pipe
+    kvm: KvmLaunch | None = None  # `mmuscope kvm PROGRAM`: a real guest, followed live
 
 
 #: the keys presenters' clickers send, besides `>` and `<`
@@ -183,7 +186,8 @@ class MmuscopeApp(App[None]):
 
     @property
     def has_replay(self) -> bool:
-        return self.config.trace is not None or self.config.tracefs is not None
+        config = self.config
+        return config.trace is not None or config.tracefs is not None or config.kvm is not None
 
     def replay_screen(self) -> Screen[None]:
         from .screens.replay import REPLAY_SPEED, ReplayScreen
@@ -191,6 +195,10 @@ class MmuscopeApp(App[None]):
         config = self.config
         if config.trace is not None:
             return ReplayScreen.for_trace(config.trace, Pacer(REPLAY_SPEED, config.playing))
+        if config.kvm is not None:
+            from .screens.kvm_replay import KvmReplayScreen
+
+            return KvmReplayScreen(config.kvm, Pacer(REPLAY_SPEED))
         assert config.tracefs is not None
         return ReplayScreen.for_live(config.tracefs, Pacer(REPLAY_SPEED))
 
@@ -299,6 +307,7 @@ def make_app(
     churn: RecordedChurn | None = None,
     trace: Path | str | None = None,
     tracefs: Path | str | None = None,
+    kvm: KvmLaunch | None = None,
 ) -> MmuscopeApp:
     """The explorer on a guest (a preset name or a `Layout`), or on a scenario, whose
     layout and settings replace the guest's, paused on its first step; with a `trace`
@@ -332,5 +341,6 @@ def make_app(
         churn,
         Path(trace) if trace is not None else None,
         Path(tracefs) if tracefs is not None else None,
+        kvm,
     )
     return MmuscopeApp(config)

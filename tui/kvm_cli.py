@@ -50,6 +50,7 @@ def add_kvm_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     mode.add_argument("--compare", action="store_true", help="the kernel against the model")
     kvm.add_argument("--json", action="store_true", help="with --compare: one JSON object")
     kvm.add_argument("--no-trace", action="store_true", help=argparse.SUPPRESS)  # benchmark
+    kvm.add_argument("--follow", type=Path, help=argparse.SUPPRESS)  # the app's child
     kvm.add_argument("--theme", help="theme name (the app)")
     kvm.add_argument("--export-dir", type=Path, default=Path("."), help="where S writes (app)")
 
@@ -63,12 +64,14 @@ def run_kvm(args: argparse.Namespace) -> int:
         program = build_program(args.program, args.pages, args.children)
     except ValueError as err:
         raise CliError(str(err)) from None
+    if args.follow is not None:
+        return run_follow(args, program)
     if not (args.summary or args.jsonl or args.compare):
         from .kvm_app import run_kvm_app
 
         return run_kvm_app(args)
     text = io.StringIO()
-    recording = _record(program, text.write, trace=not args.no_trace)
+    recording = record_or_fail(program, text.write, trace=not args.no_trace)
     if args.trace_out is not None:
         write_atomically(args.trace_out, text.getvalue())
     if recording.lost:
@@ -87,7 +90,7 @@ def run_kvm(args: argparse.Namespace) -> int:
     return 0
 
 
-def _record(program: Any, on_text: Any, *, trace: bool = True) -> Any:
+def record_or_fail(program: Any, on_text: Any, *, trace: bool = True, **hooks: Any) -> Any:
     """`engine.kvm.record.record`, its failures as one-line errors."""
     from engine.kvm.record import record
     from engine.kvm.runner import GuestError
@@ -95,7 +98,7 @@ def _record(program: Any, on_text: Any, *, trace: bool = True) -> Any:
     from engine.kvm.vmm import GuestTimeoutError, KvmUnavailableError
 
     try:
-        return record(program, on_text=on_text, trace=trace)
+        return record(program, on_text=on_text, trace=trace, **hooks)
     except (KvmUnavailableError, TracefsError, GuestError, GuestTimeoutError) as err:
         raise CliError(str(err)) from None
     except PermissionError as err:
@@ -164,3 +167,44 @@ def write_atomically(path: Path, text: str) -> None:
     except OSError as err:
         tmp.unlink(missing_ok=True)
         raise CliError(f"{path}: {err.strerror or err}") from None
+
+
+def run_follow(args: argparse.Namespace, program: Any) -> int:
+    """The child's side: record, streaming text to the FIFO and stats to the file."""
+    from .kvm_launch import STATS_FILE, TRACE_FIFO
+
+    folder: Path = args.follow
+    kept: list[str] = []
+    with open(folder / TRACE_FIFO, "w") as fifo, open(folder / STATS_FILE, "a") as stats:
+
+        def on_text(text: str) -> None:
+            fifo.write(text)
+            fifo.flush()
+            if args.trace_out is not None:
+                kept.append(text)
+
+        def on_slice(result: Any) -> None:
+            from engine.kvm.stats import stats_delta
+
+            run = {"slice": result.index, "label": result.slice.label,
+                   "mmio_exits": result.mmio_exits}  # fmt: skip
+            vm = stats_delta(first["vm"], result.vm_stats, frozenset(first["peaks"]))
+            vcpu = stats_delta(first["vcpu"], result.vcpu_stats, frozenset(first["peaks"]))
+            stats.write(json.dumps({**run, "vm": vm, "vcpu": vcpu}) + "\n")
+            stats.flush()
+
+        first: dict[str, Any] = {"vm": {}, "vcpu": {}, "peaks": ()}
+
+        def on_start(run: Any) -> None:
+            first.update(vm=run.vm_before, vcpu=run.vcpu_before, peaks=tuple(run.peaks))
+
+        try:
+            recording = record_or_fail(program, on_text, on_slice=on_slice, on_start=on_start)
+        except CliError as err:
+            stats.write(json.dumps({"error": str(err)}) + "\n")
+            raise
+        stats.write(json.dumps({"done": True, "lost": recording.lost,
+                                "slices": len(recording.run.slices)}) + "\n")  # fmt: skip
+    if args.trace_out is not None:
+        write_atomically(args.trace_out, "".join(kept))
+    return 0

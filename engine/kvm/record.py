@@ -52,12 +52,13 @@ def record(
     *,
     on_text: Callable[[str], None],
     on_slice: Callable[[SliceResult], None] | None = None,
+    on_start: Callable[[KernelRun], None] | None = None,
     trace: bool = True,
 ) -> Recording:
     """Run `program` with tracing (or, `trace=False`, without: the benchmark's baseline)."""
     host = read_host_mmu()
     if not trace:
-        run = run_on_kernel(program, on_slice=on_slice)
+        run = run_on_kernel(program, on_slice=on_slice, on_ready=on_start)
         return Recording(run, 0, host, kernel_release(), "")
     root = find_tracefs()
     with TraceInstance(root, pid=os.getpid(), buffer_kb=buffer_kb(program)) as instance:
@@ -67,12 +68,16 @@ def record(
             if on_slice is not None:
                 on_slice(result)
 
+        def ready(run: KernelRun) -> None:
+            instance.start()
+            if on_start is not None:
+                on_start(run)
+
         def closing() -> None:
             instance.stop()
             on_text(instance.read_available())
 
-        run = run_on_kernel(program, on_ready=instance.start, on_slice=sliced,
-                            before_close=closing)  # fmt: skip
+        run = run_on_kernel(program, on_ready=ready, on_slice=sliced, before_close=closing)
         lost = instance.lost()
         name = instance.path.name
     return Recording(run, lost, host, kernel_release(), name)

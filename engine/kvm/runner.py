@@ -127,13 +127,13 @@ def run_on_kernel(
     program: GuestProgram,
     *,
     on_slice: SliceHook | None = None,
-    on_ready: Callable[[], None] | None = None,
+    on_ready: Callable[[KernelRun], None] | None = None,
     timeout: float = RUN_TIMEOUT,
     before_close: Callable[[], None] | None = None,
 ) -> KernelRun:
-    """Run `program` on /dev/kvm.  `on_ready` is called once the VM exists (start
-    tracing there), `before_close` before its fds are closed (stop tracing there: the
-    kernel zaps every shadow page when the VM goes)."""
+    """Run `program` on /dev/kvm.  `on_ready` is called once the VM exists and its
+    statistics were read (start tracing there), `before_close` before its fds are
+    closed (stop tracing there: the kernel zaps every shadow page when the VM goes)."""
     with Kvm() as kvm, kvm.create_vm() as vm:
         try:
             machine = _Machine(kvm, vm, program)
@@ -142,7 +142,7 @@ def run_on_kernel(
             run.vm_before = machine.stats.read()
             run.vcpu_before = machine.vcpu_stats.read()
             if on_ready is not None:
-                on_ready()
+                on_ready(run)
             for i, sl in enumerate(program.slices):
                 start = time.perf_counter()
                 exits, dirty = machine.run_slice(sl, timeout)

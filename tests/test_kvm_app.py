@@ -1,0 +1,47 @@
+"""`mmuscope kvm PROGRAM` in the app: the replay screen follows a real guest run on this
+host's KVM (a child process), with the kernel's statistics beside kvm_stat's counts and
+a header saying what ran where.  Skips with the reason without /dev/kvm or root."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from engine.replay.live import LiveTimeline
+from tests.kvm_host import needs_tracing, our_instances
+from tui.app import make_app
+from tui.kvm_app import child_argv, preflight
+from tui.kvm_launch import KvmLaunch
+from tui.screens.kvm_replay import KernelStats, KvmReplayScreen
+from tui.widgets.events import EventPanel
+
+
+@needs_tracing
+async def test_the_replay_screen_follows_a_real_fork_storm(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "trace")
+    args = argparse.Namespace(program="fork", pages=8, children=4, trace_out=None)
+    launch = KvmLaunch("fork", child_argv(args, tmp_path), tmp_path, preflight())
+    app = make_app(kvm=launch, export_dir=tmp_path)
+    async with app.run_test(size=(140, 44)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, KvmReplayScreen)
+        for _ in range(400):
+            if screen.finished and screen.status.startswith("done"):
+                break
+            await pilot.pause(0.05)
+        assert screen.status == "done: 5 slices", screen.status
+        timeline = screen.timeline
+        assert isinstance(timeline, LiveTimeline)
+        for _ in range(100):  # the tail hands the last batch over
+            if timeline.model.set_sptes >= 8 + 5:
+                break
+            await pilot.pause(0.05)
+        # 5 processes each map the code page and the 8 shared pages
+        assert timeline.model.set_sptes == 5 * 9
+        assert screen.query_one(EventPanel).counters.totals["kvm_mmu_get_page"] == 5 * 5
+        assert screen.kernel_stats["max_mmu_rmap_size"] == 4  # seed 002's storm, by one
+        assert "max_mmu_rmap_size" in str(screen.query_one(KernelStats).content)
+        assert "MMU" in screen.title and os.uname().release in screen.title
+    assert screen.child is not None and screen.child.returncode == 0
+    assert not our_instances()

@@ -1,0 +1,141 @@
+"""The replay screen on a real guest run (``mmuscope kvm PROGRAM``): the live model of
+the kernel's shadow pages fed by the run's own tracefs instance, and beside it the VM's
+and vCPU's statistics from KVM_GET_STATS_FD (kvm_stat's other source), slice by slice.
+The header says what ran where: kernel release, KVM module, shadow or TDP MMU.
+
+The guest runs in a child process (tui/kvm_app.py); this screen starts it, tails its
+FIFO through the replay screen's live reader, polls its statistics file, and interrupts
+it when the screen goes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import subprocess
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+
+from engine.pacing import Pacer
+from engine.replay.live import LiveTimeline
+
+from ..kvm_launch import KvmLaunch
+from ..widgets.panel import TextPanel
+from .replay import ReplayScreen
+
+POLL = 0.25  # seconds between looks at the child's statistics
+FIRST = ("pf_taken", "pf_fixed", "pf_emulate", "mmio_exits", "insn_emulation",
+         "mmu_cache_miss", "mmu_shadow_zapped", "mmu_unsync", "pages_4k",
+         "max_mmu_rmap_size")  # fmt: skip
+
+
+class KernelStats(TextPanel):
+    DEFAULT_CSS = """
+    KernelStats { width: 34; height: 1fr; padding: 0 1; border: round $panel;
+        border-title-color: $text-muted; }
+    """
+
+    def show(self, stats: dict[str, int], status: str) -> None:
+        text = Text(no_wrap=True, overflow="ellipsis")
+        text.append(f"{status}\n", style="bold")
+        names = [n for n in FIRST if n in stats]
+        names += sorted(n for n in stats if n not in FIRST and stats[n])
+        for name in names:
+            text.append(f"{name:<24}{stats[name]:>8}\n")
+        self.show_content(text)
+
+
+class KvmReplayScreen(ReplayScreen):
+    def __init__(self, launch: KvmLaunch, pacer: Pacer) -> None:
+        pacer.playing = True
+        super().__init__(LiveTimeline(), pacer, source=f"kvm {launch.program}", pipe=launch.fifo)
+        self.launch = launch
+        self.child: subprocess.Popen[bytes] | None = None
+        self.kernel_stats: dict[str, int] = {}
+        self.status = "starting the guest"
+        self.finished = False
+        self._read = 0
+
+    def compose_main(self) -> ComposeResult:
+        yield from super().compose_main()
+        panel = KernelStats(id="kernel-stats")
+        panel.border_title = "KVM_GET_STATS_FD"
+        yield panel
+
+    def on_mount(self) -> None:
+        stderr = (self.launch.folder / "stderr").open("wb")
+        with stderr:
+            self.child = subprocess.Popen(
+                list(self.launch.argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=stderr,
+            )  # fmt: skip
+        super().on_mount()
+        self.set_interval(POLL, self.poll_child, name="kvm-child")
+        self.show_kernel_stats()
+
+    def on_unmount(self) -> None:
+        self.stop_child()
+        super().on_unmount()
+
+    def stop_child(self) -> None:
+        child = self.child
+        if child is None or child.poll() is not None:
+            return
+        child.send_signal(signal.SIGINT)  # KeyboardInterrupt: its finally blocks clean up
+        try:
+            child.wait(5)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+    def poll_child(self) -> None:
+        for record in self._new_records():
+            self._take(record)
+        child = self.child
+        if child is not None and not self.finished and child.poll() is not None:
+            self.finished = True
+            if child.returncode != 0 and not self.status.startswith("error"):
+                err = (self.launch.folder / "stderr").read_text(errors="replace").strip()
+                self.status = f"error: {err.splitlines()[-1] if err else child.returncode}"
+            severity = "error" if self.status.startswith("error") else "information"
+            self.notify(self.status, title="kvm", severity=severity, timeout=8)
+        self.show_kernel_stats()
+
+    def _new_records(self) -> list[dict[str, Any]]:
+        try:
+            with self.launch.stats.open() as handle:
+                handle.seek(self._read)
+                lines = handle.readlines()
+        except OSError:
+            return []
+        complete = [line for line in lines if line.endswith("\n")]
+        self._read += sum(len(line) for line in complete)
+        out = []
+        for line in complete:
+            with contextlib.suppress(ValueError):
+                out.append(json.loads(line))
+        return out
+
+    def _take(self, record: dict[str, Any]) -> None:
+        if "error" in record:
+            self.status = f"error: {record['error']}"
+        elif record.get("done"):
+            lost = record.get("lost", 0)
+            self.status = f"done: {record['slices']} slices"
+            if lost:
+                self.status += f" · LOST {lost} EVENTS"
+        else:
+            self.kernel_stats = {**record.get("vm", {}), **record.get("vcpu", {})}
+            self.status = f"slice {record['slice'] + 1}: {record['label']}"
+
+    def show_kernel_stats(self) -> None:
+        found = self.query(KernelStats)
+        if found:
+            found.first().show(self.kernel_stats, self.status)
+
+    def _update_header(self) -> None:
+        super()._update_header()
+        self.title = f"mmuscope · kvm {self.launch.program} · {self.launch.header}"
