@@ -8,7 +8,7 @@ every strategy at once (seed 000's argument: slots looked at per lookup, with an
 without the cache).  Slot changes go through KVM_SET_USER_MEMORY_REGION with its errors.
 
 Events, stamped with a virtual clock (no wall clock in the engine):
-- `kvm_page_fault` (vcpu_id, address, error_code) for every access, as the tracepoint;
+- `kvm_page_fault` (vcpu_id, fault_address, error_code) for every access, as the tracepoint;
 - `kvm_memslot_lookup` (no tracepoint in KVM): gfn, slot, strategy, visited, cache;
 - `kvm_mmio` (type, len, gpa, val) when no slot holds the gfn: userspace emulates it;
 - the `Vm`'s own update events (`kvm_set_user_memory_region`, ...).
@@ -170,7 +170,7 @@ class MemslotExplorer:
         self._emit(
             "kvm_page_fault",
             vcpu_id=access.vcpu,
-            address=access.gpa,
+            fault_address=access.gpa,
             error_code=PF_USER | (PF_WRITE if access.seq % 3 == 0 else 0),
         )
         vm = self.vm

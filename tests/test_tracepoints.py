@@ -40,7 +40,12 @@ CONTRACT_FIELDS = {
     "mark_mmio_spte": ["sptep", "gfn", "access", "gen"],
     "kvm_mmu_set_spte": ["gfn", "spte", "level", "sptep"],
     "kvm_mmu_spte_requested": ["gfn", "pfn", "level"],
-    "fast_page_fault": ["vcpu", "gva", "error_code", "sptep", "old", "new", "spurious", "fixed"],
+    "fast_page_fault": [
+        *("vcpu_id", "cr2_or_gpa", "error_code", "sptep", "old_spte", "new_spte"),
+        *("spurious", "fixed"),
+    ],
+    "kvm_page_fault": ["vcpu_id", "guest_rip", "fault_address", "error_code"],
+    "kvm_mmu_zap_all_fast": ["mmu_valid_gen", "mmu_used_pages"],
 }
 U64, U32 = st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1)
 KIND_VALUES: dict[str, st.SearchStrategy[int | str | bool]] = {
@@ -52,10 +57,12 @@ KIND_VALUES: dict[str, st.SearchStrategy[int | str | bool]] = {
     "#x": U64,
     "p": U64,
     "pferr": U32,
+    "pferr_old": U32,
     "access": st.integers(0, 7),
     "01": st.booleans(),
     "bool": st.booleans(),
     "s": st.sampled_from(["unsatisfied-read", "read", "write"]),
+    "exit": st.sampled_from(["EPT_VIOLATION", "HLT", "PF excp", "npf", "0x7f"]),
     "rwxu": st.from_regex(r"[r-][w-][x-][u-]?", fullmatch=True),
 }
 PAIRS = [(name, variant) for name, tp in TRACEPOINTS.items() for variant in tp.templates]
@@ -93,7 +100,7 @@ def test_registry_covers_the_contract_field_names() -> None:
         assert set(fields) <= set(TRACEPOINTS[name].fields), name
     for name in ("kvm_mmu_get_page", "kvm_mmu_sync_page", "kvm_mmu_unsync_page"):
         assert list(TRACEPOINTS[name].fields)[: len(SP_FIELDS)] == SP_FIELDS
-    assert TRACEPOINTS["kvm_mmu_zap_all_fast"].fields == ("mmu_valid_gen", "used_pages")
+    assert TRACEPOINTS["kvm_mmu_zap_all_fast"].fields == ("mmu_valid_gen", "mmu_used_pages")
     for name in ("kvm_page_fault", "kvm_mmio", "check_mmio_spte", "handle_mmio_page_fault"):
         assert name in TRACEPOINTS
     assert all(set(tp.templates) <= set(VARIANTS) for tp in TRACEPOINTS.values())
@@ -138,7 +145,7 @@ REALISTIC = [
     ),
     (
         "fast_page_fault",
-        "vcpu 0 gva 1000 error_code  sptep 0000000000000000 old 0x0 new 0 spurious 1 fixed 0",
+        "vcpu 0 gva 1000 error_code  sptep (null) old 0x0 new 0 spurious 1 fixed 0",
     ),
     ("handle_mmio_page_fault", "addr:0 gfn fee01 access 6"),
     ("check_mmio_spte", "spte 80000000fee01b07 kvm_gen 3a spte-gen 39 valid 0"),
@@ -194,7 +201,7 @@ def test_the_pre_2019_generation_is_hex() -> None:
     zap = TRACEPOINTS["kvm_mmu_zap_all_fast"]
     assert zap.parse("kvm-mmu-valid-gen 2a used_pages 10") == {
         "mmu_valid_gen": 0x2A,
-        "used_pages": 0x10,
+        "mmu_used_pages": 0x10,
     }
 
 
@@ -228,12 +235,12 @@ def test_numbers_pointers_and_pferr_flags() -> None:
         " new 6000001a2b3cb77 spurious 0 fixed 1"
     )
     assert fields["error_code"] == 0x2B and fields["sptep"] == 0xFD98C937
-    assert (fields["old"], fields["spurious"], fields["fixed"]) == (0, False, True)
+    assert (fields["old_spte"], fields["spurious"], fields["fixed"]) == (0, False, True)
     # libtraceevent (trace-cmd) prints %#llx of 0 as "0" and %p with 0x
     glibc = fast.parse(
         "vcpu 0 gva 1 error_code F sptep 0xffff8f1a81234008 old 0 new 0 spurious 1 fixed 0"
     )
-    assert (glibc["sptep"], glibc["old"], glibc["error_code"]) == (0xFFFF8F1A81234008, 0, 0x10)
+    assert (glibc["sptep"], glibc["old_spte"], glibc["error_code"]) == (0xFFFF8F1A81234008, 0, 16)
     assert format_pferr(0) == "" and format_pferr(0x1F) == "P|W|U|RSVD|F"
     assert format_pferr(0x100000003) == "P|W|0x100000000"
     assert parse_pferr("P|U|0x40") == 0x45
@@ -347,8 +354,8 @@ def test_fixture_both_shapes_headers_and_stack_traces() -> None:
     assert (first.comm, first.pid, first.cpu) == ("CPU 0/KVM", 4242, 3)
     assert first.fields == {
         "vcpu_id": 0,
-        "rip": 0xFFFFFFFF81A2B3C4,
-        "address": 0xFEE000B0,
+        "guest_rip": 0xFFFFFFFF81A2B3C4,
+        "fault_address": 0xFEE000B0,
         "error_code": 6,
     }
     assert by_ts[5123.6001].fields == {  # kvm_exit in its older printk
@@ -360,7 +367,7 @@ def test_fixture_both_shapes_headers_and_stack_traces() -> None:
     assert by_ts[5123.7001].fields == {"text": "sp gen 1 gfn"}  # known name, truncated text
     assert by_ts[5123.7].fields == {"gfn": 0x100, "pfn": 0x2300, "level": 2}  # tgid column
     assert by_ts[1503.123456].fields["gen"] == 0x1A  # old kernel: 4 flags, pid %-5d, hex gen
-    assert by_ts[1503.12346].fields == {"address": 0x7F000123, "error_code": 2}
+    assert by_ts[1503.12346].fields == {"fault_address": 0x7F000123, "error_code": 2}
     plugin = by_ts[1503.22347]  # trace-cmd, libtraceevent's role text
     assert (plugin.name, plugin.fields["access"], plugin.fields["smep"]) == (
         "kvm_mmu_prepare_zap_page",
@@ -439,7 +446,7 @@ def test_engine_events_survive_a_trip_through_trace_text() -> None:
             )
             assert back.ts == pytest.approx(event.ts, abs=1e-6)
             if event.name == "kvm_page_fault":
-                assert back.fields == {**event.fields, "rip": 0}
+                assert back.fields == {**event.fields, "guest_rip": 0}
             elif event.name == "kvm_mmio":
                 assert back.fields == event.fields
             else:  # no tracepoint in KVM: key=value text, read back as text

@@ -1,9 +1,9 @@
 """`mmuscope replay TRACE`: the replay screen on a file, or with `--jsonl | --summary`
 (CONTRACT.md) text streamed line by line.
 
-`--jsonl` prints one JSON object per event as soon as it is known; `--summary` prints one
-object at the end.  A file that cannot be read is a one-line error (exit 2); lines that
-are not events are skipped, never an error.
+`--jsonl` prints one JSON object per event as soon as it is known (`event_json`);
+`--summary` prints one object at the end.  A file that cannot be read is a one-line error
+(exit 2); lines that are not events are skipped, never an error.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
+from engine.events import Event
 from engine.trace.reader import TraceCounts, iter_events, summarize
+from engine.trace.tracepoints import json_fields
 
 from .cliparts import CliError, check_replay_app_options
 
@@ -44,12 +46,20 @@ def open_trace(path: Path) -> Iterator[TextIO]:
         yield handle
 
 
+def event_json(event: Event) -> dict[str, object]:
+    """One ``--jsonl`` object: the kernel's field names, then the earlier names of renamed
+    fields (``fast_page_fault``'s ``vcpu, gva, old, new``, ...), kept for one release."""
+    obj = event.to_json()
+    obj["fields"] = json_fields(event.name, event.fields)
+    return obj
+
+
 def write_jsonl(lines: TextIO, out: TextIO) -> TraceCounts:
     counts = TraceCounts()
     batch: list[str] = []
     dumps = json.dumps
     for event in iter_events(lines, counts):
-        batch.append(dumps(event.to_json()))
+        batch.append(dumps(event_json(event)))
         if len(batch) >= WRITE_BATCH:
             out.write("\n".join(batch) + "\n")
             batch.clear()

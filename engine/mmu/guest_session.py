@@ -87,7 +87,7 @@ class GuestSession(Generic[StepT]):
     def _vm_exit(self, vcpu: int, address: int, error_code: int) -> None:
         """A VM exit for a page fault: counted, and traced as `kvm_page_fault`."""
         self.exits += 1
-        self._emit("kvm_page_fault", vcpu_id=vcpu, address=address, error_code=error_code)
+        self._emit("kvm_page_fault", vcpu_id=vcpu, fault_address=address, error_code=error_code)
 
     def _result(self, ret: RetPf) -> RetPf:
         self.results[ret.name] = self.results.get(ret.name, 0) + 1

@@ -253,7 +253,7 @@ class MmuPages:
             self._zap_obsolete()
         used = self.n_used_mmu_pages
         # trace_kvm_mmu_zap_all_fast() comes before the toggle: it prints the old generation
-        self._emit("kvm_mmu_zap_all_fast", mmu_valid_gen=self.mmu_valid_gen, used_pages=used)
+        self._emit("kvm_mmu_zap_all_fast", mmu_valid_gen=self.mmu_valid_gen, mmu_used_pages=used)
         self.mmu_valid_gen = (
             self.mmu_valid_gen + 1 if self.gen_era == "2013" else (0 if self.mmu_valid_gen else 1)
         )

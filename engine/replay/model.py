@@ -283,7 +283,7 @@ class ReplayModel:
             return False
         self.max_gen_seen = max(self.max_gen_seen, old)
         new = old ^ 1 if old <= 1 and self.max_gen_seen <= 1 else old + 1
-        flip = GenFlip(event.ts, old, new, _int(event.fields, "used_pages"))
+        flip = GenFlip(event.ts, old, new, _int(event.fields, "mmu_used_pages"))
         self.flips = (*self.flips[-(MAX_FLIPS - 1) :], flip)
         self.flips_total += 1
         self.mmu_valid_gen = new
@@ -365,7 +365,7 @@ class ReplayModel:
         return True
 
     def _vcpu_event(self, event: Event) -> bool:
-        vcpu = _int(event.fields, "vcpu_id" if event.name != "fast_page_fault" else "vcpu")
+        vcpu = _int(event.fields, "vcpu_id")
         if vcpu is None:
             return False
         counts = self.vcpus.get(vcpu)

@@ -1,20 +1,27 @@
-"""Kernel trace text <-> `Event`s: tracepoint printk formats (`tracepoints`) and the
-ftrace / ``trace-cmd report`` line shapes (`lines`).  Formatting an event as a trace line
-is the inverse of parsing one (DESIGN.md, "everything is an event")."""
+"""Kernel trace text <-> `Event`s: the printk template language (`printk`), tracepoint
+printk formats by era (`tracepoints`), the ftrace / ``trace-cmd report`` line shapes
+(`lines`), and the kernel's own ``events/*/format`` files read back (`kernel_format`).
+Formatting an event as a trace line is the inverse of parsing one (DESIGN.md, "everything
+is an event")."""
 
 from __future__ import annotations
 
 from .lines import STYLES, format_line, parse_line, parse_trace, printk_text, trace_summary
+from .printk import PFERR_FLAGS, PFERR_FLAGS_OLD
 from .tracepoints import (
     ACCESS_STR,
     CURRENT,
     LIBTRACEEVENT,
+    NO_GEN_2019,
+    PRE_3_11,
+    PRE_6_18,
     PRE_2019,
     TRACEPOINTS,
     VARIANTS,
     Tracepoint,
     TracepointError,
     format_pferr,
+    json_fields,
     parse_pferr,
 )
 
@@ -22,6 +29,11 @@ __all__ = [
     "ACCESS_STR",
     "CURRENT",
     "LIBTRACEEVENT",
+    "NO_GEN_2019",
+    "PFERR_FLAGS",
+    "PFERR_FLAGS_OLD",
+    "PRE_3_11",
+    "PRE_6_18",
     "PRE_2019",
     "STYLES",
     "TRACEPOINTS",
@@ -30,6 +42,7 @@ __all__ = [
     "TracepointError",
     "format_line",
     "format_pferr",
+    "json_fields",
     "parse_line",
     "parse_pferr",
     "parse_trace",

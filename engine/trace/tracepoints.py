@@ -1,247 +1,93 @@
 """KVM tracepoints as data: each formats its fields as the kernel's TP_printk text and
-parses that text back into the same fields (kvm-reference §6.3).
+parses that text back into the same fields (kvm-reference §6.3; the template language is
+`printk`'s).
 
-`TRACEPOINTS` maps a name to a `Tracepoint`, which holds one `Template` per *variant* of
-its text.  Template language: literal text, ``{name:kind}`` for a value (`_KINDS`),
-``{name?TRUE|FALSE}`` for a bool printed as one of two strings (either may be empty),
-``{nul}`` for the sp format's trailing ``%c`` of 0 (prints nothing; parsed if present).
+`TRACEPOINTS` maps a name to a `Tracepoint`, which holds one template per *variant* of its
+text, each variant an era of the kernel or a tool (`VARIANTS`):
 
-Variants (`VARIANTS`): ``current`` — the kernel today (mmutrace.h / trace.h, ≈6.x);
-``pre-2019`` — before the Sept 2019 "single invalid mmu generation" patch (``sp gen %lx``,
-``kvm-mmu-valid-gen %lx``; for ``kvm_page_fault`` the old ``address %lx error_code %x``);
-``vcpu-rip-u32`` — ``kvm_page_fault`` as ``address 0x%lx error_code %x`` (seen in a patch;
-release UNVERIFIED); ``libtraceevent`` — what ``trace-cmd report`` prints for the four
-shadow-page events: libtraceevent's plugin_kvm.c replaces the printk with its own
-(``new sp gfn 14b600 1 q0 direct wux !pae nxe wp root 0 sync``; no gen, no ``ad``; only
-get_page shows ``created`` and the gfn), its fields named as it prints them: ``pae`` (role
-bit 4: cr4_pae in old kernels, has_4_byte_gpte now), ``wp``, ``smep``, ``smap``, ``smm``;
-``libtraceevent-word`` — that plugin on an other-endian trace (``WORD: %08x``, ``role``).
+* ``current`` — the kernel today: every ``current`` text below is VERIFIED against the
+  ``print fmt`` of the running 6.18 kernel's ``events/*/format`` (tests/test_kernel_formats.py
+  re-checks it on every machine with tracefs).
+* ``pre-6.18`` — older texts of the same tracepoints: the pferr flags without
+  ``PK|SS|SGX`` (``P|W|U|RSVD|F``; added Sept 2025, see `printk`), ``kvm_exit`` without
+  ``requests 0x%016llx`` and ``kvm_entry`` as ``vcpu %u, rip 0x%lx`` (the 5.x/6.x texts;
+  the release that added ``requests`` and ``intr_info``/``error_code`` is UNVERIFIED).
+* ``pre-2019`` — the generation as a counter, ``sp gen %lx`` and ``kvm-mmu-valid-gen %lx``
+  (``unsigned long``; Xiao Guangrong 2013, v3.11, seed 003 — until Sean Christopherson's
+  Sept 2019 "Explicitly track only a single invalid mmu generation" made it a ``u8``
+  printed with %u); the role text after ``gfn`` is today's (older role texts UNVERIFIED).
+  For ``kvm_page_fault`` the old ``address %lx error_code %x``, for ``kvm_exit``
+  ``reason %s rip 0x%lx info %llx %llx``, for ``kvm_entry`` ``vcpu %u``.
+* ``2019-no-gen`` — kernels 5.1 to 5.3 (Feb to Sept 2019): fast invalidate and with it
+  the generation were reverted (b59c4830ca18, "Revert 'KVM: MMU: show mmu_valid_gen in
+  shadow page related tracepoints'"): ``sp gfn %llx l%u %u-byte q%u%s %s%s %snxe %sad root
+  %u %s%c``, no ``gen``.  VERIFIED from the Sept 2019 patch that restored it.
+* ``pre-3.11`` — before 2013 (before seed 003's series added the generation): ``sp gfn %llx
+  %u%s q%u%s %s%s %snxe root %u %s%c``, the level bare, `` pae`` for ``role.cr4_pae``, no
+  ``gen``, no ``ad``.  VERIFIED from a 3.x mmutrace.h.
+* ``vcpu-rip-u32`` — ``kvm_page_fault`` as ``address 0x%lx error_code %x`` (seen in a
+  patch; release UNVERIFIED).
+* ``libtraceevent`` — what ``trace-cmd report`` prints for the four shadow-page events:
+  libtraceevent's plugin_kvm.c replaces the printk with its own (``new sp gfn 14b600 1 q0
+  direct wux !pae nxe wp root 0 sync``; no gen, no ``ad``; only get_page shows ``created``
+  and the gfn), its fields named as it prints them: ``pae`` (role bit 4: cr4_pae in old
+  kernels, has_4_byte_gpte now), ``wp``, ``smep``, ``smap``, ``smm``;
+  ``libtraceevent-word`` — that plugin on an other-endian trace (``WORD: %08x``, ``role``).
+
 `Tracepoint.format` falls back to ``current`` for a variant a tracepoint lacks.
 `Tracepoint.parse` tries every variant, ``current`` first, unless told one: ``sp gen 10``
 is decimal 10 unless ``variant="pre-2019"``; a gen with hex letters only matches pre-2019.
 
-Field names are the printk's labels (CONTRACT.md ``mmuscope replay``), except: sp
-``access`` is ``role.access`` (0..7, printed via `ACCESS_STR`), ``nxe`` is ``role.efer_nx``
-(``nxe``/``!nxe``), ``ad`` is *not* ``role.ad_disabled`` (``ad``/``!ad``), ``created`` is
-``new``/``existing``; ``spte-gen`` is ``spte_gen``, ``as id`` is ``as_id``;
-kvm_mmu_set_spte's unlabelled ``(rwxu)`` letters are the str field ``access_str`` (derived
-from the spte when formatting without it, non-EPT layout assumed: P=bit 0, W=1, U=2,
-NX=63); ``kvm_page_fault`` uses the engine's names ``vcpu_id, rip, address, error_code``
-(``rip`` defaults to 0); ``kvm_mmio``'s first value is ``type`` (struct field; label
-``mmio``); ``spurious``, ``fixed``, ``valid`` are comparisons printed with %d: bools here.
-kvm_mmu_zap_all_fast's ``mmu_valid_gen``/``used_pages`` are this module's choice (labels
-of its printk): the CONTRACT does not fix them.
-
-Numbers: ``%x``/``%llx`` are hex in the text, ints in the fields; ``%#llx`` of 0 prints
-``0x0`` as the kernel's vsnprintf does (glibc's ``0`` is accepted); ``%p`` prints the 16
-hex digits of a hashed pointer (``0x…``, ``(nil)`` accepted); pferr flags
-(``__print_flags(…, "|", …)``) print ``P|W|U|RSVD|F`` plus leftover bits as ``0x…``.
-Values are printed as given (no truncation to the C field's width).
+Field names are the kernel's TP_STRUCT__entry names where the printk prints a field as it
+is (CONTRACT.md ``mmuscope replay``): ``vcpu_id, cr2_or_gpa, old_spte, new_spte`` in
+``fast_page_fault``, ``guest_rip, fault_address`` in ``kvm_page_fault``,
+``mmu_used_pages`` in ``kvm_mmu_zap_all_fast``.  The names of earlier releases
+(`Tracepoint.aliases`: ``vcpu, gva, old, new``; ``rip, address``; ``used_pages``) are
+accepted when formatting and added to ``replay --jsonl`` (`json_fields`) for one release.
+Where the printk prints something computed, the name is the printk's label: sp ``gen`` is
+``mmu_valid_gen``, ``access`` is ``role.access`` (0..7, printed via `ACCESS_STR`), ``nxe``
+is ``role.efer_nx`` (``nxe``/``!nxe``), ``ad`` is *not* ``role.ad_disabled``
+(``ad``/``!ad``), ``created`` is ``new``/``existing``; ``spte-gen`` is ``spte_gen``,
+``as id`` is ``as_id``; kvm_mmu_set_spte's ``(rwxu)`` letters are the str field
+``access_str`` (derived from the spte when formatting without it, non-EPT layout assumed:
+P=bit 0, W=1, U=2, NX=63); ``kvm_mmio``'s first value is ``type`` (label ``mmio``);
+``spurious``, ``fixed``, ``valid`` are comparisons printed with %d: bools here;
+``kvm_exit``'s ``failed_vmentry`` is bit 31 of its exit reason (`` FAILED_VMENTRY``).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ..events import FieldValue
+from .printk import ACCESS_STR, Slot, Template, format_pferr, parse_pferr
 
 CURRENT = "current"
+PRE_6_18 = "pre-6.18"
 PRE_2019 = "pre-2019"
+NO_GEN_2019 = "2019-no-gen"
+PRE_3_11 = "pre-3.11"
 VCPU_RIP_U32 = "vcpu-rip-u32"
 LIBTRACEEVENT = "libtraceevent"
 LIBTRACEEVENT_WORD = "libtraceevent-word"
-VARIANTS = (CURRENT, PRE_2019, VCPU_RIP_U32, LIBTRACEEVENT, LIBTRACEEVENT_WORD)
+VARIANTS = (
+    CURRENT,
+    PRE_6_18,
+    PRE_2019,
+    NO_GEN_2019,
+    PRE_3_11,
+    VCPU_RIP_U32,
+    LIBTRACEEVENT,
+    LIBTRACEEVENT_WORD,
+)
 
-ACCESS_STR = ("---", "--x", "w--", "w-x", "-u-", "-ux", "wu-", "wux")
-PFERR_FLAGS = ((0x1, "P"), (0x2, "W"), (0x4, "U"), (0x8, "RSVD"), (0x10, "F"))
+__all__ = ["ACCESS_STR", "TRACEPOINTS", "VARIANTS", "Tracepoint", "TracepointError"]
+__all__ += ["format_pferr", "json_fields", "parse_pferr"]
 
 
 class TracepointError(ValueError):
     """Fields that cannot be formatted, or text that is not the tracepoint's; one line."""
-
-
-# --- value kinds ------------------------------------------------------------------------
-
-
-def format_pferr(value: int) -> str:
-    """``__print_flags(pferr, "|", kvm_mmu_trace_pferr_flags)``: ``P|W|RSVD|0x20``."""
-    names = []
-    for mask, name in PFERR_FLAGS:
-        if value & mask == mask:
-            names.append(name)
-            value &= ~mask
-    if value:
-        names.append(f"{value:#x}")
-    return "|".join(names)
-
-
-def parse_pferr(text: str) -> int:
-    """The inverse of `format_pferr` (``""`` is 0)."""
-    names = dict((name, mask) for mask, name in PFERR_FLAGS)
-    value = 0
-    for token in filter(None, text.split("|")):
-        value |= names[token] if token in names else int(token, 16)
-    return value
-
-
-def _uint(value: FieldValue) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError("needs an int >= 0")
-    return value
-
-
-def _sint(value: FieldValue) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ValueError("needs an int")
-    return value
-
-
-def _flag(value: FieldValue) -> bool:
-    if value not in (0, 1):  # True/False and 0/1
-        raise ValueError("needs a bool")
-    return bool(value)
-
-
-def _text(value: FieldValue) -> str:
-    if not isinstance(value, str):
-        raise ValueError("needs a str")
-    return value
-
-
-def _access(value: FieldValue) -> str:
-    if _uint(value) >= len(ACCESS_STR):
-        raise ValueError("needs role.access 0..7")
-    return ACCESS_STR[_uint(value)]
-
-
-def _pointer(text: str) -> int:
-    return 0 if text.startswith("(") else int(text, 16)
-
-
-_HEX = r"[0-9a-fA-F]+"
-_PFERR = r"(?:RSVD|[PWUF]|0x[0-9a-fA-F]+)"
-Kind = tuple[str, Callable[[FieldValue], str], Callable[[str], FieldValue]]
-_KINDS: dict[str, Kind] = {
-    "u": (r"\d+", lambda v: str(_uint(v)), int),  # %u
-    "d": (r"-?\d+", lambda v: str(_sint(v)), int),  # %d
-    "x": (_HEX, lambda v: f"{_uint(v):x}", lambda s: int(s, 16)),  # %x %llx
-    "016x": (_HEX, lambda v: f"{_uint(v):016x}", lambda s: int(s, 16)),  # %016llx
-    "08x": (_HEX, lambda v: f"{_uint(v):08x}", lambda s: int(s, 16)),  # %08x
-    "#x": (r"(?:0[xX])?" + _HEX, lambda v: f"{_uint(v):#x}", lambda s: int(s, 16)),  # %#llx
-    "p": (r"(?:0x)?[0-9a-fA-F]+|\(nil\)|\(null\)", lambda v: f"{_uint(v):016x}", _pointer),
-    "01": (r"[01]", lambda v: str(int(_flag(v))), lambda s: s == "1"),  # %d of a comparison
-    "s": (r"\S+", _text, str),  # %s of a symbol (kvm_mmio's type)
-    "rwxu": (r"[r-][w-][x-][u-]?", _text, str),  # kvm_mmu_set_spte's (%s%s%s%s)
-    "pferr": (rf"(?:{_PFERR}(?:\|{_PFERR})*)?", lambda v: format_pferr(_uint(v)), parse_pferr),
-    "access": ("|".join(re.escape(a) for a in ACCESS_STR), _access, ACCESS_STR.index),
-}
-
-
-# --- templates --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Slot:
-    """One value in a template: ``kind`` is a value kind, ``"bool"`` or ``"nul"``."""
-
-    name: str
-    kind: str
-    true: str = ""
-    false: str = ""
-
-
-_SLOT_RE = re.compile(
-    r"\{(?P<name>\w+)(?::(?P<kind>[^}]+)|\?(?P<true>[^|}]*)\|(?P<false>[^}]*))?\}"
-)
-
-
-class Template:
-    """A TP_printk text with its values marked; formats and parses it."""
-
-    __slots__ = ("_parts", "_regex", "slots", "text")
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        parts: list[str | Slot] = []
-        pos = 0
-        for m in _SLOT_RE.finditer(text):
-            parts.append(text[pos : m.start()])
-            parts.append(self._slot(m))
-            pos = m.end()
-        parts.append(text[pos:])
-        self._parts = tuple(parts)
-        self._regex: re.Pattern[str] | None = None  # compiled on the first parse
-        self.slots = tuple(p for p in parts if isinstance(p, Slot) and p.kind != "nul")
-
-    def _compiled(self) -> re.Pattern[str]:
-        """The template as a regex, group g<i> for the slot at part i (formatting needs
-        none: the app formats at start-up, and only parsing pays for compiling)."""
-        if self._regex is None:
-            self._regex = re.compile(
-                "".join(
-                    self._slot_regex(part, index) if isinstance(part, Slot) else re.escape(part)
-                    for index, part in enumerate(self._parts)
-                )
-            )
-        return self._regex
-
-    @staticmethod
-    def _slot(m: re.Match[str]) -> Slot:
-        name = m["name"]
-        if m["true"] is not None:
-            return Slot(name, "bool", m["true"], m["false"])
-        kind = m["kind"] or ("nul" if name == "nul" else "")
-        if kind not in _KINDS and kind != "nul":
-            raise ValueError(f"template slot {m[0]!r}: unknown kind")
-        return Slot(name, kind)
-
-    @staticmethod
-    def _slot_regex(slot: Slot, index: int) -> str:
-        if slot.kind == "nul":
-            return "\x00?"
-        if slot.kind == "bool":
-            choices = sorted((slot.true, slot.false), key=len, reverse=True)
-            body = "|".join(re.escape(c) for c in choices)
-        else:
-            body = _KINDS[slot.kind][0]
-        return f"(?P<g{index}>{body})"
-
-    def format(self, fields: Mapping[str, FieldValue]) -> str:
-        out = []
-        for part in self._parts:
-            if isinstance(part, str):
-                out.append(part)
-                continue
-            value = fields.get(part.name) if part.kind != "nul" else None
-            try:
-                if part.kind == "bool":
-                    out.append(part.true if _flag(fields[part.name]) else part.false)
-                elif part.kind != "nul":
-                    out.append(_KINDS[part.kind][1](fields[part.name]))
-            except ValueError as err:
-                raise ValueError(f"field {part.name}={value!r} {err}") from None
-        return "".join(out)
-
-    def match(self, text: str) -> dict[str, FieldValue] | None:
-        m = self._compiled().fullmatch(text)
-        if m is None:
-            return None
-        values: dict[str, FieldValue] = {}
-        for group, raw in m.groupdict().items():
-            slot = self._parts[int(group[1:])]
-            assert isinstance(slot, Slot)
-            if slot.kind == "bool":
-                value: FieldValue = raw == slot.true
-            else:
-                value = _KINDS[slot.kind][2](raw)
-            if values.setdefault(slot.name, value) != value:  # pferr printed twice
-                return None
-        return values
-
-
-# --- tracepoints ------------------------------------------------------------------------
 
 
 Deriver = Callable[[dict[str, FieldValue]], None]
@@ -256,6 +102,7 @@ class Tracepoint:
     templates: Mapping[str, Template]  # variant -> template, CURRENT first
     defaults: Mapping[str, FieldValue] = field(default_factory=dict)
     derive: Deriver | None = None  # fills derivable fields missing when formatting
+    aliases: Mapping[str, str] = field(default_factory=dict)  # earlier name -> kernel's
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -271,9 +118,10 @@ class Tracepoint:
         return self.templates.get(variant, self.templates[CURRENT])
 
     def format(self, fields: Mapping[str, FieldValue], variant: str = CURRENT) -> str:
-        """The printk text of these fields, exactly as the kernel (or the tool) prints it."""
+        """The printk text of these fields, exactly as the kernel (or the tool) prints it.
+        Fields may use the earlier names (`aliases`)."""
         template = self._template(variant)
-        values = {**self.defaults, **fields}
+        values = {**self.defaults, **{self.aliases.get(k, k): v for k, v in fields.items()}}
         if self.derive is not None:
             self.derive(values)
         missing = [s.name for s in template.slots if s.name not in values]
@@ -308,6 +156,18 @@ class Tracepoint:
         return found[1]
 
 
+def json_fields(name: str, fields: Mapping[str, FieldValue]) -> dict[str, FieldValue]:
+    """``replay --jsonl``'s fields: the kernel's names, then each earlier name of a field
+    present (CONTRACT.md: the aliases stay for one release)."""
+    out = dict(fields)
+    tracepoint = TRACEPOINTS.get(name)
+    if tracepoint is not None:
+        for old, new in tracepoint.aliases.items():
+            if new in fields and old not in fields:
+                out[old] = fields[new]
+    return out
+
+
 def _set_spte_letters(values: dict[str, FieldValue]) -> None:
     """``(rwxu)`` from the spte when not given: the non-EPT layout (an assumption)."""
     spte = values.get("spte")
@@ -317,10 +177,15 @@ def _set_spte_letters(values: dict[str, FieldValue]) -> None:
     values["access_str"] = r + w + ("-" if spte >> 63 & 1 else "x") + u
 
 
-_SP = (
-    "sp gen {gen:GEN} gfn {gfn:x} l{level:u} {gpte_bytes:u}-byte q{quadrant:u}"
-    "{direct? direct|} {access:access}{invalid? invalid|} {nxe?|!}nxe {ad?|!}ad"
-    " root {root_count:u} {unsync?unsync|sync}{nul}"
+_ROLE = (
+    "l{level:u} {gpte_bytes:u}-byte q{quadrant:u}{direct? direct|} {access:access}"
+    "{invalid? invalid|} {nxe?|!}nxe {ad?|!}ad root {root_count:u} {unsync?unsync|sync}{nul}"
+)
+_SP = f"sp gen {{gen:GEN}} gfn {{gfn:x}} {_ROLE}"
+_SP_NO_GEN = f"sp gfn {{gfn:x}} {_ROLE}"
+_SP_3_10 = (
+    "sp gfn {gfn:x} {level:u}{pae? pae|} q{quadrant:u}{direct? direct|} {access:access}"
+    "{invalid? invalid|} {nxe?|!}nxe root {root_count:u} {unsync?unsync|sync}{nul}"
 )
 _ROLE_PLUGIN = (
     "{level:u} q{quadrant:u}{direct? direct|} {access:access}{invalid? invalid|}"
@@ -329,106 +194,155 @@ _ROLE_PLUGIN = (
 )
 _ROLE_WORD = "WORD: {role:08x} root {root_count:u} {unsync?unsync|sync}{nul}"
 _NEW = "{created?new|existing}"
+_FAST_PF = (
+    "vcpu {vcpu_id:d} gva {cr2_or_gpa:x} error_code {error_code:PFERR} sptep {sptep:p}"
+    " old {old_spte:#x} new {new_spte:x} spurious {spurious:01} fixed {fixed:01}"
+)
+_EXIT = (
+    "vcpu {vcpu_id:u} reason {exit_reason:exit}{failed_vmentry? |}"
+    "{failed_vmentry?FAILED_VMENTRY|} rip 0x{guest_rip:x} info1 0x{info1:016x}"
+    " info2 0x{info2:016x} intr_info 0x{intr_info:08x} error_code 0x{error_code:08x}"
+)
 
-# name -> {variant: template}; the comment is the kernel's TP_printk (kvm-reference §6.3).
+
+_ERA_KEYS = {
+    "pre_6_18": PRE_6_18,
+    "pre_2019": PRE_2019,
+    "no_gen_2019": NO_GEN_2019,
+    "pre_3_11": PRE_3_11,
+    "vcpu_rip_u32": VCPU_RIP_U32,
+    "libtraceevent": LIBTRACEEVENT,
+    "libtraceevent_word": LIBTRACEEVENT_WORD,
+}
+
+
+def _eras(current: str, **older: str) -> dict[str, str]:
+    """{variant: text}, current first, then the older texts in `VARIANTS` order."""
+    texts = {_ERA_KEYS[key]: text for key, text in older.items()}
+    return {CURRENT: current, **{v: texts[v] for v in VARIANTS if v in texts}}
+
+
+# name -> {variant: template}; the comment is the kernel's TP_printk (6.18's print fmt).
 _KVMMMU: dict[str, dict[str, str]] = {
     # "%s %s": KVM_MMU_PAGE_PRINTK() + new/existing
-    "kvm_mmu_get_page": {
-        CURRENT: f"{_SP.replace('GEN', 'u')} {_NEW}",
-        PRE_2019: f"{_SP.replace('GEN', 'x')} {_NEW}",
-        LIBTRACEEVENT: f"{_NEW} sp gfn {{gfn:x}} {_ROLE_PLUGIN}",
-        LIBTRACEEVENT_WORD: f"{_NEW} sp gfn {{gfn:x}} {_ROLE_WORD}",
-    },
+    "kvm_mmu_get_page": _eras(
+        f"{_SP.replace('GEN', 'u')} {_NEW}",
+        pre_2019=f"{_SP.replace('GEN', 'x')} {_NEW}",
+        no_gen_2019=f"{_SP_NO_GEN} {_NEW}",
+        pre_3_11=f"{_SP_3_10} {_NEW}",
+        libtraceevent=f"{_NEW} sp gfn {{gfn:x}} {_ROLE_PLUGIN}",
+        libtraceevent_word=f"{_NEW} sp gfn {{gfn:x}} {_ROLE_WORD}",
+    ),
     # "%s": KVM_MMU_PAGE_PRINTK(),
-    #   "sp gen %u gfn %llx l%u %u-byte q%u%s %s%s %snxe %sad root %u %s%c" (gen %lx before 2019)
+    #   "sp gen %u gfn %llx l%u %u-byte q%u%s %s%s %snxe %sad root %u %s%c"
     **{
-        name: {
-            CURRENT: _SP.replace("GEN", "u"),
-            PRE_2019: _SP.replace("GEN", "x"),
-            LIBTRACEEVENT: _ROLE_PLUGIN,
-            LIBTRACEEVENT_WORD: _ROLE_WORD,
-        }
+        name: _eras(
+            _SP.replace("GEN", "u"),
+            pre_2019=_SP.replace("GEN", "x"),
+            no_gen_2019=_SP_NO_GEN,
+            pre_3_11=_SP_3_10,
+            libtraceevent=_ROLE_PLUGIN,
+            libtraceevent_word=_ROLE_WORD,
+        )
         for name in ("kvm_mmu_prepare_zap_page", "kvm_mmu_sync_page", "kvm_mmu_unsync_page")
     },
     # "as id %d gfn %llx level %d old_spte %llx new_spte %llx"
-    "kvm_tdp_mmu_spte_changed": {
-        CURRENT: "as id {as_id:d} gfn {gfn:x} level {level:d}"
-        " old_spte {old_spte:x} new_spte {new_spte:x}"
-    },
+    "kvm_tdp_mmu_spte_changed": _eras(
+        "as id {as_id:d} gfn {gfn:x} level {level:d} old_spte {old_spte:x} new_spte {new_spte:x}"
+    ),
     # "sptep:%p gfn %llx access %x gen %x"
-    "mark_mmio_spte": {CURRENT: "sptep:{sptep:p} gfn {gfn:x} access {access:x} gen {gen:x}"},
+    "mark_mmio_spte": _eras("sptep:{sptep:p} gfn {gfn:x} access {access:x} gen {gen:x}"),
     # "gfn %llx spte %llx (%s%s%s%s) level %d at %llx"
-    "kvm_mmu_set_spte": {
-        CURRENT: "gfn {gfn:x} spte {spte:x} ({access_str:rwxu}) level {level:d} at {sptep:x}"
-    },
+    "kvm_mmu_set_spte": _eras(
+        "gfn {gfn:x} spte {spte:x} ({access_str:rwxu}) level {level:d} at {sptep:x}"
+    ),
     # "gfn %llx pfn %llx level %d"
-    "kvm_mmu_spte_requested": {CURRENT: "gfn {gfn:x} pfn {pfn:x} level {level:d}"},
+    "kvm_mmu_spte_requested": _eras("gfn {gfn:x} pfn {pfn:x} level {level:d}"),
     # "vcpu %d gva %llx error_code %s sptep %p old %#llx new %llx spurious %d fixed %d"
-    "fast_page_fault": {
-        CURRENT: "vcpu {vcpu:d} gva {gva:x} error_code {error_code:pferr} sptep {sptep:p}"
-        " old {old:#x} new {new:x} spurious {spurious:01} fixed {fixed:01}"
-    },
+    "fast_page_fault": _eras(
+        _FAST_PF.replace("PFERR", "pferr"), pre_6_18=_FAST_PF.replace("PFERR", "pferr_old")
+    ),
     # "addr:%llx gfn %llx access %x"
-    "handle_mmio_page_fault": {CURRENT: "addr:{addr:x} gfn {gfn:x} access {access:x}"},
+    "handle_mmio_page_fault": _eras("addr:{addr:x} gfn {gfn:x} access {access:x}"),
     # "spte %llx kvm_gen %x spte-gen %x valid %d"
-    "check_mmio_spte": {
-        CURRENT: "spte {spte:x} kvm_gen {kvm_gen:x} spte-gen {spte_gen:x} valid {valid:01}"
-    },
-    # "kvm-mmu-valid-gen %u used_pages %x" (%lx before 2019)
-    "kvm_mmu_zap_all_fast": {
-        CURRENT: "kvm-mmu-valid-gen {mmu_valid_gen:u} used_pages {used_pages:x}",
-        PRE_2019: "kvm-mmu-valid-gen {mmu_valid_gen:x} used_pages {used_pages:x}",
-    },
+    "check_mmio_spte": _eras(
+        "spte {spte:x} kvm_gen {kvm_gen:x} spte-gen {spte_gen:x} valid {valid:01}"
+    ),
+    # "kvm-mmu-valid-gen %u used_pages %x" (%lx before Sept 2019)
+    "kvm_mmu_zap_all_fast": _eras(
+        "kvm-mmu-valid-gen {mmu_valid_gen:u} used_pages {mmu_used_pages:x}",
+        pre_2019="kvm-mmu-valid-gen {mmu_valid_gen:x} used_pages {mmu_used_pages:x}",
+    ),
     # "addr %llx pferr %x %s"
-    "kvm_mmu_pagetable_walk": {CURRENT: "addr {addr:x} pferr {pferr:x} {pferr:pferr}"},
+    "kvm_mmu_pagetable_walk": _eras(
+        "addr {addr:x} pferr {pferr:x} {pferr:pferr}",
+        pre_6_18="addr {addr:x} pferr {pferr:x} {pferr:pferr_old}",
+    ),
     # "pte %llx level %u"
-    "kvm_mmu_paging_element": {CURRENT: "pte {pte:x} level {level:u}"},
+    "kvm_mmu_paging_element": _eras("pte {pte:x} level {level:u}"),
     # "pferr %x %s"
-    "kvm_mmu_walker_error": {CURRENT: "pferr {pferr:x} {pferr:pferr}"},
+    "kvm_mmu_walker_error": _eras(
+        "pferr {pferr:x} {pferr:pferr}", pre_6_18="pferr {pferr:x} {pferr:pferr_old}"
+    ),
     # "gpa %llx"
-    "kvm_mmu_set_accessed_bit": {CURRENT: "gpa {gpa:x}"},
-    "kvm_mmu_set_dirty_bit": {CURRENT: "gpa {gpa:x}"},
+    "kvm_mmu_set_accessed_bit": _eras("gpa {gpa:x}"),
+    "kvm_mmu_set_dirty_bit": _eras("gpa {gpa:x}"),
     # "gfn %llx spte %llx level %d errno %d"
-    "kvm_mmu_split_huge_page": {
-        CURRENT: "gfn {gfn:x} spte {spte:x} level {level:d} errno {errno:d}"
-    },
+    "kvm_mmu_split_huge_page": _eras("gfn {gfn:x} spte {spte:x} level {level:d} errno {errno:d}"),
 }
 _KVM: dict[str, dict[str, str]] = {
     # "vcpu %u rip 0x%lx address 0x%016llx error_code 0x%llx" (arch/x86/kvm/trace.h)
-    "kvm_page_fault": {
-        CURRENT: "vcpu {vcpu_id:u} rip 0x{rip:x} address 0x{address:016x}"
+    "kvm_page_fault": _eras(
+        "vcpu {vcpu_id:u} rip 0x{guest_rip:x} address 0x{fault_address:016x}"
         " error_code 0x{error_code:x}",
-        VCPU_RIP_U32: "vcpu {vcpu_id:u} rip 0x{rip:x} address 0x{address:x}"
+        pre_2019="address {fault_address:x} error_code {error_code:x}",
+        vcpu_rip_u32="vcpu {vcpu_id:u} rip 0x{guest_rip:x} address 0x{fault_address:x}"
         " error_code {error_code:x}",
-        PRE_2019: "address {address:x} error_code {error_code:x}",
-    },
+    ),
     # "mmio %s len %u gpa 0x%llx val 0x%llx" (include/trace/events/kvm.h)
-    "kvm_mmio": {CURRENT: "mmio {type:s} len {len:u} gpa 0x{gpa:x} val 0x{val:x}"},
-    # arch/x86/kvm/trace.h, from memory of the 5.x/6.x source (UNVERIFIED against a tree):
+    "kvm_mmio": _eras("mmio {type:s} len {len:u} gpa 0x{gpa:x} val 0x{val:x}"),
     # "vcpu %u reason %s%s%s rip 0x%lx info1 0x%016llx info2 0x%016llx intr_info 0x%08x
-    # error_code 0x%08x"; the two extra %s (" FAILED_VMENTRY" ...) are almost always empty,
-    # and lines that carry them still count, as text.  Before ~5.8: "reason %s rip 0x%lx
-    # info %llx %llx".
-    "kvm_exit": {
-        CURRENT: "vcpu {vcpu_id:u} reason {exit_reason:s} rip 0x{guest_rip:x}"
-        " info1 0x{info1:016x} info2 0x{info2:016x} intr_info 0x{intr_info:08x}"
-        " error_code 0x{error_code:08x}",
-        PRE_2019: "reason {exit_reason:s} rip 0x{guest_rip:x} info {info1:x} {info2:x}",
-    },
-    # "vcpu %u, rip 0x%lx" (6.x may append "[immediate exit]"); older kernels "vcpu %u"
-    "kvm_entry": {
-        CURRENT: "vcpu {vcpu_id:u}, rip 0x{rip:x}",
-        PRE_2019: "vcpu {vcpu_id:u}",
-    },
+    # error_code 0x%08x requests 0x%016llx"; the second and third %s are " " and
+    # "FAILED_VMENTRY" when bit 31 of a VMX exit reason is set
+    "kvm_exit": _eras(
+        f"{_EXIT} requests 0x{{requests:016x}}",
+        pre_6_18=_EXIT,
+        pre_2019="reason {exit_reason:exit} rip 0x{guest_rip:x} info {info1:x} {info2:x}",
+    ),
+    # "vcpu %u, rip 0x%lx intr_info 0x%08x error_code 0x%08x%s", the %s "[immediate exit]"
+    "kvm_entry": _eras(
+        "vcpu {vcpu_id:u}, rip 0x{rip:x} intr_info 0x{intr_info:08x}"
+        " error_code 0x{error_code:08x}{immediate_exit?[immediate exit]|}",
+        pre_6_18="vcpu {vcpu_id:u}, rip 0x{rip:x}",
+        pre_2019="vcpu {vcpu_id:u}",
+    ),
     # "vcpu %u need_flush_tlb %s" with "true"/"false" (record_steal_time)
-    "kvm_pv_tlb_flush": {CURRENT: "vcpu {vcpu_id:u} need_flush_tlb {need_flush_tlb?true|false}"},
+    "kvm_pv_tlb_flush": _eras("vcpu {vcpu_id:u} need_flush_tlb {need_flush_tlb?true|false}"),
 }
 _DEFAULTS: dict[str, dict[str, FieldValue]] = {
-    "kvm_page_fault": {"rip": 0},
-    "kvm_entry": {"rip": 0},
-    "kvm_exit": {"guest_rip": 0, "info1": 0, "info2": 0, "intr_info": 0, "error_code": 0},
+    "kvm_page_fault": {"guest_rip": 0},
+    "kvm_entry": {"rip": 0, "intr_info": 0, "error_code": 0, "immediate_exit": False},
+    "kvm_exit": {
+        "guest_rip": 0,
+        "failed_vmentry": False,
+        "info1": 0,
+        "info2": 0,
+        "intr_info": 0,
+        "error_code": 0,
+        "requests": 0,
+    },
 }
 _DERIVE: dict[str, Deriver] = {"kvm_mmu_set_spte": _set_spte_letters}
+_ALIASES: dict[str, dict[str, str]] = {
+    "fast_page_fault": {
+        "vcpu": "vcpu_id",
+        "gva": "cr2_or_gpa",
+        "old": "old_spte",
+        "new": "new_spte",
+    },
+    "kvm_page_fault": {"rip": "guest_rip", "address": "fault_address"},
+    "kvm_mmu_zap_all_fast": {"used_pages": "mmu_used_pages"},
+}
 
 TRACEPOINTS: dict[str, Tracepoint] = {
     name: Tracepoint(
@@ -437,6 +351,7 @@ TRACEPOINTS: dict[str, Tracepoint] = {
         {variant: Template(text) for variant, text in variants.items()},
         _DEFAULTS.get(name, {}),
         _DERIVE.get(name),
+        _ALIASES.get(name, {}),
     )
     for system, table in (("kvmmmu", _KVMMMU), ("kvm", _KVM))
     for name, variants in table.items()

@@ -1,0 +1,319 @@
+"""A tracepoint as the running kernel describes it: a tracefs ``events/SYSTEM/NAME/format``
+file read back (kernel/trace/trace_events.c, ``f_show``): the ``TP_STRUCT__entry`` fields
+(``field:TYPE NAME; offset:…; size:…; signed:…;``) and the ``print fmt:`` line — the
+TP_printk format string and its arguments as the preprocessor left them
+(``REC->field``, ``__print_flags(…)``, ``__print_symbolic(…)``, ``cond ? "a" : "b"``, and
+the statement expression of ``KVM_MMU_PAGE_PRINTK()`` with its own ``trace_seq_printf``).
+
+`KernelFormat.regex` turns the print fmt into a regex that matches the lines the kernel's
+``vsnprintf`` would print for some values of the fields (lib/vsprintf.c: ``%x`` without
+leading zeros, ``%08x`` padded to 8, ``%#llx`` of 0 as ``0x0``, a hashed ``%p`` as 16 hex
+digits or ``(null)``; ``__print_flags`` names joined by its delimiter then leftover bits as
+``0x…``, ``__print_symbolic`` a name or ``0x…``; kernel/trace/trace_output.c).  An
+argument that is one plain field, ``REC->name``, is a named group: `KernelFormat.values`
+reads those fields back from a line, so a printer's field names and values can be checked
+against the kernel's own.  Used by tests/test_kernel_formats.py against the running kernel.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+_FIELD_RE = re.compile(r"\s*field:(?P<decl>[^;]*);\s*offset:\d+;\s*size:(?P<size>\d+);")
+_CONV_RE = re.compile(
+    r"%(?P<flags>[-#0 +]*)(?P<width>\d*)(?:\.\d+)?(?:hh|h|ll|l|z|L)?(?P<conv>[diuxXpsc%])"
+)
+_PLAIN_RE = re.compile(r"\(*REC->(?P<name>\w+)\)*")
+_HEX_NUM = "0x[0-9a-f]+"
+
+
+@dataclass(frozen=True, slots=True)
+class KernelField:
+    """One ``TP_STRUCT__entry`` field (the ``common_*`` header fields left out)."""
+
+    name: str
+    type: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class KernelFormat:
+    """One tracepoint's ``format`` file: its fields and its print fmt."""
+
+    system: str
+    name: str
+    fields: tuple[KernelField, ...]
+    fmt: str  # the TP_printk format string, C escapes decoded
+    args: tuple[str, ...]  # its argument expressions, as written
+
+    @property
+    def field_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.fields)
+
+    def plain_args(self) -> tuple[str, ...]:
+        """The fields printed as they are (``REC->name`` arguments), in print order."""
+        names = (_plain(arg) for arg in self.args)
+        return tuple(dict.fromkeys(n for n in names if n is not None))
+
+    def regex(self) -> re.Pattern[str]:
+        """The lines this print fmt can produce; a named group per plain field."""
+        return self._compiled()[0]
+
+    def _compiled(self) -> tuple[re.Pattern[str], dict[str, str]]:
+        named: dict[str, str] = {}  # group -> its conversion, for decoding
+        return re.compile(_format_regex(self.fmt, self.args, {}, named)), named
+
+    def values(self, line: str) -> dict[str, int | str] | None:
+        """The plain fields printed in ``line``, or None if the kernel cannot print it."""
+        regex, named = self._compiled()
+        m = regex.fullmatch(line)
+        if m is None:
+            return None
+        return {name: _decode(raw, named[name]) for name, raw in m.groupdict().items()}
+
+    def flag_tables(self) -> dict[str, tuple[tuple[int, str], ...]]:
+        """Each ``__print_flags(VALUE, DELIM, {mask, "NAME"}, …)`` of the print fmt, by its
+        value expression: the (mask, name) table in the kernel's order."""
+        tables = {}
+        for arg in self.args:
+            for _, _, call in _call_args(arg, "__print_flags"):
+                entries = [_split_args(e.strip()[1:-1]) for e in call[2:] if e.startswith("{")]
+                table = [(_const(mask), _literals(label)[0]) for mask, label in map(tuple, entries)]
+                tables[call[0]] = tuple(table)
+        return tables
+
+
+_BINOPS: dict[type[ast.operator], Callable[[int, int], int]] = {
+    ast.LShift: lambda a, b: a << b,
+    ast.RShift: lambda a, b: a >> b,
+    ast.BitOr: lambda a, b: a | b,
+    ast.BitAnd: lambda a, b: a & b,
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+}
+
+
+def _const(expr: str) -> int:
+    """A C integer constant expression: literals (``1UL``), shifts, ``| & + - ~``."""
+    tree = ast.parse(re.sub(r"(?<=[0-9a-fA-F])[uUlL]+\b", "", expr.strip()), mode="eval")
+    return _evaluate(tree.body, expr)
+
+
+def _evaluate(node: ast.expr, expr: str) -> int:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        return _BINOPS[type(node.op)](_evaluate(node.left, expr), _evaluate(node.right, expr))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert | ast.USub):
+        value = _evaluate(node.operand, expr)
+        return ~value if isinstance(node.op, ast.Invert) else -value
+    raise ValueError(f"not a C integer constant: {expr!r}")
+
+
+def parse_format_file(text: str, system: str, name: str) -> KernelFormat:
+    """A ``format`` file's text; ValueError (one line) when it has no ``print fmt:``."""
+    fields = []
+    for line in text.splitlines():
+        m = _FIELD_RE.match(line)
+        if m is None:
+            continue
+        decl = m["decl"].strip()
+        decl = re.sub(r"\[\d*\]$", "", decl)  # arrays: the name before the brackets
+        ftype, _, fname = decl.rpartition(" ")
+        if not fname.startswith("common_"):
+            fields.append(KernelField(fname.lstrip("*"), ftype.strip(), int(m["size"])))
+    _, sep, printfmt = text.partition("print fmt: ")
+    if not sep:
+        raise ValueError(f"{system}/{name}: no 'print fmt:' in its format file")
+    fmt, rest = _string_literals(printfmt.strip())
+    args = tuple(_split_args(rest.lstrip(", ")))
+    return KernelFormat(system, name, tuple(fields), fmt, args)
+
+
+def read_format(tracefs: Path, system: str, name: str) -> KernelFormat | None:
+    """``tracefs/events/system/name/format``, or None when the kernel has no such event."""
+    path = tracefs / "events" / system / name / "format"
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    return parse_format_file(text, system, name)
+
+
+# -- C text --------------------------------------------------------------------------------
+
+
+def _string_literals(text: str) -> tuple[str, str]:
+    """The adjacent C string literals at the start of ``text`` (concatenated, escapes
+    decoded), and what follows them."""
+    out = []
+    pos = 0
+    while True:
+        while pos < len(text) and text[pos] in " \t":
+            pos += 1
+        if pos >= len(text) or text[pos] != '"':
+            break
+        end = _literal_end(text, pos)
+        out.append(_unescape(text[pos + 1 : end]))
+        pos = end + 1
+    if not out:
+        raise ValueError(f"expected a string literal at {text[:40]!r}")
+    return "".join(out), text[pos:]
+
+
+def _literal_end(text: str, start: int) -> int:
+    """The index of the quote closing the literal opened at ``start``."""
+    pos = start + 1
+    while text[pos] != '"':
+        pos += 2 if text[pos] == "\\" else 1
+    return pos
+
+
+def _unescape(body: str) -> str:
+    table = {"n": "\n", "t": "\t", '"': '"', "\\": "\\", "0": "\0"}
+    return re.sub(r"\\(.)", lambda m: table.get(m[1], m[1]), body)
+
+
+def _split_args(text: str) -> Iterator[str]:
+    """Top-level comma-separated expressions (brackets and string literals respected)."""
+    depth, start, pos = 0, 0, 0
+    while pos < len(text):
+        char = text[pos]
+        if char == '"':
+            pos = _literal_end(text, pos)
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            yield text[start:pos].strip()
+            start = pos + 1
+        pos += 1
+    if text[start:].strip():
+        yield text[start:].strip()
+
+
+def _call_args(expr: str, func: str) -> Iterator[tuple[int, int, list[str]]]:
+    """(start, end, arguments) of each call of ``func`` in ``expr``."""
+    for m in re.finditer(rf"\b{func}\(", expr):
+        depth, pos = 1, m.end()
+        while depth:
+            if expr[pos] == '"':
+                pos = _literal_end(expr, pos)
+            elif expr[pos] == "(":
+                depth += 1
+            elif expr[pos] == ")":
+                depth -= 1
+            pos += 1
+        yield m.start(), pos, list(_split_args(expr[m.end() : pos - 1]))
+
+
+def _literals(expr: str) -> list[str]:
+    return [_unescape(m[1]) for m in re.finditer(r'"((?:[^"\\]|\\.)*)"', expr)]
+
+
+def _plain(arg: str) -> str | None:
+    m = _PLAIN_RE.fullmatch(arg.strip())
+    return m["name"] if m else None
+
+
+# -- print fmt -> regex ----------------------------------------------------------------
+
+
+def _format_regex(
+    fmt: str, args: tuple[str, ...], arrays: dict[str, list[str]], named: dict[str, str]
+) -> str:
+    """The regex of ``fmt`` printed with ``args``; plain fields become named groups."""
+    out, pos, index = [], 0, 0
+    for m in _CONV_RE.finditer(fmt):
+        out.append(re.escape(fmt[pos : m.start()]))
+        pos = m.end()
+        if m["conv"] == "%":
+            out.append("%")
+            continue
+        arg = args[index] if index < len(args) else ""
+        index += 1
+        body = _conv_regex(m, arg, arrays, named)
+        name = _plain(arg)
+        if name is not None and name not in named and m["conv"] != "c":
+            named[name] = m["flags"] + m["conv"]
+            body = f"(?P<{name}>{body})"
+        out.append(body)
+    out.append(re.escape(fmt[pos:]))
+    return "".join(out)
+
+
+def _conv_regex(
+    m: re.Match[str], arg: str, arrays: dict[str, list[str]], named: dict[str, str]
+) -> str:
+    conv, flags, width = m["conv"], m["flags"], int(m["width"] or 0)
+    if conv in "di":
+        body = r"-?(?:0|[1-9]\d*)"
+    elif conv == "u":
+        body = r"(?:0|[1-9]\d*)"
+    elif conv in "xX":
+        lead, digit = ("1-9a-f", "0-9a-f") if conv == "x" else ("1-9A-F", "0-9A-F")
+        if width and "0" in flags:  # zero-padded to width, or longer without a leading 0
+            body = f"(?:[{digit}]{{{width}}}|[{lead}][{digit}]{{{width},}})"
+        else:
+            body = f"(?:0|[{lead}][{digit}]*)"
+        if "#" in flags:
+            body = "0x" + body
+    elif conv == "p":
+        body = r"(?:[0-9a-f]{16}|\(null\)|\(____ptrval____\))"
+    elif conv == "c":
+        body = "\x00?" if arg.strip() == "0" else "(?s:.)"
+    else:
+        body = _string_regex(arg, arrays, named)
+    if width and "0" not in flags and conv not in "xXc":
+        body = f" *{body}" if "-" not in flags else f"{body} *"
+    return body
+
+
+def _string_regex(expr: str, arrays: dict[str, list[str]], named: dict[str, str]) -> str:
+    """A ``%s`` argument: a nested trace_seq_printf, flags, symbols, or literals."""
+    nested = list(_call_args(expr, "trace_seq_printf"))
+    if nested:
+        _, _, call = nested[0]
+        fmt, _ = _string_literals(" ".join(call[1:2]) if len(call) > 1 else '""')
+        local = dict(arrays)
+        for am in re.finditer(r"(\w+)\[\]\s*=\s*\{([^}]*)\}", expr):
+            local[am[1]] = _literals(am[2])
+        return f"(?:{_format_regex(fmt, tuple(call[2:]), local, named)})"
+    alternatives: list[str] = []
+    for start, end, call in [
+        *_call_args(expr, "__print_flags"),
+        *_call_args(expr, "__print_symbolic"),
+    ]:
+        names = [lit for entry in call[1:] if entry.startswith("{") for lit in _literals(entry)]
+        if expr.startswith("__print_flags", start):
+            delim = re.escape(_literals(call[1])[0])
+            token = "|".join(
+                [*(re.escape(n) for n in sorted(names, key=len, reverse=True)), _HEX_NUM]
+            )
+            alternatives.append(f"(?:(?:{token})(?:{delim}(?:{token}))*)?")
+        else:
+            alternatives += [re.escape(n) for n in names] + [_HEX_NUM]
+        expr = expr[:start] + " " * (end - start) + expr[end:]
+    array = re.fullmatch(r"\s*(\w+)\[.*\]\s*", expr)
+    if array and array[1] in arrays:
+        alternatives += [re.escape(a) for a in arrays[array[1]]]
+    alternatives += [re.escape(lit) for lit in _literals(expr)]
+    if not alternatives:
+        return ".*?"  # a string the fmt does not spell out
+    ordered = sorted(set(alternatives), key=len, reverse=True)
+    return "(?:" + "|".join(ordered) + ")"
+
+
+def _decode(raw: str, conv: str) -> int | str:
+    if conv.endswith(("d", "i", "u")):
+        return int(raw.strip())
+    if conv.endswith(("x", "X")):
+        return int(raw, 16)
+    if conv.endswith("p"):
+        return 0 if raw.startswith("(") else int(raw, 16)
+    return raw

@@ -1,0 +1,265 @@
+"""The TP_printk template language: a tracepoint's printk text with its values marked, so
+that one string both formats fields the way the kernel's ``trace_seq_printf`` does and
+parses that text back (kvm-reference §6.3; `tracepoints` holds the texts).
+
+Template language: literal text, ``{name:kind}`` for a value (`KINDS`), ``{name?TRUE|FALSE}``
+for a bool printed as one of two strings (either may be empty), ``{nul}`` for the sp
+format's trailing ``%c`` of 0 (prints nothing; parsed if present).  A name may appear twice
+(``pferr %x %s``): both prints must agree when parsing.
+
+Numbers: ``%x``/``%llx`` are hex in the text, ints in the fields; ``%#llx`` of 0 prints
+``0x0`` as the kernel's vsnprintf does (glibc's ``0`` is accepted); ``%p`` prints the 16
+hex digits of a hashed pointer and ``(null)`` for NULL (``0x…``, ``(nil)`` accepted).
+Values are printed as given (no truncation to the C field's width).
+
+Error-code flags are ``__print_flags(pferr, "|", kvm_mmu_trace_pferr_flags)``
+(arch/x86/kvm/mmu/mmutrace.h): names in the table's order, then the leftover bits as one
+``0x…``.  Two tables, by era: `PFERR_FLAGS` — today's ``P|W|U|PK|SS|SGX|RSVD|F`` (Sean
+Christopherson, "KVM: x86/mmu: Pretty print PK, SS, and SGX flags in MMU tracepoints",
+Sept 2025; in 6.18's format files, VERIFIED on the running 6.18 kernel), kind ``pferr``;
+`PFERR_FLAGS_OLD` — ``P|W|U|RSVD|F`` of every kernel before it, kind ``pferr_old``.  A
+template only matches the text its own table prints (``0x20`` is ``PK`` today, so a line
+with ``P|0x20`` is an older kernel's).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from ..events import FieldValue
+
+ACCESS_STR = ("---", "--x", "w--", "w-x", "-u-", "-ux", "wu-", "wux")
+Flags = tuple[tuple[int, str], ...]
+# PFERR_*_MASK bits (arch/x86/include/asm/kvm_host.h), in kvm_mmu_trace_pferr_flags order
+PFERR_FLAGS: Flags = (
+    (1 << 0, "P"),
+    (1 << 1, "W"),
+    (1 << 2, "U"),
+    (1 << 5, "PK"),
+    (1 << 6, "SS"),
+    (1 << 15, "SGX"),
+    (1 << 3, "RSVD"),
+    (1 << 4, "F"),
+)
+PFERR_FLAGS_OLD: Flags = (
+    (1 << 0, "P"),
+    (1 << 1, "W"),
+    (1 << 2, "U"),
+    (1 << 3, "RSVD"),
+    (1 << 4, "F"),
+)
+
+
+def format_pferr(value: int, flags: Flags = PFERR_FLAGS) -> str:
+    """``__print_flags(pferr, "|", flags)``: ``P|W|RSVD|0x10000``."""
+    names = []
+    for mask, name in flags:
+        if value & mask == mask:
+            names.append(name)
+            value &= ~mask
+    if value:
+        names.append(f"{value:#x}")
+    return "|".join(names)
+
+
+def parse_pferr(text: str, flags: Flags = PFERR_FLAGS) -> int:
+    """The inverse of `format_pferr` (``""`` is 0); lenient about order and leftovers."""
+    names = {name: mask for mask, name in flags}
+    value = 0
+    for token in filter(None, text.split("|")):
+        value |= names[token] if token in names else int(token, 16)
+    return value
+
+
+def _exact_pferr(flags: Flags) -> Callable[[str], FieldValue]:
+    """`parse_pferr`, refusing (ValueError) a text this flag table would not print."""
+
+    def parse(text: str) -> FieldValue:
+        value = parse_pferr(text, flags)
+        if format_pferr(value, flags) != text:
+            raise ValueError(f"{text!r} is not what this flag table prints")
+        return value
+
+    return parse
+
+
+def _pferr_regex(flags: Flags) -> str:
+    token = "|".join(
+        [*(re.escape(n) for _, n in sorted(flags, key=lambda f: -len(f[1]))), "0x[0-9a-fA-F]+"]
+    )
+    return rf"(?:(?:{token})(?:\|(?:{token}))*)?"
+
+
+def _uint(value: FieldValue) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError("needs an int >= 0")
+    return value
+
+
+def _sint(value: FieldValue) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError("needs an int")
+    return value
+
+
+def _flag(value: FieldValue) -> bool:
+    if value not in (0, 1):  # True/False and 0/1
+        raise ValueError("needs a bool")
+    return bool(value)
+
+
+def _text(value: FieldValue) -> str:
+    if not isinstance(value, str):
+        raise ValueError("needs a str")
+    return value
+
+
+def _access(value: FieldValue) -> str:
+    if _uint(value) >= len(ACCESS_STR):
+        raise ValueError("needs role.access 0..7")
+    return ACCESS_STR[_uint(value)]
+
+
+def _hashed(value: int) -> str:
+    """``%p`` in the kernel's vsnprintf: NULL is ``(null)``, else 16 hex digits (the
+    hashed id, 32 bits of it on 64-bit, zero-padded)."""
+    return "(null)" if value == 0 else f"{value:016x}"
+
+
+def _pointer(text: str) -> int:
+    return 0 if text.startswith("(") else int(text, 16)
+
+
+_HEX = r"[0-9a-fA-F]+"
+Kind = tuple[str, Callable[[FieldValue], str], Callable[[str], FieldValue]]
+KINDS: dict[str, Kind] = {
+    "u": (r"\d+", lambda v: str(_uint(v)), int),  # %u
+    "d": (r"-?\d+", lambda v: str(_sint(v)), int),  # %d
+    "x": (_HEX, lambda v: f"{_uint(v):x}", lambda s: int(s, 16)),  # %x %llx
+    "016x": (_HEX, lambda v: f"{_uint(v):016x}", lambda s: int(s, 16)),  # %016llx
+    "08x": (_HEX, lambda v: f"{_uint(v):08x}", lambda s: int(s, 16)),  # %08x
+    "#x": (r"(?:0[xX])?" + _HEX, lambda v: f"{_uint(v):#x}", lambda s: int(s, 16)),  # %#llx
+    "p": (r"(?:0x)?[0-9a-fA-F]+|\(nil\)|\(null\)", lambda v: _hashed(_uint(v)), _pointer),
+    "01": (r"[01]", lambda v: str(int(_flag(v))), lambda s: s == "1"),  # %d of a comparison
+    "s": (r"\S+", _text, str),  # %s of a symbol (kvm_mmio's type)
+    # kvm_exit's __print_symbolic(exit_reason): VMX names, SVM names (some "XX excp"), or
+    # the number in hex when the table lacks it
+    "exit": (r"\S+(?: excp)?", _text, str),
+    "rwxu": (r"[r-][w-][x-][u-]?", _text, str),  # kvm_mmu_set_spte's (%s%s%s%s)
+    "pferr": (
+        _pferr_regex(PFERR_FLAGS),
+        lambda v: format_pferr(_uint(v)),
+        _exact_pferr(PFERR_FLAGS),
+    ),
+    "pferr_old": (
+        _pferr_regex(PFERR_FLAGS_OLD),
+        lambda v: format_pferr(_uint(v), PFERR_FLAGS_OLD),
+        _exact_pferr(PFERR_FLAGS_OLD),
+    ),
+    "access": ("|".join(re.escape(a) for a in ACCESS_STR), _access, ACCESS_STR.index),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One value in a template: ``kind`` is a value kind, ``"bool"`` or ``"nul"``."""
+
+    name: str
+    kind: str
+    true: str = ""
+    false: str = ""
+
+
+_SLOT_RE = re.compile(
+    r"\{(?P<name>\w+)(?::(?P<kind>[^}]+)|\?(?P<true>[^|}]*)\|(?P<false>[^}]*))?\}"
+)
+
+
+class Template:
+    """A TP_printk text with its values marked; formats and parses it."""
+
+    __slots__ = ("_parts", "_regex", "slots", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        parts: list[str | Slot] = []
+        pos = 0
+        for m in _SLOT_RE.finditer(text):
+            parts.append(text[pos : m.start()])
+            parts.append(self._slot(m))
+            pos = m.end()
+        parts.append(text[pos:])
+        self._parts = tuple(parts)
+        self._regex: re.Pattern[str] | None = None  # compiled on the first parse
+        self.slots = tuple(p for p in parts if isinstance(p, Slot) and p.kind != "nul")
+
+    def _compiled(self) -> re.Pattern[str]:
+        """The template as a regex, group g<i> for the slot at part i (formatting needs
+        none: the app formats at start-up, and only parsing pays for compiling)."""
+        if self._regex is None:
+            self._regex = re.compile(
+                "".join(
+                    self._slot_regex(part, index) if isinstance(part, Slot) else re.escape(part)
+                    for index, part in enumerate(self._parts)
+                )
+            )
+        return self._regex
+
+    @staticmethod
+    def _slot(m: re.Match[str]) -> Slot:
+        name = m["name"]
+        if m["true"] is not None:
+            return Slot(name, "bool", m["true"], m["false"])
+        kind = m["kind"] or ("nul" if name == "nul" else "")
+        if kind not in KINDS and kind != "nul":
+            raise ValueError(f"template slot {m[0]!r}: unknown kind")
+        return Slot(name, kind)
+
+    @staticmethod
+    def _slot_regex(slot: Slot, index: int) -> str:
+        if slot.kind == "nul":
+            return "\x00?"
+        if slot.kind == "bool":
+            choices = sorted((slot.true, slot.false), key=len, reverse=True)
+            body = "|".join(re.escape(c) for c in choices)
+        else:
+            body = KINDS[slot.kind][0]
+        return f"(?P<g{index}>{body})"
+
+    def format(self, fields: Mapping[str, FieldValue]) -> str:
+        out = []
+        for part in self._parts:
+            if isinstance(part, str):
+                out.append(part)
+                continue
+            value = fields.get(part.name) if part.kind != "nul" else None
+            try:
+                if part.kind == "bool":
+                    out.append(part.true if _flag(fields[part.name]) else part.false)
+                elif part.kind != "nul":
+                    out.append(KINDS[part.kind][1](fields[part.name]))
+            except ValueError as err:
+                raise ValueError(f"field {part.name}={value!r} {err}") from None
+        return "".join(out)
+
+    def match(self, text: str) -> dict[str, FieldValue] | None:
+        """The fields of ``text``, or None when it is not this template's text."""
+        m = self._compiled().fullmatch(text)
+        if m is None:
+            return None
+        values: dict[str, FieldValue] = {}
+        for group, raw in m.groupdict().items():
+            slot = self._parts[int(group[1:])]
+            assert isinstance(slot, Slot)
+            if slot.kind == "bool":
+                value: FieldValue = raw == slot.true
+            else:
+                try:
+                    value = KINDS[slot.kind][2](raw)
+                except ValueError:  # flags this era's table would not print
+                    return None
+            if values.setdefault(slot.name, value) != value:  # pferr printed twice
+                return None
+        return values
