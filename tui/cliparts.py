@@ -134,19 +134,23 @@ def read_text(path: Path) -> str:
         raise CliError(f"cannot read {path}: {err.strerror}") from None
 
 
-def load_layout(name: str | None, mtree: Path | None, address_space: str = "memory") -> Layout:
-    """A preset by name, or the slots QEMU would register for an `info mtree` dump."""
-    from engine.layouts import DEFAULT_LAYOUT, layout_from_ram_regions, preset
+def load_layout(name: str | None, mtree: Path | None, as_id: int = 0) -> Layout:
+    """A preset by name, or the slots QEMU would register with KVM for an `info mtree`
+    dump: both address spaces (memory and KVM-SMRAM); asking for one the dump lacks is
+    one line, exit 2."""
+    from engine.layouts import DEFAULT_LAYOUT, preset
 
     if mtree is not None:
-        from engine.layouts.qemu_mtree import MtreeError, parse_mtree
+        from engine.layouts.mtree_guest import mtree_guest
+        from engine.layouts.qemu_mtree import MtreeError
 
         try:
-            regions = parse_mtree(read_text(mtree), address_space, source=str(mtree))
+            guest = mtree_guest(read_text(mtree), mtree.name, source=str(mtree))
         except MtreeError as err:
             raise CliError(str(err)) from None
-        ram = [(r.name, r.gpa, r.size, r.readonly) for r in regions]
-        return layout_from_ram_regions(mtree.name, ram)
+        if as_id in guest.missing:
+            raise CliError(f"--as {as_id}: KVM-SMRAM is {guest.missing[as_id]}")
+        return guest.layout
     try:
         return preset(name or DEFAULT_LAYOUT)
     except ValueError as err:

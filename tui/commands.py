@@ -19,7 +19,7 @@ PROBE_LIMIT = 24  # long linear scans print the head and tail unless --all
 
 
 def load_guest(args: argparse.Namespace) -> tuple[Layout, Vm]:
-    layout = load_layout(args.layout, args.mtree)
+    layout = load_layout(args.layout, args.mtree, args.as_id)
     try:
         vm = build_vm(layout, args.lookup)
     except KvmError as err:
@@ -121,15 +121,18 @@ def run_layout(args: argparse.Namespace) -> int:
     if args.trace is not None:
         return _replay_trace(args)
     if args.mtree is not None:
-        from engine.layouts.qemu_mtree import MtreeError, parse_mtree
+        from engine.layouts.qemu_mtree import MtreeError, read_mtree
 
         try:
-            regions = parse_mtree(read_text(args.mtree), args.address_space, source=str(args.mtree))
+            slots = read_mtree(read_text(args.mtree), args.address_space, source=str(args.mtree))
         except MtreeError as err:
             raise CliError(str(err)) from None
         rows = [
-            {"name": r.name, "gpa": r.gpa, "size": r.size, "readonly": r.readonly} for r in regions
+            {"name": r.name, "gpa": r.gpa, "size": r.size, "readonly": r.readonly}
+            for r in slots.regions
         ]
+        if not args.json:
+            print(f"# {slots.describe()}")
     else:
         layout = load_layout(args.preset, None)
         rows = [

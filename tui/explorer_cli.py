@@ -31,7 +31,7 @@ def explorer_app(args: argparse.Namespace) -> MmuscopeApp:
     check_display_options(args)
     scenario = _scenario(args.scenario) if args.scenario else None
     churn = _churn(args) if args.qemu_trace else None
-    layout = load_layout(args.layout, args.mtree)
+    layout = load_layout(args.layout, args.mtree, args.as_id)
     if args.as_id not in (0, 1):
         raise CliError(f"address space {args.as_id} does not exist (0..1)")
     if not 0 < args.speed <= 100000:

@@ -111,5 +111,18 @@ def layout_from_ram_regions(
     return Layout(name, f"{name} ({len(specs)} slots from QEMU)", assign_host_addresses(specs))
 
 
+def layout_from_address_spaces(
+    name: str, spaces: dict[int, list[tuple[str, int, int, bool]]], title: str
+) -> Layout:
+    """A layout with the (name, gpa, size, readonly) ranges of several address spaces,
+    as_id 0 first; ids follow gpa order within each (one KVM memory listener each)."""
+    specs = [
+        (region_name, as_id << 16 | index, gpa, size, KVM_MEM_READONLY if readonly else 0)
+        for as_id in sorted(spaces)
+        for index, (region_name, gpa, size, readonly) in enumerate(sorted(spaces[as_id], key=_gpa))
+    ]
+    return Layout(name, title, assign_host_addresses(specs))
+
+
 def _gpa(region: tuple[str, int, int, bool]) -> int:
     return region[1]

@@ -11,6 +11,14 @@ QEMU prints a machine's memory map two ways (softmmu/memory.c):
 Either way the RAM-like sections (``ram``, ``rom``, ``ramd``, ``romd``, also ``nv-``) are
 trimmed to whole pages, as ``kvm_align_section`` does before ``kvm_set_phys_mem`` turns
 each section into one memslot.
+
+Newer QEMU (``mtree_print_flatview`` since 5.1) prints the accelerator's name after each
+flat range the accelerator holds: `` KVM`` when ``kvm_accel_has_memory`` finds a memslot
+that starts at the range and has its size.  Where a flat view has those markers, its
+memslots are exactly the marked ranges (`RULE_MARKED`); a range without one (a BAR
+piece that does not start on a page) is no slot.  A flat view pasted from its ``Root
+memory region: system`` line on, without the ``FlatView``/``AS`` header lines, is the
+system address space (``memory``).
 """
 
 from __future__ import annotations
@@ -45,13 +53,15 @@ _ALIAS_RE = re.compile(
     r"^alias (?P<name>.*?) @(?P<target>.*) (?P<off>[0-9a-fA-F]{1,16})-[0-9a-fA-F]{1,16}$"
 )
 _FLAT_NAME_RE = re.compile(
-    r"^(?P<name>.*?)(?: @[0-9a-fA-F]{1,16})?(?: (?i:kvm|hvf|whpx|nvmm|xen|tcg))?$"
+    r"^(?P<name>.*?)(?: @[0-9a-fA-F]{1,16})?(?: (?i:kvm|hvf|whpx|nvmm|xen|tcg)){0,4}$"
 )
 _OWNER_RE = re.compile(r"\s+(?:owner|parent):\{.*$")
 _AS_HEADER_RE = re.compile(r"^address-space(?P<flat> \(flat view\))?:\s*(?P<name>.*?)\s*$")
 _REGION_HEADER_RE = re.compile(r"^memory-region:\s*(?P<name>.*?)\s*$")
 _FLATVIEW_RE = re.compile(r"^FlatView #\d+\s*$")
 _FLAT_AS_RE = re.compile(r'^\s+AS "(?P<name>.*)", root: ')
+_ROOT_RE = re.compile(r"^\s*Root memory region: (?P<root>.*?)\s*$")
+_KVM_MARK = " KVM"  # AccelClass name of accel/kvm (kvm_accel_class_init: ac->name)
 _OLD_FLAGS_RE = re.compile(r"^[R-][W-]$")
 _RAM_KINDS = frozenset({"ram", "rom", "ramd", "romd"})
 _READONLY_KINDS = frozenset({"rom", "romd"})
@@ -62,6 +72,15 @@ _SPACE_END = 1 << 64
 
 # Block forms.
 _TREE, _FLAT, _REGION, _IGNORED = "tree", "flat", "region", "ignored"
+
+# The address space whose root a header-less flat view names: address_space_memory's
+# root is "system" (memory_map_init), KVM's SMRAM space's "mem-container-smram"
+# (target/i386/kvm/kvm.c register_smram_listener).
+ROOT_ADDRESS_SPACES = {"system": "memory", "mem-container-smram": "KVM-SMRAM"}
+
+RULE_MARKED = "the flat ranges QEMU marks KVM (its memslots)"
+RULE_FLAT = "the RAM-like flat ranges, trimmed to whole pages (kvm_align_section)"
+RULE_TREE = "the region tree rendered to a flat view, RAM-like ranges trimmed to whole pages"
 
 
 def _ram_base(kind: str) -> str | None:
@@ -92,6 +111,7 @@ class _Block:
     form: str
     names: list[str]
     shares: str = ""  # header style whose body-less headers share the next body
+    headerless: bool = False  # a flat view pasted from its "Root memory region:" line
     lines: list[_Line] = field(default_factory=list)
 
 
@@ -120,6 +140,10 @@ class _Splitter:
         stripped = line.strip()
         if not stripped or stripped.startswith(("#", "(qemu)")):
             return
+        root = _ROOT_RE.match(line)
+        if root is not None:
+            self._root(root["root"])
+            return
         rng = _parse_range(line)
         if rng is not None:
             if self.blocks:
@@ -133,6 +157,15 @@ class _Splitter:
         m = _FLAT_AS_RE.match(line)
         if m is not None and self.blocks and self.blocks[-1].form == _FLAT:
             self.blocks[-1].names.append(m["name"])
+
+    def _root(self, root: str) -> None:
+        """``Root memory region: NAME``: inside a FlatView block under its headers, else
+        the start of a flat view pasted without them (named by its root)."""
+        last = self.blocks[-1] if self.blocks else None
+        if last is not None and last.form == _FLAT and last.names and not last.lines:
+            return
+        name = ROOT_ADDRESS_SPACES.get(root, root)
+        self.blocks.append(_Block(_FLAT, [name], headerless=True))
 
     def _header(self, text: str) -> None:
         m = _AS_HEADER_RE.match(text)
@@ -348,15 +381,20 @@ def _render_tree(block: _Block, targets: dict[str, _Node]) -> list[_Piece]:
     return _simplify(renderer.pieces)
 
 
-def _flat_pieces(block: _Block) -> list[_Piece]:
-    """The sections of a printed FlatView, one per line (QEMU already merged them)."""
+def _flat_pieces(block: _Block) -> tuple[list[_Piece], bool]:
+    """The sections of a printed FlatView, one per line (QEMU already merged them), and
+    whether QEMU marked memslots: then only the marked sections."""
     pieces: list[_Piece] = []
+    marked: list[_Piece] = []
     for line in block.lines:
         rest = _OWNER_RE.sub("", line.rest).strip()
         m = _FLAT_NAME_RE.match(rest)
         name = m["name"] if m is not None else rest
-        pieces.append(_Piece(line.start, line.end, line.kind, name, name, 0))
-    return sorted(pieces)
+        piece = _Piece(line.start, line.end, line.kind, name, name, 0)
+        pieces.append(piece)
+        if rest.endswith(_KVM_MARK):
+            marked.append(piece)
+    return sorted(marked or pieces), bool(marked)
 
 
 # --- public API -------------------------------------------------------------------------
@@ -403,10 +441,26 @@ def list_address_spaces(text: str) -> list[str]:
     return names
 
 
-def parse_mtree(
+@dataclass(frozen=True, slots=True)
+class MtreeSlots:
+    """The memslots of one address space, and how they were read from the text."""
+
+    address_space: str
+    regions: list[RamRegion]
+    rule: str  # RULE_MARKED, RULE_FLAT or RULE_TREE
+    headerless: bool = False  # a flat view without its FlatView/AS lines
+
+    def describe(self) -> str:
+        """One line for `layout`: which rule gave these slots."""
+        pasted = " (pasted without its FlatView/AS header: the system address space)"
+        return f"{self.address_space}: {self.rule}{pasted if self.headerless else ''}"
+
+
+def read_mtree(
     text: str, address_space: str = "memory", *, source: str = "the input"
-) -> list[RamRegion]:
-    """The RAM memslots QEMU/KVM would register for ``address_space``, sorted by gpa.
+) -> MtreeSlots:
+    """The RAM memslots QEMU/KVM would register for ``address_space``, sorted by gpa,
+    with the rule that gave them.
 
     ``text`` is ``info mtree`` (tree) or ``info mtree -f`` (flat) output; ``source``
     names it in error messages.  Raises `MtreeError` with a one-line message.
@@ -416,8 +470,20 @@ def parse_mtree(
     if all(_OLD_FLAGS_RE.match(line.kind) for line in block.lines):  # QEMU 1.x: "(prio 0, RW)"
         raise MtreeError(f"{source} prints access flags, not region types: RAM looks like I/O")
     if block.form == _FLAT:
-        pieces = _flat_pieces(block)
+        pieces, marked = _flat_pieces(block)
+        rule = RULE_MARKED if marked else RULE_FLAT
     else:
-        pieces = _render_tree(block, _alias_targets(blocks))
-    regions = [r for r in map(_page_trim, pieces) if r is not None]
-    return sorted(regions, key=lambda r: r.gpa)
+        pieces, rule = _render_tree(block, _alias_targets(blocks)), RULE_TREE
+    regions = sorted((r for r in map(_page_trim, pieces) if r is not None), key=_region_gpa)
+    return MtreeSlots(address_space, regions, rule, block.headerless)
+
+
+def _region_gpa(region: RamRegion) -> int:
+    return region.gpa
+
+
+def parse_mtree(
+    text: str, address_space: str = "memory", *, source: str = "the input"
+) -> list[RamRegion]:
+    """`read_mtree`'s slots alone (CONTRACT: ``layout --mtree --json``)."""
+    return read_mtree(text, address_space, source=source).regions
