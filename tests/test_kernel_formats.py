@@ -22,11 +22,12 @@ from pathlib import Path
 import pytest
 
 from engine.events import FieldValue
-from engine.trace import PFERR_FLAGS, TRACEPOINTS, Tracepoint
+from engine.trace import PFERR_FLAGS, TRACEPOINTS, Tracepoint, parse_line
 from engine.trace.kernel_format import KernelFormat, parse_format_file, read_format
 from engine.trace.printk import ACCESS_STR, Slot
 
 TRACEFS = Path("/sys/kernel/tracing")
+RECORDED = Path(__file__).parent / "fixtures" / "trace-kvm-pvm-6.18.txt"
 SAMPLES = 40  # printed lines per tracepoint
 SP_EVENTS = ("kvm_mmu_get_page", "kvm_mmu_prepare_zap_page", "kvm_mmu_sync_page")
 SP_EVENTS += ("kvm_mmu_unsync_page",)
@@ -162,6 +163,20 @@ def test_every_exit_reason_name_of_the_kernel_parses(tracefs: Path) -> None:
 
 def _quoted(expr: str) -> list[str]:
     return re.findall(r'"([^"]*)"', expr)
+
+
+def test_lines_recorded_on_this_project_match_the_kernels_print_fmt(tracefs: Path) -> None:
+    """The recorded fixture's lines, printk text by printk text (a check of the regexes
+    themselves: the kernel printed these)."""
+    checked = 0
+    for line in RECORDED.read_text().splitlines():
+        event = parse_line(line)
+        if event is None or event.name not in TRACEPOINTS:
+            continue
+        text = line.partition(f": {event.name}: ")[2]
+        assert kernel_format(tracefs, TRACEPOINTS[event.name]).values(text) is not None, line
+        checked += 1
+    assert checked == 95
 
 
 # -- the print fmt reader, without a kernel ----------------------------------------------

@@ -22,6 +22,7 @@ from engine.trace import (
     PRE_6_18,
     PRE_2019,
     TRACEPOINTS,
+    format_line,
     format_pferr,
     json_fields,
     parse_line,
@@ -232,3 +233,31 @@ def test_engine_events_use_the_kernel_names() -> None:
     (zap,) = [fields for name, fields in events if name == "kvm_mmu_zap_all_fast"]
     assert set(zap) == {"mmu_valid_gen", "mmu_used_pages"}
     assert TRACEPOINTS["kvm_mmu_zap_all_fast"].format(zap)  # type: ignore[arg-type]
+
+
+RECORDED = Path(__file__).parent / "fixtures" / "trace-kvm-pvm-6.18.txt"
+
+
+def test_a_trace_recorded_on_6_18_parses_and_prints_back_exactly() -> None:
+    known = 0
+    for line in RECORDED.read_text().splitlines():
+        event = parse_line(line)
+        if event is None:
+            assert line.startswith("#"), line
+            continue
+        head, _, text = line.partition(f": {event.name}: ")
+        tp = TRACEPOINTS.get(event.name)
+        if tp is None:  # kvm_fpu, kvm_userspace_exit, ...: kept as text
+            assert event.fields == {"text": text}
+            continue
+        assert tp.try_match(text) == (CURRENT, event.fields), line
+        flags = head.split("] ")[1].split(" ")[0]
+        assert format_line(event, flags=flags) == line
+        known += 1
+    assert known == 95
+    events = [e for e in map(parse_line, RECORDED.read_text().splitlines()) if e is not None]
+    model = ReplayModel()
+    for event in events:
+        model.apply(event)
+        model.audit()
+    assert model.flips_total == 1 and model.zapped >= 1
