@@ -1,18 +1,25 @@
 """``mmuscope live [--tracefs DIR]``: the replay screen on a tracefs's ``trace_pipe``
 (read by `tui/trace_pipe.py`; ``mmuscope replay TRACE`` opens it on a file).
 
-Before the app starts, `check_tracefs` makes sure live can work, each failure one line
+On a real tracefs (one with ``instances/``) and as root, live records into its own
+instance (``instances/mmuscope-live-PID-N``: kvm and kvmmmu events on, every VM of the
+host, its own ``tracing_on``), removed when the app quits: it works whatever the global
+``tracing_on`` and event switches say, and changes none of them.  Elsewhere (an older
+kernel, a directory laid out like tracefs) it tails the global ``trace_pipe``, and
+before the app starts `check_tracefs` makes sure that can work, each failure one line
 and exit 2: no tracefs at DIR (``trace_pipe`` missing), ``trace_pipe`` not readable (not
-root), no ``events/kvmmmu`` (kvm not loaded), kvmmmu events disabled — which root is
-offered to enable (``echo 1 > DIR/events/kvmmmu/enable``, or ``--enable`` to skip the
-question), and anyone else is told the exact command.
+root), no ``events/kvmmmu`` (kvm not loaded), ``tracing_on`` 0 or kvmmmu events
+disabled — which root is offered to enable (``echo 1 > DIR/events/kvmmmu/enable``, or
+``--enable`` to skip the question), and anyone else is told the exact command.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from .cliparts import CliError, check_replay_app_options
@@ -39,12 +46,37 @@ def add_live_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run_live(args: argparse.Namespace) -> int:
+    tracefs = find_tracefs(args.tracefs)
+    if (tracefs / "instances").is_dir() and is_root():
+        _check_events(tracefs)
+        check_replay_app_options(args)
+        with live_instance(tracefs) as instance:
+            _run_app(instance, args)
+        return 0
     tracefs = check_tracefs(args.tracefs, enable=args.enable)
     check_replay_app_options(args)
+    _run_app(tracefs, args)
+    return 0
+
+
+def _run_app(tracefs: Path, args: argparse.Namespace) -> None:
     from .app import make_app
 
     make_app(tracefs=tracefs, theme=args.theme, export_dir=args.export_dir).run()
-    return 0
+
+
+@contextlib.contextmanager
+def live_instance(tracefs: Path) -> Iterator[Path]:
+    """A private tracefs instance recording kvm and kvmmmu events, on, then removed."""
+    from engine.kvm.tracing import TracefsError, TraceInstance
+
+    try:
+        instance = TraceInstance(tracefs, tag="live")
+    except TracefsError as err:
+        raise CliError(str(err)) from None
+    with instance:
+        instance.start()
+        yield instance.path
 
 
 # -- tracefs checks ---------------------------------------------------------------------
@@ -94,10 +126,8 @@ def check_tracefs(given: Path | None, *, enable: bool = False) -> Path:
         readable = False
     if not readable:
         raise CliError(f"cannot read {pipe}: tracing needs root (sudo mmuscope live)")
-    events = tracefs / "events" / "kvmmmu"
-    if not events.is_dir():
-        raise CliError(f"no kvmmmu events in {tracefs / 'events'}: is kvm loaded? "
-                       "(modprobe kvm_intel or kvm_amd)")  # fmt: skip
+    events = _check_events(tracefs)
+    _check_tracing_on(tracefs, enable)
     switch = events / "enable"
     try:
         state = switch.read_text().strip()
@@ -106,6 +136,32 @@ def check_tracefs(given: Path | None, *, enable: bool = False) -> Path:
     if state != "1":
         _enable(switch, tracefs, enable)
     return tracefs
+
+
+def _check_events(tracefs: Path) -> Path:
+    events = tracefs / "events" / "kvmmmu"
+    if not events.is_dir():
+        raise CliError(f"no kvmmmu events in {tracefs / 'events'}: is kvm loaded? "
+                       "(modprobe kvm_intel or kvm_amd)")  # fmt: skip
+    return events
+
+
+def _check_tracing_on(tracefs: Path, enable: bool) -> None:
+    """The global buffer records nothing while `tracing_on` is 0: say so, or (root,
+    asked, or --enable) turn it on."""
+    switch = tracefs / "tracing_on"
+    try:
+        if switch.read_text().strip() != "0":
+            return
+    except OSError:
+        return  # no such switch (not a real tracefs)
+    if not is_root():
+        raise CliError(f"tracing is off in {tracefs} (tracing_on is 0): "
+                       f"echo 1 | sudo tee {switch}")  # fmt: skip
+    if not (enable or ask(f"tracing is off in {tracefs} (tracing_on 0): turn it on? [y/N] ")):
+        raise CliError(f"tracing is off in {tracefs}; not turning it on "
+                       f"(--enable, or: echo 1 > {switch})")  # fmt: skip
+    switch.write_text("1")
 
 
 def _enable(switch: Path, tracefs: Path, enable: bool) -> None:

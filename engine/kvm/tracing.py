@@ -19,6 +19,7 @@ import errno
 import itertools
 import os
 import subprocess
+import time
 from pathlib import Path
 
 TRACEFS = Path("/sys/kernel/tracing")
@@ -30,6 +31,7 @@ DEFAULT_BUFFER_KB = 8192  # per CPU
 # reading them makes more.  The VMM's memslots never change under it.
 QUIET_EVENTS = ("kvm/kvm_unmap_hva_range", "kvm/kvm_age_hva", "kvm/kvm_test_age_hva")
 READ_SIZE = 1 << 20
+RMDIR_TRIES, RMDIR_WAIT = 100, 0.05
 _serial = itertools.count()
 
 
@@ -102,7 +104,6 @@ class TraceInstance:
                 self._write(f"events/{event}/enable", "0")
         if pid is not None:
             self._write("set_event_pid", str(pid))
-        self._fd = os.open(self.path / "trace_pipe", os.O_RDONLY | os.O_NONBLOCK)
 
     @property
     def pipe(self) -> Path:
@@ -116,6 +117,8 @@ class TraceInstance:
 
     def read_available(self) -> str:
         """Everything recorded and not read yet (never blocks)."""
+        if self._fd < 0 and self.path.is_dir():
+            self._fd = os.open(self.path / "trace_pipe", os.O_RDONLY | os.O_NONBLOCK)
         chunks: list[bytes] = []
         while self._fd >= 0:
             try:
@@ -153,8 +156,22 @@ class TraceInstance:
             for sub in self.subsystems:
                 with contextlib.suppress(OSError):
                     self._write(f"events/{sub}/enable", "0")
-            with contextlib.suppress(FileNotFoundError):
+            self._rmdir()
+
+    def _rmdir(self) -> None:
+        """`rmdir`, waiting a little while a reader (the app's tail thread, between two
+        polls) still holds `trace_pipe` open: the kernel says EBUSY until it lets go."""
+        for _ in range(RMDIR_TRIES):
+            try:
                 self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError as err:
+                if err.errno != errno.EBUSY:
+                    raise
+                time.sleep(RMDIR_WAIT)
+        raise TracefsError(f"{self.path} stays busy: a reader still has its trace_pipe open")
 
     def __enter__(self) -> TraceInstance:
         return self
