@@ -42,6 +42,12 @@ COMPUTED = {
 }
 
 
+SYMBOLS = {
+    "type": ["unsatisfied-read", "read", "write"],  # kvm_mmio
+    "flags": ["real", "vm16", "prot16", "prot32", "prot64"],  # kvm_emulate_insn's mode
+}
+
+
 def ours(name: str, field: str) -> str:
     """Our name of the kernel's ``field``: its own, but where CONTRACT.md fixes the
     printk's label (the sp events' ``gen`` is mmu_valid_gen)."""
@@ -82,12 +88,14 @@ def sample_value(slot: Slot, rng: random.Random) -> FieldValue:
         return rng.random() < 0.5
     if slot.kind == "access":
         return rng.randrange(len(ACCESS_STR))
-    if slot.kind == "s":
-        return rng.choice(["unsatisfied-read", "read", "write"])
+    if slot.kind == "s":  # the symbols of each __print_symbolic
+        return rng.choice(SYMBOLS[slot.name])
     if slot.kind == "exit":
         return rng.choice(["EPT_VIOLATION", "HLT", "PF excp", "npf", "0x7f"])
     if slot.kind == "rwxu":
         return "".join(rng.choice(pair) for pair in ("r-", "w-", "x-")) + rng.choice(["u", "-", ""])
+    if slot.kind == "hexbytes":
+        return " ".join(f"{byte:02x}" for byte in rng.randbytes(rng.randrange(16)))
     if slot.kind == "d":
         return rng.choice([0, -12, rng.randrange(-(2**31), 2**31)])
     if slot.name == "gpte_bytes":
@@ -176,7 +184,7 @@ def test_lines_recorded_on_this_project_match_the_kernels_print_fmt(tracefs: Pat
         text = line.partition(f": {event.name}: ")[2]
         assert kernel_format(tracefs, TRACEPOINTS[event.name]).values(text) is not None, line
         checked += 1
-    assert checked == 95
+    assert checked == 97
 
 
 # -- the print fmt reader, without a kernel ----------------------------------------------

@@ -64,6 +64,9 @@ KIND_VALUES: dict[str, st.SearchStrategy[int | str | bool]] = {
     "s": st.sampled_from(["unsatisfied-read", "read", "write"]),
     "exit": st.sampled_from(["EPT_VIOLATION", "HLT", "PF excp", "npf", "0x7f"]),
     "rwxu": st.from_regex(r"[r-][w-][x-][u-]?", fullmatch=True),
+    "hexbytes": st.lists(st.integers(0, 255), max_size=15).map(
+        lambda bs: " ".join(f"{b:02x}" for b in bs)
+    ),
 }
 PAIRS = [(name, variant) for name, tp in TRACEPOINTS.items() for variant in tp.templates]
 GET_PAGE = "sp gen 0 gfn 14b600 l1 8-byte q0 direct wux nxe ad root 0 sync new"

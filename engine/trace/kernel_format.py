@@ -212,8 +212,15 @@ def _call_args(expr: str, func: str) -> Iterator[tuple[int, int, list[str]]]:
         yield m.start(), pos, list(_split_args(expr[m.end() : pos - 1]))
 
 
+_LITERAL = r'"(?:[^"\\]|\\.)*"'
+
+
 def _literals(expr: str) -> list[str]:
-    return [_unescape(m[1]) for m in re.finditer(r'"((?:[^"\\]|\\.)*)"', expr)]
+    """The string literals of ``expr``, adjacent ones concatenated (``"KVM_EXIT_" "IO"``)."""
+    return [
+        "".join(_unescape(part[1:-1]) for part in re.findall(_LITERAL, m[0]))
+        for m in re.finditer(rf"{_LITERAL}(?:\s*{_LITERAL})*", expr)
+    ]
 
 
 def _plain(arg: str) -> str | None:
@@ -284,6 +291,8 @@ def _string_regex(expr: str, arrays: dict[str, list[str]], named: dict[str, str]
         for am in re.finditer(r"(\w+)\[\]\s*=\s*\{([^}]*)\}", expr):
             local[am[1]] = _literals(am[2])
         return f"(?:{_format_regex(fmt, tuple(call[2:]), local, named)})"
+    if expr.lstrip().startswith("__print_hex("):  # trace_print_hex_seq: "%02x", " " between
+        return "(?:[0-9a-f]{2}(?: [0-9a-f]{2})*)?"
     alternatives: list[str] = []
     for start, end, call in [
         *_call_args(expr, "__print_flags"),

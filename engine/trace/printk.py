@@ -116,6 +116,13 @@ def _text(value: FieldValue) -> str:
     return value
 
 
+def _hexbytes(value: FieldValue) -> str:
+    text = _text(value)
+    if text and not re.fullmatch(r"[0-9a-f]{2}(?: [0-9a-f]{2})*", text):
+        raise ValueError("needs hex bytes like '88 18'")
+    return text
+
+
 def _access(value: FieldValue) -> str:
     if _uint(value) >= len(ACCESS_STR):
         raise ValueError("needs role.access 0..7")
@@ -148,6 +155,8 @@ KINDS: dict[str, Kind] = {
     # the number in hex when the table lacks it
     "exit": (r"\S+(?: excp)?", _text, str),
     "rwxu": (r"[r-][w-][x-][u-]?", _text, str),  # kvm_mmu_set_spte's (%s%s%s%s)
+    # __print_hex(insn, len): each byte %02x, a space between (trace_print_hex_seq)
+    "hexbytes": (r"(?:[0-9a-f]{2}(?: [0-9a-f]{2})*)?", _hexbytes, str),
     "pferr": (
         _pferr_regex(PFERR_FLAGS),
         lambda v: format_pferr(_uint(v)),

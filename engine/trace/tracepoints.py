@@ -52,7 +52,9 @@ is ``role.efer_nx`` (``nxe``/``!nxe``), ``ad`` is *not* ``role.ad_disabled``
 ``access_str`` (derived from the spte when formatting without it, non-EPT layout assumed:
 P=bit 0, W=1, U=2, NX=63); ``kvm_mmio``'s first value is ``type`` (label ``mmio``);
 ``spurious``, ``fixed``, ``valid`` are comparisons printed with %d: bools here;
-``kvm_exit``'s ``failed_vmentry`` is bit 31 of its exit reason (`` FAILED_VMENTRY``).
+``kvm_exit``'s ``failed_vmentry`` is bit 31 of its exit reason (`` FAILED_VMENTRY``);
+``kvm_emulate_insn``'s ``insn`` is its bytes as printed (``88 18``) and ``flags`` the
+mode's name (``prot64``), as ``kvm_mmio``'s ``type`` is its symbol.
 """
 
 from __future__ import annotations
@@ -316,6 +318,10 @@ _KVM: dict[str, dict[str, str]] = {
         pre_6_18="vcpu {vcpu_id:u}, rip 0x{rip:x}",
         pre_2019="vcpu {vcpu_id:u}",
     ),
+    # "%x:%llx:%s (%s)%s": csbase, rip, __print_hex(insn, len), the mode's name, " failed"
+    "kvm_emulate_insn": _eras("{csbase:x}:{rip:x}:{insn:hexbytes} ({flags:s}){failed? failed|}"),
+    # "gva %#lx gpa %#llx %s %s": Write/Read, GPA/GVA (the MMIO info cache matched on which)
+    "vcpu_match_mmio": _eras("gva {gva:#x} gpa {gpa:#x} {write?Write|Read} {gpa_match?GPA|GVA}"),
     # "vcpu %u need_flush_tlb %s" with "true"/"false" (record_steal_time)
     "kvm_pv_tlb_flush": _eras("vcpu {vcpu_id:u} need_flush_tlb {need_flush_tlb?true|false}"),
 }
