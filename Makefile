@@ -1,19 +1,20 @@
 # mmuscope: `make run` opens the explorer, `make test` runs every check.
 # Both create .venv and install the project on first use (a fresh Debian needs only
-# python3 and apt).  Graphviz's `dot` (for PDF/SVG/PNG export) comes from apt-get when
-# it is missing and we are root; otherwise the exact command is printed.
+# python3 and apt).  Graphviz's `dot` (for PDF/SVG/PNG export) and trace-cmd (to replay
+# binary trace.dat files) come from apt-get when missing and we are root; otherwise the
+# exact command is printed.
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.mmuscope-installed
 
-.PHONY: run test lint bench screenshots graphviz chromium clean
+.PHONY: run test lint bench screenshots graphviz trace-cmd chromium clean
 
-run: $(STAMP) graphviz
+run: $(STAMP) graphviz trace-cmd
 	$(BIN)/mmuscope
 
-test: $(STAMP) graphviz chromium lint
+test: $(STAMP) graphviz trace-cmd chromium lint
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
@@ -50,6 +51,18 @@ graphviz:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz; \
 	  else \
 	    echo "Graphviz 'dot' is missing (PDF/SVG/PNG export needs it): run  sudo apt-get install graphviz"; \
+	  fi; \
+	fi
+
+# trace-cmd turns the binary trace.dat of `trace-cmd record` into the text `replay` reads.
+trace-cmd:
+	@if ! command -v trace-cmd >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing trace-cmd (to replay trace.dat files) with apt-get"; \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq trace-cmd; } || \
+	      echo "could not install trace-cmd: replay reads text; run  trace-cmd report -i trace.dat > trace.txt  elsewhere"; \
+	  else \
+	    echo "trace-cmd is missing (replaying a binary trace.dat needs it): run  sudo apt-get install trace-cmd"; \
 	  fi; \
 	fi
 

@@ -57,6 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
     mode = replay.add_mutually_exclusive_group()
     mode.add_argument("--jsonl", action="store_true", help="one JSON object per event")
     mode.add_argument("--summary", action="store_true", help="counts as one JSON object")
+    replay.add_argument(
+        "--hex64",
+        action="store_true",
+        help='with --jsonl: 64-bit fields (sptes, gfns, addresses) as "0x..." strings, '
+        "for readers such as jq 1.6 that round integers above 2**53",
+    )
 
     lookup = sub.add_parser("lookup", help="explain one memslot lookup in text")
     lookup.add_argument("gfn", type=int_arg, help="guest frame number (0x... or decimal)")

@@ -9,18 +9,29 @@
 from __future__ import annotations
 
 import argparse
+import io
+import itertools
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from engine.events import Event
+from engine.trace import widths
 from engine.trace.reader import TraceCounts, iter_events, summarize
 from engine.trace.tracepoints import json_fields
 
 from .cliparts import CliError, check_replay_app_options
+from .trace_dat import (
+    TraceDatError,
+    is_trace_dat,
+    looks_like_trace_dat,
+    report_command,
+    report_lines,
+    report_to_file,
+)
 
 WRITE_BATCH = 512  # JSON lines joined per write
 
@@ -30,11 +41,18 @@ class TraceFileError(Exception):
 
 
 @contextmanager
-def open_trace(path: Path) -> Iterator[TextIO]:
+def open_trace(path: Path) -> Iterator[Iterable[str]]:
     """The trace as text lines; undecodable bytes become U+FFFD (and those lines are
     skipped as garbage, not an error)."""
     if str(path) == "-":
-        yield sys.stdin
+        yield _text_stdin()
+        return
+    if is_trace_dat(path):  # trace-cmd record's binary file: its `trace-cmd report`
+        try:
+            with report_lines(path) as lines:
+                yield lines
+        except TraceDatError as err:
+            raise TraceFileError(str(err)) from None
         return
     try:
         handle = path.open(encoding="utf-8", errors="replace", newline="")
@@ -54,12 +72,26 @@ def event_json(event: Event) -> dict[str, object]:
     return obj
 
 
-def write_jsonl(lines: TextIO, out: TextIO) -> TraceCounts:
+def _text_stdin() -> Iterable[str]:
+    """Standard input's lines, refused at once when it is a binary trace.dat."""
+    stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline="")
+    first = stdin.readline()
+    if looks_like_trace_dat(first):
+        raise TraceFileError(
+            "standard input is a binary trace-cmd trace.dat: give it as text, "
+            f"{report_command('FILE')} | mmuscope replay - ..."
+        )
+    return itertools.chain([first], stdin) if first else ()
+
+
+def write_jsonl(lines: Iterable[str], out: TextIO, hex64: bool = False) -> TraceCounts:
+    """One JSON object per event; with `hex64`, 64-bit fields as "0x…" strings."""
     counts = TraceCounts()
     batch: list[str] = []
     dumps = json.dumps
+    shape = widths.hex64 if hex64 else _as_is
     for event in iter_events(lines, counts):
-        batch.append(dumps(event_json(event)))
+        batch.append(dumps(shape(event_json(event))))
         if len(batch) >= WRITE_BATCH:
             out.write("\n".join(batch) + "\n")
             batch.clear()
@@ -68,19 +100,25 @@ def write_jsonl(lines: TextIO, out: TextIO) -> TraceCounts:
     return counts
 
 
+def _as_is(event_json: dict[str, Any]) -> dict[str, Any]:
+    return event_json
+
+
 def run_replay_text(args: argparse.Namespace) -> int:
     """The two text modes; `run_replay` turns TraceFileError into exit code 2."""
     with open_trace(args.trace) as lines:
         if args.summary:
             print(json.dumps(summarize(lines).summary()))
         else:
-            write_jsonl(lines, sys.stdout)
+            write_jsonl(lines, sys.stdout, hex64=args.hex64)
     sys.stdout.flush()
     return 0
 
 
 def run_replay(args: argparse.Namespace) -> int:
     """`mmuscope replay`: the app without a flag, else the text modes."""
+    if args.hex64 and not args.jsonl:
+        raise CliError("--hex64 changes what --jsonl prints: add --jsonl")
     if not (args.jsonl or args.summary):
         return run_replay_app(args)
     try:
@@ -95,13 +133,27 @@ def run_replay_app(args: argparse.Namespace) -> int:
     if str(path) == "-":
         raise CliError("the replay screen seeks in the trace, so it needs a file, not stdin "
                        "(--jsonl and --summary read stdin)")  # fmt: skip
-    try:
-        with open_trace(path):
-            pass
-    except TraceFileError as err:
-        raise CliError(str(err)) from None
+    if not is_trace_dat(path):
+        try:
+            with open_trace(path):
+                pass
+        except TraceFileError as err:
+            raise CliError(str(err)) from None
     check_replay_app_options(args)
-    from .app import make_app
+    text = _report_file(path) if is_trace_dat(path) else path
+    try:
+        from .app import make_app
 
-    make_app(trace=path, theme=args.theme, export_dir=args.export_dir).run()
+        make_app(trace=text, theme=args.theme, export_dir=args.export_dir).run()
+    finally:
+        if text != path:
+            text.unlink(missing_ok=True)
     return 0
+
+
+def _report_file(path: Path) -> Path:
+    """A trace.dat's report as a temporary text file, for the replay screen."""
+    try:
+        return report_to_file(path)
+    except TraceDatError as err:
+        raise CliError(str(err)) from None
