@@ -166,6 +166,12 @@ def test_hex64_over_a_whole_trace_leaves_no_wide_int() -> None:
     assert done.returncode == 0, done.stderr
     events = [json.loads(line) for line in done.stdout.splitlines()]
     assert events
+    for event in json.loads(
+        "[" + ",".join(run("replay", trace, "--jsonl").stdout.decode().splitlines()) + "]"
+    ):
+        for name, value in event["fields"].items():
+            if isinstance(value, int) and value >= 1 << 53:  # what jq 1.6 would round
+                assert name in HEX64_FIELDS.get(event["event"], ()), (event["event"], name)
     for event in events:
         for name in HEX64_FIELDS.get(event["event"], ()):
             value = event["fields"].get(name)

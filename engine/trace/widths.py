@@ -10,7 +10,8 @@ Sources: arch/x86/kvm/mmu/mmutrace.h (KVM_MMU_PAGE_FIELDS `__u64 gfn`; mark_mmio
 `void *sptep`, `gfn_t gfn`; kvm_mmu_set_spte `u64 gfn, spte, sptep`; fast_page_fault
 `gpa_t cr2_or_gpa`, `u64 error_code`, `u64 *sptep`, `u64 old_spte, new_spte`; …),
 arch/x86/kvm/trace.h (kvm_page_fault `unsigned long guest_rip`, `u64 fault_address,
-error_code`; kvm_exit `info1, info2` u64, `intr_info, error_code` u32) and
+error_code`; kvm_entry `unsigned long rip`; kvm_exit `info1, info2` u64, `intr_info,
+error_code` u32) and
 include/trace/events/kvm.h (kvm_mmio `u64 gpa, val`), Linux 6.x.  Field names are the
 ones `engine.trace.tracepoints` gives (the printk's labels, with the CONTRACT's aliases).
 """
@@ -41,7 +42,9 @@ HEX64_FIELDS: Mapping[str, frozenset[str]] = {
     "kvm_mmu_set_accessed_bit": frozenset({"gpa"}),
     "kvm_mmu_set_dirty_bit": frozenset({"gpa"}),
     "kvm_mmu_split_huge_page": frozenset({"gfn", "spte"}),
-    "kvm_page_fault": frozenset({"rip", "address", "fault_address", "error_code"}),
+    "kvm_page_fault": frozenset(
+        {"guest_rip", "fault_address", "error_code", "rip", "address"}  # earlier names last
+    ),
     "kvm_mmio": frozenset({"gpa", "val"}),
     "kvm_exit": frozenset({"guest_rip", "info1", "info2"}),
     "kvm_entry": frozenset({"rip"}),
