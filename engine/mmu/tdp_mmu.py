@@ -1,0 +1,355 @@
+"""Today's MMU under EPT/NPT: the TDP MMU's page fault (`kvm_tdp_mmu_map`), its MMIO
+sptes, its reaction to memslot updates, and its audit.
+
+torvalds/linux ≈6.10 (commit 0089c055) `tdp_mmu.c`, `mmu.c` (`kvm_mmu_page_fault`,
+`kvm_tdp_page_fault`, `kvm_mmu_hugepage_adjust`, `disallowed_hugepage_adjust`,
+`handle_mmio_page_fault`), `spte.c` (`make_spte`, `make_mmio_spte`):
+- a reserved-bit fault (EPT misconfiguration) on a cached MMIO spte of the current
+  generation is emulated at once (`handle_mmio_page_fault`, RET_PF_EMULATE); a stale one
+  takes the real path, which rebuilds it;
+- the real path finds the memslot; no slot: an MMIO spte (or emulation without one when
+  MMIO caching is off); a write to a read-only slot: emulated;
+- `kvm_mmu_hugepage_adjust()` picks the goal level (4K, 2M, 1G: `kvm_huge.py`), unless
+  the slot logs dirty pages or the fault is an instruction fetch under the NX huge page
+  mitigation (`huge_page_disallowed`); `kvm_mmu_spte_requested` traces it;
+- the walk (`tdp_iter`) from the vCPU's root: a frozen spte gives RET_PF_RETRY; above the
+  goal level a missing table is made and linked (`tdp_mmu_link_sp`) and a huge leaf in the
+  way is split (`tdp_mmu_split_huge_page`), either change atomic, so a lost race frees the
+  new table and returns RET_PF_RETRY; at the goal level
+  `tdp_mmu_map_handle_target_level()` installs the leaf with `tdp_mmu_set_spte_atomic`
+  (RET_PF_RETRY when that loses, RET_PF_SPURIOUS when nothing changes), then traces
+  `kvm_mmu_set_spte` or `mark_mmio_spte`;
+- memslot DELETE/MOVE and an MMIO generation wrap zap everything fast
+  (`kvm_mmu_zap_all_fast`), a dirty-logging flag change applies the slot's flags.
+No rmap is kept: the TDP MMU finds a gfn's sptes by walking the roots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..constants import KVM_MEM_READONLY, KVM_MR_FLAGS_ONLY
+from ..errors import AuditError
+from ..events import Event
+from ..memslot import MemorySlot
+from ..vm import Vm
+from .role import ACC_ALL, ACC_EXEC_MASK, PG_LEVEL_4K
+from .spte import (
+    KVM_MAX_HUGEPAGE_LEVEL,
+    PT_PAGE_SIZE_MASK,
+    REMOVED_SPTE,
+    SPTE_BASE_ADDR_MASK,
+    SPTE_MMU_PRESENT_MASK,
+    RetPf,
+    SpteConfig,
+    check_mmio_spte,
+    get_mmio_spte_access,
+    get_mmio_spte_generation,
+    is_large_pte,
+    is_last_spte,
+    is_mmio_spte,
+    is_shadow_present_pte,
+    kvm_mmio_fields,
+    make_mmio_spte,
+    make_spte,
+    memslot_update_zaps,
+    spte_access_str,
+)
+from .tdp_huge import TdpHuge
+from .tdp_iter import TdpIter, kvm_pages_per_hpage
+from .tdp_pages import TdpMmuPage
+from .tdp_params import TdpMmuParams
+
+PAGE_SHIFT = 12
+KVM_PFN_NOSLOT = 1 << 63  # include/linux/kvm_host.h (6.x); earlier kernels differ
+_PFN_LIMIT = 1 << 40  # pfns that fit bits 12-51 of an spte
+
+
+class KvmPageFault:
+    """`struct kvm_page_fault`, the parts the TDP fault path reads and writes."""
+
+    __slots__ = (
+        "exec",
+        "gfn",
+        "goal_level",
+        "huge_page_disallowed",
+        "map_writable",
+        "max_level",
+        "pfn",
+        "req_level",
+        "slot",
+        "write",
+    )
+
+    def __init__(self, gfn: int, write: bool, exec_: bool, slot: MemorySlot | None) -> None:
+        self.gfn, self.write, self.exec, self.slot = gfn, write, exec_, slot
+        self.max_level = KVM_MAX_HUGEPAGE_LEVEL
+        self.req_level = self.goal_level = PG_LEVEL_4K
+        self.huge_page_disallowed = False
+        self.map_writable = False
+        self.pfn = KVM_PFN_NOSLOT
+        if slot is not None:
+            self.pfn = (slot.userspace_addr >> PAGE_SHIFT) + gfn - slot.base_gfn
+            self.map_writable = not slot.readonly
+
+
+class TdpMmu(TdpHuge):
+    """One VM's TDP MMU (tdp_mmu=Y)."""
+
+    def __init__(
+        self,
+        vm: Vm,
+        cfg: SpteConfig | None = None,
+        params: TdpMmuParams | None = None,
+        emit: Callable[[Event], None] | None = None,
+    ) -> None:
+        super().__init__(vm, cfg, params, emit)
+        self.roots: dict[int, TdpMmuPage] = {}
+        self._leaf_bits: dict[tuple[int, bool, int], tuple[int, int]] = {}
+        self._slot_flags = {
+            (s.as_id, s.id): s.flags for a in range(vm.address_spaces) for s in vm.memslots(a)
+        }
+        vm.subscribe(self._memslots_changed)
+
+    # -- memslot updates -------------------------------------------------------------------
+
+    def _memslots_changed(self, event: Event) -> None:
+        fields = event.fields
+        if memslot_update_zaps(event.name, int(fields.get("gen", 0)), self.vm.address_spaces):
+            self.kvm_mmu_zap_all_fast()
+        if event.name != "kvm_set_user_memory_region" or fields.get("ret"):
+            return
+        uapi = int(fields["slot"])
+        key = (uapi >> 16, uapi & 0xFFFF)
+        slot = self.vm.slot(*key)
+        old = self._slot_flags.pop(key, 0)
+        if slot is None:
+            return
+        self._slot_flags[key] = slot.flags
+        if fields.get("change") == KVM_MR_FLAGS_ONLY:
+            self.kvm_mmu_slot_apply_flags(old, slot)
+
+    def _gfn_to_memslot(self, vcpu: int, gfn: int) -> MemorySlot | None:
+        """`kvm_vcpu_gfn_to_memslot()`: the vCPU's fresh `last_used_slot`, else the search."""
+        vm = self.vm
+        if vm.vcpu_cache:
+            state = vm.vcpu(vcpu)
+            cached = state.last_used_slot
+            if cached is not None and cached.base_gfn <= gfn < cached.base_gfn + cached.npages:
+                if state.last_used_slot_gen == vm.memslot_set(state.as_id).generation:
+                    vm.memslot_lookups += 1
+                    return cached
+        return vm.vcpu_gfn_to_memslot(vcpu, gfn)
+
+    # -- the fault --------------------------------------------------------------------------
+
+    def last_spte(self, root: TdpMmuPage, gfn: int) -> tuple[TdpMmuPage, int]:
+        """`kvm_tdp_mmu_get_walk()`'s last step: the page and index the walk ends at."""
+        sp, by_pa = root, self.pages.by_pa
+        level = sp.role.level
+        while True:
+            index = (gfn >> (9 * (level - 1))) & 511
+            spte = sp.spt[index]
+            if level == 1 or not spte & SPTE_MMU_PRESENT_MASK or spte & PT_PAGE_SIZE_MASK:
+                return sp, index
+            sp = by_pa[spte & SPTE_BASE_ADDR_MASK]
+            level -= 1
+
+    def page_fault(
+        self,
+        vcpu: int,
+        gpa: int,
+        write: bool = False,
+        exec_: bool = False,
+        rsvd: bool | None = None,
+    ) -> RetPf:
+        """`kvm_mmu_page_fault()` → `kvm_tdp_page_fault()` for a guest-physical address.
+        `rsvd`: the exit was an EPT misconfiguration (PFERR_RSVD_MASK), i.e. the CPU hit
+        an MMIO spte; None looks at the spte the walk ends at, as the CPU would."""
+        stat = self.stat
+        stat["pf_taken"] += 1
+        gfn = gpa >> PAGE_SHIFT
+        root = self.roots.get(vcpu)
+        if root is None or root.role.invalid:
+            root = self.root(vcpu)
+        cfg = self.cfg
+        if rsvd is None or rsvd:
+            sp, index = self.last_spte(root, gfn)
+            spte = sp.spt[index]
+            if is_mmio_spte(cfg, spte) and check_mmio_spte(
+                cfg, spte, self.vm.generation(root.role.smm)
+            ):
+                access = get_mmio_spte_access(cfg, spte)
+                self._emit("handle_mmio_page_fault", addr=0, gfn=gfn, access=access)
+                return self._emulate(gpa, write)
+        slot = self._gfn_to_memslot(vcpu, gfn)
+        if slot is None and not cfg.mmio_caching_enabled:
+            return self._emulate(gpa, write)  # kvm_handle_noslot_fault(), caching off
+        if slot is not None and write and slot.flags & KVM_MEM_READONLY:
+            return self._emulate(gpa, write)  # KVM_PFN_ERR_RO_FAULT
+        fault = KvmPageFault(gfn, write, exec_, slot)
+        ret = self.kvm_tdp_mmu_map(fault, root)
+        if ret is RetPf.FIXED:
+            stat["pf_fixed"] += 1
+        elif ret is RetPf.SPURIOUS:
+            stat["pf_spurious"] += 1
+        elif ret is RetPf.EMULATE:
+            return self._emulate(gpa, write)
+        return ret
+
+    def _emulate(self, gpa: int, write: bool) -> RetPf:
+        self.stat["pf_emulate"] += 1
+        if self._listener is not None:
+            self._emit("kvm_mmio", **kvm_mmio_fields(gpa, write))
+        return RetPf.EMULATE
+
+    def kvm_mmu_hugepage_adjust(self, fault: KvmPageFault) -> None:
+        fault.huge_page_disallowed = fault.exec and self.params.nx_huge_page_workaround_enabled
+        slot = fault.slot
+        if fault.max_level == PG_LEVEL_4K or slot is None or slot.dirty_logging:
+            return
+        fault.req_level = self.kvm_mmu_max_mapping_level(slot, fault.gfn, fault.max_level)
+        if fault.req_level == PG_LEVEL_4K or fault.huge_page_disallowed:
+            return
+        fault.goal_level = fault.req_level
+        fault.pfn &= ~(kvm_pages_per_hpage(fault.goal_level) - 1)
+
+    def disallowed_hugepage_adjust(self, fault: KvmPageFault, spte: int, cur_level: int) -> None:
+        """Go one level below a table made for a disallowed NX huge page."""
+        if (
+            cur_level > PG_LEVEL_4K
+            and cur_level == fault.goal_level
+            and is_shadow_present_pte(spte)
+            and not is_large_pte(spte)
+            and self.pages.by_pa[spte & SPTE_BASE_ADDR_MASK].nx_huge_page_disallowed
+        ):
+            mask = kvm_pages_per_hpage(cur_level) - kvm_pages_per_hpage(cur_level - 1)
+            fault.pfn |= fault.gfn & mask
+            fault.goal_level -= 1
+
+    def kvm_tdp_mmu_map(self, fault: KvmPageFault, root: TdpMmuPage) -> RetPf:
+        """The walk of `tdp_mmu_for_each_pte(iter, mmu, gfn, gfn + 1)`, stepped by hand:
+        for a one-gfn range the pre-order walk only ever steps down (the step to the side
+        leaves the range), so each level's spte is visited once, after the table above
+        it was linked (`try_step_down` re-reads it)."""
+        self.kvm_mmu_hugepage_adjust(fault)
+        if self._listener is not None:
+            offset = fault.gfn & (kvm_pages_per_hpage(fault.goal_level) - 1)
+            self._emit(
+                "kvm_mmu_spte_requested",
+                gfn=fault.gfn,
+                pfn=fault.pfn | offset,
+                level=fault.goal_level,
+            )
+        nx = self.params.nx_huge_page_workaround_enabled
+        it = TdpIter(self.pages.by_pa, root, PG_LEVEL_4K, fault.gfn)
+        while True:
+            old = it.old_spte
+            if nx:
+                self.disallowed_hugepage_adjust(fault, old, it.level)
+            if old == REMOVED_SPTE:
+                return RetPf.RETRY  # frozen by another thread: let the vCPU fault again
+            if it.level == fault.goal_level:
+                return self.tdp_mmu_map_handle_target_level(fault, it)
+            if not (old & SPTE_MMU_PRESENT_MASK and not old & PT_PAGE_SIZE_MASK):
+                sp = self.tdp_mmu_init_child_sp(it)
+                sp.nx_huge_page_disallowed = fault.huge_page_disallowed
+                if old & SPTE_MMU_PRESENT_MASK:
+                    r = self.tdp_mmu_split_huge_page(it, sp, True)
+                else:
+                    r = self.tdp_mmu_link_sp(it, sp, True)
+                if r:
+                    self.tdp_mmu_free_sp(sp)
+                    return RetPf.RETRY
+                if fault.huge_page_disallowed and fault.req_level >= it.level:
+                    self.track_possible_nx_huge_page(sp)
+            if not it.try_step_down():
+                return RetPf.RETRY  # the walk ended above the goal level
+
+    def tdp_mmu_map_handle_target_level(self, fault: KvmPageFault, it: TdpIter) -> RetPf:
+        slot = fault.slot
+        if slot is None:
+            new_spte = make_mmio_spte(self.cfg, it.gfn, ACC_ALL, self.vm.generation(it.as_id))
+        else:
+            new_spte = self._make_spte(fault.pfn, it.level, fault.map_writable)
+        ret = RetPf.FIXED
+        if new_spte == it.old_spte:
+            ret = RetPf.SPURIOUS
+        elif self.tdp_mmu_set_spte_atomic(it, new_spte):
+            return RetPf.RETRY
+        if slot is None:
+            self.stat["pf_mmio_spte_created"] += 1
+            if self._listener is not None:
+                self._emit(
+                    "mark_mmio_spte",
+                    sptep=it.sptep,
+                    gfn=it.gfn,
+                    access=get_mmio_spte_access(self.cfg, new_spte),
+                    gen=get_mmio_spte_generation(new_spte),
+                )
+            return RetPf.EMULATE
+        if self._listener is not None:
+            spte = it.pt.spt[it.index]
+            self._emit(
+                "kvm_mmu_set_spte",
+                gfn=it.gfn,
+                spte=spte,
+                access_str=spte_access_str(self.cfg, spte),
+                level=it.level,
+                sptep=it.sptep,
+            )
+        return ret
+
+    def _make_spte(self, pfn: int, level: int, writable: bool) -> int:
+        """`make_spte()` with ACC_ALL, not a prefetch: from the constant bits of this
+        (level, writable) when the pfn allows it, else `make_spte()` itself.  Under the NX
+        mitigation huge leaves are not executable."""
+        access = ACC_ALL
+        if level > PG_LEVEL_4K and self.params.nx_huge_page_workaround_enabled:
+            access &= ~ACC_EXEC_MASK
+        key = (level, writable, access)
+        bits = self._leaf_bits.get(key)
+        if bits is None:
+            bits = self._leaf_bits[key] = self._leaf_constants(level, writable, access)
+        const, forbidden = bits
+        if pfn & forbidden:
+            return make_spte(
+                self.cfg, pfn, access, level, writable=writable, accessed=True, dirty=True
+            )
+        return const | pfn << PAGE_SHIFT
+
+    def _leaf_constants(self, level: int, writable: bool, access: int) -> tuple[int, int]:
+        const = make_spte(self.cfg, 0, access, level, writable=writable, accessed=True, dirty=True)
+        mmio_bits = 0
+        if self.cfg.shadow_mmio_value:
+            mmio_bits = (self.cfg.shadow_mmio_mask & SPTE_BASE_ADDR_MASK) >> PAGE_SHIFT
+        return const, -_PFN_LIMIT | (kvm_pages_per_hpage(level) - 1) | mmio_bits
+
+    # -- audit ---------------------------------------------------------------------------
+
+    def audit(self) -> None:
+        """Pages consistent (`TdpMmuPages.audit`); each root's count is the vCPUs using
+        it plus the TDP MMU's own reference while it is valid or scheduled for zapping;
+        the page stats and nx_lpage_splits match what is mapped."""
+        self.pages.audit()
+        users: dict[int, int] = {}
+        for root in self.roots.values():
+            users[root.seq] = users.get(root.seq, 0) + 1
+        for root in self.pages.tdp_mmu_roots:
+            own = 1 if not root.role.invalid or root.tdp_mmu_scheduled_root_to_zap else 0
+            if root.root_count != users.get(root.seq, 0) + own:
+                raise AuditError(f"tdp: {root} count {root.root_count}, expected more/less")
+        for vcpu, root in self.roots.items():
+            if root not in self.pages.tdp_mmu_roots:
+                raise AuditError(f"tdp: vcpu {vcpu} uses {root}, not on tdp_mmu_roots")
+        counted = {1: 0, 2: 0, 3: 0}
+        for sp in self.pages.pages():
+            level = sp.role.level
+            for spte in sp.spt:
+                if is_shadow_present_pte(spte) and is_last_spte(spte, level):
+                    counted[level] += 1
+        for level, name in ((1, "pages_4k"), (2, "pages_2m"), (3, "pages_1g")):
+            if self.stat[name] != counted[level]:
+                raise AuditError(f"tdp: {name} {self.stat[name]} != {counted[level]} mapped")
+        if self.stat["nx_lpage_splits"] != len(self.pages.possible_nx_huge_pages):
+            raise AuditError("tdp: nx_lpage_splits disagrees with possible_nx_huge_pages")

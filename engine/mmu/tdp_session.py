@@ -1,0 +1,254 @@
+"""A running guest on the TDP MMU (EPT/NPT, tdp_mmu=Y: today's default): workloads,
+exits, faults, zaps, RCU grace periods, NX huge page recovery, and events.
+
+The same guest accesses as `MmuSession` for the same seed (the same random draws), so a
+run on the TDP MMU and one on the older direct MMU (`tdp_mmu=N`) can be compared access
+by access; instruction fetches (kernbench's code, 1 in 10) come from a second generator,
+and only matter under the NX huge page mitigation.  Workloads:
+- `kernbench`, `netperf`, `churn`: as on `MmuSession`;
+- `dirty`: kernbench, with dirty logging turned on for the largest RAM slot every
+  `DIRTY_EVERY` accesses and off again the next time (eager page split and write
+  protection when it starts, huge pages collapsing back when it stops).
+An access exits when the CPU's walk of the vCPU's root finds no leaf that allows it (not
+present, MMIO, not writable for a write, not executable for a fetch).  A fault that
+returns RET_PF_RETRY lets the vCPU run again, and it faults again if it must.
+`race_rate` makes another vCPU fault on the same gfn inside the spte's cmpxchg window
+that often, so `tdp_mmu_set_spte_atomic` loses the race (tests, and the screen's races).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from ..constants import KVM_MEM_LOG_DIRTY_PAGES
+from ..layouts.layout import Layout
+from .guest_session import ACCESS_NS, PFERR_WRITE, GuestSession
+from .mmu_pages import KvmMmuPage
+from .session import CHURN_EVERY, LAPIC_EOI, NIC_DOORBELL, churn_update
+from .spte import (
+    PT_WRITABLE_MASK,
+    SPTE_CONFIGS,
+    RetPf,
+    is_executable_pte,
+    is_mmio_spte,
+    is_shadow_present_pte,
+)
+from .tdp_iter import TdpIter
+from .tdp_mmu import TdpMmu
+from .tdp_pages import TdpMmuPage
+from .tdp_params import TdpMmuParams
+
+PAGE_SHIFT = 12
+PFERR_FETCH = 1 << 4
+DIRTY_EVERY = 400
+FETCH_RATE = 0.1
+TDP_WORKLOADS = ("kernbench", "netperf", "churn", "dirty")
+ZAP_KINDS = ("fast", "slow", "roots")
+MAX_RETRIES = 4
+
+
+@dataclass(frozen=True, slots=True)
+class TdpAccess:
+    vcpu: int
+    gpa: int
+    write: bool
+    fetch: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"gpa {self.gpa:#x}" + (" (fetch)" if self.fetch else "")
+
+
+@dataclass(frozen=True, slots=True)
+class TdpStep:
+    access: TdpAccess
+    exited: bool
+    ret: RetPf | None
+    update: str = ""
+
+
+class TdpSession(GuestSession[TdpStep]):
+    """A guest (a `Layout`), its TDP MMU and a workload; deterministic for a seed."""
+
+    paging = "tdp"
+    workloads = TDP_WORKLOADS
+    mmu: TdpMmu  # type: ignore[assignment]  # TdpMmuPages reads like MmuPages
+
+    def __init__(
+        self,
+        layout: Layout,
+        *,
+        workload: str = "kernbench",
+        seed: int = 1,
+        nr_vcpus: int = 2,
+        spte_config: str = "ept",
+        params: TdpMmuParams | None = None,
+        race_rate: float = 0.0,
+    ) -> None:
+        super().__init__(layout, workload, seed, nr_vcpus)
+        self.mmu = TdpMmu(self.vm, SPTE_CONFIGS[spte_config], params, emit=self._forward)
+        self._ram = [s for s in self.vm.memslots(0) if not s.readonly]
+        self._fetch_rng = random.Random(seed ^ 0x7D9)
+        self._race_rng = random.Random(seed ^ 0xACE)
+        self.race_rate = race_rate
+        self._racing: TdpAccess | None = None
+        period = self.mmu.params.recovery_period_ns
+        self._next_recovery = period if period else -1
+
+    # -- the workload -------------------------------------------------------------------
+
+    def next_access(self) -> TdpAccess:
+        rng = self._rng
+        vcpu = self.steps % self.nr_vcpus
+        if self.workload == "netperf" and rng.random() < 0.7:
+            gpa = NIC_DOORBELL if rng.random() < 0.8 else LAPIC_EOI
+            return TdpAccess(vcpu, gpa, write=True)
+        slot = rng.choice(self._ram)
+        gfn = slot.base_gfn + rng.randrange(slot.npages)
+        write = rng.random() < 0.3
+        fetch = not write and self._fetch_rng.random() < FETCH_RATE
+        return TdpAccess(vcpu, gfn << PAGE_SHIFT, write, fetch)
+
+    def set_workload(self, workload: str) -> None:
+        self.check_workload(workload)
+        self.workload = workload
+
+    def _update(self) -> str:
+        if self.workload == "churn" and not self.steps % CHURN_EVERY:
+            return churn_update(self.vm)
+        if self.workload == "dirty" and self.steps and not self.steps % DIRTY_EVERY:
+            return self.toggle_dirty_logging()
+        return ""
+
+    def toggle_dirty_logging(self) -> str:
+        """KVM_MEM_LOG_DIRTY_PAGES on the largest RAM slot, on or off (flags only)."""
+        slot = max(self._ram, key=lambda s: s.npages)
+        slot = self.vm.slot(slot.as_id, slot.id) or slot
+        flags = slot.flags ^ KVM_MEM_LOG_DIRTY_PAGES
+        self.vm.set_user_memory_region(
+            slot.uapi_slot, flags, slot.base_gfn << PAGE_SHIFT, slot.npages << PAGE_SHIFT,
+            slot.userspace_addr,
+        )  # fmt: skip
+        self._ram = [s for s in self.vm.memslots(0) if not s.readonly]
+        return f"dirty logging {'on' if flags & KVM_MEM_LOG_DIRTY_PAGES else 'off'}"
+
+    # -- running ------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        """Guest time moves on: RCU callbacks whose grace period ended run, and the NX
+        recovery worker wakes when its period is up."""
+        now = self.steps * ACCESS_NS
+        mmu = self.mmu
+        mmu.now_ns = now
+        if mmu.pages.rcu_pending:
+            mmu.pages.rcu_advance(now)
+        if 0 <= self._next_recovery <= now:
+            mmu.kvm_recover_nx_huge_pages()
+            self._next_recovery = now + mmu.params.recovery_period_ns
+
+    def step(self) -> TdpStep:
+        self._tick()
+        update = self._update()
+        access = self.next_access()
+        self.steps += 1
+        self._vcpu = access.vcpu
+        self.mmu.root(access.vcpu)  # kvm_mmu_reload() on entry
+        if not self.needs_exit(access):
+            return TdpStep(access, False, None, update)
+        ret = RetPf.RETRY
+        for _ in range(MAX_RETRIES):
+            ret = self._fault(access)
+            if ret is not RetPf.RETRY or not self.needs_exit(access):
+                break
+        return TdpStep(access, True, ret, update)
+
+    def _fault(self, access: TdpAccess) -> RetPf:
+        error_code = (PFERR_WRITE if access.write else 0) | (PFERR_FETCH if access.fetch else 0)
+        self._vm_exit(access.vcpu, access.gpa, error_code)
+        mmu = self.mmu
+        if self.race_rate:
+            self._racing = access
+            mmu.race = self._race
+        try:
+            ret = mmu.page_fault(access.vcpu, access.gpa, access.write, access.fetch)
+        finally:
+            mmu.race = None
+            self._racing = None
+        return self._result(ret)
+
+    def _race(self, it: TdpIter) -> None:
+        """Another vCPU faults on the same gfn first (inside the cmpxchg window)."""
+        access = self._racing
+        if access is None or self.nr_vcpus < 2 or self._race_rng.random() >= self.race_rate:
+            return
+        other = (access.vcpu + 1) % self.nr_vcpus
+        self._racing, self._vcpu = None, other
+        try:
+            self._vm_exit(other, access.gpa, PFERR_WRITE if access.write else 0)
+            self.mmu.page_fault(other, access.gpa, access.write, access.fetch)
+        finally:
+            self._vcpu = access.vcpu
+
+    def zap(self, kind: str) -> int:
+        """`fast`: kvm_mmu_zap_all_fast; `roots`: only invalidate and zap the roots (no
+        generation flip, no tracepoint); `slow`: kvm_mmu_zap_all (kvm_tdp_mmu_zap_all,
+        mmu_lock held for write).  Page tables freed."""
+        mmu = self.mmu
+        if kind == "fast":
+            return mmu.kvm_mmu_zap_all_fast()
+        if kind == "roots":
+            mmu.kvm_tdp_mmu_invalidate_all_roots()
+            return mmu.kvm_tdp_mmu_zap_invalidated_roots()
+        if kind == "slow":
+            return mmu.kvm_tdp_mmu_zap_all()
+        raise ValueError(f"unknown zap {kind!r}: one of {', '.join(ZAP_KINDS)}")
+
+    # -- the CPU's walk -------------------------------------------------------------------
+
+    def needs_exit(self, access: TdpAccess) -> bool:
+        """True unless the vCPU's valid root maps the gfn with a leaf allowing the access."""
+        spte = self.leaf_spte(access.vcpu, access.gpa >> PAGE_SHIFT)
+        if not is_shadow_present_pte(spte) or is_mmio_spte(self.mmu.cfg, spte):
+            return True
+        if access.write and not spte & PT_WRITABLE_MASK:
+            return True
+        return access.fetch and not is_executable_pte(self.mmu.cfg, spte)
+
+    def leaf_spte(self, vcpu: int, gfn: int) -> int:
+        root = self._live_root(vcpu)
+        if root is None:
+            return 0
+        assert isinstance(root, TdpMmuPage)
+        sp, index = self.mmu.last_spte(root, gfn)
+        return sp.spt[index]
+
+    def _live_root(self, vcpu: int) -> KvmMmuPage | None:
+        root = self.mmu.roots.get(vcpu)
+        return None if root is None or root.role.invalid else root
+
+    def _leaf(self, vcpu: int, number: int) -> tuple[KvmMmuPage, int] | None:
+        root = self._live_root(vcpu)
+        if root is None:
+            return None
+        assert isinstance(root, TdpMmuPage)
+        return self.mmu.last_spte(root, number)
+
+    def _path(self, vcpu: int, number: int) -> list[tuple[KvmMmuPage, int]]:
+        root = self.mmu.roots.get(vcpu)
+        if root is None:
+            return []
+        path: list[tuple[KvmMmuPage, int]] = []
+        sp: KvmMmuPage | None = root
+        while sp is not None:
+            index = (number >> (9 * (sp.role.level - 1))) & 511
+            path.append((sp, index))
+            sp = self.mmu.pages.child_at(sp, index)
+        return path
+
+    def path_of(self, step: TdpStep) -> list[tuple[KvmMmuPage, int]]:
+        return self._path(step.access.vcpu, step.access.gpa >> PAGE_SHIFT)
+
+    def audit(self) -> None:
+        self.mmu.audit()
+        self.vm.audit()
