@@ -33,9 +33,7 @@ TARGET_LINES_PER_S = 200_000
 def first_touches(count: int, seed: int = 3) -> list[int]:
     """`count` distinct RAM gpas of the default guest, in a seeded order."""
     vm = build_vm(preset("pc-4g"))
-    gfns = [
-        s.base_gfn + i for s in vm.memslots(0) if not s.readonly for i in range(s.npages)
-    ]
+    gfns = [s.base_gfn + i for s in vm.memslots(0) if not s.readonly for i in range(s.npages)]
     return [gfn << 12 for gfn in random.Random(seed).sample(gfns, count)]
 
 

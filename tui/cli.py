@@ -30,6 +30,7 @@ RUNNERS: dict[str | None, tuple[str, str]] = {
     "serve": ("serve", "run_serve"),
     "live": ("live", "run_live"),
     "kvm": ("kvm_cli", "run_kvm"),
+    "simulate": ("simulate_cli", "run_simulate"),
 }
 
 
@@ -130,6 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .kvm_cli import add_kvm_parser
 
     add_kvm_parser(sub)
+
+    from .simulate_cli import add_parser as add_simulate_parser
+
+    add_simulate_parser(sub)
     return parser
 
 

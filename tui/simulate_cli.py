@@ -156,7 +156,13 @@ def run(session: GuestSession[object], options: SimulateOptions, out: TextIO) ->
 
 
 def _json_line(event: Event) -> str:
-    return json.dumps(event.to_json())
+    """The object `replay --jsonl` makes of the event's trace line (fields as printed,
+    the timestamp in microseconds)."""
+    from engine.trace.lines import parse_line
+
+    parsed = parse_line(trace_cmd_line(event))
+    assert parsed is not None
+    return json.dumps(parsed.to_json())
 
 
 # -- trace-cmd report lines -----------------------------------------------------------------

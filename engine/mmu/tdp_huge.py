@@ -160,8 +160,7 @@ class TdpHuge(TdpRoots):
                 and not is_last_spte(it.old_spte, it.level)
                 and start <= it.gfn < end
                 and slot is not None
-                and self.kvm_mmu_max_mapping_level(slot, it.gfn, KVM_MAX_HUGEPAGE_LEVEL)
-                >= it.level
+                and self.kvm_mmu_max_mapping_level(slot, it.gfn, KVM_MAX_HUGEPAGE_LEVEL) >= it.level
             ):
                 if not self.tdp_mmu_zap_spte_atomic(it):
                     zapped = True

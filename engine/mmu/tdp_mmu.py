@@ -135,10 +135,13 @@ class TdpMmu(TdpHuge):
         if vm.vcpu_cache:
             state = vm.vcpu(vcpu)
             cached = state.last_used_slot
-            if cached is not None and cached.base_gfn <= gfn < cached.base_gfn + cached.npages:
-                if state.last_used_slot_gen == vm.memslot_set(state.as_id).generation:
-                    vm.memslot_lookups += 1
-                    return cached
+            if (
+                cached is not None
+                and cached.base_gfn <= gfn < cached.base_gfn + cached.npages
+                and state.last_used_slot_gen == vm.memslot_set(state.as_id).generation
+            ):
+                vm.memslot_lookups += 1
+                return cached
         return vm.vcpu_gfn_to_memslot(vcpu, gfn)
 
     # -- the fault --------------------------------------------------------------------------

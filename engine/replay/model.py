@@ -26,9 +26,12 @@ What each event does to the model:
   is stale.  MMIO sptes cached before the last fast zap lived in now-obsolete pages.
 * ``kvm_tdp_mmu_spte_changed`` (old → new spte per as/level/gfn) and ``kvm_mmu_set_spte``
   (a shadow-MMU leaf) — the gfn grid: not present, a table, a leaf, or MMIO (`classify`).
-  The TDP MMU frees its pages without ``kvm_mmu_prepare_zap_page``: when a table spte at
-  level L goes away, the direct page at its gfn and level L-1 vanishes (``tdp_freed``).
-  Roots freed when their last user puts them leave no trace and stay.
+  The TDP MMU frees its pages when a table spte at level L goes away: the direct page at
+  its gfn and level L-1 vanishes (``tdp_freed``); ≈6.x kernels then emit
+  ``kvm_mmu_prepare_zap_page`` for it from ``handle_removed_pt``, which is not a second
+  zap (``last_tdp_freed``).  Roots freed when their last user puts them leave no trace;
+  a new TDP root with the key of a live one replaces it (``tdp_roots_replaced``: valid
+  roots of one role are shared, so the old one was invalidated).
 * ``fast_page_fault``, ``kvm_page_fault``, ``kvm_exit``, ``kvm_entry`` — counted per vCPU.
 * every event — counted per (name, cpu, pid), so kvm_stat's table can be rebuilt for any
   CPU or pid filter at any position.
@@ -77,7 +80,7 @@ _SCALARS = (
     *("unknown_zaps", "unkeyed_zaps", "evicted_pages", "evicted_sptes", "tdp_freed"),
     *("mmio_checks_ok", "mmio_checks_stale"),
     *("set_sptes", "tdp_changes", "first_ts", "last_ts", "min_ts", "max_ts"),
-    *("last_change", "last_tdp"),
+    *("last_change", "last_tdp", "last_tdp_freed", "tdp_roots_replaced"),
 )
 
 
@@ -121,6 +124,10 @@ class ReplayModel:
         #: what the last drawn change was: ("appeared"|"vanished"|"flip"|"mmio"|"tdp", words)
         self.last_change: tuple[str, str] = ("", "")
         self.last_tdp: TdpKey | None = None
+        #: the page the last TDP table spte change freed (its kvm_mmu_prepare_zap_page,
+        #: which ≈6.x kernels emit in handle_removed_pt right after, is not a second zap)
+        self.last_tdp_freed: PageKey | None = None
+        self.tdp_roots_replaced = 0  # TDP roots whose successor with the same role appeared
 
     # -- state --------------------------------------------------------------------------
 
@@ -187,6 +194,8 @@ class ReplayModel:
             self.max_ts = ts
         self.last_ts = ts
         self._count(event)
+        if event.name != "kvm_mmu_prepare_zap_page":
+            self.last_tdp_freed = None
         handler = _HANDLERS.get(event.name)
         if handler is None or not event.fields:
             return False
@@ -216,6 +225,12 @@ class ReplayModel:
             self.created += 1
             if gen is not None and not self.flips_total:
                 self.mmu_valid_gen = gen  # a new page carries the VM's generation
+        if page is not None and created and self._tdp_root_successor(page):
+            # kvm_tdp_mmu_alloc_root() shares a valid root of the same role, so a new one
+            # means the old was invalidated; the TDP MMU frees it without a tracepoint.
+            self.tdp_roots_replaced += 1
+            self._drop_page(page)
+            page = None
         if page is not None:
             if created:
                 self.duplicate_creates += 1
@@ -227,6 +242,13 @@ class ReplayModel:
         verb = "appeared" if created else "seen"
         self.last_change = ("appeared", f"{verb}: {_page_words(self.pages[key])}")
         return True
+
+    def _tdp_root_successor(self, page: ReplayPage) -> bool:
+        """A TDP MMU trace (it has TDP spte changes) creating a root (gfn 0, direct, level
+        4 or 5) whose key a live root has.  SMM and non-SMM roots print alike, so a VM
+        with vCPUs in SMM would be misread (an assumption: rare in traces)."""
+        level = page.level or 0
+        return bool(self.tdp_changes) and page.gfn == 0 and page.direct and level >= 4
 
     def _add_page(
         self, key: PageKey, fields: Mapping[str, FieldValue], ts: float, adopted: bool
@@ -268,6 +290,9 @@ class ReplayModel:
         key = page_key(event.fields)
         if key is None:
             self.unkeyed_zaps += 1
+            return False
+        if key == self.last_tdp_freed:
+            self.last_tdp_freed = None  # already freed with its table spte
             return False
         page = self.pages.get(key)
         if page is None:
@@ -338,6 +363,7 @@ class ReplayModel:
             if page.direct:
                 self.tdp_freed += 1
                 self._remove_copy(page, "freed (TDP)")
+                self.last_tdp_freed = key
                 return
 
     def _set_spte(self, event: Event) -> bool:
@@ -404,6 +430,7 @@ class ReplayModel:
             assert 0 <= page.epoch <= self.flips_total, page
             copies += page.copies
         live = self.created + self.adopted - self.zapped - self.tdp_freed - self.evicted_pages
+        live -= self.tdp_roots_replaced
         assert copies == live, (copies, live)
         indexed = [key for keys in self.by_gfn.values() for key in keys]
         assert len(indexed) == len(set(indexed)), "a page indexed twice"

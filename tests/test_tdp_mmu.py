@@ -1,0 +1,254 @@
+"""The TDP MMU (engine.mmu.tdp_*): the fault path and its events, roots and their counts,
+fast zap of today beside 2013's, RCU-pending page tables, frozen sptes, lost races, huge
+pages (2M/1G), eager splitting on dirty logging, NX huge pages and their recovery, and a
+property test against the memslots' own translation."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine import KVM_MEM_LOG_DIRTY_PAGES, Vm
+from engine.events import Event
+from engine.layouts import preset
+from engine.mmu.spte import (
+    PT_WRITABLE_MASK,
+    REMOVED_SPTE,
+    RetPf,
+    is_executable_pte,
+    is_last_spte,
+    is_mmio_spte,
+    is_shadow_present_pte,
+    spte_to_pfn,
+)
+from engine.mmu.tdp_iter import for_each_tdp_pte
+from engine.mmu.tdp_mmu import TdpMmu
+from engine.mmu.tdp_pages import RCU_GRACE_PERIOD_NS
+from engine.mmu.tdp_params import TdpMmuParams
+from engine.mmu.tdp_session import TdpSession
+
+GIB = 1 << 30
+UA = 0x7F00_0000_0000  # 1G-aligned host address
+
+
+def vm_4g() -> Vm:
+    vm = Vm()
+    vm.set_user_memory_region(0, 0, 0, 4 * GIB, UA)
+    return vm
+
+
+def leaves(mmu: TdpMmu) -> dict[int, tuple[int, int]]:
+    """gfn -> (level, spte) of every present leaf under a valid root."""
+    out = {}
+    for root in mmu.pages.tdp_mmu_roots:
+        if root.role.invalid:
+            continue
+        for it in for_each_tdp_pte(mmu.pages.by_pa, root, 0, 1 << 36):
+            if is_shadow_present_pte(it.old_spte) and is_last_spte(it.old_spte, it.level):
+                out[it.gfn] = (it.level, it.old_spte)
+    return out
+
+
+def test_a_fault_links_tables_then_the_leaf_with_the_kernels_events() -> None:
+    events: list[Event] = []
+    mmu = TdpMmu(vm_4g(), params=TdpMmuParams(host_level=1), emit=events.append)
+    assert mmu.page_fault(0, 0x1234_5000, write=True) is RetPf.FIXED
+    names = [e.name for e in events]
+    assert names == [
+        "kvm_mmu_get_page",  # the root, made by kvm_mmu_load()
+        "kvm_mmu_spte_requested",
+        *["kvm_mmu_get_page", "kvm_tdp_mmu_spte_changed"] * 3,  # L3, L2, L1 tables
+        "kvm_tdp_mmu_spte_changed",  # the leaf
+        "kvm_mmu_set_spte",
+    ]
+    root = events[0].fields
+    assert root["level"] == 4 and root["root_count"] == 0 and root["gen"] == 0
+    leaf = events[-2].fields
+    assert leaf["old_spte"] == 0 and leaf["level"] == 1 and leaf["gfn"] == 0x12345
+    assert spte_to_pfn(int(leaf["new_spte"])) == (UA >> 12) + 0x12345
+    assert int(leaf["new_spte"]) & PT_WRITABLE_MASK
+    assert mmu.stat["pages_4k"] == 1 and mmu.pages.tdp_mmu_pages == 3
+    mmu.audit()
+    assert mmu.page_fault(0, 0x1234_5000) is RetPf.SPURIOUS  # already mapped
+
+
+def test_huge_leaves_where_slot_and_host_allow() -> None:
+    for host_level, level in ((1, 1), (2, 2), (3, 3)):
+        mmu = TdpMmu(vm_4g(), params=TdpMmuParams(host_level=host_level))
+        mmu.page_fault(0, 0x4030_2000)
+        assert next(iter(leaves(mmu).values()))[0] == level
+        mmu.audit()
+    vm = Vm()  # misaligned host address: 4K only
+    vm.set_user_memory_region(0, 0, 0, GIB, UA + 0x1000)
+    mmu = TdpMmu(vm, params=TdpMmuParams(host_level=3))
+    mmu.page_fault(0, 0x20_0000)
+    assert next(iter(leaves(mmu).values()))[0] == 1
+
+
+def test_roots_are_shared_counted_invalidated_and_freed_after_rcu() -> None:
+    mmu = TdpMmu(vm_4g())
+    mmu.page_fault(0, 0x1000)
+    mmu.page_fault(1, 0x4000_0000)
+    (root,) = mmu.pages.tdp_mmu_roots
+    assert mmu.roots[0] is mmu.roots[1] is root and root.root_count == 3  # 2 vCPUs + own
+    mmu.audit()
+    freed = mmu.kvm_mmu_zap_all_fast()
+    assert root.role.invalid and root.root_count == 2  # the TDP MMU's own is put
+    assert freed == len(mmu.pages.rcu_pending) == 3  # the L3 and two L2 tables (2M leaves)
+    assert all(spte == REMOVED_SPTE for sp in mmu.pages.rcu_pending.values() for spte in sp.spt)
+    mmu.audit()
+    mmu.now_ns = RCU_GRACE_PERIOD_NS
+    mmu.page_fault(0, 0x1000)  # vCPU 0 puts the old root and loads a new one
+    assert mmu.roots[0] is not root and root.root_count == 1
+    mmu.page_fault(1, 0x2000)
+    assert root.root_count == 0 and root not in mmu.pages.tdp_mmu_roots
+    assert root.seq in mmu.pages.rcu_pending  # freed through call_rcu(), no tracepoint
+    mmu.audit()
+    assert mmu.pages.rcu_advance(2 * RCU_GRACE_PERIOD_NS) == 4  # and the old root
+    mmu.audit()
+
+
+def test_fast_zap_traces_the_old_generation_and_zaps_in_passes() -> None:
+    events: list[Event] = []
+    mmu = TdpMmu(vm_4g(), params=TdpMmuParams(host_level=1), emit=events.append)
+    mmu.page_fault(0, 0x1000)
+    events.clear()
+    mmu.kvm_mmu_zap_all_fast()
+    assert events[0].name == "kvm_mmu_zap_all_fast" and events[0].fields["mmu_valid_gen"] == 0
+    changed = [e.fields for e in events if e.name == "kvm_tdp_mmu_spte_changed"]
+    assert changed[0]["level"] == 1 and changed[0]["new_spte"] == 0  # the 4K pass first
+    removed = [f for f in changed if f["new_spte"] == REMOVED_SPTE]
+    assert len(removed) == 3 * 512  # mmu_lock shared: every entry of each removed table
+    zaps = [e for e in events if e.name == "kvm_mmu_prepare_zap_page"]
+    assert len(zaps) == 3 and mmu.pages.mmu_valid_gen == 1
+
+
+def test_a_lost_race_retries_and_the_guest_still_gets_its_page() -> None:
+    session = TdpSession(preset("pc-4g"), seed=3, race_rate=1.0)
+    for _ in range(40):
+        step = session.step()
+        session.audit()
+        if step.exited:
+            assert not session.needs_exit(step.access)
+    assert session.mmu.stat["lost_races"] > 0 and session.results.get("RETRY", 0) > 0
+
+
+def test_frozen_sptes_while_dirty_logging_stops_and_huge_pages_return() -> None:
+    vm = vm_4g()
+    mmu = TdpMmu(vm, params=TdpMmuParams(host_level=2, enable_pml=False))
+    mmu.page_fault(0, 0x20_0000, write=True)
+    assert mmu.stat["pages_2m"] == 1
+    vm.set_user_memory_region(0, KVM_MEM_LOG_DIRTY_PAGES, 0, 4 * GIB, UA)
+    assert mmu.stat["pages_2m"] == 0 and mmu.stat["pages_4k"] == 512  # eager_page_split
+    assert all(not spte & PT_WRITABLE_MASK for _, spte in leaves(mmu).values())  # wrprot
+    mmu.audit()
+    assert mmu.page_fault(0, 0x20_1000, write=True) is RetPf.FIXED  # 4K, writable again
+    vm.set_user_memory_region(0, 0, 0, 4 * GIB, UA)
+    assert mmu.frozen_seen == 1 and mmu.stat["pages_4k"] == 0  # zap_collapsible_sptes
+    mmu.page_fault(0, 0x20_1000)
+    assert mmu.stat["pages_2m"] == 1
+    mmu.audit()
+
+
+def test_without_eager_split_huge_pages_stay_until_written() -> None:
+    vm = vm_4g()
+    mmu = TdpMmu(vm, params=TdpMmuParams(eager_page_split=False))
+    mmu.page_fault(0, 0x20_0000)
+    vm.set_user_memory_region(0, KVM_MEM_LOG_DIRTY_PAGES, 0, 4 * GIB, UA)
+    assert mmu.stat["pages_2m"] == 1  # write-protected (PML: 2M and up), not split
+    mmu.page_fault(0, 0x20_0000, write=True)
+    assert mmu.stat["pages_4k"] == 512 and mmu.stat["pages_2m"] == 0  # split on the write
+    mmu.audit()
+
+
+def test_nx_huge_pages_split_on_fetch_and_recovery_zaps_them() -> None:
+    params = TdpMmuParams(nx_huge_pages="on", nx_huge_pages_recovery_ratio=1)
+    mmu = TdpMmu(vm_4g(), params=params)
+    mmu.page_fault(0, 0x20_0000)
+    ((level, spte),) = leaves(mmu).values()
+    assert level == 2 and not is_executable_pte(mmu.cfg, spte)  # huge leaves: NX
+    assert mmu.page_fault(0, 0x20_3000, exec_=True) in (RetPf.SPURIOUS, RetPf.FIXED)
+    assert mmu.stat["nx_lpage_splits"] == 1 and mmu.stat["pages_4k"] == 512
+    assert is_executable_pte(mmu.cfg, leaves(mmu)[0x203][1])
+    mmu.page_fault(0, 0x20_5000)  # a read stays 4K below the disallowed table
+    assert mmu.stat["pages_2m"] == 0
+    mmu.audit()
+    assert mmu.kvm_recover_nx_huge_pages() == 1
+    assert mmu.stat["nx_lpage_splits"] == 0 and mmu.stat["pages_4k"] == 0
+    mmu.page_fault(0, 0x20_5000)
+    assert mmu.stat["pages_2m"] == 1
+    mmu.audit()
+
+
+def test_mmio_sptes_are_cached_hit_and_rebuilt_when_stale() -> None:
+    events: list[Event] = []
+    vm = vm_4g()
+    mmu = TdpMmu(vm, emit=events.append)
+    gpa = 0x1_2000_0000  # past the slot: MMIO
+    assert mmu.page_fault(0, gpa, write=True) is RetPf.EMULATE
+    assert mmu.stat["pf_mmio_spte_created"] == 1
+    assert mmu.page_fault(0, gpa, rsvd=True) is RetPf.EMULATE
+    assert events[-2].name == "handle_mmio_page_fault"
+    vm.set_user_memory_region(1, 0, 0x1_0000_0000, 1 << 20, UA + 8 * GIB)  # a new generation
+    mmu.page_fault(0, gpa, rsvd=True)
+    assert mmu.stat["pf_mmio_spte_created"] == 2  # stale: the real path rebuilt it
+    mmu.audit()
+
+
+OPS = st.one_of(
+    st.tuples(st.just("access"), st.integers(0, 3), st.integers(0, (4 * GIB >> 12) + 4096),
+              st.sampled_from(("r", "w", "x"))),
+    st.tuples(st.just("zap"), st.sampled_from(("fast", "slow", "roots"))),
+    st.tuples(st.just("dirty"), st.booleans()),
+    st.tuples(st.just("recover")),
+    st.tuples(st.just("grace")),
+)  # fmt: skip
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(OPS, max_size=25), st.sampled_from((1, 2, 3)), st.booleans())
+def test_random_operations_keep_the_invariants_and_the_translation(
+    ops: list[tuple[object, ...]], host_level: int, nx: bool
+) -> None:
+    vm = vm_4g()
+    mmu = TdpMmu(
+        vm, params=TdpMmuParams(host_level=host_level, nx_huge_pages="on" if nx else "off")
+    )
+    flags = 0
+    for op in ops:
+        if op[0] == "access":
+            _, vcpu, gfn, kind = op
+            assert isinstance(gfn, int) and isinstance(vcpu, int)
+            ret = mmu.page_fault(vcpu, gfn << 12, write=kind == "w", exec_=kind == "x")
+            root = mmu.roots[vcpu]
+            sp, index = mmu.last_spte(root, gfn)
+            spte = sp.spt[index]
+            if gfn < 4 * GIB >> 12:
+                assert ret in (RetPf.FIXED, RetPf.SPURIOUS) and is_shadow_present_pte(spte)
+                offset = gfn & ((1 << 9 * (sp.role.level - 1)) - 1)
+                assert spte_to_pfn(spte) + offset == (UA >> 12) + gfn  # the slot's pfn
+                assert kind != "w" or spte & PT_WRITABLE_MASK
+            else:
+                assert ret is RetPf.EMULATE and is_mmio_spte(mmu.cfg, spte)
+        elif op[0] == "zap":
+            kind = op[1]
+            if kind == "fast":
+                mmu.kvm_mmu_zap_all_fast()
+            elif kind == "slow":
+                mmu.kvm_tdp_mmu_zap_all()
+            else:
+                mmu.kvm_tdp_mmu_invalidate_all_roots()
+                mmu.kvm_tdp_mmu_zap_invalidated_roots()
+        elif op[0] == "dirty":
+            flags = KVM_MEM_LOG_DIRTY_PAGES if op[1] else 0
+            vm.set_user_memory_region(0, flags, 0, 4 * GIB, UA)
+        elif op[0] == "recover":
+            mmu.kvm_recover_nx_huge_pages()
+        else:
+            mmu.now_ns += RCU_GRACE_PERIOD_NS
+            mmu.pages.rcu_advance(mmu.now_ns)
+        mmu.audit()
+        for gfn, (level, spte) in leaves(mmu).items():
+            assert spte_to_pfn(spte) == (UA >> 12) + gfn  # every leaf: the slot's pfn
+            if flags and level > 1:
+                assert not spte & PT_WRITABLE_MASK
