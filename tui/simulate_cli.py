@@ -160,9 +160,11 @@ def _json_line(event: Event) -> str:
     the timestamp in microseconds)."""
     from engine.trace.lines import parse_line
 
+    from .replay_cli import event_json
+
     parsed = parse_line(trace_cmd_line(event))
     assert parsed is not None
-    return json.dumps(parsed.to_json())
+    return json.dumps(event_json(parsed))
 
 
 # -- trace-cmd report lines -----------------------------------------------------------------
@@ -188,8 +190,8 @@ def _set_spte(f: dict[str, object]) -> str:
 
 def _page_fault(f: dict[str, object]) -> str:
     return (
-        f"vcpu {f['vcpu_id']} rip 0x{f.get('rip', 0):x} address 0x{f['address']:016x} "
-        f"error_code 0x{f['error_code']:x}"
+        f"vcpu {f['vcpu_id']} rip 0x{f.get('guest_rip', 0):x} "
+        f"address 0x{f['fault_address']:016x} error_code 0x{f['error_code']:x}"
     )
 
 
@@ -245,4 +247,6 @@ def _fits(event: Event) -> bool:
     fields = event.fields
     if event.name == "kvm_mmu_set_spte":
         return "access_str" in fields
+    if event.name == "kvm_page_fault":
+        return "fault_address" in fields
     return event.name != "kvm_mmu_get_page" or "created" in fields

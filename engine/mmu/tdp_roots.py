@@ -150,7 +150,7 @@ class TdpRoots(TdpMmuCore):
     def kvm_mmu_zap_all_fast(self) -> int:
         """mmu.c's fast zap with the TDP MMU on; page tables freed."""
         pages = self.pages
-        self._emit("kvm_mmu_zap_all_fast", mmu_valid_gen=pages.mmu_valid_gen, used_pages=0)
+        self._emit("kvm_mmu_zap_all_fast", mmu_valid_gen=pages.mmu_valid_gen, mmu_used_pages=0)
         pages.mmu_valid_gen = 0 if pages.mmu_valid_gen else 1
         self.kvm_tdp_mmu_invalidate_all_roots()
         return self.kvm_tdp_mmu_zap_invalidated_roots()
