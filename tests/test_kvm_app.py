@@ -45,3 +45,23 @@ async def test_the_replay_screen_follows_a_real_fork_storm(tmp_path: Path) -> No
         assert "MMU" in screen.title and os.uname().release in screen.title
     assert screen.child is not None and screen.child.returncode == 0
     assert not our_instances()
+
+
+@needs_tracing
+async def test_the_classroom_scenario_runs_the_storm_on_the_real_kernel(tmp_path: Path) -> None:
+    from tui.screens.rmaps import RmapScreen
+
+    app = make_app(scenario="real-kvm", export_dir=tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.1)
+        await pilot.press("greater_than_sign")
+        screen = app.screen
+        assert isinstance(screen, RmapScreen)
+        for _ in range(300):
+            if screen.kernel_note:
+                break
+            await pilot.pause(0.05)
+        note = screen.kernel_note
+        if "(shadow MMU)" in note:  # the 64-page budget zaps the oldest processes' pages
+            assert "max_mmu_rmap_size 12" in note and "105 shadow pages" in note, note
+        assert len(screen.lab.children) == 20  # the model's storm beside it

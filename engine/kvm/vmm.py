@@ -68,6 +68,15 @@ class GuestTimeoutError(Exception):
     """A KVM_RUN did not return within its time bound."""
 
 
+def kvm_unavailable_reason(path: str = KVM_DEVICE) -> str | None:
+    """Why this machine cannot run guests here (None: it can)."""
+    if not os.path.exists(path):
+        return f"no {path} on this machine"
+    if not os.access(path, os.R_OK | os.W_OK):
+        return f"{path} is not accessible to this user"
+    return None
+
+
 class Kvm:
     """The open `/dev/kvm`."""
 

@@ -4,6 +4,7 @@ era switchable live (seed 002, kvm-reference §3)."""
 
 from __future__ import annotations
 
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -36,6 +37,7 @@ class RmapScreen(PlayerScreen):
         super().__init__(pacer)
         self.lab = ForkLab(era, emit=self.pending_events.append)
         self.log2 = False
+        self.kernel_note = ""  # what the real guest of action_real_fork showed
 
     def compose_main(self) -> ComposeResult:
         with Vertical(id="left"):
@@ -106,6 +108,43 @@ class RmapScreen(PlayerScreen):
         self.lab = self.lab.with_era(era)
         self.notify(f"PTE_LIST_EXT era {era}: {ERAS[era].layout}", timeout=4)
         self.redraw()
+
+    def action_real_fork(self, children: int) -> None:
+        """The same storm on this machine's own KVM (`mmuscope kvm fork`): the kernel's
+        max_mmu_rmap_size beside the model's chain; without KVM, say so and go on."""
+        from engine.kvm.vmm import kvm_unavailable_reason
+
+        reason = kvm_unavailable_reason()
+        if reason is not None:
+            self.notify(f"{reason}: this step shows the model only", title="real KVM",
+                        timeout=8)  # fmt: skip
+            return
+        self.notify(f"running fork with {children} children on this machine's KVM…",
+                    title="real KVM", timeout=4)  # fmt: skip
+        self._real_fork(children)
+
+    @work(thread=True, exclusive=True, group="real-kvm")
+    def _real_fork(self, children: int) -> None:
+        import json
+        import subprocess
+        import sys
+
+        argv = [sys.executable, "-m", "tui", "kvm", "fork", "--pages", "16",
+                "--children", str(children), "--summary"]  # fmt: skip
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120,
+                              stdin=subprocess.DEVNULL)  # fmt: skip
+        if done.returncode != 0:
+            why = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"
+            self.app.call_from_thread(self.notify, why, title="real KVM", severity="error")
+            return
+        out = json.loads(done.stdout)
+        stats = out["stats"]
+        text = (f"{out['kernel']} ({out['mmu']} MMU): {children + 1} processes, "
+                f"max_mmu_rmap_size {stats.get('max_mmu_rmap_size')}, "
+                f"{stats.get('pf_fixed')} faults fixed, "
+                f"{out['by_event'].get('kvm_mmu_get_page', 0)} shadow pages")  # fmt: skip
+        self.app.call_from_thread(self.notify, text, title="real KVM", timeout=20)
+        self.kernel_note = text
 
     def action_toggle_buckets(self) -> None:
         self.log2 = not self.log2
