@@ -27,6 +27,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/tui_speed.py
 	$(BIN)/python benchmarks/replay_speed.py
 	$(BIN)/python benchmarks/session_speed.py
+	-$(BIN)/python benchmarks/kvm_speed.py  # needs /dev/kvm and root
 	$(BIN)/python benchmarks/tdp_speed.py
 
 screenshots: $(STAMP)
