@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from .cliparts import CliError, int_arg
+from .kvm_record import record_or_fail, write_atomically
 
 PROGRAM_HELP = {
     "touch": "demand faults over N pages",
@@ -65,6 +65,8 @@ def run_kvm(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise CliError(str(err)) from None
     if args.follow is not None:
+        from .kvm_follow import run_follow
+
         return run_follow(args, program)
     if not (args.summary or args.jsonl or args.compare):
         from .kvm_app import run_kvm_app
@@ -88,21 +90,6 @@ def run_kvm(args: argparse.Namespace) -> int:
         _print_compare(args, program.name, recording, lines)
     sys.stdout.flush()
     return 0
-
-
-def record_or_fail(program: Any, on_text: Any, *, trace: bool = True, **hooks: Any) -> Any:
-    """`engine.kvm.record.record`, its failures as one-line errors."""
-    from engine.kvm.record import record
-    from engine.kvm.runner import GuestError
-    from engine.kvm.tracing import TracefsError
-    from engine.kvm.vmm import GuestTimeoutError, KvmUnavailableError
-
-    try:
-        return record(program, on_text=on_text, trace=trace, **hooks)
-    except (KvmUnavailableError, TracefsError, GuestError, GuestTimeoutError) as err:
-        raise CliError(str(err)) from None
-    except PermissionError as err:
-        raise CliError(f"{err.filename or 'tracefs'}: permission denied (run as root)") from None
 
 
 def summary(recording: Any, lines: io.StringIO) -> dict[str, Any]:
@@ -156,55 +143,3 @@ def _print_compare(args: argparse.Namespace, name: str, recording: Any, lines: A
 
 def _num(value: int | None) -> str:
     return "-" if value is None else str(value)
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """`text` to `path` through a temporary name in the same directory."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise CliError(f"{path}: {err.strerror or err}") from None
-
-
-def run_follow(args: argparse.Namespace, program: Any) -> int:
-    """The child's side: record, streaming text to the FIFO and stats to the file."""
-    from .kvm_launch import STATS_FILE, TRACE_FIFO
-
-    folder: Path = args.follow
-    kept: list[str] = []
-    with open(folder / TRACE_FIFO, "w") as fifo, open(folder / STATS_FILE, "a") as stats:
-
-        def on_text(text: str) -> None:
-            fifo.write(text)
-            fifo.flush()
-            if args.trace_out is not None:
-                kept.append(text)
-
-        def on_slice(result: Any) -> None:
-            from engine.kvm.stats import stats_delta
-
-            run = {"slice": result.index, "label": result.slice.label,
-                   "mmio_exits": result.mmio_exits}  # fmt: skip
-            vm = stats_delta(first["vm"], result.vm_stats, frozenset(first["peaks"]))
-            vcpu = stats_delta(first["vcpu"], result.vcpu_stats, frozenset(first["peaks"]))
-            stats.write(json.dumps({**run, "vm": vm, "vcpu": vcpu}) + "\n")
-            stats.flush()
-
-        first: dict[str, Any] = {"vm": {}, "vcpu": {}, "peaks": ()}
-
-        def on_start(run: Any) -> None:
-            first.update(vm=run.vm_before, vcpu=run.vcpu_before, peaks=tuple(run.peaks))
-
-        try:
-            recording = record_or_fail(program, on_text, on_slice=on_slice, on_start=on_start)
-        except CliError as err:
-            stats.write(json.dumps({"error": str(err)}) + "\n")
-            raise
-        stats.write(json.dumps({"done": True, "lost": recording.lost,
-                                "slices": len(recording.run.slices)}) + "\n")  # fmt: skip
-    if args.trace_out is not None:
-        write_atomically(args.trace_out, "".join(kept))
-    return 0

@@ -119,6 +119,38 @@ def _apply(vm: Vm, op: MemslotOp | DirtyLogOp) -> None:
         vm.set_user_memory_region(op.slot, op.flags, op.guest_phys_addr, op.memory_size, hva)
 
 
+class ModelRunner:
+    """`program` on a shadow MMU configured as the host, one slice at a time (the app's
+    comparison follows the kernel's run slice by slice)."""
+
+    def __init__(self, program: GuestProgram, cfg: SpteConfig, *, address_spaces: int = 1):
+        vm = model_vm(address_spaces)
+        for setup in program.setup:
+            _apply(vm, setup)
+        self.run = run = ModelRun(program, None, vm)  # type: ignore[arg-type]
+
+        def observe(event: Event) -> None:
+            run.events[event.name] += 1
+            if event.name == "kvm_mmu_get_page":
+                run.last_gen = int(event.fields["gen"])
+                if event.fields.get("created"):
+                    key = (int(event.fields["level"]), bool(event.fields["direct"]))
+                    run.created[key] += 1
+            elif event.name == "kvm_mmu_set_spte":
+                count = run.mmu.rmap_count(int(event.fields["gfn"]))
+                run.rmap_max = max(run.rmap_max, count - 1)
+
+        run.mmu = ShadowMmu(vm, cfg, guest=program.tables, emit=observe)
+        self.cpu = _Cpu(run)
+
+    def run_slice(self, sl: Slice) -> None:
+        from .program import DOORBELL_GVA
+
+        for op in sl.before:
+            _apply(self.run.vm, op)
+        self.cpu.run_slice(sl, DOORBELL_GVA)
+
+
 def run_on_model(
     program: GuestProgram,
     cfg: SpteConfig,
@@ -126,30 +158,10 @@ def run_on_model(
     address_spaces: int = 1,
 ) -> ModelRun:
     """Run `program` (a fresh one: the walks set A/D bits in its tables)."""
-    from .program import DOORBELL_GVA
-
-    vm = model_vm(address_spaces)
-    for setup in program.setup:
-        _apply(vm, setup)
-    run = ModelRun(program, None, vm)  # type: ignore[arg-type]
-
-    def observe(event: Event) -> None:
-        run.events[event.name] += 1
-        if event.name == "kvm_mmu_get_page":
-            run.last_gen = int(event.fields["gen"])
-            if event.fields.get("created"):
-                run.created[(int(event.fields["level"]), bool(event.fields["direct"]))] += 1
-        elif event.name == "kvm_mmu_set_spte":
-            count = run.mmu.rmap_count(int(event.fields["gfn"]))
-            run.rmap_max = max(run.rmap_max, count - 1)
-
-    run.mmu = ShadowMmu(vm, cfg, guest=program.tables, emit=observe)
-    cpu = _Cpu(run)
+    runner = ModelRunner(program, cfg, address_spaces=address_spaces)
     for sl in program.slices:
-        for op in sl.before:
-            _apply(vm, op)
-        cpu.run_slice(sl, DOORBELL_GVA)
-    return run
+        runner.run_slice(sl)
+    return runner.run
 
 
 def pages_4k(run: ModelRun) -> int:
@@ -168,4 +180,12 @@ def model_stats(run: ModelRun) -> dict[str, int]:
     return stats
 
 
-__all__ = ["PAGE", "ModelError", "ModelRun", "model_stats", "model_vm", "run_on_model"]
+__all__ = [
+    "PAGE",
+    "ModelError",
+    "ModelRun",
+    "ModelRunner",
+    "model_stats",
+    "model_vm",
+    "run_on_model",
+]

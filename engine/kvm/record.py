@@ -36,10 +36,18 @@ class Recording:
         """VM and vCPU statistics' deltas over the run, by name (vCPU names that clash
         with a VM statistic get a ``vcpu0.`` prefix)."""
         run = self.run
-        out = stats_delta(run.vm_before, run.vm_after, run.peaks)
-        for name, value in stats_delta(run.vcpu_before, run.vcpu_after, run.peaks).items():
-            out["vcpu0." + name if name in out else name] = value
-        return out
+        return merged_stats(
+            stats_delta(run.vm_before, run.vm_after, run.peaks),
+            stats_delta(run.vcpu_before, run.vcpu_after, run.peaks),
+        )
+
+
+def merged_stats(vm: dict[str, int], vcpu: dict[str, int]) -> dict[str, int]:
+    """VM and vCPU statistics in one dict; a vCPU name that clashes gets ``vcpu0.``."""
+    out = dict(vm)
+    for name, value in vcpu.items():
+        out["vcpu0." + name if name in out else name] = value
+    return out
 
 
 def buffer_kb(program: GuestProgram) -> int:

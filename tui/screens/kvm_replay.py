@@ -1,7 +1,9 @@
 """The replay screen on a real guest run (``mmuscope kvm PROGRAM``): the live model of
 the kernel's shadow pages fed by the run's own tracefs instance, and beside it the VM's
-and vCPU's statistics from KVM_GET_STATS_FD (kvm_stat's other source), slice by slice.
-The header says what ran where: kernel release, KVM module, shadow or TDP MMU.
+and vCPU's statistics from KVM_GET_STATS_FD (kvm_stat's other source), slice by slice,
+and under them the comparison so far: the same program advanced slice by slice on the
+engine's shadow MMU, row by row against the kernel (differences first, in bold).  The
+header says what ran where: kernel release, KVM module, shadow or TDP MMU.
 
 The guest runs in a child process (tui/kvm_app.py); this screen starts it, tails its
 FIFO through the replay screen's live reader, polls its statistics file, and interrupts
@@ -18,6 +20,7 @@ from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.containers import Vertical
 
 from engine.pacing import Pacer
 from engine.replay.live import LiveTimeline
@@ -34,7 +37,7 @@ FIRST = ("pf_taken", "pf_fixed", "pf_emulate", "mmio_exits", "insn_emulation",
 
 class KernelStats(TextPanel):
     DEFAULT_CSS = """
-    KernelStats { width: 34; height: 1fr; padding: 0 1; border: round $panel;
+    KernelStats { height: 1fr; padding: 0 1; border: round $panel;
         border-title-color: $text-muted; }
     """
 
@@ -48,6 +51,37 @@ class KernelStats(TextPanel):
         self.show_content(text)
 
 
+class ComparePanel(TextPanel):
+    """The kernel against the model so far, one row per quantity (engine.kvm.compare)."""
+
+    DEFAULT_CSS = """
+    ComparePanel { height: 1fr; padding: 0 1; border: round $panel;
+        border-title-color: $text-muted; }
+    """
+
+    def show(self, rows: list[dict[str, Any]]) -> None:
+        text = Text(no_wrap=True, overflow="ellipsis")
+        if not rows:
+            text.append("the comparison comes after the first slice\n(shadow-paging hosts)")
+            self.show_content(text)
+            return
+        width = max(8, (self.content_region.width or 44) - 17)
+        unequal = [r for r in rows if r["explained"] is not None]
+        text.append(f"{len(rows) - len(unequal)} equal · {len(unequal)} differ\n", style="bold")
+        for row in sorted(rows, key=lambda r: r["explained"] is None):
+            what = str(row["what"]).split(" (")[0]
+            what = what if len(what) <= width else what[: width - 1] + "…"
+            mark = "=" if row["explained"] is None else "≠"
+            style = "" if row["explained"] is None else "bold"
+            text.append(f"{what:<{width}}{_n(row['kernel']):>7}{_n(row['model']):>7} {mark}\n",
+                        style=style)  # fmt: skip
+        self.show_content(text)
+
+
+def _n(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
 class KvmReplayScreen(ReplayScreen):
     def __init__(self, launch: KvmLaunch, pacer: Pacer) -> None:
         pacer.playing = True
@@ -55,15 +89,25 @@ class KvmReplayScreen(ReplayScreen):
         self.launch = launch
         self.child: subprocess.Popen[bytes] | None = None
         self.kernel_stats: dict[str, int] = {}
+        self.rows: list[dict[str, Any]] = []  # the comparison after the last slice
         self.status = "starting the guest"
         self.finished = False
         self._read = 0
 
+    DEFAULT_CSS = """
+    KvmReplayScreen #kvm-side { width: 48; }
+    KvmReplayScreen.-narrow #kvm-side { width: 36; }
+    """
+
     def compose_main(self) -> ComposeResult:
         yield from super().compose_main()
-        panel = KernelStats(id="kernel-stats")
-        panel.border_title = "KVM_GET_STATS_FD"
-        yield panel
+        with Vertical(id="kvm-side"):
+            panel = KernelStats(id="kernel-stats")
+            panel.border_title = "KVM_GET_STATS_FD"
+            yield panel
+            compare = ComparePanel(id="kvm-compare")
+            compare.border_title = "kernel · model"
+            yield compare
 
     def on_mount(self) -> None:
         stderr = (self.launch.folder / "stderr").open("wb")
@@ -129,12 +173,16 @@ class KvmReplayScreen(ReplayScreen):
                 self.status += f" · LOST {lost} EVENTS"
         else:
             self.kernel_stats = {**record.get("vm", {}), **record.get("vcpu", {})}
+            self.rows = record.get("rows", [])
             self.status = f"slice {record['slice'] + 1}: {record['label']}"
 
     def show_kernel_stats(self) -> None:
         found = self.query(KernelStats)
         if found:
             found.first().show(self.kernel_stats, self.status)
+        compare = self.query(ComparePanel)
+        if compare:
+            compare.first().show(self.rows)
 
     def _update_header(self) -> None:
         super()._update_header()
