@@ -3,14 +3,21 @@
 Forward runs the next step's actions on the scenario's screen, as if its keys had been
 pressed.  Back builds the screen afresh and replays the setup and every earlier step:
 the screens are deterministic for their seed, so the picture is the one seen before.
+After the setup and after each step the runner takes the screen's probe
+(`tui/scenario_probe.py`): the captions' `{...}` fields are the model's own numbers, and
+the tests check each step's `expect` against the same values.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from textual.screen import Screen
+
+from engine.scenarios.checks import CheckError, Values, render
+
+from .scenario_probe import Probe, probe
 
 if TYPE_CHECKING:
     from engine.scenarios import Scenario
@@ -24,10 +31,24 @@ HINT = "> next step · < back"
 class ScenarioRun:
     scenario: Scenario
     index: int = -1  # the step shown; -1 before the first
+    before: Probe = field(default_factory=dict)  # the screen after the setup
+    probes: list[Probe] = field(default_factory=list)  # after each step up to `index`
 
     @property
     def last(self) -> int:
         return len(self.scenario.steps) - 1
+
+    def values(self) -> Values:
+        return Values(self.before, self.probes[: self.index + 1])
+
+    def caption(self) -> str:
+        """The step's caption with the model's numbers filled in (as written if a field
+        cannot be computed: a lecture goes on, the scenario tests report it)."""
+        text = self.scenario.steps[self.index].caption
+        try:
+            return render(text, self.values())
+        except (CheckError, ValueError, TypeError, ZeroDivisionError):
+            return text
 
 
 async def rebuild_view(app: MmuscopeApp, name: str) -> Screen[None]:
@@ -51,13 +72,18 @@ async def goto_step(app: MmuscopeApp, run: ScenarioRun, target: int) -> None:
     scenario, name = run.scenario, run.scenario.screen
     if target <= run.index or run.index < 0 or not app.is_screen_installed(name):
         screen = await rebuild_view(app, name)
-        actions = scenario.actions_until(target)
+        for action in scenario.setup:
+            await app.run_action(action, screen)
+        run.before, run.probes, first = probe(screen), [], 0
     else:
         app.action_show_view(name)
         screen = app.get_screen(name)
-        actions = [a for step in scenario.steps[run.index + 1 : target + 1] for a in step.actions]
-    for action in actions:
-        await app.run_action(action, screen)
+        first = run.index + 1
+    del run.probes[first:]
+    for step in scenario.steps[first : target + 1]:
+        for action in step.actions:
+            await app.run_action(action, screen)
+        run.probes.append(probe(screen))
     run.index = target
     show_caption(screen, run)
 
@@ -65,9 +91,10 @@ async def goto_step(app: MmuscopeApp, run: ScenarioRun, target: int) -> None:
 def show_caption(screen: Screen[object], run: ScenarioRun) -> None:
     from .widgets.caption import Caption
 
-    scenario, step = run.scenario, run.scenario.steps[run.index]
+    scenario = run.scenario
     title = f"{scenario.title} · step {run.index + 1}/{len(scenario.steps)}"
     where = f"seed {scenario.seed.split('_')[0]} · {HINT}"
+    text = run.caption()
     for caption in screen.query(Caption):
-        caption.show_step(title, step.caption, where)
+        caption.show_step(title, text, where)
     screen.add_class("-captioned")  # panels make room for the caption

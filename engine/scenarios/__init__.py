@@ -14,8 +14,18 @@ from a fresh screen: every screen is deterministic for its seed.
     [settings]                           # optional: lookup, workload, seed, speed
     setup = ["strategy(0)"]              # optional: actions before the first step
     [[steps]]
-    caption = "..."
+    caption = "... {cost.wbtree.miss:.1f} ..."  # fields: the screen's values, filled in
     actions = ["next_lookup", "run(200)"]
+    sources = [{ thread = "000", quote = "..." }, { ref = "§5.2" }]
+    expect = ["cost.wbtree.miss < cost.rbtree.miss"]   # checks.py: what the screen shows
+    shows = ["miss: no slot (MMIO)"]                   # text drawn on the screen
+
+In a caption, double quotes mark the thread's own words (a test finds each in a thread
+the step cites); screen labels are in single quotes.  Every claim carries its source: a
+seed thread's passage, or a section of shared/domain/kvm-reference.md.  `expect` says
+what the screen must show after the step, and `tests/test_scenario_steps.py` runs every
+scenario step by step and checks it.  Where the model's number contradicts the seed's,
+the caption computes both and says so (`order(...)`, `near(...)` in checks.py).
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ from .scenario import (
     Scenario,
     ScenarioError,
     ScenarioStep,
+    Source,
     list_scenarios,
     load_scenario,
     parse_scenario,
@@ -37,6 +48,7 @@ __all__ = [
     "Scenario",
     "ScenarioError",
     "ScenarioStep",
+    "Source",
     "list_scenarios",
     "load_scenario",
     "parse_scenario",

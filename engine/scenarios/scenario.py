@@ -9,6 +9,8 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from .checks import CheckError, caption_fields, parse
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
@@ -26,6 +28,8 @@ SEEDS = (
     "004_88df47726365a56c.txt",
 )
 ACTION = re.compile(r"^[a-z_][a-z0-9_]*(\([^()]*\))?$")
+REF = re.compile(r"^§\d+(\.\d+)*$")
+STEP_KEYS = {"caption", "actions", "sources", "expect", "shows"}
 
 
 class ScenarioError(ValueError):
@@ -33,9 +37,31 @@ class ScenarioError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class Source:
+    """Where a caption's claim comes from: a passage of a seed thread (`thread` is the
+    file name's number, `quote` the words as the thread has them), or a section of
+    shared/domain/kvm-reference.md (`ref = "§5.2"`, optionally with a `quote` of it)."""
+
+    thread: str = ""
+    ref: str = ""
+    quote: str = ""
+
+    def seed_file(self) -> str:
+        return next((s for s in SEEDS if s.startswith(f"{self.thread}_")), "")
+
+
+@dataclass(frozen=True, slots=True)
 class ScenarioStep:
     caption: str
     actions: tuple[str, ...] = ()
+    sources: tuple[Source, ...] = ()
+    expect: tuple[str, ...] = ()  # engine.scenarios.checks expressions over the probe
+    shows: tuple[str, ...] = ()  # text the screen shows after the step
+
+    def quotes(self) -> list[str]:
+        """The caption's double-quoted passages (the thread's words; screen labels are
+        single-quoted)."""
+        return re.findall(r'"([^"]+)"', self.caption)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,11 +159,50 @@ def parse_scenario(name: str, data: dict[str, Any], where: str = "scenario") -> 
 
 
 def _step(step: Any, number: int, where: str, need: Any) -> ScenarioStep:
-    if not isinstance(step, dict) or set(step) - {"caption", "actions"}:
-        raise ScenarioError(f"{where}: step {number} must have a caption and actions only")
-    caption = need("caption", str, step, f"step {number}: ")
-    actions = _actions(step.get("actions", []), f"{where}: step {number}")
-    return ScenarioStep(" ".join(caption.split()), actions)
+    if not isinstance(step, dict) or set(step) - STEP_KEYS:
+        raise ScenarioError(f"{where}: step {number} may have only {', '.join(sorted(STEP_KEYS))}")
+    at = f"{where}: step {number}"
+    caption = " ".join(need("caption", str, step, f"step {number}: ").split())
+    expect = _strings(step.get("expect", []), f"{at}: expect")
+    try:
+        caption_fields(caption)
+        for expr in expect:
+            parse(expr)
+    except CheckError as err:
+        raise ScenarioError(f"{at}: {err}") from None
+    return ScenarioStep(
+        caption,
+        _actions(step.get("actions", []), at),
+        _sources(step.get("sources", []), at),
+        expect,
+        _strings(step.get("shows", []), f"{at}: shows"),
+    )
+
+
+def _strings(values: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(values, list) or not all(isinstance(v, str) and v for v in values):
+        raise ScenarioError(f"{where} must be a list of non-empty strings")
+    return tuple(values)
+
+
+def _sources(sources: Any, where: str) -> tuple[Source, ...]:
+    if not isinstance(sources, list):
+        raise ScenarioError(f"{where}: sources must be a list of tables")
+    found = []
+    for source in sources:
+        if not isinstance(source, dict) or set(source) - {"thread", "ref", "quote"}:
+            raise ScenarioError(f"{where}: a source has thread, ref and quote only")
+        if not all(isinstance(v, str) for v in source.values()):
+            raise ScenarioError(f"{where}: a source's fields are strings")
+        item = Source(**{k: " ".join(v.split()) for k, v in source.items()})
+        if bool(item.thread) == bool(item.ref):
+            raise ScenarioError(f"{where}: a source names a thread or a ref, not both")
+        if item.thread and (not item.quote or not item.seed_file()):
+            raise ScenarioError(f"{where}: thread {item.thread!r} needs a seed and a quote")
+        if item.ref and not REF.match(item.ref):
+            raise ScenarioError(f"{where}: ref {item.ref!r} is not a section like §5.2")
+        found.append(item)
+    return tuple(found)
 
 
 def _actions(actions: Any, where: str) -> tuple[str, ...]:

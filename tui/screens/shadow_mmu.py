@@ -298,7 +298,7 @@ class ShadowMmuScreen(PlayerScreen):
     def _counter_lines(self) -> list[tuple[str, str]]:
         session, pages = self.session, self.session.mmu.pages
         lines = [
-            ("mmu_valid_gen", f"{pages.mmu_valid_gen} ({pages.gen_era} era)"),
+            ("mmu_valid_gen", self._valid_gen_text()),
             ("accesses / exits", f"{session.steps} / {session.exits}"),
         ]
         if isinstance(session, ShadowSession):
@@ -318,12 +318,20 @@ class ShadowMmuScreen(PlayerScreen):
         lines += [(name, str(value)) for name, value in session.mmu.stat.items() if value]
         return lines
 
+    def _valid_gen_text(self) -> str:
+        """`kvm->arch.mmu_valid_gen` and its era; a 2011 guest had none (Xiao Guangrong
+        added it in 2013, seed 003; kvm-reference §4.4), so the model's is not shown."""
+        if PAGING_MODES[self.paging][1].startswith("2011"):
+            return "none (added in 2013)"
+        pages = self.session.mmu.pages
+        return f"{pages.mmu_valid_gen} ({pages.gen_era} era)"
+
     def _update_header(self) -> None:
         state = "▶ playing" if self.pacer.playing else "⏸ paused"
         self.title = f"mmuscope · {self.session.layout.name} · shadow MMU"
         self.sub_title = (
             f"{PAGING_MODES[self.paging][0]} · {self.session.workload} · mmu_valid_gen "
-            f"{self.session.mmu.pages.mmu_valid_gen} · {state} {self.pacer.speed:g}/s"
+            f"{self._valid_gen_text().split(' (')[0]} · {state} {self.pacer.speed:g}/s"
         )
 
     # -- export -----------------------------------------------------------------------
@@ -457,6 +465,20 @@ class ShadowMmuScreen(PlayerScreen):
         self.flush_events(force=True)
         self.redraw()
 
+    def action_next_exit_at(self, address: int) -> None:
+        """Run to the next exit on the page of `address` (a gpa under EPT, a gva under
+        shadow paging): scenarios use it to follow one device page, e.g. the doorbell."""
+        self.pause()
+        for _ in range(10_000):
+            step = self.session.step()
+            where = getattr(step.access, "gpa", getattr(step.access, "gva", -1))
+            if step.exited and where >> 12 == address >> 12:
+                self._show_step(step)
+                self.shown = len(self.path)
+                break
+        self.flush_events(force=True)
+        self.redraw()
+
     def action_memslot_update(self) -> None:
         """One memslot update (a BAR-like slot created or deleted): the generation moves
         on, cached MMIO sptes go stale, and a DELETE zaps."""
@@ -467,13 +489,14 @@ class ShadowMmuScreen(PlayerScreen):
         self.flush_events(force=True)
         self.redraw()
 
-    def action_near_wrap(self) -> None:
-        """Fast-forward the generation to two updates before the MMIO generation's 19
-        bits wrap (262,144 updates with two address spaces)."""
+    def action_near_wrap(self, left: int = 2) -> None:
+        """Fast-forward the generation to `left` updates (memslot swaps) before the MMIO
+        generation's 19 bits wrap (262,144 updates with two address spaces).  A DELETE
+        is two swaps (invalidate, then delete), a CREATE one."""
         from engine.mmu.spte import updates_until_mmio_wrap
 
         vm = self.session.vm
-        skip = updates_until_mmio_wrap(vm.generation(), vm.address_spaces) - 2
+        skip = max(0, updates_until_mmio_wrap(vm.generation(), vm.address_spaces) - left)
         vm.skip_updates(skip)
         self.notify(f"skipped {skip:,} memslot updates: generation {vm.generation():#x}")
         self.redraw()

@@ -1,0 +1,53 @@
+"""Every scenario, step by step, in the app (headless): after each step the screen shows
+what the step declares (`expect` over the screen's probe, `shows` in the drawn screen),
+and the caption's `{...}` fields are filled from the same values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.scenarios import list_scenarios, load_scenario
+from engine.scenarios.checks import failures
+from tui.app import make_app
+from tui.scenario_runner import goto_step
+
+SIZE = (120, 40)
+
+
+def screen_text(app: object) -> str:
+    """The whole screen as drawn, one line per row."""
+    strips = app.screen._compositor.render_strips()  # type: ignore[attr-defined]
+    return "\n".join(strip.text for strip in strips)
+
+
+@pytest.mark.parametrize("name", [s.name for s in list_scenarios()])
+async def test_each_step_shows_what_it_declares(name: str, tmp_path: Path) -> None:
+    scenario = load_scenario(name)
+    app = make_app(scenario=name, export_dir=tmp_path, playing=False)
+    app.animation_level = "none"
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        run = app.scenario_run
+        assert run is not None and run.index == 0
+        problems = []
+        for index, step in enumerate(scenario.steps):
+            if index:
+                await goto_step(app, run, index)
+            where = f"{name} step {index + 1}"
+            problems += [f"{where}: {f}" for f in failures(step.expect, run.values())]
+            caption = run.caption()
+            assert "{" not in caption, f"{where}: a caption field was not filled: {caption}"
+            if step.shows:
+                await pilot.pause()  # drawn: the screen as a student sees it
+                drawn = " ".join(screen_text(app).split())
+                problems += [f"{where}: the screen does not show {s!r}" for s in step.shows
+                             if " ".join(s.split()) not in drawn]  # fmt: skip
+        assert not problems, "\n".join(problems)
+
+
+def test_every_step_declares_what_the_screen_shows() -> None:
+    for scenario in list_scenarios():
+        for number, step in enumerate(scenario.steps, 1):
+            assert step.expect, f"{scenario.name} step {number} declares nothing to check"
