@@ -14,6 +14,8 @@ from tui.app import make_app
 from tui.scenario_runner import goto_step
 
 SIZE = (120, 40)
+#: the classroom scenarios of issue 17 (real-kvm runs the host's KVM: tests/test_kvm_*)
+CHECKED = [s.name for s in list_scenarios() if s.name != "real-kvm"]
 
 
 def screen_text(app: object) -> str:
@@ -22,7 +24,7 @@ def screen_text(app: object) -> str:
     return "\n".join(strip.text for strip in strips)
 
 
-@pytest.mark.parametrize("name", [s.name for s in list_scenarios()])
+@pytest.mark.parametrize("name", CHECKED)
 async def test_each_step_shows_what_it_declares(name: str, tmp_path: Path) -> None:
     scenario = load_scenario(name)
     app = make_app(scenario=name, export_dir=tmp_path, playing=False)
@@ -48,6 +50,6 @@ async def test_each_step_shows_what_it_declares(name: str, tmp_path: Path) -> No
 
 
 def test_every_step_declares_what_the_screen_shows() -> None:
-    for scenario in list_scenarios():
+    for scenario in map(load_scenario, CHECKED):
         for number, step in enumerate(scenario.steps, 1):
             assert step.expect, f"{scenario.name} step {number} declares nothing to check"

@@ -134,7 +134,7 @@ def test_every_reference_names_a_section_that_exists() -> None:
 
 
 def test_every_step_cites_its_sources() -> None:
-    for s in list_scenarios():
+    for s in (s for s in list_scenarios() if s.name in MECHANISMS):
         for number, step in enumerate(s.steps, 1):
             assert step.sources, f"{s.name} step {number} cites nothing"
             if step.quotes():
