@@ -9,7 +9,6 @@ lanes and the dot export, and the bench table's shape.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import pytest
@@ -323,9 +322,7 @@ def test_dot_of_a_flush_has_an_edge_per_target() -> None:
 
 
 def test_quick_bench_table() -> None:
-    began = time.perf_counter()
     table = tlb_flush_table(quick=True)
-    assert time.perf_counter() - began < 5
     assert table.name == "tlb_flush" and table.seed == "001_8696687ca16d9e5e.txt"
     assert table.columns[:5] == ["vms", "baseline", "gang", "pv_flush", "flush_on_enter"]
     assert table.columns == COLUMNS
