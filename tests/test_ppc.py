@@ -10,8 +10,6 @@ and a run is a function of its seed.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -410,9 +408,7 @@ def test_the_table_matches_a_plain_dict(plan: list[tuple[bool, int, bool]]) -> N
 
 
 def test_ppc_keys_table_quick() -> None:
-    start = time.perf_counter()
     table = ppc_keys_table(quick=True)
-    assert time.perf_counter() - start < 5
     assert table.name == "ppc_keys" and table.columns == COLUMNS
     assert table.seed == "004_88df47726365a56c.txt" and table.reproduced
     rows = {(row[0], row[1]): dict(zip(table.columns, row, strict=True)) for row in table.rows}
