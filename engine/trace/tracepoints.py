@@ -13,9 +13,11 @@ text, each variant an era of the kernel or a tool (`VARIANTS`):
   ``requests 0x%016llx`` and ``kvm_entry`` as ``vcpu %u, rip 0x%lx`` (the 5.x/6.x texts;
   the release that added ``requests`` and ``intr_info``/``error_code`` is UNVERIFIED).
 * ``pre-2019`` — the generation as a counter, ``sp gen %lx`` and ``kvm-mmu-valid-gen %lx``
-  (``unsigned long``; Xiao Guangrong 2013, v3.11, seed 003 — until Sean Christopherson's
-  Sept 2019 "Explicitly track only a single invalid mmu generation" made it a ``u8``
-  printed with %u); the role text after ``gfn`` is today's (older role texts UNVERIFIED).
+  (``unsigned long``): kernels 3.11 to 5.0 (Xiao Guangrong's 2013 series, seed 003, until
+  its revert in 5.1), and Sean Christopherson's Sept 2019 restore until the same series'
+  "Explicitly track only a single invalid mmu generation" made it a ``u8`` printed with
+  %u (5.4).  The role text after ``gfn`` is today's (the role texts of 3.11-5.0 differ in
+  places and are UNVERIFIED).
   For ``kvm_page_fault`` the old ``address %lx error_code %x``, for ``kvm_exit``
   ``reason %s rip 0x%lx info %llx %llx``, for ``kvm_entry`` ``vcpu %u``.
 * ``2019-no-gen`` — kernels 5.1 to 5.3 (Feb to Sept 2019): fast invalidate and with it
