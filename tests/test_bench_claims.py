@@ -300,11 +300,19 @@ def test_svg_option_writes_one_chart_per_table(tmp_path: Path) -> None:
     assert "slot_cache" in done.stdout and "reproduced" in done.stdout
 
 
-@pytest.mark.parametrize("where", ["missing", "file"])
+def test_svg_option_creates_its_directory(tmp_path: Path) -> None:
+    charts = tmp_path / "charts" / "today"
+    done = mmuscope("bench", "--quick", "--table", "zap", "--svg", str(charts))
+    assert done.returncode == 0, done.stderr
+    assert [p.name for p in charts.iterdir()] == ["zap.svg"]
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "file"])
 def test_bad_svg_directory_is_one_line_exit_2(tmp_path: Path, where: str) -> None:
-    target = tmp_path / "nope" if where == "missing" else tmp_path / "a-file"
-    if where == "file":
-        target.write_text("x")
+    target = tmp_path / "a-file"
+    target.write_text("x")
+    if where == "under-a-file":
+        target = target / "charts"
     done = mmuscope("bench", "--quick", "--svg", str(target))
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert done.stdout == "" and "Traceback" not in done.stderr

@@ -118,9 +118,15 @@ def _human(table: ClaimTable) -> Table | Group:
 
 
 def check_svg_dir(directory: Path) -> None:
-    """Refuse `--svg DIR` before anything runs: it must be a writable directory."""
+    """`--svg DIR` before anything runs: created if missing (with its parents), refused
+    when it is not a writable directory."""
+    if not directory.exists():
+        try:
+            directory.mkdir(parents=True)
+        except OSError as err:
+            raise CliError(f"--svg {directory}: cannot create it: {err.strerror or err}") from None
     if not directory.is_dir():
-        raise CliError(f"--svg {directory}: no such directory")
+        raise CliError(f"--svg {directory}: not a directory")
     if not os.access(directory, os.W_OK | os.X_OK):
         raise CliError(f"--svg {directory}: not writable")
 
