@@ -104,3 +104,28 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
         out = subprocess.run([MMUSCOPE, *args], capture_output=True, text=True)
         assert out.returncode == 2 and words in out.stderr, out.stderr
         assert out.stderr.count("\n") == 1
+
+
+def toasts(app: object) -> list[str]:
+    """The notifications shown now (Textual keeps them on the app)."""
+    return [n.message for n in app._notifications]  # type: ignore[attr-defined]
+
+
+async def test_j_says_the_generation_of_the_calls_address_space_in_one_note(
+    tmp_path: Path,
+) -> None:
+    churn = recorded_churn(fixture_text(FORMATS), "formats")
+    app = build(tmp_path, churn=churn)
+    async with app.run_test() as pilot:
+        vm = memslots(app).explorer.vm
+        await pilot.press("j", "j")  # Slot#1, then AddrSpace#1 Slot#0
+        await pilot.pause()
+        assert churn.calls[churn.next_index - 1].as_id == 1
+        assert vm.generation(0) != vm.generation(1)
+        shown = toasts(app)
+        assert len(shown) == 1, shown  # the latest call, not a stack
+        assert f"address space 1 generation {vm.generation(1)}" in shown[0], shown
+        await pilot.press("j")
+        await pilot.pause()
+        shown = toasts(app)
+        assert len(shown) == 1 and f"generation {vm.generation(0)}" in shown[0], shown

@@ -233,6 +233,23 @@ async def test_e_exports_an_array_strategy(tmp_path: Path) -> None:
         assert len(dots) == 1, list(tmp_path.iterdir())
 
 
+async def test_shift_s_leaves_the_notifications_out_of_the_picture(tmp_path: Path) -> None:
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        app.notify("a note that belongs to no screenshot", timeout=30)
+        await pilot.pause()
+        assert "belongs" in app.export_screenshot().replace("&#160;", " ")
+        await pilot.pause()
+        await pilot.press("S")
+        await pilot.pause()
+        await pilot.pause()
+        svgs = list(tmp_path.glob("*.svg"))
+        assert len(svgs) == 1, list(tmp_path.iterdir())
+        text = svgs[0].read_text().replace("&#160;", " ")
+        assert "memslots" in text and "belongs" not in text
+        assert any("wrote" in n.message for n in app._notifications)  # said after the shot
+
+
 async def test_shift_s_saves_an_svg_screenshot(tmp_path: Path) -> None:
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:

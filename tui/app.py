@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.notifications import Notification, SeverityLevel
 from textual.screen import ModalScreen, Screen
 
 from engine.explorer import MemslotExplorer
@@ -112,6 +113,7 @@ class MmuscopeApp(App[None]):
         self.own_themes = [n for n in self.available_themes if n not in textual_themes]
         self.theme = config.theme or DEFAULT_THEME
         self.scenario_run = ScenarioRun(config.scenario) if config.scenario else None
+        self._keyed_notifications: dict[str, Notification] = {}
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(THEME_VARIABLES)
@@ -260,8 +262,37 @@ class MmuscopeApp(App[None]):
         self.theme = names[(current + 1) % len(names)]
         self.notify(f"theme: {self.theme}", timeout=2)
 
+    def notify_replacing(
+        self,
+        key: str,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+    ) -> None:
+        """A notification that takes the place of the previous one with the same `key`
+        (repeated `j` shows the latest call, not a stack of them); plain text, no markup."""
+        old = self._keyed_notifications.get(key)
+        if old is not None and old in self._notifications:
+            self._unnotify(old, refresh=False)
+        timeout = self.NOTIFICATION_TIMEOUT if timeout is None else timeout
+        notification = Notification(message, title, severity, timeout, markup=False)
+        self._keyed_notifications[key] = notification
+        self._notifications.add(notification)
+        self._refresh_notifications()
+
     def action_screenshot_svg(self) -> None:
-        """An SVG of the screen as it is, written to a temporary name and renamed."""
+        """An SVG of the screen as it is, without the notifications on top of it (they are
+        cleared, and the picture taken once they are gone from the screen)."""
+        if len(self._notifications):
+            self.clear_notifications()
+            self.call_after_refresh(self._write_screenshot)
+        else:
+            self._write_screenshot()
+
+    def _write_screenshot(self) -> None:
+        """The SVG written to a temporary name and renamed."""
         from engine.export.render import ExportError, write_atomically
 
         view = getattr(self.screen, "view_name", "view")

@@ -453,9 +453,12 @@ class MemslotsScreen(PlayerScreen):
         recorded = "" if result.call.recorded_ret is None else f", recorded {call.recorded_ret}"
         mismatch = result.matches_recorded is False
         if notify or result.ret or mismatch:
-            gen = self.explorer.generation
-            self.notify(
-                f"{describe_call(call)} → {answer}{recorded}; generation {gen}",
+            # the generation of the call's own address space (KVM counts one per as_id)
+            gen = self.explorer.vm.generation(call.as_id)
+            where = f"address space {call.as_id} " if call.as_id else ""
+            self.app.notify_replacing(  # type: ignore[attr-defined]
+                "ioctl",
+                f"{describe_call(call)} → {answer}{recorded}; {where}generation {gen}",
                 title=churn.position,
                 severity="warning" if result.ret or mismatch else "information",
                 timeout=5,
