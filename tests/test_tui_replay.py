@@ -168,8 +168,11 @@ async def test_without_a_trace_there_is_no_replay_view(tmp_path: Path) -> None:
     app = make_app("pc-4g", playing=False, export_dir=tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("f7")
+        await pilot.pause()
         assert not isinstance(app.screen, ReplayScreen)
         assert not app.has_replay
+        notes = [n.message for n in app._notifications]
+        assert any("mmuscope replay TRACE" in n for n in notes), notes  # not silence
 
 
 def test_replay_without_a_flag_needs_a_file_and_a_terminal(tmp_path: Path) -> None:
@@ -182,3 +185,25 @@ def test_replay_without_a_flag_needs_a_file_and_a_terminal(tmp_path: Path) -> No
                              stdin=subprocess.DEVNULL)  # fmt: skip
         assert out.returncode == 2 and words in out.stderr, out.stderr
         assert len(out.stderr.strip().splitlines()) == 1
+
+
+async def test_dialog_texts_keep_their_brackets(tmp_path: Path) -> None:
+    """Trace syntax such as `[cpu]` and a regex's `[ab]` are text, not Rich markup."""
+    app = build(SAMPLE, tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = replay_screen(app)
+        await indexed(pilot, screen)
+        await pilot.press("c")
+        await pilot.pause()
+        assert "the trace's [cpu] column" in "\n".join(drawn_lines(app.screen.query_one(".hint")))
+        await pilot.press("escape", "f")
+        await paste(pilot, "[km]vm_mmio")
+        await pilot.press("enter")
+        await pilot.pause()
+        log = screen.query_one(EventPanel).query_one("#event-log")
+        assert "events /[km]vm_mmio/" in drawn_lines(log)[0]
+        await pilot.press("f")
+        await paste(pilot, "[")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert "[" in str(app.screen.query_one("#error").render())  # the regex error, whole

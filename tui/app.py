@@ -120,7 +120,7 @@ class MmuscopeApp(App[None]):
 
     def on_mount(self) -> None:
         for warning in self.theme_warnings:
-            self.notify(warning, severity="warning", timeout=10)
+            self.notify(warning, severity="warning", timeout=10, markup=False)
         first = "replay" if self.has_replay else "memslots"
         self.install_screen(self.make_screen(first), first)
         self.push_screen(first)
@@ -222,6 +222,15 @@ class MmuscopeApp(App[None]):
 
     def action_show_view(self, name: str) -> None:
         """Switch screens; each keeps its state (and pauses while hidden)."""
+        if name == "replay" and not self.has_replay:
+            self.notify(
+                "no trace to replay: open one with  mmuscope replay TRACE  "
+                "(or follow this host with  mmuscope live)",
+                title="replay",
+                severity="warning",
+                markup=False,
+            )
+            return
         if not self.is_screen_installed(name):
             self.install_screen(self.make_screen(name), name)
         target = self.get_screen(name)
@@ -235,8 +244,6 @@ class MmuscopeApp(App[None]):
         if action == "scenario":
             # the keys exist only in a scenario, and not while a dialog takes typing
             return self.scenario_run is not None and not isinstance(self.screen, ModalScreen)
-        if action == "show_view" and parameters == ("replay",):
-            return self.has_replay  # F7 exists only with a trace
         return True
 
     async def action_scenario(self, delta: int) -> None:
@@ -260,7 +267,7 @@ class MmuscopeApp(App[None]):
         names = self.own_themes
         current = names.index(self.theme) if self.theme in names else -1
         self.theme = names[(current + 1) % len(names)]
-        self.notify(f"theme: {self.theme}", timeout=2)
+        self.notify(f"theme: {self.theme}", timeout=2, markup=False)
 
     def notify_replacing(
         self,
@@ -300,9 +307,9 @@ class MmuscopeApp(App[None]):
         try:
             write_atomically(path, self.export_screenshot(title=f"mmuscope: {view}").encode())
         except ExportError as err:
-            self.notify(str(err), title="screenshot", severity="error", timeout=8)
+            self.notify(str(err), title="screenshot", severity="error", timeout=8, markup=False)
             return
-        self.notify(f"wrote {path}", title="screenshot", timeout=6)
+        self.notify(f"wrote {path}", title="screenshot", timeout=6, markup=False)
 
     # -- command palette --------------------------------------------------------------
 

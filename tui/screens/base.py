@@ -10,6 +10,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Header, Static
@@ -50,6 +51,19 @@ class MmuScreen(Screen[None]):
 
     #: a short name for exported files and screenshots
     view_name = "view"
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """Notifications as plain text: their messages carry paths, regexes, errno text
+        and trace syntax (`[cpu]`) that Rich markup would swallow."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
 
     def __init__(self) -> None:
         super().__init__()

@@ -72,11 +72,11 @@ class TextDialog(Dialog):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self.PROMPT, classes="title")
+            yield Label(self.PROMPT, classes="title", markup=False)
             yield Input(self.initial, placeholder=self.PLACEHOLDER, id=self.INPUT_ID)
             if self.HINT:
-                yield Static(self.HINT, classes="hint")
-            yield Static("", id="error", classes="error")
+                yield Static(self.HINT, classes="hint", markup=False)  # "the trace's [cpu]"
+            yield Static("", id="error", classes="error", markup=False)
 
     @on(Input.Submitted)
     def submit(self, event: Input.Submitted) -> None:
@@ -152,7 +152,7 @@ class SlotDialog(Dialog):
                 with Horizontal():
                     yield Checkbox("KVM_MEM_READONLY", id="readonly")
                     yield Checkbox("KVM_MEM_LOG_DIRTY_PAGES", id="dirty")
-            yield Static("", id="error", classes="error")
+            yield Static("", id="error", classes="error", markup=False)
             with Horizontal():
                 yield Button("Cancel", id="cancel")
                 yield Button(self.mode.capitalize(), id="ok", variant="primary")

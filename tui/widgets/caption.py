@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from textual.content import Content
+from textual.markup import escape
 from textual.widgets import Static
 
 
@@ -16,7 +18,8 @@ class Caption(Static):
     """
 
     def show_step(self, title: str, text: str, hint: str) -> None:
-        self.border_title = title
-        self.border_subtitle = hint
-        self.update(text)
+        """Plain text: captions name kernel code (`sp->gfn`, `rmap[i]`), never markup."""
+        self.border_title = escape(title)
+        self.border_subtitle = escape(hint)
+        self.update(Content(text))
         self.add_class("-shown")

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal
+from textual.markup import escape
 from textual.widgets import Log
 
 from engine.events import Event
@@ -113,10 +114,9 @@ class EventPanel(Horizontal):
     def set_filter(self, pattern: re.Pattern[str] | None) -> None:
         self.pattern = pattern
         log = self.query_one(EventLog)
-        log.border_title = f"events /{pattern.pattern}/" if pattern else "events"
-        self.query_one(CountersTable).border_title = (
-            f"kvm_stat /{pattern.pattern}/" if pattern else "kvm_stat"
-        )
+        shown = f" /{escape(pattern.pattern)}/" if pattern else ""  # "[ab]" is not markup
+        log.border_title = f"events{shown}"
+        self.query_one(CountersTable).border_title = f"kvm_stat{shown}"
         self.show_counters()
 
     def add_events(self, events: Iterable[Event]) -> None:
