@@ -18,6 +18,7 @@ against the kernel's own.  Used by tests/test_kernel_formats.py against the runn
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -64,8 +65,7 @@ class KernelFormat:
         return self._compiled()[0]
 
     def _compiled(self) -> tuple[re.Pattern[str], dict[str, str]]:
-        named: dict[str, str] = {}  # group -> its conversion, for decoding
-        return re.compile(_format_regex(self.fmt, self.args, {}, named)), named
+        return _compile(self.fmt, self.args)
 
     def values(self, line: str) -> dict[str, int | str] | None:
         """The plain fields printed in ``line``, or None if the kernel cannot print it."""
@@ -85,6 +85,13 @@ class KernelFormat:
                 table = [(_const(mask), _literals(label)[0]) for mask, label in map(tuple, entries)]
                 tables[call[0]] = tuple(table)
         return tables
+
+
+@functools.lru_cache(maxsize=256)
+def _compile(fmt: str, args: tuple[str, ...]) -> tuple[re.Pattern[str], dict[str, str]]:
+    """The print fmt's regex and its named groups' conversions (group -> ``%x`` etc.)."""
+    named: dict[str, str] = {}
+    return re.compile(_format_regex(fmt, args, {}, named)), named
 
 
 _BINOPS: dict[type[ast.operator], Callable[[int, int], int]] = {
