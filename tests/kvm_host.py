@@ -46,10 +46,15 @@ def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]
 
 
 def our_instances() -> list[Path]:
-    """tracefs instances this machine has that mmuscope made (none should outlive a run)."""
+    """mmuscope's tracefs instances whose process is gone: leaked (none should outlive a
+    run; other runs on this machine may have live ones meanwhile)."""
     found: list[Path] = []
     for root in (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing")):
         instances = root / "instances"
         if instances.is_dir():
             found += [p for p in instances.iterdir() if p.name.startswith("mmuscope-")]
-    return found
+    return [p for p in found if not _alive(p.name.split("-")[-2])]
+
+
+def _alive(pid: str) -> bool:
+    return pid.isdigit() and Path(f"/proc/{pid}").exists()

@@ -70,3 +70,33 @@ def test_a_difference_without_evidence_stays_unexplained() -> None:
     kernel = KernelCounts()  # a kernel that recorded nothing
     rows = compare(program, kernel, {}, 0, model, MODEL_MISSING)
     assert {r.explained for r in rows if r.kernel != r.model} == {"unexplained"}
+
+
+def test_churn_prefetches_accessed_neighbours_and_dirty_logging_write_protects() -> None:
+    from engine.kvm.model import ModelRunner
+
+    program = build_program("churn", 16)
+    runner = ModelRunner(program, host_config(False, 46))
+    for sl in program.slices:
+        before = (runner.run.events["kvm_mmu_set_spte"], runner.run.mmu.stat["pf_fixed"])
+        runner.run_slice(sl)
+        sptes = runner.run.events["kvm_mmu_set_spte"] - before[0]
+        fixed = runner.run.mmu.stat["pf_fixed"] - before[1]
+        if sl.label.startswith("log dirty"):  # every spte write-protected: 16 faults
+            assert (sptes, fixed) == (16, 16)
+        if sl.label.startswith("re-create"):  # A bits set: 2 faults, 7 neighbours each
+            assert (sptes, fixed) == (16, 2)
+        runner.run.mmu.audit()
+
+
+def test_each_dirty_log_round_reports_the_pages_written_and_protects_them() -> None:
+    from engine.kvm.model import ModelRunner
+
+    program = build_program("dirty", 8)
+    runner = ModelRunner(program, host_config(False, 46))
+    runner.run_slice(program.slices[0])
+    assert runner.dirty.get_dirty_log(1) == list(range(8))
+    assert runner.dirty.get_dirty_log(1) == []  # cleared
+    faults = runner.run.mmu.stat["pf_fixed"]
+    runner.run_slice(program.slices[1])  # its own dirty log op finds nothing new
+    assert runner.run.mmu.stat["pf_fixed"] - faults == 8  # every page faults again

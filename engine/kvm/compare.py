@@ -135,5 +135,6 @@ def host_config(mmio_caching: bool, host_phys_bits: int | None) -> SpteConfig:
     return SpteConfig(ept=False, host_phys_bits=host_phys_bits or 46, mmio_caching=mmio_caching)
 
 
-# What the engine's shadow MMU does not model yet (engine/mmu/shadow.py's docstring).
-MODEL_MISSING = ("unsync", "prefetch", "dirty_log")
+# What the engine's shadow MMU does not model yet (engine/mmu/shadow.py's docstring):
+# pte prefetch (engine/mmu/prefetch.py) and dirty logging (engine/mmu/dirty_log.py) are.
+MODEL_MISSING = ("unsync",)

@@ -12,7 +12,9 @@ through the guest's tables (`x86_decode_insn` -> `kvm_fetch_guest_virt` ->
 when the fault left MMIO info (`vcpu_match_mmio_gva`).  A slice's CR3 load is
 `KVM_SET_SREGS`' `kvm_mmu_reset_context()`: the root is dropped and loaded again.  The
 memslot operations go to an `engine.Vm` with the program's host addresses replaced by
-fixed fake ones.
+fixed fake ones; the MMU runs with `FNAME(pte_prefetch)` on, dirty logging
+(`engine.mmu.dirty_log`) following the slots, and a freed obsolete root zapped (traced)
+once more, as the kernel always does.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..events import Event
+from ..mmu.dirty_log import DirtyLogging
 from ..mmu.shadow import ShadowMmu
 from ..mmu.spte import PT_USER_MASK, PT_WRITABLE_MASK, RetPf, SpteConfig, is_mmio_spte
 from ..mmu.views import last_on_path
@@ -113,10 +116,12 @@ def model_vm(address_spaces: int, host_phys_bits: int = 52) -> Vm:
     return Vm(address_spaces=max(1, address_spaces), host_phys_bits=host_phys_bits)
 
 
-def _apply(vm: Vm, op: MemslotOp | DirtyLogOp) -> None:
+def _apply(vm: Vm, op: MemslotOp | DirtyLogOp, dirty: DirtyLogging | None = None) -> None:
     if isinstance(op, MemslotOp):
         hva = FAKE_HVA[op.backing] + op.offset
         vm.set_user_memory_region(op.slot, op.flags, op.guest_phys_addr, op.memory_size, hva)
+    elif dirty is not None:
+        dirty.get_dirty_log(op.slot)
 
 
 class ModelRunner:
@@ -139,15 +144,18 @@ class ModelRunner:
             elif event.name == "kvm_mmu_set_spte":
                 count = run.mmu.rmap_count(int(event.fields["gfn"]))
                 run.rmap_max = max(run.rmap_max, count - 1)
+                self.dirty.observe(event)
 
-        run.mmu = ShadowMmu(vm, cfg, guest=program.tables, emit=observe)
+        run.mmu = ShadowMmu(vm, cfg, guest=program.tables, emit=observe, pte_prefetch=True)
+        run.mmu.pages.rezap_freed_roots = True  # as mmu_free_root_page() does
+        self.dirty = DirtyLogging(run.mmu)
         self.cpu = _Cpu(run)
 
     def run_slice(self, sl: Slice) -> None:
         from .program import DOORBELL_GVA
 
         for op in sl.before:
-            _apply(self.run.vm, op)
+            _apply(self.run.vm, op, self.dirty)
         self.cpu.run_slice(sl, DOORBELL_GVA)
 
 

@@ -122,6 +122,7 @@ class MmuPages:
         self.mmu_page_hash: list[list[KvmMmuPage]] = [[] for _ in range(KVM_NUM_MMU_PAGES)]
         self.active_mmu_pages: dict[int, KvmMmuPage] = {}  # by seq: oldest first
         self.invalid_roots: dict[int, KvmMmuPage] = {}  # zapped while a vCPU used them
+        self.rezap_freed_roots = False  # put_root(): mmu_free_root_page zaps (traces) again
         self._by_pa: dict[int, KvmMmuPage] = {}
         self._seq = 0
         self.lock_holds: list[int] = []  # pages zapped per mmu_lock hold, last zap
@@ -228,9 +229,15 @@ class MmuPages:
         self.n_used_mmu_pages -= 1
 
     def put_root(self, sp: KvmMmuPage) -> None:
-        """A vCPU drops its reference; a zapped root is freed with the last one."""
+        """A vCPU drops its reference; a zapped root is freed with the last one.  With
+        `rezap_freed_roots` (the kernel's way; the screens leave it off) that goes
+        through `kvm_mmu_prepare_zap_page()` again (`mmu_free_root_page`): traced and
+        counted in mmu_shadow_zapped a second time."""
         sp.root_count -= 1
         if sp.root_count == 0 and self.invalid_roots.pop(sp.seq, None) is not None:
+            if self.rezap_freed_roots:
+                self._emit_sp("kvm_mmu_prepare_zap_page", sp)
+                self.stat["mmu_shadow_zapped"] += 1
             del self._by_pa[sp.spt_pa]
 
     def zap_all(self) -> int:

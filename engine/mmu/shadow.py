@@ -26,6 +26,8 @@ A guest pte store to a shadowed table is `kvm_mmu_track_write()`: the spte at th
 of every page shadowing the table is zapped.  `cr3_load` = `kvm_mmu_new_pgd()` +
 `kvm_mmu_load()` (ref-counted roots, no prev_roots cache); `invlpg` = `kvm_mmu_invlpg()`.
 
+`pte_prefetch=True` adds `FNAME(pte_prefetch)` (prefetch.py); dirty logging is
+`dirty_log.DirtyLogging`.
 Simplified: no unsync pages (KVM lets last-level tables go unsync and write-tracks only
 upper levels; here every shadowed table stays write-protected, as before 2008); a guest
 pte store zaps that one spte (no write-flooding or misaligned-write zaps);
@@ -33,7 +35,7 @@ pte store zaps that one spte (no write-flooding or misaligned-write zaps);
 not modelled); 4K leaves only; `drop_process` zaps the exited process's shadow pages at
 once (KVM leaves them to write flooding, reuse or recycling); one
 `make_mmu_pages_available` per fault; CR0.WP=1, no SMEP/SMAP/PKU, no fast_page_fault,
-no dirty logging, no per-vCPU mmio info cache.
+no per-vCPU mmio info cache.
 """
 
 from __future__ import annotations
@@ -104,6 +106,7 @@ class ShadowMmu:
         vtlb: bool = False,
         vtlb_policy: str = "round-robin",
         emit: Callable[[Event], None] | None = None,
+        pte_prefetch: bool = False,
     ) -> None:
         self.vm = vm
         self.cfg = cfg or SPTE_CONFIGS["shadow"]
@@ -125,6 +128,7 @@ class ShadowMmu:
         self.vtlbs = VcpuVtlbs(vtlb_policy) if vtlb else None
         self.injected: dict[int, tuple[int, int]] = {}  # vcpu -> (gva, pferr), last #PF
         self.stat = dict.fromkeys(STATS, 0)
+        self.pte_prefetch = pte_prefetch  # FNAME(pte_prefetch) after a fixed fault (prefetch.py)
         vm.subscribe(self._memslots_changed)
         self.guest.subscribe(self._track_write, self._guest_tlb_flush)
 
@@ -284,7 +288,18 @@ class ShadowMmu:
             ret = self._set_mmio_spte(sp, index, gfn, access)
             self._emit_mmio(gfn, gva, write)
             return ret
-        return self._set_spte(sp, index, gfn, access, slot, write, user)
+        ret = self._set_spte(sp, index, gfn, access, slot, write, user)
+        if ret is RetPf.FIXED and self.pte_prefetch:
+            from .prefetch import pte_prefetch
+
+            pte_prefetch(self, sp, index)
+        return ret
+
+    def set_prefetched_spte(
+        self, sp: KvmMmuPage, index: int, gfn: int, access: int, slot: MemorySlot
+    ) -> None:
+        """`mmu_set_spte(..., prefetch=true)`: a leaf no fault asked for."""
+        self._set_spte(sp, index, gfn, access, slot, False, False, prefetch=True)
 
     def _emulate_table_write(self, gfn: int) -> RetPf:
         self.unprotect_page(gfn)
@@ -392,8 +407,10 @@ class ShadowMmu:
         slot: MemorySlot,
         write: bool,
         user: bool,
+        *,
+        prefetch: bool = False,
     ) -> RetPf:
-        """`mmu_set_spte()` for a RAM gfn."""
+        """`mmu_set_spte()` for a RAM gfn (`prefetch`: no fault, not in pf_fixed)."""
         as_id, spte, sptep = sp.role.smm, sp.spt[index], sp.sptep(index)
         if self.shadow_pages_of(gfn, as_id):
             access &= ~ACC_WRITE_MASK  # mmu_try_to_unsync_pages(): write-protected gfn
@@ -417,7 +434,8 @@ class ShadowMmu:
             del heads[key]
             self.stat["rmap_recycled"] += len(recycled)
         self._emit("kvm_mmu_set_spte", gfn=gfn, spte=spte, level=1, sptep=sptep)
-        self.stat["pf_fixed"] += 1
+        if not prefetch:
+            self.stat["pf_fixed"] += 1
         return RetPf.FIXED
 
     # -- rmaps ------------------------------------------------------------------------

@@ -1,0 +1,88 @@
+"""Dirty logging on the shadow MMU (arch/x86/kvm/x86.c, mmu/mmu.c, virt/kvm/kvm_main.c,
+6.18), without KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2:
+
+- `kvm_mmu_slot_apply_flags()`: a slot that starts logging (a flags-only change that sets
+  KVM_MEM_LOG_DIRTY_PAGES) has every spte in its rmaps write-protected
+  (`kvm_mmu_slot_remove_write_access()` -> `slot_rmap_write_protect`); stopping only
+  zaps collapsible huge sptes (none here: 4K leaves only);
+- `make_spte()`: a writable spte made in a logged slot marks its gfn in the slot's dirty
+  bitmap (`mark_page_dirty_in_slot`);
+- `KVM_GET_DIRTY_LOG` (`kvm_get_dirty_log_protect()`): returns and clears the bitmap and
+  write-protects the pages it reported (`kvm_arch_mmu_enable_log_dirty_pt_masked`), so
+  the next write to each faults again.
+`DirtyLogging` follows the VM's memslot events and the MMU's `kvm_mmu_set_spte` events
+(`observe`); the shadow MMU itself needs no change.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..constants import KVM_MEM_LOG_DIRTY_PAGES
+from ..events import Event
+from .spte import PT_WRITABLE_MASK
+
+if TYPE_CHECKING:
+    from .shadow import ShadowMmu
+
+
+class DirtyLogging:
+    """The dirty bitmaps of one VM's logged slots, kept as the kernel keeps them."""
+
+    def __init__(self, mmu: ShadowMmu) -> None:
+        self.mmu = mmu
+        self.flags: dict[tuple[int, int], int] = {}  # (as_id, slot id) -> flags
+        self.dirty: dict[tuple[int, int], set[int]] = {}  # -> gfn offsets in the slot
+        self.wrprot_sptes = 0
+        mmu.vm.subscribe(self._memslot_event)
+
+    def _memslot_event(self, event: Event) -> None:
+        if event.name != "kvm_set_user_memory_region" or event.fields.get("ret") != 0:
+            return
+        uapi = int(event.fields["slot"])
+        key = (uapi >> 16, uapi & 0xFFFF)
+        change, flags = str(event.fields["change"]), int(event.fields["flags"])
+        old = self.flags.get(key, 0)
+        if change == "KVM_MR_DELETE":
+            self.flags.pop(key, None)
+            self.dirty.pop(key, None)
+            return
+        self.flags[key] = flags
+        logging = flags & KVM_MEM_LOG_DIRTY_PAGES
+        if change == "KVM_MR_FLAGS_ONLY" and logging and not old & KVM_MEM_LOG_DIRTY_PAGES:
+            self._write_protect(key, None)  # kvm_mmu_slot_remove_write_access()
+        if logging:
+            self.dirty.setdefault(key, set())
+        else:
+            self.dirty.pop(key, None)
+
+    def observe(self, event: Event) -> None:
+        """`kvm_mmu_set_spte` of a writable spte in a logged slot: mark_page_dirty."""
+        if event.name != "kvm_mmu_set_spte" or not int(event.fields["spte"]) & PT_WRITABLE_MASK:
+            return
+        gfn = int(event.fields["gfn"])
+        slot = self.mmu.vm.gfn_to_memslot(gfn)
+        if slot is not None and (slot.as_id, slot.id) in self.dirty:
+            self.dirty[(slot.as_id, slot.id)].add(gfn - slot.base_gfn)
+
+    def get_dirty_log(self, slot_id: int, as_id: int = 0) -> list[int]:
+        """KVM_GET_DIRTY_LOG: the dirty offsets, cleared and write-protected again."""
+        key = (as_id, slot_id)
+        pages = sorted(self.dirty.get(key, ()))
+        if key in self.dirty:
+            self.dirty[key] = set()
+            self._write_protect(key, set(pages))
+        return pages
+
+    def _write_protect(self, key: tuple[int, int], offsets: set[int] | None) -> None:
+        """Clear W in every spte of the slot's rmaps (of `offsets` only, if given)."""
+        heads = self.mmu.rmaps.get((key[0], key[1], 1), {})
+        for offset, head in heads.items():
+            if offsets is not None and offset not in offsets:
+                continue
+            for sptep in list(head):
+                holder = self.mmu.pages.page_of_sptep(sptep)
+                index = (sptep & 0xFFF) // 8
+                if holder.spt[index] & PT_WRITABLE_MASK:
+                    holder.spt[index] &= ~PT_WRITABLE_MASK
+                    self.wrprot_sptes += 1
