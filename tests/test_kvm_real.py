@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,38 @@ def test_memslot_calls_refused_alike_by_the_kernel_and_the_engine() -> None:
                     got.append(err.errno)
             assert got[0] == got[1], (call, got)
         assert got[0] == errno.EINVAL
+
+
+@needs_tracing
+def test_ctrl_c_in_the_middle_of_a_run_releases_everything() -> None:
+    import signal
+    import subprocess
+    import time
+
+    from tests.kvm_host import MMUSCOPE
+
+    guest = subprocess.Popen(
+        [str(MMUSCOPE), "kvm", "touch", "--pages", "60000", "--summary"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    instances = Path("/sys/kernel/tracing/instances")
+    for _ in range(400):  # until its tracefs instance exists: the VM is up
+        if any(p.name.startswith(f"mmuscope-{guest.pid}-") for p in instances.iterdir()):
+            break
+        time.sleep(0.01)
+    guest.send_signal(signal.SIGINT)
+    _out, err = guest.communicate(timeout=60)
+    assert guest.returncode == 130 and err.strip().splitlines() == ["mmuscope: interrupted"]
+    assert not any(p.name.startswith(f"mmuscope-{guest.pid}-") for p in instances.iterdir())
+
+
+@needs_kvm
+def test_a_guest_run_is_bounded_in_time_and_closes_every_fd() -> None:
+    from engine.kvm.program import build_program
+    from engine.kvm.runner import run_on_kernel
+    from engine.kvm.vmm import GuestTimeoutError
+
+    fds = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(GuestTimeoutError, match="longer than"):
+        run_on_kernel(build_program("touch", 60000), timeout=0.001)
+    assert len(os.listdir("/proc/self/fd")) == fds
