@@ -46,6 +46,7 @@ async def test_the_replay_screen_follows_a_real_fork_storm(tmp_path: Path) -> No
             assert screen.rows and all(r["explained"] is None for r in screen.rows)
             assert "0 differ" in str(screen.query_one(ComparePanel).content)
         assert "MMU" in screen.title and os.uname().release in screen.title
+        assert screen.last_insn.startswith("mov %bl,(%rax) @0x")  # the doorbell, decoded
     assert screen.child is not None and screen.child.returncode == 0
     assert not our_instances()
 

@@ -34,6 +34,7 @@ def test_summary_counts_every_demand_fault_and_the_kernels_statistics(tmp_path: 
         assert summary["stats"]["pages_4k"] == 41
         assert summary["stats"]["pf_taken"] == 42
         assert summary["stats"]["mmio_exits"] == summary["mmio_exits"] == 1
+        assert summary["emulated"] == {"mov %bl,(%rax)": 1}  # the doorbell store, decoded
     replayed = run_cli("replay", str(out_file), "--summary")
     counts = json.loads(replayed.stdout)
     assert counts == {k: summary[k] for k in ("lines", "events", "skipped", "by_event")}

@@ -2,7 +2,8 @@
 private tracefs instance (engine.kvm), shown as text or in the app.
 
 - ``--summary``: ``replay --summary``'s object for the recording plus ``kernel``,
-  ``mmu``, ``stats`` (KVM_GET_STATS_FD deltas), ``program``, ``lost_events``;
+  ``mmu``, ``stats`` (KVM_GET_STATS_FD deltas), ``program``, ``lost_events`` and
+  ``emulated`` (the instructions the kernel emulated, decoded, with counts);
 - ``--jsonl``: the recorded events as ``replay --jsonl`` prints them;
 - ``--compare [--json]``: the kernel against the engine's shadow MMU on the same program;
 - none of them: the replay screen following the run live (`tui/kvm_app.py`).
@@ -96,6 +97,8 @@ def summary(recording: Any, lines: io.StringIO) -> dict[str, Any]:
     from engine.trace.reader import summarize
 
     out: dict[str, Any] = summarize(lines).summary()
+    lines.seek(0)
+    emulated = emulated_instructions(lines)
     out.update(
         kernel=recording.kernel,
         mmu=recording.host.kind,
@@ -104,8 +107,25 @@ def summary(recording: Any, lines: io.StringIO) -> dict[str, Any]:
         lost_events=recording.lost,
         mmio_exits=recording.run.mmio_exits,
         host=recording.host.describe(),
+        emulated=emulated,
     )
     return out
+
+
+def emulated_instructions(lines: io.StringIO) -> dict[str, int]:
+    """The instructions `kvm_emulate_insn` reported, decoded (iced-x86), with counts."""
+    from collections import Counter
+
+    from engine.kvm.asm import decode_emulated
+    from engine.trace.lines import parse_line
+
+    found: Counter[str] = Counter()
+    for line in lines:
+        if "kvm_emulate_insn" in line:
+            event = parse_line(line)
+            if event is not None and "insn" in event.fields:
+                found[decode_emulated(str(event.fields["insn"]), int(event.fields["rip"]))] += 1
+    return dict(found)
 
 
 def compare_rows(program_name: str, recording: Any, lines: io.StringIO) -> list[Any]:

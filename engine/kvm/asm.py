@@ -89,3 +89,14 @@ def decode(code: bytes, rip: int = 0, limit: int = 1) -> list[str]:
         if len(out) >= limit:
             break
     return out
+
+
+def decode_emulated(insn: str, rip: int = 0) -> str:
+    """`kvm_emulate_insn`'s bytes as printed (``8a 18``) as one instruction, or the bytes
+    themselves when they do not decode."""
+    try:
+        code = bytes.fromhex(insn.replace(" ", ""))
+    except ValueError:
+        return insn
+    found = decode(code, rip)
+    return found[0] if found else insn

@@ -22,6 +22,8 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 
+from engine.events import Event
+from engine.kvm.asm import decode_emulated
 from engine.pacing import Pacer
 from engine.replay.live import LiveTimeline
 
@@ -41,9 +43,11 @@ class KernelStats(TextPanel):
         border-title-color: $text-muted; }
     """
 
-    def show(self, stats: dict[str, int], status: str) -> None:
+    def show(self, stats: dict[str, int], status: str, insn: str = "") -> None:
         text = Text(no_wrap=True, overflow="ellipsis")
         text.append(f"{status}\n", style="bold")
+        if insn:
+            text.append(f"emulated {insn}\n")
         names = [n for n in FIRST if n in stats]
         names += sorted(n for n in stats if n not in FIRST and stats[n])
         for name in names:
@@ -90,6 +94,7 @@ class KvmReplayScreen(ReplayScreen):
         self.child: subprocess.Popen[bytes] | None = None
         self.kernel_stats: dict[str, int] = {}
         self.rows: list[dict[str, Any]] = []  # the comparison after the last slice
+        self.last_insn = ""  # the last kvm_emulate_insn, decoded
         self.status = "starting the guest"
         self.finished = False
         self._read = 0
@@ -176,10 +181,19 @@ class KvmReplayScreen(ReplayScreen):
             self.rows = record.get("rows", [])
             self.status = f"slice {record['slice'] + 1}: {record['label']}"
 
+    def show_events(self, events: list[Event]) -> None:
+        """The replay screen's, and the last emulated instruction decoded (iced-x86)."""
+        for event in reversed(events):
+            if event.name == "kvm_emulate_insn" and "insn" in event.fields:
+                insn = decode_emulated(str(event.fields["insn"]), int(event.fields["rip"]))
+                self.last_insn = f"{insn} @{int(event.fields['rip']):#x}"
+                break
+        super().show_events(events)
+
     def show_kernel_stats(self) -> None:
         found = self.query(KernelStats)
         if found:
-            found.first().show(self.kernel_stats, self.status)
+            found.first().show(self.kernel_stats, self.status, self.last_insn)
         compare = self.query(ComparePanel)
         if compare:
             compare.first().show(self.rows)
