@@ -179,7 +179,8 @@ async def test_f_filters_the_counters_and_the_log(tmp_path: Path) -> None:
         await pilot.press("n", "n")
         await pilot.pause()
         new_lines = log.lines[logged:]
-        assert new_lines and all("kvm_memslot_lookup" in line for line in new_lines)
+        text = "\n".join(new_lines)  # a long event wraps onto rows of its own fields
+        assert "kvm_memslot_lookup" in text and "kvm_page_fault" not in text
 
         # f again shows the current filter; clearing it shows every event again.
         await pilot.press("f")

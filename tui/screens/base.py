@@ -70,6 +70,7 @@ class MmuScreen(Screen[None]):
         self.pending_events: list[Event] = []
         self._counters_shown_at = 0.0
         self._counters_stale = False
+        self._counter_timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
         """The frame every screen shares: header, the screen's own widgets in `#main`,
@@ -92,7 +93,14 @@ class MmuScreen(Screen[None]):
         return self.query_one(EventPanel)
 
     def on_mount(self) -> None:
-        self.set_interval(COUNTER_REFRESH, self._refresh_counters, name="counters")
+        # Textual calls every class's on_mount up the MRO, and the screens' own call
+        # super().on_mount() too: without this check a screen had two or three counter
+        # timers a second apart from each other by a millisecond, and kvm_stat's
+        # CurAvg/s, the change since the previous sample, read 0 while playing.
+        if self._counter_timer is None:
+            self._counter_timer = self.set_interval(
+                COUNTER_REFRESH, self._refresh_counters, name="counters"
+            )
         self._check_size()
 
     def on_resize(self) -> None:

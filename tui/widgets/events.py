@@ -1,7 +1,11 @@
 """The event log and the kvm_stat-like counters every screen shows.
 
-The log prints events as `trace-cmd report` does (comm-pid [cpu] ts: name: fields); the
-counters table has kvm_stat's columns (Event, Total, %Total, CurAvg/s).  One regex filter
+The log prints events as `trace-cmd report` does (comm-pid [cpu] ts: name: fields) where
+the line fits; where it does not, the event's name and fields come first, then the CPU
+and the time since the log's first event, the task left out, and a long event wraps onto
+indented rows, so every event can be read whole (`event_rows`).  The counters table has
+kvm_stat's columns (Event, Total, %Total, CurAvg/s); a narrow panel drops %Total before
+it cuts a name (`counters_table`).  One regex filter
 (`f`, as in kvm_stat) applies to both.  Events arrive in batches once per frame; the log
 keeps the last `LOG_LINES_PER_FLUSH` events until the screen flushes it (a few times a
 second), the counters count all of them.
@@ -10,8 +14,10 @@ second), the counters count all of them.
 from __future__ import annotations
 
 import re
+import textwrap
 from collections import deque
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -28,7 +34,9 @@ from .panel import TextPanel
 
 LOG_LINES_PER_FLUSH = 40  # at full speed the log scrolls faster than anyone reads anyway
 LOG_MAX_LINES = 1000
-NARROW_LOG = 60  # below this many columns the log drops the task column
+KEPT_EVENTS = 300  # laid out again when the log's width changes
+CONTINUATION = "  "  # the indent of an event's further rows
+NBSP = "\u00a0"  # textwrap breaks only at ASCII whitespace
 
 
 def trace_line(event: Event) -> str:
@@ -44,35 +52,74 @@ def trace_line(event: Event) -> str:
     return f"{task:>16} [{event.cpu:03d}] {event.ts:12.6f}: {event.name}: {event.format_fields()}"
 
 
-def compact_line(line: str) -> str:
-    """A trace line without its task column (`comm-pid`), for a narrow log."""
-    task, sep, rest = line.lstrip().partition(" [")
-    if not sep or " " in task.strip():
-        return line
-    cpu, _, tail = rest.partition("]")
-    return f"[{cpu}] {tail.lstrip()}"
+class LogEntry(NamedTuple):
+    """One event as the log prints it: the whole trace line, and its parts."""
+
+    line: str  # as trace-cmd report prints it
+    cpu: int
+    ts: float
+    body: str  # "name: fields"
+
+
+def log_entry(event: Event) -> LogEntry:
+    line = trace_line(event)
+    head = f": {event.name}: "
+    at = line.find(head)
+    fields = line[at + len(head) :] if at >= 0 else event.format_fields()
+    return LogEntry(line, event.cpu, event.ts, f"{event.name}: {fields.strip()}")
+
+
+def since(seconds: float) -> str:
+    """A time since the log's first event, short: microseconds below a second."""
+    seconds = max(0.0, seconds)
+    return f"{seconds * 1e6:.0f}µs" if seconds < 1 else f"{seconds:.6f}s"
+
+
+def event_rows(entry: LogEntry, width: int, t0: float = 0.0) -> list[str]:
+    """The rows one event takes in a log `width` columns wide: the trace-cmd line if it
+    fits; else the name and fields first with ``[cpu] +time`` (since `t0`) at the
+    right, wrapped at spaces onto indented rows when they do not fit one."""
+    if len(entry.line) <= width:
+        return [entry.line]
+    tail = f"[{entry.cpu}] +{since(entry.ts - t0)}"
+    if len(entry.body) + 2 + len(tail) <= width:
+        return [entry.body + tail.rjust(width - len(entry.body))]
+    glued = tail.replace(" ", NBSP)  # one word: it moves to a row of its own only whole
+    rows = textwrap.wrap(
+        f"{entry.body}  {glued}",
+        max(width, 8),
+        subsequent_indent=CONTINUATION,
+        break_on_hyphens=False,
+    )
+    last = rows[-1].removesuffix(glued).rstrip()
+    rows[-1] = last + tail.rjust(width - len(last))
+    return rows
 
 
 class EventLog(Log):
     DEFAULT_CSS = """
-    EventLog { width: 1fr; border: round $panel; border-title-color: $text-muted; }
+    EventLog { width: 1fr; border: round $panel; border-title-color: $text-muted;
+        scrollbar-gutter: stable; overflow-x: hidden; }
     EventLog:focus { border: round $primary; }
     """
 
 
 def counters_table(rows: list[CounterRow], width: int = 48) -> Text:
-    """kvm_stat's columns, biggest totals first, as fixed-width text (the numbers'
-    columns narrow in a narrow panel, so that no row wraps)."""
-    tot, pct, avg = (9, 8, 10) if width >= 8 + 27 else (7, 7, 9)
+    """kvm_stat's columns, biggest totals first, as fixed-width text that never wraps:
+    where the names do not fit beside every column, %Total goes first (the others'
+    share of it is Total's), and only then are names cut."""
+    longest = max((len(row.event) for row in rows), default=5)
+    tot = max(6, *(len(str(row.total)) + 1 for row in rows)) if rows else 6
+    pct, avg = 7, 9
+    if longest + tot + pct + avg > width:
+        pct = 0
     name = max(8, width - tot - pct - avg)
-    text = Text(
-        f"{'Event':<{name}}{'Total':>{tot}}{'%Total':>{pct}}{'CurAvg/s':>{avg}}\n", style="bold"
-    )
+    pct_head = f"{'%Total':>{pct}}" if pct else ""
+    text = Text(f"{'Event':<{name}}{'Total':>{tot}}{pct_head}{'CurAvg/s':>{avg}}\n", style="bold")
     for row in rows:
         event = row.event if len(row.event) <= name else row.event[: name - 1] + "…"
-        text.append(
-            f"{event:<{name}}{row.total:>{tot}}{row.percent:>{pct}.1f}{row.rate:>{avg}.0f}\n"
-        )
+        share = f"{row.percent:>{pct}.1f}" if pct else ""
+        text.append(f"{event:<{name}}{row.total:>{tot}}{share}{row.rate:>{avg}.0f}\n")
     text.rstrip()
     text.no_wrap = True
     return text
@@ -81,7 +128,7 @@ def counters_table(rows: list[CounterRow], width: int = 48) -> Text:
 class CountersTable(TextPanel):
     DEFAULT_CSS = """
     CountersTable { width: 50; height: 1fr; padding: 0 1; border: round $panel;
-        border-title-color: $text-muted; }
+        border-title-color: $text-muted; text-wrap: nowrap; text-overflow: clip; }
     """
 
 
@@ -96,8 +143,11 @@ class EventPanel(Horizontal):
         super().__init__(id=id)
         self.counters = EventCounters()
         self.pattern: re.Pattern[str] | None = None
-        self.logged = 0  # lines written to the log since start
+        self.logged = 0  # events written to the log since start
         self._unwritten: deque[Event] = deque(maxlen=LOG_LINES_PER_FLUSH)
+        self._kept: deque[LogEntry] = deque(maxlen=KEPT_EVENTS)  # the log's last events
+        self._laid_out_at = 0  # the width the log's rows were wrapped for
+        self._t0: float | None = None  # the first logged event's time
 
     def compose(self) -> ComposeResult:
         log = EventLog(max_lines=LOG_MAX_LINES, auto_scroll=True, id="event-log")
@@ -132,12 +182,41 @@ class EventPanel(Horizontal):
         second, not every frame."""
         if self._unwritten and self.query(EventLog):
             log = self.query_one(EventLog)
-            lines = [trace_line(e) for e in self._unwritten]
-            if log.content_region.width < NARROW_LOG:
-                lines = [compact_line(line) for line in lines]
+            entries = [log_entry(e) for e in self._unwritten]
             self._unwritten.clear()
-            log.write_lines(lines)
-            self.logged += len(lines)
+            if self._t0 is None:
+                self._t0 = entries[0].ts
+            self._kept.extend(entries)
+            self.logged += len(entries)
+            width = self._log_width(log)
+            if width != self._laid_out_at:
+                self._lay_out(log, width)
+            else:
+                log.write_lines(self._rows(entries, width))
+
+    def _log_width(self, log: EventLog) -> int:
+        return log.scrollable_content_region.width or 80
+
+    def _rows(self, entries: Iterable[LogEntry], width: int) -> list[str]:
+        t0 = self._t0 or 0.0
+        return [row for entry in entries for row in event_rows(entry, width, t0)]
+
+    def _lay_out(self, log: EventLog, width: int) -> None:
+        """Write the kept events again, wrapped for the log's width now."""
+        self._laid_out_at = width
+        log.clear()
+        log.write_lines(self._rows(self._kept, width))
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._relayout)  # once the log has its new size
+
+    def _relayout(self) -> None:
+        self.show_counters()
+        if self._kept and self.query(EventLog):
+            log = self.query_one(EventLog)
+            width = self._log_width(log)
+            if width != self._laid_out_at:
+                self._lay_out(log, width)
 
     def refresh_counters(self, now: float) -> None:
         self.counters.refresh(now)
@@ -153,6 +232,8 @@ class EventPanel(Horizontal):
 
     def clear_log(self) -> None:
         self.query_one(EventLog).clear()
+        self._kept.clear()
+        self._t0 = None
 
     def reset(self) -> None:
         """A new model: an empty log and kvm_stat counters from zero (the filter stays)."""

@@ -1,0 +1,176 @@
+"""Every screen readable at 80×24, 120×40 and 200×60 (issue 13 §2).
+
+One SVG snapshot per screen and size (review them with `--snapshot-update`), and checks
+of what the snapshots cannot say: the event log never cuts an event inside its fields
+(at 120 columns, on every screen), tables never wrap a row and drop their least
+important columns first, and kvm_stat's CurAvg/s is sampled once a second, by one timer.
+Deterministic as tests/test_tui_snapshots.py: paused, seeded, no animation, no user
+config, and kvm_stat's wall-clock sample pushed out of reach of a snapshot.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Awaitable, Callable
+
+import pytest
+from rich.console import Console
+from textual.pilot import Pilot
+
+from engine.stats import CounterRow, LookupCost
+from tests.datafiles import FIXTURES
+from tui.app import MmuscopeApp, make_app
+from tui.screens import base
+from tui.widgets.cost_panel import cost_table
+from tui.widgets.events import EventLog, EventPanel, LogEntry, counters_table, event_rows
+
+SIZES = [(80, 24), (120, 40), (200, 60)]
+SAMPLE = FIXTURES / "trace-kvmmmu-sample.txt"
+# The keys that bring each screen to a state with something in every panel.
+SCREENS: dict[str, tuple[str, ...]] = {
+    "memslots": ("c", "v", "n", "n", "n"),
+    "mmu": ("f2", "n", "n", "n", "n", "n", "s"),
+    "rmaps": ("f3", *["n"] * 20, "x"),
+    "tlb": ("f4", "n", "n", "n"),
+    "power": ("f5", "n", "n"),
+    "experiments": ("f6",),
+    "replay": ("end",),
+}
+
+SnapCompare = Callable[..., bool]
+
+
+@pytest.fixture(autouse=True)
+def deterministic(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("MMUSCOPE_CONFIG_DIR", str(tmp_path_factory.mktemp("config")))
+    monkeypatch.setattr(base, "COUNTER_REFRESH", 24 * 3600.0)
+
+
+def screen_app(name: str) -> MmuscopeApp:
+    if name == "replay":
+        app = make_app(trace=SAMPLE, playing=False)
+    else:
+        app = make_app("pc-4g", seed=3, playing=False)
+    app.animation_level = "none"
+    return app
+
+
+def keys_for(name: str) -> Callable[[Pilot[object]], Awaitable[None]]:
+    async def run(pilot: Pilot[object]) -> None:
+        await pilot.pause()
+        if name == "replay":
+            index = pilot.app.screen.timeline.index  # built in a thread
+            for _ in range(500):
+                if index.done:
+                    break
+                await pilot.pause(0.01)
+            assert index.done
+        await pilot.press(*SCREENS[name])
+        await pilot.pause()
+        panel = pilot.app.screen.query_one(EventPanel)
+        panel.flush_log()
+        panel.show_counters()
+        pilot.app.clear_notifications()  # "indexed in 0.2 s" follows the wall clock
+        await pilot.pause()
+
+    return run
+
+
+@pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
+@pytest.mark.parametrize("name", SCREENS)
+def test_every_screen_at_three_sizes(
+    snap_compare: SnapCompare, name: str, size: tuple[int, int]
+) -> None:
+    assert snap_compare(screen_app(name), terminal_size=size, run_before=keys_for(name))
+
+
+def screen_text(app: MmuscopeApp) -> str:
+    """What the terminal shows, as text (the SVG snapshot's characters)."""
+    width, height = app.size
+    console = Console(width=width, height=height, file=io.StringIO(), record=True)
+    console.print(app.screen._compositor.render_update(full=True))
+    return console.export_text()
+
+
+@pytest.mark.parametrize("name", SCREENS)
+async def test_no_event_is_cut_inside_its_fields_at_120_columns(name: str) -> None:
+    app = screen_app(name)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await keys_for(name)(pilot)
+        panel = app.screen.query_one(EventPanel)
+        log = app.screen.query_one(EventLog)
+        width = log.scrollable_content_region.width
+        entries = list(panel._kept)
+        if name != "experiments":
+            assert entries, "the screen logged no event"
+        shown = screen_text(app)
+        visible = log.lines[-log.scrollable_content_region.height :]
+        for row in visible:
+            assert len(row) <= width, row
+            assert row.rstrip() in shown, f"{row!r} is not on the screen whole"
+        for entry in entries[-3:]:  # the last events are on screen, each row whole
+            rows = event_rows(entry, width, panel._t0 or 0.0)
+            assert all(row in visible for row in rows)
+            assert " ".join(" ".join(rows).split()).startswith(" ".join(entry.body.split()))
+
+
+ENTRY = LogEntry(
+    "        qemu-kvm-0 [001]     0.000004: kvm_mmu_get_page:     sp gen 0 gfn 100000 l2 "
+    "8-byte q0 direct wux nxe ad root 0 sync new",
+    1,
+    12.000004,
+    "kvm_mmu_get_page: sp gen 0 gfn 100000 l2 8-byte q0 direct wux nxe ad root 0 sync new",
+)
+
+
+def test_an_event_line_puts_name_and_fields_first_where_it_does_not_fit() -> None:
+    assert event_rows(ENTRY, 200) == [ENTRY.line]  # trace-cmd report's line, whole
+    (row,) = event_rows(ENTRY, 100, t0=12.0)
+    assert row.startswith(ENTRY.body) and row.endswith("[1] +4µs") and len(row) == 100
+    for width in (40, 50, 66):
+        rows = event_rows(ENTRY, width, t0=12.0)
+        assert len(rows) > 1 and all(len(row) <= width for row in rows)
+        assert rows[0].startswith("kvm_mmu_get_page: sp gen 0")
+        assert all(row.startswith("  ") for row in rows[1:])  # continuation rows
+        words = " ".join(rows).split()
+        assert words == [*ENTRY.body.split(), "[1]", "+4µs"]
+    assert event_rows(ENTRY._replace(ts=14.5), 100, t0=12.0)[0].endswith("+2.500000s")
+
+
+def test_kvm_stat_drops_percent_before_it_cuts_a_name() -> None:
+    rows = [CounterRow("kvm_mmu_prepare_zap_page", 12345, 60.0, 3.0)]
+    wide = counters_table(rows, 60).plain.splitlines()
+    assert "%Total" in wide[0] and "kvm_mmu_prepare_zap_page" in wide[1]
+    narrow = counters_table(rows, 40).plain.splitlines()
+    assert "%Total" not in narrow[0] and "CurAvg/s" in narrow[0]
+    assert "kvm_mmu_prepare_zap_page" in narrow[1] and narrow[1].split()[1:] == ["12345", "3"]
+    assert all(len(line) <= 40 for line in narrow)
+    cut = counters_table(rows, 30).plain.splitlines()
+    assert all(len(line) <= 30 for line in cut) and "…" in cut[1]
+
+
+def test_the_cost_table_drops_worst_then_miss_and_never_wraps() -> None:
+    cost = LookupCost("rbtree")
+    cost.add(3, 1, False, False)
+    costs = {"linear": LookupCost("linear"), "rbtree": cost}
+    heads = {}
+    for width in (60, 45, 36, 30):
+        lines = cost_table(costs, "rbtree", width).plain.splitlines()
+        assert all(len(line) <= width for line in lines), (width, lines)
+        heads[width] = lines[0].split()
+    assert heads[60] == ["strategy", "bare", "cached", "miss", "worst"]
+    assert heads[45] == ["strategy", "bare", "cached", "miss"]
+    assert heads[36] == ["strategy", "bare", "cached"]
+    assert heads[30] == ["strategy", "cached"]
+
+
+@pytest.mark.parametrize("keys", [(), ("f2",), ("f4",)])
+async def test_each_screen_samples_kvm_stat_with_one_timer(keys: tuple[str, ...]) -> None:
+    """Textual runs each class's on_mount along the MRO and the screens call super()
+    as well: two or three timers sampled a millisecond apart, and CurAvg/s read 0."""
+    app = make_app("pc-4g", playing=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press(*keys)
+        await pilot.pause()
+        timers = [t for t in app.screen._timers if t.name == "counters"]
+        assert len(timers) == 1
