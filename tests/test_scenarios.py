@@ -188,3 +188,14 @@ def test_checks_compare_steps_and_fill_captions() -> None:
         evaluate("nope > 1", values)
     with pytest.raises(CheckError, match="step 3 has not run yet"):
         evaluate("s3.n > 1", values)
+
+
+def test_the_readme_lesson_plan_names_every_classroom_scenario() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("### Scenarios") :]
+    plan = readme[readme.index("**The scenarios are the lesson plan.**") :]
+    for s in list_scenarios():
+        if s.name in MECHANISMS:
+            assert f"| `{s.name}` | {s.seed[:3]} |" in table, s.name
+    numbered = re.findall(r"^(\d)\. ", plan[: plan.index("Each step's caption")], re.MULTILINE)
+    assert numbered == [str(n) for n in range(1, len(MECHANISMS) + 1)]

@@ -7,6 +7,7 @@ replayed batch by batch with its lock breaks, the slow one in a single hold (see
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -319,12 +320,10 @@ class ShadowMmuScreen(PlayerScreen):
         return lines
 
     def _valid_gen_text(self) -> str:
-        """`kvm->arch.mmu_valid_gen` and its era; a 2011 guest had none (Xiao Guangrong
-        added it in 2013, seed 003; kvm-reference §4.4), so the model's is not shown."""
+        """mmu_valid_gen and its era; none in 2011 (added in 2013, seed 003, §4.4)."""
         if PAGING_MODES[self.paging][1].startswith("2011"):
             return "none (added in 2013)"
-        pages = self.session.mmu.pages
-        return f"{pages.mmu_valid_gen} ({pages.gen_era} era)"
+        return f"{self.session.mmu.pages.mmu_valid_gen} ({self.session.mmu.pages.gen_era} era)"
 
     def _update_header(self) -> None:
         state = "▶ playing" if self.pacer.playing else "⏸ paused"
@@ -455,24 +454,22 @@ class ShadowMmuScreen(PlayerScreen):
 
     def action_next_result(self, name: str) -> None:
         """Run to the next exit whose fault returns RET_PF_<name> (e.g. EMULATE)."""
-        self.pause()
-        for _ in range(10_000):
-            step = self.session.step()
-            if step.exited and step.ret is not None and step.ret.name == name:
-                self._show_step(step)
-                self.shown = len(self.path)
-                break
-        self.flush_events(force=True)
-        self.redraw()
+        self._run_until(lambda step: step.ret is not None and step.ret.name == name)
 
     def action_next_exit_at(self, address: int) -> None:
         """Run to the next exit on the page of `address` (a gpa under EPT, a gva under
-        shadow paging): scenarios use it to follow one device page, e.g. the doorbell."""
+        shadow paging): scenarios follow one device page with it, e.g. the doorbell."""
+        self._run_until(
+            lambda step: (
+                getattr(step.access, "gpa", getattr(step.access, "gva", -1)) >> 12 == address >> 12
+            )
+        )
+
+    def _run_until(self, wanted: Callable[[Step], bool]) -> None:
         self.pause()
         for _ in range(10_000):
             step = self.session.step()
-            where = getattr(step.access, "gpa", getattr(step.access, "gva", -1))
-            if step.exited and where >> 12 == address >> 12:
+            if step.exited and wanted(step):
                 self._show_step(step)
                 self.shown = len(self.path)
                 break
@@ -490,9 +487,8 @@ class ShadowMmuScreen(PlayerScreen):
         self.redraw()
 
     def action_near_wrap(self, left: int = 2) -> None:
-        """Fast-forward the generation to `left` updates (memslot swaps) before the MMIO
-        generation's 19 bits wrap (262,144 updates with two address spaces).  A DELETE
-        is two swaps (invalidate, then delete), a CREATE one."""
+        """Fast-forward to `left` memslot swaps (a CREATE is one, a DELETE two) before the
+        MMIO generation's 19 bits wrap (262,144 updates with two address spaces)."""
         from engine.mmu.spte import updates_until_mmio_wrap
 
         vm = self.session.vm

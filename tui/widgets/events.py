@@ -32,6 +32,9 @@ from engine.trace.lines import TRACE_CMD
 
 from .panel import TextPanel
 
+#: events the model emits that no kernel has a tracepoint for: marked `*` wherever shown
+OWN_EVENTS = frozenset({"kvm_memslot_lookup"})
+OWN_NOTE = "* mmuscope's own event, no tracepoint"
 LOG_LINES_PER_FLUSH = 40  # at full speed the log scrolls faster than anyone reads anyway
 LOG_MAX_LINES = 1000
 KEPT_EVENTS = 300  # laid out again when the log's width changes
@@ -45,11 +48,20 @@ def trace_line(event: Event) -> str:
     kernel's printk), `key=value` pairs for the model's own events."""
     for variant in VARIANTS:
         try:
-            return format_line(event, TRACE_CMD, variant=variant)
+            line = format_line(event, TRACE_CMD, variant=variant)
         except TracepointError:
             continue
+        if event.name in OWN_EVENTS:
+            line = line.replace(f" {event.name}: ", f" {event.name}*: ", 1)
+        return line
     task = f"{event.comm}-{event.pid}"
-    return f"{task:>16} [{event.cpu:03d}] {event.ts:12.6f}: {event.name}: {event.format_fields()}"
+    name = shown_name(event.name)
+    return f"{task:>16} [{event.cpu:03d}] {event.ts:12.6f}: {name}: {event.format_fields()}"
+
+
+def shown_name(name: str) -> str:
+    """The event's name as the panels show it: `*` after mmuscope's own (OWN_NOTE)."""
+    return f"{name}*" if name in OWN_EVENTS else name
 
 
 class LogEntry(NamedTuple):
@@ -62,11 +74,11 @@ class LogEntry(NamedTuple):
 
 
 def log_entry(event: Event) -> LogEntry:
-    line = trace_line(event)
-    head = f": {event.name}: "
+    line, name = trace_line(event), shown_name(event.name)
+    head = f": {name}: "
     at = line.find(head)
     fields = line[at + len(head) :] if at >= 0 else event.format_fields()
-    return LogEntry(line, event.cpu, event.ts, f"{event.name}: {fields.strip()}")
+    return LogEntry(line, event.cpu, event.ts, f"{name}: {fields.strip()}")
 
 
 def since(seconds: float) -> str:
@@ -108,7 +120,7 @@ def counters_table(rows: list[CounterRow], width: int = 48) -> Text:
     """kvm_stat's columns, biggest totals first, as fixed-width text that never wraps:
     where the names do not fit beside every column, %Total goes first (the others'
     share of it is Total's), and only then are names cut."""
-    longest = max((len(row.event) for row in rows), default=5)
+    longest = max((len(shown_name(row.event)) for row in rows), default=5)
     tot = max(6, *(len(str(row.total)) + 1 for row in rows)) if rows else 6
     pct, avg = 7, 9
     if longest + tot + pct + avg > width:
@@ -117,7 +129,8 @@ def counters_table(rows: list[CounterRow], width: int = 48) -> Text:
     pct_head = f"{'%Total':>{pct}}" if pct else ""
     text = Text(f"{'Event':<{name}}{'Total':>{tot}}{pct_head}{'CurAvg/s':>{avg}}\n", style="bold")
     for row in rows:
-        event = row.event if len(row.event) <= name else row.event[: name - 1] + "…"
+        event = shown_name(row.event)
+        event = event if len(event) <= name else event[: name - 1] + "…"
         share = f"{row.percent:>{pct}.1f}" if pct else ""
         text.append(f"{event:<{name}}{row.total:>{tot}}{share}{row.rate:>{avg}.0f}\n")
     text.rstrip()
@@ -182,6 +195,8 @@ class EventPanel(Horizontal):
         second, not every frame."""
         if self._unwritten and self.query(EventLog):
             log = self.query_one(EventLog)
+            if any(e.name in OWN_EVENTS for e in self._unwritten):
+                log.border_subtitle = OWN_NOTE
             entries = [log_entry(e) for e in self._unwritten]
             self._unwritten.clear()
             if self._t0 is None:
@@ -229,6 +244,8 @@ class EventPanel(Horizontal):
         table = found.first()
         rows = self.counters.rows(self.pattern)
         table.show_content(counters_table(rows, table.content_region.width or 48))
+        own = any(row.event in OWN_EVENTS for row in rows)
+        table.border_subtitle = OWN_NOTE if own else ""
 
     def clear_log(self) -> None:
         self.query_one(EventLog).clear()
