@@ -4,6 +4,7 @@ and the caption's `{...}` fields are filled from the same values."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from tui.app import make_app
 from tui.scenario_runner import goto_step
 
 SIZE = (120, 40)
+CAPTION_LINES = 6  # the caption panel's max-height 8, less its border (tui/widgets/caption.py)
 #: the classroom scenarios of issue 17 (real-kvm runs the host's KVM: tests/test_kvm_*)
 CHECKED = [s.name for s in list_scenarios() if s.name != "real-kvm"]
 
@@ -41,6 +43,10 @@ async def test_each_step_shows_what_it_declares(name: str, tmp_path: Path) -> No
             problems += [f"{where}: {f}" for f in failures(step.expect, run.values())]
             caption = run.caption()
             assert "{" not in caption, f"{where}: a caption field was not filled: {caption}"
+            lines = len(textwrap.wrap(caption, SIZE[0] - 4))  # inside the border and padding
+            assert lines <= CAPTION_LINES, (
+                f"{where}: {lines} lines, the caption shows {CAPTION_LINES}"
+            )
             if step.shows:
                 await pilot.pause()  # drawn: the screen as a student sees it
                 drawn = " ".join(screen_text(app).split())

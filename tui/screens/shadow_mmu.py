@@ -228,10 +228,8 @@ class ShadowMmuScreen(PlayerScreen):
             gen = session.vm.generation(selected.role.smm)
             grid.show(spt_cells(mmu.pages, selected, mmu.cfg, gen), marked)
             obsolete = " (obsolete)" if mmu.pages.is_obsolete(selected) else ""
-            grid.border_title = (
-                f"spt of sp gfn {selected.gfn:#x} l{selected.role.level} "
-                f"gen {selected.mmu_valid_gen}{obsolete}"
-            )
+            gen = "" if self._era_2011() else f" gen {selected.mmu_valid_gen}{obsolete}"
+            grid.border_title = f"spt of sp gfn {selected.gfn:#x} l{selected.role.level}{gen}"
         self.query_one(LookupBar).show_content(self._fault_words())
         self.query_one(MmuCounters).show(self._counter_lines(), mmu.pages.lock_holds)
         self._show_guest()
@@ -319,9 +317,12 @@ class ShadowMmuScreen(PlayerScreen):
         lines += [(name, str(value)) for name, value in session.mmu.stat.items() if value]
         return lines
 
+    def _era_2011(self) -> bool:
+        return PAGING_MODES[self.paging][1].startswith("2011")
+
     def _valid_gen_text(self) -> str:
         """mmu_valid_gen and its era; none in 2011 (added in 2013, seed 003, §4.4)."""
-        if PAGING_MODES[self.paging][1].startswith("2011"):
+        if self._era_2011():
             return "none (added in 2013)"
         return f"{self.session.mmu.pages.mmu_valid_gen} ({self.session.mmu.pages.gen_era} era)"
 
