@@ -24,7 +24,7 @@ import pytest
 from tests.datafiles import FIXTURES, realdata_path
 
 MMUSCOPE = Path(sys.executable).parent / "mmuscope"
-STRATEGIES = ("linear", "size-sorted", "binary", "wbtree", "rbtree")
+STRATEGIES = ("linear", "size-sorted", "binary", "wbtree", "rbtree", "wbtree-compact")
 FORMATS = ("dot", "svg", "pdf", "png")
 MAGIC = {"dot": b"digraph", "svg": b"<?xml", "pdf": b"%PDF", "png": b"\x89PNG\r\n\x1a\n"}
 HAVE_DOT = shutil.which("dot") is not None

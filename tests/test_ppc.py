@@ -410,7 +410,7 @@ def test_the_table_matches_a_plain_dict(plan: list[tuple[bool, int, bool]]) -> N
 def test_ppc_keys_table_quick() -> None:
     table = ppc_keys_table(quick=True)
     assert table.name == "ppc_keys" and table.columns == COLUMNS
-    assert table.seed == "004_88df47726365a56c.txt" and table.reproduced
+    assert table.seed == "004_88df47726365a56c.txt" and all(table.checks.values())
     rows = {(row[0], row[1]): dict(zip(table.columns, row, strict=True)) for row in table.rows}
     without, with_keys = rows["pfault (scaled)", TODAY], rows["pfault (scaled)", SEED]
     assert without["searches_per_fault"] == 1.0 and with_keys["hash_searches"] == 0
@@ -419,9 +419,12 @@ def test_ppc_keys_table_quick() -> None:
     assert (without["guest_keys"], with_keys["guest_keys"]) == (32, 30)
     variant = rows["pfault+reclaim+mmio (model)", SEED]
     assert 0 < variant["keyfaults"] == variant["hash_searches"]
-    assert table.extra["same_classification"] is True
+    assert table.checks["same_classification"] is True
     assert table.extra["seed_program_faults_model"] == 3 * 40 * 1024 * 10
-    assert table.to_json()["reproduced"] is True
+    assert with_keys["low"] <= with_keys["central"] <= with_keys["high"] < 8.438
+    assert with_keys["verdict"] == ("in band" if with_keys["low"] <= 7.833 else "direction only")
+    assert without["verdict"] is None  # the base: the seed's run without keys
+    assert table.to_json()["verdict"] == table.verdict
     assert PRESSURE.reclaim > 0
 
 

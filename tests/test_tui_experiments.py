@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 import tui.screens.experiments as experiments
-from engine.claims.registry import TABLES, MissingTable
+from engine.claims.chart import ChartSpec
+from engine.claims.registry import BAND, TABLES, MissingTable
 from engine.claims.table import ClaimTable
 from tests.tui_pilot import SIZE, build, press_export
 from tui.app import MmuscopeApp
@@ -30,7 +31,7 @@ def small_table(name: str, quick: bool = False) -> ClaimTable:
         [["before", 367.0, 367.2], ["after", 300.0, 302.0]],
         "002_162a047969525a1e.txt",
         f"the claim of {name}",
-        name != "zap",
+        {"the_claim": name != "zap"},
         "a note on the run",
     )
 
@@ -72,9 +73,9 @@ async def test_select_run_and_see_the_chart(tmp_path: Path, fake_runner: list[st
         await pilot.pause()
         assert fake_runner == [TABLES[2]]
         chart = screen.query_one(BarChart).text()
-        assert f"{TABLES[2]}  reproduced: yes" in chart
+        assert f"{TABLES[2]}  holds" in chart
         assert "█" in chart and "seed" in chart and "302" in chart
-        assert "✓ yes" in list_text(screen)
+        assert "✓ holds" in list_text(screen)
         assert screen.events_panel.counters.totals.get("bench_table") == 1
         await press_export(pilot)
     dots = list(tmp_path.glob("mmuscope-experiments-*.dot"))
@@ -94,8 +95,8 @@ async def test_run_all_shows_verdicts_and_a_missing_table(
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert fake_runner == list(TABLES)
-        assert screen.states["zap"] == "no" and screen.states["ppc_keys"] == "missing"
-        assert "✗ no" in list_text(screen) and "missing" in list_text(screen)
+        assert screen.states["zap"] == "not reproduced" and screen.states["ppc_keys"] == "missing"
+        assert "✗ not reprod." in list_text(screen) and "missing" in list_text(screen)
         await pilot.press("up")  # wraps to the last table: engine
         assert screen.selected_name == TABLES[-1]
         await pilot.press("up")
@@ -128,7 +129,7 @@ async def test_progress_while_a_table_runs(tmp_path: Path, monkeypatch: pytest.M
         gate.set()
         await app.workers.wait_for_complete()
         await pilot.pause()
-        assert screen.states[TABLES[0]] == "yes" and screen.states[TABLES[1]] == "yes"
+        assert screen.states[TABLES[0]] == "holds" and screen.states[TABLES[1]] == "holds"
 
 
 def test_chart_lines_fit_the_width_and_pair_the_seed() -> None:
@@ -137,8 +138,27 @@ def test_chart_lines_fit_the_width_and_pair_the_seed() -> None:
         lines = chart_lines(table, None, width)
         assert all(sum(len(text) for text, _ in line) <= width for line in lines)
     text = "\n".join("".join(t for t, _ in line) for line in chart_lines(table, None, 60))
-    assert text.index("model") < text.index("seed ") and "reproduced: yes" in text
+    assert text.index("model") < text.index("seed ") and "holds" in text
     assert bar_cells(0.5, 8) == "████" and bar_cells(0.5, 1) == "▌" and bar_cells(0.0, 8) == ""
+
+
+def test_the_band_is_an_error_bar_beside_the_seed() -> None:
+    """A timed table (issue 12): the model's bar, its band ├──┤ under it, then the seed."""
+    table = ClaimTable(
+        "rmap_ext",
+        ["era", "central", "seed_fork_time", "low", "high", "verdict"],
+        [["15", 297.3, 302.0, 177.2, 352.4, "in band"]],
+        "002_162a047969525a1e.txt",
+        "the claim",
+        {"ext15_cheaper_than_ext3": True},
+    )
+    spec = ChartSpec(("era",), ("central",), {"central": "seed_fork_time"}, bands=BAND)
+    lines = ["".join(t for t, _ in line) for line in chart_lines(table, spec, 80)]
+    at = next(i for i, line in enumerate(lines) if line.startswith("band"))
+    assert lines[at - 1].startswith("central") and lines[at + 1].startswith("seed")
+    assert "├" in lines[at] and lines[at].rstrip().endswith("177.2–352.4")
+    assert lines[at].index("├") < lines[at].index("┤")
+    assert "in band" in lines[0]
 
 
 async def test_help_lists_the_screens_keys_with_tooltips(tmp_path: Path) -> None:

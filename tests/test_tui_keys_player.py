@@ -28,6 +28,7 @@ SHAPE_KIND = {
     "binary": ArrayView,
     "wbtree": TreeView,
     "rbtree": TreeView,
+    "wbtree-compact": TreeView,
 }
 
 
@@ -181,7 +182,7 @@ async def test_l_cycles_every_strategy_and_the_drawing_kind(tmp_path: Path) -> N
 
 
 async def test_l_then_n_highlights_on_the_new_structure(tmp_path: Path) -> None:
-    app = build(tmp_path, lookup="rbtree")
+    app = build(tmp_path, lookup=LOOKUP_STRATEGIES[-1])  # `l` wraps round to linear
     async with app.run_test(size=SIZE) as pilot:
         screen = memslots(app)
         await pilot.press("c", "v", "l", "n")  # linear, caches off
@@ -195,7 +196,7 @@ async def test_digits_pick_a_strategy(tmp_path: Path) -> None:
     app = build(tmp_path, lookup="rbtree")
     async with app.run_test(size=SIZE) as pilot:
         screen = memslots(app)
-        for digit in "1352442":  # every digit, from different strategies, and repeated
+        for digit in "13524426":  # every digit, from different strategies, and repeated
             name = LOOKUP_STRATEGIES[int(digit) - 1]
             await pilot.press(digit)
             assert screen.explorer.lookup == name, digit

@@ -20,7 +20,6 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Static
 
 from engine.lookup import LOOKUP_STRATEGIES
-from engine.lookup.base import ArrayView
 from tests.tui_pilot import (
     SIZE,
     build,
@@ -349,7 +348,7 @@ async def test_command_palette_runs_a_screen_action(tmp_path: Path) -> None:
         await wait_until(pilot, lambda: app.screen is screen)
         names = LOOKUP_STRATEGIES
         assert screen.explorer.lookup == names[(names.index("rbtree") + 1) % len(names)]
-        assert isinstance(screen.query_one(StructureView).shape, ArrayView)
+        assert screen.query_one(StructureView).shape.strategy == screen.explorer.lookup
 
 
 async def test_too_small_terminal_shows_a_message(tmp_path: Path) -> None:

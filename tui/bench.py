@@ -2,10 +2,13 @@
 measured, one table each (engine/claims/registry.py), and the engine's speed.
 
 `--json` prints one object, `{TABLE: {"columns": [...], "rows": [[...], ...], "seed":
-SEED_FILE_NAME, "claim": str, "reproduced": bool, "note": str, ...}}`, every table in
-registry order; the `engine` table keeps its columns `name, value, unit` and its rows.
-Without it, a table for people per claim — the seed's numbers in the `seed_*` columns
-beside the model's, the verdict in the title, the note under it — and the engine table
+SEED_FILE_NAME, "claim": str, "checks": {...}, "verdict": str, "reproduced": bool,
+"wide_bands": int, "note": str, ...}}`, every table in registry order; tables with a seed
+time carry `low`, `central`, `high` and `verdict` columns (issue 12); the `engine` table
+keeps its columns `name, value, unit` and its rows.  Without it, a table for people per
+claim — the seed's numbers in the `seed_*` columns beside the model's, the computed
+headline in the title (in band, holds, direction only or not reproduced, with the failed
+sub-claims and the bands wider than 3× counted), the note under it — and the engine table
 with the issue's bars.  `--svg DIR` also writes `DIR/<table>.svg`, one bar chart per
 table (a DIR that is not a writable directory: one line, exit 2, nothing run).
 `--table NAME` (repeatable) runs only those tables.  A table whose module cannot be
@@ -25,9 +28,11 @@ import sys
 from pathlib import Path
 
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from engine.claims.band import BAND_COLUMNS
 from engine.claims.registry import TABLES, MissingTable, chart_spec, run_tables
 from engine.claims.table import Cell, ClaimTable
 from engine.mmu.bench import BARS, FULL_ONLY_BARS, Row, bar_met
@@ -35,6 +40,7 @@ from engine.mmu.bench import BARS, FULL_ONLY_BARS, Row, bar_met
 from .cliparts import CliError
 
 COLUMNS = ["name", "value", "unit"]
+KEEP_WHOLE = ("model [band]", "verdict")  # never wrapped
 PIPE_WIDTH = 200  # a pipe or a file has no width: wide enough that no number breaks
 
 
@@ -83,16 +89,20 @@ def _cell(cell: Cell) -> str:
 
 def claim_table(table: ClaimTable) -> Group:
     """A claim table for people: the verdict in the title, seed columns set apart."""
-    verdict = "[green]reproduced: yes[/]" if table.reproduced else "[red]reproduced: NO[/]"
+    colour = {"in band": "green", "holds": "green", "direction only": "yellow"}
+    headline = escape(table.headline())
+    verdict = f"[{colour.get(table.verdict, 'red')}]{headline}[/]"
     out = Table(
         title=f"mmuscope bench: {table.name} — {verdict}",
         caption=f"{table.seed}: {table.claim}",
         caption_justify="left",
         show_edge=False,
     )
-    for column in table.columns:
-        seed = column.startswith("seed_")
-        text_column = all(isinstance(row[table.columns.index(column)], str) for row in table.rows)
+    columns, rows = human_columns(table)
+    for index, column in enumerate(columns):
+        seed = column.startswith("seed")
+        cells = [row[index] for row in rows if row[index] is not None]
+        text_column = all(isinstance(cell, str) for cell in cells) and column not in KEEP_WHOLE
         out.add_column(
             column,
             justify="left" if text_column else "right",
@@ -101,10 +111,31 @@ def claim_table(table: ClaimTable) -> Group:
             overflow="fold",
             no_wrap=not text_column,  # numbers never break; long texts wrap
             ratio=1 if text_column else None,
+            min_width=min(max((len(str(c)) for c in cells), default=1), 12),
         )
-    for row in table.rows:
+    for row in rows:
         out.add_row(*(_cell(cell) for cell in row))
     return Group(out, Text(table.note, style="dim"), Text(""))
+
+
+def human_columns(table: ClaimTable) -> tuple[list[str], list[list[Cell]]]:
+    """The columns people read: a timed table's `low, central, high, verdict, band_x,
+    wide` become `model [band]` (central, then low–high, `>3×` when wide) and `verdict`."""
+    if not set(BAND_COLUMNS) <= set(table.columns):
+        return list(table.columns), [list(row) for row in table.rows]
+    at = {name: table.columns.index(name) for name in BAND_COLUMNS}
+    kept = [i for i, name in enumerate(table.columns) if name not in at]
+    rows: list[list[Cell]] = []
+    for row in table.rows:
+        band: Cell = None
+        if row[at["central"]] is not None:
+            band = _cell(row[at["central"]])
+            if row[at["low"]] is not None:
+                band += f" [{_cell(row[at['low']])}–{_cell(row[at['high']])}]"
+            if row[at["wide"]] is True:
+                band += " >3×"
+        rows.append([*(row[i] for i in kept), band, row[at["verdict"]]])
+    return [*(table.columns[i] for i in kept), "model [band]", "verdict"], rows
 
 
 def _human(table: ClaimTable) -> Table | Group:

@@ -8,7 +8,9 @@ with no model value (a time where the model counts work) are printed under the r
 label.  A `ChartSpec` says which columns label a row, which are drawn and which seed
 column goes with which; `infer_spec()` guesses one for tables it does not know.  When
 the values span more than two decades the scale is logarithmic (log10(1 + v)), and the
-chart says so.
+chart says so.  A drawn column with a band (`bands`: its `low` and `high` columns, issue
+12) gets an error bar from low to high beside the seed's mark; tables whose rows are in
+different units (`per_row`) scale each row on its own.
 
 No third-party package: the SVG is text, every string escaped for XML; files are written
 atomically (`engine.export.render.write_atomically`).
@@ -40,7 +42,8 @@ NOTE_LINES = 12
 LOG_DECADES = 2  # beyond a max/min ratio of 10**2 the scale is logarithmic
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#edc948", "#76b7b2")
 SEED_COLOUR = "#9d9d9d"
-YES, NO = "#2e7d32", "#c62828"
+YES, NO, AMBER = "#2e7d32", "#c62828", "#b26a00"
+BAND_COLOUR = "#222222"
 XML_ENTITIES = (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ('"', "&quot;"), ("'", "&apos;"))
 
 
@@ -53,6 +56,8 @@ class ChartSpec:
     seeds: dict[str, str] = field(default_factory=dict)
     unit: str = ""
     log: bool | None = None  # None: logarithmic when the values span > 2 decades
+    bands: dict[str, tuple[str, str]] = field(default_factory=dict)  # value -> (low, high)
+    per_row: bool = False  # each row on its own scale (rows in different units)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +65,12 @@ class Bar:
     series: str
     value: float | None
     seed: bool  # a seed's number, drawn grey beside the model's
+    low: float | None = None  # the model's band, where it has one
+    high: float | None = None
+
+    @property
+    def has_band(self) -> bool:
+        return self.low is not None and self.high is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +104,7 @@ def infer_spec(table: ClaimTable) -> ChartSpec:
 def usable(spec: ChartSpec, table: ClaimTable) -> ChartSpec:
     """`spec` when every column it names exists in `table`, else `infer_spec(table)`."""
     names = set(spec.label) | set(spec.values) | set(spec.seeds.values())
+    names |= {c for pair in spec.bands.values() for c in pair}
     return spec if names <= set(table.columns) else infer_spec(table)
 
 
@@ -106,13 +118,29 @@ def groups(table: ClaimTable, spec: ChartSpec) -> list[Group]:
         label = " · ".join(_fmt(row[at[c]]) for c in spec.label)
         bars: list[Bar] = []
         for column in spec.values:
-            bars.append(Bar(column, _number(row[at[column]]), seed=False))
+            low = high = None
+            if column in spec.bands:
+                low_column, high_column = spec.bands[column]
+                low, high = _number(row[at[low_column]]), _number(row[at[high_column]])
+            bars.append(Bar(column, _number(row[at[column]]), False, low, high))
             seed_column = spec.seeds.get(column)
             if seed_column is not None and _number(row[at[seed_column]]) is not None:
                 bars.append(Bar(column, _number(row[at[seed_column]]), seed=True))
+        if spec.bands and all(bar.value is None for bar in bars):
+            continue  # a row with nothing modelled and nothing to compare
         texts = [_loose(c[5:], row[at[c]]) for c in loose if row[at[c]] not in (None, "")]
         out.append(Group(label, tuple(bars), "seed: " + ", ".join(texts) if texts else ""))
     return out
+
+
+def band_room(spec: ChartSpec) -> float:
+    """Scale headroom so a band's end and its label fit beside the longest bar."""
+    return 1.3 if spec.bands else 1.0
+
+
+def group_top(group: Group) -> float:
+    """The largest value, band end or seed of one row (its own scale)."""
+    return top_value([group])
 
 
 def _loose(name: str, cell: Cell) -> str:
@@ -142,9 +170,13 @@ def log_scale(spec: ChartSpec, all_groups: Sequence[Group]) -> bool:
 
 
 def top_value(all_groups: Sequence[Group]) -> float:
-    """The longest bar's value (1.0 when nothing is positive)."""
-    values = [b.value for g in all_groups for b in g.bars if b.value is not None]
+    """The longest bar's value or band end (1.0 when nothing is positive)."""
+    values = [v for g in all_groups for b in g.bars for v in (b.value, b.high) if v is not None]
     return max([v for v in values if v > 0], default=1.0)
+
+
+def verdict_colour(table: ClaimTable) -> str:
+    return {"in band": YES, "holds": YES, "direction only": AMBER}.get(table.verdict, NO)
 
 
 def bar_fraction(value: float | None, top: float, log: bool) -> float:
@@ -190,15 +222,14 @@ def _text(
 
 
 def _header(table: ClaimTable, spec: ChartSpec, log: bool) -> tuple[list[str], float]:
-    verdict = "yes" if table.reproduced else "no"
     parts = [
         _text(12, 24, f"{table.name}", size=18, font_weight="bold"),
         _text(
             WIDTH - 12,
             24,
-            f"reproduced: {verdict}",
+            table.headline(),
             size=16,
-            fill=YES if table.reproduced else NO,
+            fill=verdict_colour(table),
             font_weight="bold",
             text_anchor="end",
         ),
@@ -218,7 +249,13 @@ def _header(table: ClaimTable, spec: ChartSpec, log: bool) -> tuple[list[str], f
         )
         parts.append(_text(x + 16, y, "seed (the thread's number)", size=11))
         x += 200
+    if spec.bands:
+        parts.append(_error_bar(x, x + 14, y - 5))
+        parts.append(_text(x + 20, y, "model's band (low–high)", size=11))
+        x += 170
     scale = "log scale: log10(1 + value)" if log else "linear scale"
+    if spec.per_row:
+        scale = "each row on its own scale"
     unit = f"{spec.unit} · " if spec.unit else ""
     parts.append(_text(WIDTH - 12, y, f"{unit}{scale}", size=11, fill="#555", text_anchor="end"))
     return parts, y + 14
@@ -242,8 +279,28 @@ def _group_svg(
             f'fill="{colour}"><title>{_clean(title)}</title></rect>'
         )
         label = ("seed " if bar.seed else "") + _fmt(bar.value)
-        parts.append(_text(BAR_X + width + 4, by + BAR_H - 2, label, size=10, fill="#333"))
+        end = width
+        if bar.has_band:
+            x0 = BAR_X + BAR_MAX * bar_fraction(bar.low, top, log)
+            x1 = BAR_X + BAR_MAX * bar_fraction(bar.high, top, log)
+            parts.append(_error_bar(x0, x1, by + BAR_H / 2))
+            label += f" [{_fmt(bar.low)}–{_fmt(bar.high)}]"
+            end = max(width, x1 - BAR_X)
+        parts.append(_text(BAR_X + end + 4, by + BAR_H - 2, label, size=10, fill="#333"))
     return parts, y + height + GROUP_GAP
+
+
+def _error_bar(x0: float, x1: float, y: float) -> str:
+    """A horizontal error bar with end caps (the model's band)."""
+    caps = "".join(
+        f'<line x1="{x:.1f}" y1="{y - 5:.1f}" x2="{x:.1f}" y2="{y + 5:.1f}" '
+        f'stroke="{BAND_COLOUR}" stroke-width="1.5"/>'
+        for x in (x0, x1)
+    )
+    return (
+        f'<g class="band"><line x1="{x0:.1f}" y1="{y:.1f}" x2="{x1:.1f}" y2="{y:.1f}" '
+        f'stroke="{BAND_COLOUR}" stroke-width="1.5"/>{caps}</g>'
+    )
 
 
 def _footer(table: ClaimTable, y: float) -> tuple[list[str], float]:
@@ -267,7 +324,8 @@ def chart_svg(table: ClaimTable, spec: ChartSpec | None = None) -> str:
     y += 6
     colours = series_colours(spec)
     for group in all_groups:
-        drawn, y = _group_svg(group, y, top, log, colours)
+        scale = (group_top(group) if spec.per_row else top) * band_room(spec)
+        drawn, y = _group_svg(group, y, scale, log and not spec.per_row, colours)
         parts += drawn
     notes, y = _footer(table, y + 8)
     parts += notes
@@ -310,11 +368,14 @@ def chart_dot(table: ClaimTable, spec: ChartSpec | None = None) -> str:
     colours = series_colours(spec)
     rows: list[str] = []
     for group in all_groups:
+        scale = group_top(group) if spec.per_row else top
         for n, bar in enumerate(group.bars):
             label = group.label if n == 0 else ""
-            width = max(1, round(DOT_BAR_MAX * bar_fraction(bar.value, top, log)))
+            width = max(1, round(DOT_BAR_MAX * bar_fraction(bar.value, scale, log)))
             colour = SEED_COLOUR if bar.seed else colours[bar.series]
             value = ("seed " if bar.seed else f"{bar.series} ") + _fmt(bar.value)
+            if bar.has_band:
+                value += f" [{_fmt(bar.low)}–{_fmt(bar.high)}]"
             rest = max(1, DOT_BAR_MAX - width)
             rows.append(
                 f'<TR><TD ALIGN="LEFT">{_clean(label)}</TD>'
@@ -327,8 +388,7 @@ def chart_dot(table: ClaimTable, spec: ChartSpec | None = None) -> str:
             )
     if not rows:
         rows.append("<TR><TD>no rows</TD></TR>")
-    verdict = "yes" if table.reproduced else "no"
-    title = f"{table.name} — reproduced: {verdict}" + (" (log scale)" if log else "")
+    title = f"{table.name} — {table.headline()}" + (" (log scale)" if log else "")
     claim = "\\n".join(_dot_string(line) for line in textwrap.wrap(table.claim, 100))
     return (
         "digraph bench {\n"

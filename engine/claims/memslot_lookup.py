@@ -164,9 +164,8 @@ def seed_claim(strategy: str, workload: str, layout: str) -> str:
         return 'Alex: "the full 32 entries of the original memslot array"'
     if layout == ALEX_LAYOUT and workload == "mmio" and strategy == "wbtree":
         return 'Alex: "only traversing 6-7 tree nodes until we don\'t find a match"'
-    if layout == ALEX_LAYOUT and workload == "ram" and strategy in ("linear", "wbtree"):
-        elapsed = "42.809 s" if strategy == "linear" else "42.305 s"
-        return f"kernbench ept=0 elapsed {elapsed} (Alex, 4-way 10G guest)"
+    if strategy == "wbtree-compact":
+        return 'beyond the seed: the wbtree with the compaction Alex said "it needs"'
     bare = "no-cache+array=O(n)" if strategy in ARRAYS else "no-cache+tree=O(log(n))"
     return f"{bare}; Cache+anything=O(1)"
 
@@ -272,13 +271,19 @@ def judge(rows: list[list[Cell]]) -> dict[str, bool]:
             and alex_array[1] >= SEED_ALEX["linear"]
             and alex_tree[1] < alex_array[1] / 2
         ),
-        "cached_ram_O1": _cached_o1(index, "ram"),
-        "cached_mixed_O1": _cached_o1(index, "mixed"),
-        "wbtree_bare_log_n": _log_n(_scaling(index, "wbtree", "mmio")),
+        "wbtree_needs_compaction": not _log_n(_scaling(index, "wbtree", "mmio")),
+        "wbtree_compact_log_n": _log_n(_scaling(index, "wbtree-compact", "mmio")),
     }
 
 
-JUDGED = ("cached_misses_O1", "bare_tree_log_n", "bare_array_n", "alex_tree_fraction_of_array")
+def observe(rows: list[list[Cell]]) -> dict[str, bool]:
+    """Beyond what the thread claims (Avi's O(1) is the cache of misses in sptes): is the
+    cache in front of RAM lookups, last_used_slot, flat across layouts too?  Not judged."""
+    index = _index(rows)
+    return {
+        "cached_ram_O1": _cached_o1(index, "ram"),
+        "cached_mixed_O1": _cached_o1(index, "mixed"),
+    }
 
 
 def _series(index: dict[Key, Point], strategy: str, workload: str, what: int) -> str:
@@ -286,9 +291,12 @@ def _series(index: dict[Key, Point], strategy: str, workload: str, what: int) ->
     return " → ".join(f"{p[what]:g}" for p in points)
 
 
-def _note(rows: list[list[Cell]], checks: dict[str, bool], quick: bool) -> str:
+def _note(
+    rows: list[list[Cell]], checks: dict[str, bool], seen: dict[str, bool], quick: bool
+) -> str:
     index = _index(rows)
     verdict = {True: "holds", False: "NOT reproduced"}
+    flat = {True: "flat", False: "not flat"}
     sizes = " → ".join(str(p[0]) for p in _scaling(index, "linear", "mmio"))
     tree = index.get(("wbtree", "mmio", ALEX_LAYOUT), (0, 0.0, 0.0))[1]
     array = index.get(("linear", "mmio", ALEX_LAYOUT), (0, 0.0, 0.0))[1]
@@ -303,15 +311,19 @@ def _note(rows: list[list[Cell]], checks: dict[str, bool], quick: bool) -> str:
         f"Alex's case ({ALEX_LAYOUT}, misses): wbtree {tree:g} nodes against the array's "
         f"{array:g} entries (seed 6-7 against 32; the array also walks the 3 private slots "
         f"after the 32 user entries): {verdict[checks['alex_tree_fraction_of_array']]}.",
-        "Avi's O(1) is the cache of misses in sptes; for RAM the cache in front of a lookup "
-        f"is last_used_slot, flat across layouts: {verdict[checks['cached_ram_O1']]} "
-        f"(ram; linear {_series(index, 'linear', 'ram', 2)}), mixed: "
-        f"{verdict[checks['cached_mixed_O1']]} — on max RAM is spread over 32764 equal "
-        "slots, so every change of slot pays a full search (RAM pages themselves are "
-        "cached by their sptes and fault once).",
-        f"The wbtree is not O(log n) here ({_series(index, 'wbtree', 'mmio', 1)} on misses): "
-        "equal-weight slots registered in address order form a chain, as Alex said "
-        '("it needs a compaction algorithm added after insert and remove").',
+        "Shown, not judged (Avi's O(1) is the cache of misses in sptes): for RAM the cache "
+        f"in front of a lookup is last_used_slot, {flat[seen['cached_ram_O1']]} across "
+        f"layouts (ram; linear {_series(index, 'linear', 'ram', 2)}), mixed "
+        f"{flat[seen['cached_mixed_O1']]} — on max RAM is spread over 32764 equal slots, so "
+        "every change of slot pays a full search (RAM pages themselves are cached by their "
+        "sptes and fault once).",
+        f"The RFC's wbtree needs its compaction (Alex: \"it needs a compaction algorithm "
+        f'added after insert and remove"): {verdict[checks["wbtree_needs_compaction"]]} '
+        f"({_series(index, 'wbtree', 'mmio', 1)} on misses: equal-weight slots registered "
+        "in address order form a chain).  With it (wbtree-compact, beyond the seed: equal "
+        "weights balanced by address) misses cost "
+        f"{_series(index, 'wbtree-compact', 'mmio', 1)}, O(log n): "
+        f"{verdict[checks['wbtree_compact_log_n']]}.",
         "Cache checks count as one look each; counts follow after a warm-up (every device "
         "page touched once, then the warm-up accesses).",
     ]
@@ -324,13 +336,14 @@ def memslot_lookup_table(quick: bool = False) -> ClaimTable:
     sizes = QUICK if quick else FULL
     rows = measure(LAYOUTS, sizes)
     checks = judge(rows)
+    seen = observe(rows)
     return ClaimTable(
         name="memslot_lookup",
         columns=list(COLUMNS),
         rows=rows,
         seed=SEED,
         claim=CLAIM,
-        reproduced=all(checks[name] for name in JUDGED),
-        note=_note(rows, checks, quick),
-        extra={"checks": checks, "units": "slots or tree nodes looked at per lookup"},
+        checks=checks,
+        note=_note(rows, checks, seen, quick),
+        extra={"observations": seen, "units": "slots or tree nodes looked at per lookup"},
     )

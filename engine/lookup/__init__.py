@@ -8,9 +8,11 @@ from .linear import LinearArray
 from .rbtree import RbTree
 from .size_sorted import SizeSortedArray
 from .wbtree import WbTree
+from .wbtree_compact import WbTreeCompact
 
 STRATEGY_CLASSES: dict[str, type[LookupStrategy]] = {
-    cls.name: cls for cls in (LinearArray, SizeSortedArray, BinarySearchArray, WbTree, RbTree)
+    cls.name: cls
+    for cls in (LinearArray, SizeSortedArray, BinarySearchArray, WbTree, RbTree, WbTreeCompact)
 }
 LOOKUP_STRATEGIES: tuple[str, ...] = tuple(STRATEGY_CLASSES)
 

@@ -120,9 +120,14 @@ class WbTree(bst.TreeStrategy[WbNode]):
         self._nodes[slot.id] = node
         self.rebalance(node)
 
+    @staticmethod
+    def outranks(a: WbNode, b: WbNode) -> bool:
+        """Does `a` belong above `b`?  The RFC compares weights only."""
+        return a.weight > b.weight
+
     def rebalance(self, node: WbNode) -> None:
         """`wb_rebalance`: while the parent is lighter, rotate the node above it."""
-        while node.parent is not None and node.parent.weight < node.weight:
+        while node.parent is not None and self.outranks(node, node.parent):
             if node is node.parent.left:
                 self._rotate_right(node.parent)
             else:
@@ -136,7 +141,7 @@ class WbTree(bst.TreeStrategy[WbNode]):
         while node.left is not None or node.right is not None:
             if node.left is None:
                 self._rotate_left(node)
-            elif node.right is None or node.left.weight > node.right.weight:
+            elif node.right is None or self.outranks(node.left, node.right):
                 self._rotate_right(node)
             else:
                 self._rotate_left(node)

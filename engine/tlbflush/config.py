@@ -19,6 +19,8 @@ Times are integer nanoseconds (the model never uses a wall clock).
   pause-loop exiting (the seed's "non-PLE hardware"), UNVERIFIED, and not fitted to the
   seed's table: an x2APIC IPI in physical mode is one ICR write (one exit) per target,
   delivery costs the target an exit and an injection, the handler's EOI another exit.
+  Their values, with a low and a high each, are engine/costs.py's estimates; a run reads
+  them at its `TlbConfig.level` (issue 12: every claim computed at low, central, high).
 * The guest tick matters only to the patch's `halt()`, which returns on any interrupt:
   GUEST_HZ is the kernel's Kconfig default (HZ_250); the seed's guest config is unknown.
 * The workload is ebizzy 0.3 (ltp utils/benchmark/ebizzy-0.3/ebizzy.c): each record is
@@ -33,6 +35,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..costs import at
+
 NS_PER_US = 1_000
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
@@ -43,16 +47,16 @@ SCHED_LATENCY_NS = 6 * NS_PER_MS * SCHED_FACTOR  # 24 ms
 SCHED_MIN_GRANULARITY_NS = 750 * NS_PER_US * SCHED_FACTOR  # 3 ms
 SCHED_WAKEUP_GRANULARITY_NS = 1 * NS_PER_MS * SCHED_FACTOR  # 4 ms
 SCHED_NR_LATENCY = 8
-CONTEXT_SWITCH_NS = 4 * NS_PER_US  # schedule(), vcpu_put/vcpu_load and the VM entry
 
-# -- the hardware (UNVERIFIED orders of magnitude, non-PLE 2012 Xeon) --------------------
-EXIT_NS = 2 * NS_PER_US  # one VM exit, KVM's handling and the re-entry
+# -- the hardware (UNVERIFIED orders of magnitude, non-PLE 2012 Xeon), central values ----
+CONTEXT_SWITCH_NS = int(at("CONTEXT_SWITCH_NS"))  # schedule(), vcpu_put/load, VM entry
+EXIT_NS = int(at("EXIT_NS"))  # one VM exit, KVM's handling and the re-entry
 IPI_SEND_NS = EXIT_NS  # one ICR write per destination (x2APIC physical mode)
 IPI_DELIVER_NS = EXIT_NS  # the host IPI to the target's pCPU, its exit and injection
-HANDLER_NS = EXIT_NS + 500  # smp_invalidate_interrupt: local_flush_tlb + the EOI's exit
+HANDLER_NS = EXIT_NS + int(at("HANDLER_EXTRA_NS"))  # local_flush_tlb + the EOI's exit
 KICK_NS = EXIT_NS  # the KVM_HC_KICK_CPU hypercall of the last acknowledger
-FLUSH_ON_ENTRY_NS = 500  # kvm_vcpu_flush_tlb_guest() before the entry
-PAUSE_LOOP_NS = 10  # one cpu_relax() iteration of the patch's loop (assumption)
+FLUSH_ON_ENTRY_NS = int(at("FLUSH_ON_ENTRY_NS"))  # kvm_vcpu_flush_tlb_guest() at entry
+PAUSE_LOOP_NS = int(at("PAUSE_LOOP_NS"))  # one cpu_relax() iteration of the patch's loop
 
 # -- the patch (seed 001) ------------------------------------------------------------------
 PV_FLUSH_LOOP = 1024  # `int loop = 1024;`
@@ -61,7 +65,7 @@ PV_FLUSH_SPIN_NS = (PV_FLUSH_LOOP - 1) * PAUSE_LOOP_NS  # `--loop`: 1023 iterati
 # -- the guest -------------------------------------------------------------------------------
 GUEST_HZ = 250
 TICK_NS = NS_PER_S // GUEST_HZ
-WORK_NS = 250 * NS_PER_US  # one ebizzy record (estimate, see above)
+WORK_NS = int(at("EBIZZY_RECORD_NS"))  # one ebizzy record (estimate, see above)
 WORK_JITTER = 0.1  # each record takes WORK_NS × U(0.9, 1.1)
 
 VM_COUNTS = (1, 2, 4, 8)
@@ -83,6 +87,35 @@ def sched_slice(nr_running: int) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class TlbCosts:
+    """The model's time costs at one level of engine/costs.py's estimates."""
+
+    exit_ns: int
+    context_switch_ns: int
+    handler_ns: int
+    flush_on_entry_ns: int
+    pause_loop_ns: int
+    work_ns: int
+
+    @classmethod
+    def at(cls, level: str = "central") -> TlbCosts:
+        exit_ns = int(at("EXIT_NS", level))
+        return cls(
+            exit_ns=exit_ns,
+            context_switch_ns=int(at("CONTEXT_SWITCH_NS", level)),
+            handler_ns=exit_ns + int(at("HANDLER_EXTRA_NS", level)),
+            flush_on_entry_ns=int(at("FLUSH_ON_ENTRY_NS", level)),
+            pause_loop_ns=int(at("PAUSE_LOOP_NS", level)),
+            work_ns=int(at("EBIZZY_RECORD_NS", level)),
+        )
+
+    @property
+    def spin_ns(self) -> int:
+        """The patch's spin: `--loop` from 1024, 1023 cpu_relax() iterations."""
+        return (PV_FLUSH_LOOP - 1) * self.pause_loop_ns
+
+
+@dataclass(frozen=True, slots=True)
 class TlbConfig:
     """One run: `vms` VMs of 8 vCPUs on 8 pCPUs, one flush protocol, one seed."""
 
@@ -93,10 +126,21 @@ class TlbConfig:
     warmup_ns: int = SCHED_LATENCY_NS  # records before this are not counted
     vcpus_per_vm: int = VCPUS_PER_VM
     pcpus: int = PCPUS
-    work_ns: int = WORK_NS
+    level: str = "central"  # which of engine/costs.py's values the costs take
     work_jitter: float = WORK_JITTER
-    spin_ns: int = PV_FLUSH_SPIN_NS
     tick_ns: int = TICK_NS
+
+    @property
+    def costs(self) -> TlbCosts:
+        return TlbCosts.at(self.level)
+
+    @property
+    def work_ns(self) -> int:
+        return self.costs.work_ns
+
+    @property
+    def spin_ns(self) -> int:
+        return self.costs.spin_ns
 
     def __post_init__(self) -> None:
         if self.vms < 1 or self.vcpus_per_vm < 1 or self.pcpus < 1:

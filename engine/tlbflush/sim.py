@@ -27,16 +27,7 @@ from dataclasses import dataclass, field
 
 from ..errors import AuditError
 from ..events import Event, FieldValue
-from .config import (
-    CONTEXT_SWITCH_NS,
-    FLUSH_ON_ENTRY_NS,
-    HANDLER_NS,
-    IPI_DELIVER_NS,
-    IPI_SEND_NS,
-    KICK_NS,
-    NS_PER_S,
-    TlbConfig,
-)
+from .config import NS_PER_S, TlbConfig
 from .metrics import TlbMetrics, metrics_of
 from .protocols import protocol
 from .scheduler import EV_SLICE, CfsScheduler, GangScheduler, Scheduler
@@ -76,6 +67,7 @@ class TlbSim:
         trace_vm: int | None = None,
     ) -> None:
         self.cfg = config
+        self.costs = config.costs
         self.protocol = protocol(config.protocol)
         self.rng = random.Random(config.seed)
         self.now = 0
@@ -148,7 +140,7 @@ class TlbSim:
         v.host = RUNNING
         v.entered = False
         v.token += 1
-        self.push(self.now + CONTEXT_SWITCH_NS, EV_ENTER, v.gid, 0, v.token)
+        self.push(self.now + self.costs.context_switch_ns, EV_ENTER, v.gid, 0, v.token)
         prev, self._last_on[v.pcpu] = self._last_on[v.pcpu], v.name
         self._emit("sched_switch", {"prev_comm": prev, "next_comm": v.name}, v.vm, v.pcpu)
         self._update_vis(v)
@@ -183,7 +175,7 @@ class TlbSim:
                     "kvm_pv_tlb_flush", {"vcpu_id": v.index, "need_flush_tlb": flush}, v.vm, v.pcpu
                 )
                 if flush:
-                    cost += FLUSH_ON_ENTRY_NS
+                    cost += self.costs.flush_on_entry_ns
                     self.counters.flushes_on_entry += 1
         if v.pending:
             cost += self._handle_irqs(v, late=True)
@@ -240,7 +232,7 @@ class TlbSim:
 
     def _record_ns(self) -> int:
         jitter = self.cfg.work_jitter
-        return int(self.cfg.work_ns * self.rng.uniform(1 - jitter, 1 + jitter))
+        return int(self.costs.work_ns * self.rng.uniform(1 - jitter, 1 + jitter))
 
     def _timed(self, v: VCpu) -> bool:
         """Does `v` count down `guest_left` (work, or the patch's spin)?"""
@@ -293,11 +285,11 @@ class TlbSim:
             f.mask.add(gid)
             f.ipis.append(gid)
             t.in_masks.add(s.gid)
-            sent += IPI_SEND_NS
+            sent += self.costs.exit_ns  # one ICR write (an exit) per target
             self.counters.ipis += 1
             key = (gid, s.gid)
             self.inflight[key] = self.inflight.get(key, 0) + 1
-            self.push(sent + IPI_DELIVER_NS, EV_IPI, gid, s.gid, f.fid)
+            self.push(sent + self.costs.exit_ns, EV_IPI, gid, s.gid, f.fid)
             if t.visible == VIS_PREEMPTED:
                 self._waited(f)
         s.mode = SPIN
@@ -306,7 +298,7 @@ class TlbSim:
         if not f.mask:
             self._finish_flush(s, sent)
         elif self.protocol.halt_after_spin:
-            s.guest_left = sent - self.now + self.cfg.spin_ns
+            s.guest_left = sent - self.now + self.costs.spin_ns
             self._arm(s, self.now + s.guest_left)
         else:
             s.token += 1  # spins until the mask is empty
@@ -392,7 +384,7 @@ class TlbSim:
         """`smp_invalidate_interrupt()` for each pending sender; returns the time taken."""
         cost = 0
         for sender in sorted(t.pending):
-            cost += HANDLER_NS + self._ack(t, sender, late)
+            cost += self.costs.handler_ns + self._ack(t, sender, late)
         t.pending.clear()
         return cost
 
@@ -422,7 +414,7 @@ class TlbSim:
         s = self.vcpus[f.sender]
         cost = 0
         if self.protocol.kick_sender and acker is not None:
-            cost = KICK_NS  # `if (cpumask_empty(...)) kvm_kick_cpu(f->sender_cpu);`
+            cost = self.costs.exit_ns  # `if (cpumask_empty(...)) kvm_kick_cpu(f->sender_cpu);`
             self.counters.kicks += 1
             self._emit("kvm_kick_cpu", {"vcpu_id": acker.index, "cpu": s.index}, s.vm, acker.pcpu)
             self._wake(s, "kick")

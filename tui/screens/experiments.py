@@ -2,12 +2,14 @@
 as bar charts — each seed's claim measured by the model beside the thread's own numbers,
 with the verdict (engine/claims/registry.py, issue 5).
 
-The list on the left holds every table and what is known of it (not run, running, the
-verdict, missing); ↑/↓ select one, enter (or r) runs it with `quick=True`, `a` runs them
-all.  Runs happen in a thread worker, one table after another, so the app never blocks;
-the progress bar counts the tables done and the status line says which one is running.
-Each finished table emits a `bench_table` event (the event panel and its counters show
-it) and is drawn by `BarChart`; `e` exports the selected table's chart as dot and PDF.
+The list on the left holds every table and what is known of it (not run, running, its
+computed verdict — in band, holds, direction only, not reproduced — or missing); ↑/↓
+select one, enter (or r) runs it with `quick=True`, `a` runs them all.  Each chart draws
+the model's band as an error bar beside the seed's mark (issue 12).  Runs happen in a
+thread worker, one table after another, so the app never blocks; the progress bar counts
+the tables done and the status line says which one is running.  Each finished table
+emits a `bench_table` event (the event panel and its counters show it) and is drawn by
+`BarChart`; `e` exports the selected table's chart as dot and PDF.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class TableList(Widget, can_focus=True):
         "table-list--selected",
         "table-list--yes",
         "table-list--no",
+        "table-list--partial",
         "table-list--muted",
         "table-list--running",
     }
@@ -54,6 +57,7 @@ class TableList(Widget, can_focus=True):
         text-style: bold; }
     TableList > .table-list--yes { color: $success; }
     TableList > .table-list--no { color: $error; }
+    TableList > .table-list--partial { color: $warning; }
     TableList > .table-list--muted { color: $text-muted; }
     TableList > .table-list--running { color: $warning; text-style: bold; }
     """
@@ -72,7 +76,7 @@ class TableList(Widget, can_focus=True):
             state = states.get(name, IDLE)
             mark, component = _mark(state)
             line_style = style("table-list--selected") if index == selected else None
-            text.append(f"{'▶' if index == selected else ' '} {name:<15}", style=line_style)
+            text.append(f"{'▶' if index == selected else ' '} {name:<14}", style=line_style)
             text.append(f" {mark}\n", style=style(f"table-list--{component}"))
         self.content = text
         self.refresh()
@@ -83,8 +87,10 @@ def _mark(state: str) -> tuple[str, str]:
         IDLE: ("·", "muted"),
         QUEUED: ("queued", "muted"),
         RUNNING: ("running…", "running"),
-        "yes": ("✓ yes", "yes"),
-        "no": ("✗ no", "no"),
+        "in band": ("✓ in band", "yes"),
+        "holds": ("✓ holds", "yes"),
+        "direction only": ("~ direction", "partial"),
+        "not reproduced": ("✗ not reprod.", "no"),
         MISSING: ("missing", "muted"),
         FAILED: ("failed", "no"),
     }.get(state, (state, "muted"))
@@ -236,12 +242,12 @@ class ExperimentsScreen(MmuScreen):
         seconds = time.monotonic() - self._started_at
         if isinstance(result, ClaimTable):
             self.results[name] = result
-            self.states[name] = "yes" if result.reproduced else "no"
+            self.states[name] = result.verdict
             self.reasons.pop(name, None)
             self.pending_events.append(
                 Event(
                     "bench_table",
-                    {"table": name, "reproduced": result.reproduced},
+                    {"table": name, "verdict": result.verdict, "reproduced": result.reproduced},
                     comm="mmuscope",
                 )
             )

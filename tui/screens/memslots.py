@@ -66,6 +66,13 @@ class MemslotsScreen(PlayerScreen):
         Binding("3", "strategy(2)", "binary", show=False, tooltip="binary search (2014)"),
         Binding("4", "strategy(3)", "wbtree", show=False, tooltip="weight-balanced tree RFC"),
         Binding("5", "strategy(4)", "rbtree", show=False, tooltip="today's gfn rbtree"),
+        Binding(
+            "6",
+            "strategy(5)",
+            "wbtree-compact",
+            show=False,
+            tooltip="the wbtree with equal weights compacted by address (beyond the seed)",
+        ),
         Binding("c", "toggle_vm_cache", "VM cache", tooltip="slots->last_used_slot on/off"),
         Binding("v", "toggle_vcpu_cache", "vCPU cache", tooltip="vcpu->last_used_slot on/off"),
         Binding("w", "next_workload", "Workload", show=False, tooltip="Cycle the access mix"),

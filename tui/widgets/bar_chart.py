@@ -3,10 +3,10 @@
 The same chart as `mmuscope bench --svg` (engine/claims/chart.py decides the rows, the
 bars, the pairing of the seed's numbers and the scale), laid out in character cells:
 the table's name and verdict, the claim, a legend, then per row its label and one bar
-per drawn value, the seed's number as a grey bar under the value it belongs to, and the
-note.  A line-API `ScrollView`: long tables (memslot_lookup's 60 rows) scroll, and the
-layout follows the widget's width.  Colours come from component classes over the
-theme's variables.
+per drawn value, the model's band as an error bar under it (├──┤, issue 12), the seed's
+number as a grey bar under that, and the note.  A line-API `ScrollView`: long tables
+(memslot_lookup's 60 rows) scroll, and the layout follows the widget's width.  Colours
+come from component classes over the theme's variables.
 """
 
 from __future__ import annotations
@@ -21,9 +21,12 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from engine.claims.chart import (
+    Bar,
     ChartSpec,
     Group,
+    band_room,
     bar_fraction,
+    group_top,
     groups,
     infer_spec,
     log_scale,
@@ -156,7 +159,7 @@ def chart_lines(table: ClaimTable, spec: ChartSpec | None, width: int) -> list[L
     all_groups = groups(table, spec)
     log = log_scale(spec, all_groups)
     top = top_value(all_groups)
-    verdict = ("reproduced: yes", "yes") if table.reproduced else ("reproduced: NO", "no")
+    verdict = (table.headline(), "yes" if table.reproduced else "no")
     lines: list[Line] = [[(table.name, "title"), ("  ", ""), verdict]]
     lines += [[(text, "muted")] for text in textwrap.wrap(f"{table.seed}: {table.claim}", width)]
     lines.append(_legend(spec, log))
@@ -164,7 +167,10 @@ def chart_lines(table: ClaimTable, spec: ChartSpec | None, width: int) -> list[L
     name_width = min(max(len(n) for n in names) + 1, max(width // 3, 6))
     bar_width = max(width - name_width - VALUE_WIDTH - 1, 4)
     for group in all_groups:
-        lines += _group_lines(group, spec, top, log, name_width, bar_width, width)
+        scale = (group_top(group) if spec.per_row else top) * band_room(spec)
+        lines += _group_lines(
+            group, spec, scale, log and not spec.per_row, name_width, bar_width, width
+        )
     lines.append([])
     lines += [[(text, "muted")] for text in textwrap.wrap(table.note, width)]
     return lines
@@ -176,6 +182,8 @@ def _legend(spec: ChartSpec, log: bool) -> Line:
         line += [("■ ", f"series-{n % SERIES_CLASSES}"), (f"{name}  ", "muted")]
     if spec.seeds:
         line += [("■ ", "seed"), ("seed  ", "muted")]
+    if spec.bands:
+        line += [("├┤ ", ""), ("band  ", "muted")]
     scale = "log scale" if log else ""
     unit = " · ".join(part for part in (spec.unit, scale) if part)
     if unit:
@@ -207,4 +215,23 @@ def _group_lines(
                 (" " + _value(bar.value), "seed" if bar.seed else ""),
             ]
         )
+        if bar.has_band:
+            lines.append(_band_line(bar, top, log, name_width, bar_width))
     return lines
+
+
+def band_cells(low: float, high: float, top: float, log: bool, width: int) -> str:
+    """`├───┤` from `low` to `high` on a bar of `width` cells."""
+    start = round(bar_fraction(low, top, log) * width)
+    end = max(start + 1, round(bar_fraction(high, top, log) * width))
+    return " " * start + "├" + "─" * (end - start - 1) + "┤"
+
+
+def _band_line(bar: Bar, top: float, log: bool, name_width: int, bar_width: int) -> Line:
+    assert bar.low is not None and bar.high is not None
+    cells = band_cells(bar.low, bar.high, top, log, bar_width)
+    return [
+        ("band".ljust(name_width), "muted"),
+        (cells, ""),
+        (f" {_value(bar.low)}–{_value(bar.high)}", "muted"),
+    ]

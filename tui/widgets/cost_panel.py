@@ -14,10 +14,10 @@ from engine.stats import LookupCost
 
 from .panel import TextPanel
 
-NAME = 12  # strategy names; the row starts with a 2-column mark
+NAME = 14  # strategy names ("wbtree-compact"); the row starts with a 2-column mark
 # (heading, width) in the order they go when the panel is too narrow for all of them:
 # the last first.  `cached` is seed 000's figure, `bare` what the caches save on it.
-COLUMNS = (("cached", 9), ("bare", 9), ("miss", 9), ("worst", 7))
+COLUMNS = (("cached", 8), ("bare", 8), ("miss", 8), ("worst", 6))
 ORDER = ("bare", "cached", "miss", "worst")  # left to right
 
 
@@ -63,7 +63,7 @@ def _cell(cost: LookupCost, column: str) -> str:
 
 class CostPanel(TextPanel):
     DEFAULT_CSS = """
-    CostPanel { height: 8; padding: 0 1; text-wrap: nowrap; text-overflow: clip; }
+    CostPanel { height: 9; padding: 0 1; text-wrap: nowrap; text-overflow: clip; }
     """
 
     shown: tuple[dict[str, LookupCost], str] | None = None
