@@ -8,6 +8,10 @@ global buffer and every other instance are left as they are, whatever the global
 blocking; `lost()` sums the `overrun` and `dropped events` of `per_cpu/cpu*/stats`, so a
 run that lost events can say so.  `close()` turns it off and removes it (`rmdir`).
 
+An instance whose process died without closing it (SIGKILL, a lost machine) is
+removed by the next `TraceInstance` on the same tracefs (`reap_stale_instances`), so
+no leftover keeps recording or fails a later run's check.
+
 `find_tracefs()` mounts tracefs at /sys/kernel/tracing when it is absent and we are
 root; anything else is a `TracefsError` carrying the one-line fix.
 """
@@ -59,6 +63,40 @@ def find_tracefs(mount: bool = True) -> Path:
     return TRACEFS
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stale_instance_pid(name: str) -> int | None:
+    """The pid in `mmuscope-[TAG-]PID-N` when that process is gone, else None."""
+    parts = name.split("-")
+    if len(parts) < 3 or parts[0] != "mmuscope" or not parts[-2].isdigit():
+        return None
+    pid = int(parts[-2])
+    return None if _pid_alive(pid) else pid
+
+
+def reap_stale_instances(root: Path) -> list[str]:
+    """Turn off and remove mmuscope's instances whose process is gone; their names."""
+    reaped: list[str] = []
+    instances = root / "instances"
+    for path in sorted(instances.glob("mmuscope-*")):
+        if stale_instance_pid(path.name) is None:
+            continue
+        with contextlib.suppress(OSError):
+            (path / "tracing_on").write_text("0")
+        with contextlib.suppress(OSError):
+            path.rmdir()
+            reaped.append(path.name)
+    return reaped
+
+
 class TraceInstance:
     """A private tracefs instance recording `SUBSYSTEMS` for one pid."""
 
@@ -74,6 +112,7 @@ class TraceInstance:
         self.root = root
         name = f"mmuscope-{tag + '-' if tag else ''}{os.getpid()}-{next(_serial)}"
         self.path = root / "instances" / name
+        reap_stale_instances(root)
         self.subsystems = subsystems
         self._fd = -1
         try:
