@@ -70,13 +70,16 @@ def live_instance(tracefs: Path) -> Iterator[Path]:
     """A private tracefs instance recording kvm and kvmmmu events, on, then removed."""
     from engine.kvm.tracing import TracefsError, TraceInstance
 
+    instance = TraceInstance(tracefs, tag="live")
     try:
-        instance = TraceInstance(tracefs, tag="live")
-    except TracefsError as err:
-        raise CliError(str(err)) from None
-    with instance:
+        try:
+            instance.open()
+        except TracefsError as err:
+            raise CliError(str(err)) from None
         instance.start()
         yield instance.path
+    finally:
+        instance.close()
 
 
 # -- tracefs checks ---------------------------------------------------------------------

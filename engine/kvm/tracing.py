@@ -1,12 +1,13 @@
 """Recording the kernel's kvm and kvmmmu tracepoints in a private tracefs instance.
 
-`TraceInstance` makes `instances/mmuscope-PID-N` (Documentation/trace/ftrace.rst,
-"Instances"): its own ring buffer (`buffer_size_kb`), its own `events/kvm/enable` and
-`events/kvmmmu/enable`, `set_event_pid` (only the VMM's thread), and `tracing_on`; the
-global buffer and every other instance are left as they are, whatever the global
-`tracing_on` says.  `read_available()` drains the instance's `trace_pipe` without
-blocking; `lost()` sums the `overrun` and `dropped events` of `per_cpu/cpu*/stats`, so a
-run that lost events can say so.  `close()` turns it off and removes it (`rmdir`).
+`TraceInstance` makes `instances/mmuscope-PID-N` when its `with` block starts
+(Documentation/trace/ftrace.rst, "Instances"): its own ring buffer (`buffer_size_kb`),
+its own `events/kvm/enable` and `events/kvmmmu/enable`, `set_event_pid` (only the
+VMM's thread), and `tracing_on`; the global buffer and every other instance are left
+as they are, whatever the global `tracing_on` says.  `read_available()` drains the
+instance's `trace_pipe` without blocking; `lost()` sums the `overrun` and `dropped
+events` of `per_cpu/cpu*/stats`, so a run that lost events can say so.  `close()`
+turns it off and removes it (`rmdir`).
 
 An instance whose process died without closing it (SIGKILL, a lost machine) is
 removed by the next `TraceInstance` on the same tracefs (`reap_stale_instances`), so
@@ -22,8 +23,10 @@ import contextlib
 import errno
 import itertools
 import os
+import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 TRACEFS = Path("/sys/kernel/tracing")
@@ -97,6 +100,18 @@ def reap_stale_instances(root: Path) -> list[str]:
     return reaped
 
 
+@contextlib.contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """SIGINT and SIGTERM held back while the block runs (delivered right after), so
+    that an instance is never made without its cleanup armed, nor half removed."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 class TraceInstance:
     """A private tracefs instance recording `SUBSYSTEMS` for one pid."""
 
@@ -115,17 +130,26 @@ class TraceInstance:
         reap_stale_instances(root)
         self.subsystems = subsystems
         self._fd = -1
+        self._pid, self._buffer_kb = pid, buffer_kb
+
+    def open(self) -> None:
+        """mkdir and configure; on any failure or Ctrl+C (held back meanwhile, raised
+        here at the latest) it is removed again before the exception goes on."""
+        try:
+            with deferred_interrupts():
+                self._make()
+        except BaseException:
+            self.close()
+            raise
+
+    def _make(self) -> None:
         try:
             self.path.mkdir()
         except PermissionError:
             raise TracefsError(f"cannot create {self.path}: tracing needs root") from None
         except OSError as err:
             raise TracefsError(f"cannot create {self.path}: {err.strerror}") from None
-        try:
-            self._configure(pid, buffer_kb)
-        except BaseException:
-            self.close()
-            raise
+        self._configure(self._pid, self._buffer_kb)
 
     def _write(self, name: str, value: str) -> None:
         (self.path / name).write_text(value)
@@ -185,7 +209,11 @@ class TraceInstance:
         return total
 
     def close(self) -> None:
-        """Off, closed, removed (idempotent)."""
+        """Off, closed, removed (idempotent); a Ctrl+C meanwhile waits till it is done."""
+        with deferred_interrupts():
+            self._close()
+
+    def _close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -213,6 +241,7 @@ class TraceInstance:
         raise TracefsError(f"{self.path} stays busy: a reader still has its trace_pipe open")
 
     def __enter__(self) -> TraceInstance:
+        self.open()
         return self
 
     def __exit__(self, *exc: object) -> None:
