@@ -192,6 +192,30 @@ async def test_f_filters_the_counters_and_the_log(tmp_path: Path) -> None:
         assert len(counter_events(screen)) > 1
 
 
+async def test_f_redraws_the_log_under_the_new_filter(tmp_path: Path) -> None:
+    """No line the filter hides stays on screen, and clearing it brings them back."""
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = memslots(app)
+        await pilot.press("n", "n", "n")
+        await pilot.pause(0.3)
+        screen.flush_events(force=True)
+        log = screen.query_one(EventLog)
+        everything = list(log.lines)
+        assert any("kvm_page_fault" in line for line in everything)
+        for pattern in ("lookup", ""):
+            await pilot.press("f")
+            dialog = app.screen
+            dialog.query_one(Input).value = pattern
+            await pilot.press("enter")
+            await pilot.pause()
+            if pattern:
+                heads = [line for line in log.lines if not line.startswith(" ")]  # not wraps
+                assert heads and all("kvm_memslot_lookup" in line for line in heads), heads
+            else:
+                assert list(log.lines) == everything  # the older lines, back
+
+
 async def test_f_bad_regex_keeps_the_dialog_with_an_error(tmp_path: Path) -> None:
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:

@@ -4,6 +4,7 @@ progress; it reads at 80×24 and 120×40; `e` exports the pages as dot."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -99,6 +100,9 @@ async def test_cpu_and_pid_filters_recount_kvm_stat(tmp_path: Path) -> None:
         await paste(pilot, "5")
         await pilot.press("enter")
         assert screen.filters.cpus == frozenset({5})
+        log = screen.query_one("#event-log")
+        cpus = [m for line in log.lines for m in re.findall(r"\[(\d+)\]", line)]
+        assert cpus and {int(c) for c in cpus} == {5}, log.lines  # not blank, CPU 5 only
         assert panel.counters.totals == {"fast_page_fault": 1, "mark_mmio_spte": 1,
             "check_mmio_spte": 1, "handle_mmio_page_fault": 1, "kvm_mmio": 1}  # fmt: skip
         assert "cpu 5" in shown(screen.query_one(TimelineBar))

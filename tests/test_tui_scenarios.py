@@ -124,3 +124,28 @@ async def test_the_step_keys_type_into_a_dialog_in_a_scenario(tmp_path: Path) ->
         await settle(pilot)
         assert app.scenario_run is not None and app.scenario_run.index == 0
         assert app.focused is not None and getattr(app.focused, "value", None) == "b."
+
+
+async def test_stepping_back_keeps_the_event_filter(tmp_path: Path) -> None:
+    from tui.widgets.events import EventLog, EventPanel
+
+    app = make_app(scenario="mmio-caching", export_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("greater_than_sign", "greater_than_sign")
+        await settle(pilot)
+        await pilot.press("f")
+        await settle(pilot)
+        app.screen.query_one("Input").value = "mmio"  # type: ignore[attr-defined]
+        await pilot.press("enter")
+        await settle(pilot)
+        first = app.screen
+        await pilot.press("less_than_sign")
+        await settle(pilot)
+        assert app.screen is not first and app.scenario_run.index == 1  # type: ignore[union-attr]
+        panel = app.screen.query_one(EventPanel)
+        assert panel.filter_text == "mmio"
+        assert "/mmio/" in str(app.screen.query_one(EventLog).border_title)
+        assert all("mmio" in r.event for r in panel.counters.rows(panel.pattern))
+        lines = app.screen.query_one(EventLog).lines
+        assert all("mmio" in line for line in lines if not line.startswith(" ")), lines

@@ -57,8 +57,13 @@ async def rebuild_view(app: MmuscopeApp, name: str) -> Screen[None]:
     pause = getattr(old, "pause", None)
     if pause is not None:
         pause()
+    from .screens.base import MmuScreen
+
+    pattern = old.events_panel.pattern if isinstance(old, MmuScreen) and old.is_mounted else None
     new = app.make_screen(name)
     await app.switch_screen(new)
+    if pattern is not None and isinstance(new, MmuScreen):
+        new.events_panel.set_filter(pattern)  # the `f` filter outlives the rebuild
     if old is not None:
         app.uninstall_screen(name)
         if old.is_attached:

@@ -298,9 +298,7 @@ class ReplayScreen(PlayerScreen):
 
     def show_events(self, events: list[Event]) -> None:
         """Events just replayed: to the log and counters (filtered), then redraw."""
-        if events:
-            matches = self.filters.matches
-            self.pending_events.extend(e for e in events if matches(e))
+        self.pending_events.extend(events)  # the panel applies the CPU/pid scope
         self.flush_events()
         self.redraw()
 
@@ -359,7 +357,7 @@ class ReplayScreen(PlayerScreen):
         panel = self.events_panel
         panel.reset()
         self.pending_events.clear()
-        panel.add_events(e for e in tail if self.filters.matches(e))
+        panel.add_events(tail)
         panel.counters.totals = self.timeline.model.totals(self.filters.cpus, self.filters.pids)
         panel.flush_log()
         panel.show_counters()
@@ -428,9 +426,14 @@ class ReplayScreen(PlayerScreen):
         return None
 
     def set_filters(self, filters: EventFilter) -> None:
-        """New CPU/pid filters: kvm_stat's totals recounted, the log restarted."""
+        """New CPU/pid filters: kvm_stat's totals recounted, the log redrawn from the
+        latest events under them (not blanked until the next seek)."""
         self.filters = filters
-        self.after_seek([])
+        panel = self.events_panel
+        panel.set_scope(filters.matches if filters.active else None)
+        panel.counters.totals = self.timeline.model.totals(filters.cpus, filters.pids)
+        panel.show_counters()
+        self.redraw(force=True)
 
     # -- drawing ----------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import textwrap
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from rich.text import Text
@@ -156,6 +156,10 @@ class EventPanel(Horizontal):
         super().__init__(id=id)
         self.counters = EventCounters()
         self.pattern: re.Pattern[str] | None = None
+        #: which events the screen counts at all (the replay's CPU/pid filter); None: all
+        self.scope: Callable[[Event], bool] | None = None
+        #: the latest events, unfiltered: a new filter redraws the log from them
+        self._history: deque[Event] = deque(maxlen=KEPT_EVENTS)
         self.logged = 0  # events written to the log since start
         self._unwritten: deque[Event] = deque(maxlen=LOG_LINES_PER_FLUSH)
         self._kept: deque[LogEntry] = deque(maxlen=KEPT_EVENTS)  # the log's last events
@@ -180,14 +184,43 @@ class EventPanel(Horizontal):
         shown = f" /{escape(pattern.pattern)}/" if pattern else ""  # "[ab]" is not markup
         log.border_title = f"events{shown}"
         self.query_one(CountersTable).border_title = f"kvm_stat{shown}"
+        self.rewrite_log()
         self.show_counters()
+
+    def set_scope(self, scope: Callable[[Event], bool] | None) -> None:
+        """Count and log only the events `scope` accepts; the log is redrawn from the
+        latest events (the caller recounts the totals it keeps elsewhere)."""
+        self.scope = scope
+        self.rewrite_log()
+
+    def shows(self, event: Event) -> bool:
+        """Whether the log shows `event`: in scope, and its name matches the regex."""
+        if self.scope is not None and not self.scope(event):
+            return False
+        return self.pattern is None or self.pattern.search(event.name) is not None
 
     def add_events(self, events: Iterable[Event]) -> None:
         batch = list(events)
+        self._history.extend(batch)
+        scope = self.scope
         for event in batch:
-            self.counters.add(event.name)
-        shown = [e for e in batch if self.pattern is None or self.pattern.search(e.name)]
+            if scope is None or scope(event):
+                self.counters.add(event.name)
+        shown = [e for e in batch if self.shows(e)] if self.scope or self.pattern else batch
         self._unwritten.extend(shown[-LOG_LINES_PER_FLUSH:])
+
+    def rewrite_log(self) -> None:
+        """The log again from the latest events under the current filters: no line the
+        filters hide stays on screen, and the lines they show reappear."""
+        self._unwritten.clear()
+        if not self.query(EventLog):
+            return
+        log = self.query_one(EventLog)
+        t0 = self._t0
+        self._kept.clear()
+        self._kept.extend(log_entry(e) for e in self._history if self.shows(e))
+        self._t0 = t0 if t0 is not None or not self._kept else self._kept[0].ts
+        self._lay_out(log, self._log_width(log))
 
     def flush_log(self) -> None:
         """Write the events kept since the last flush.  Writing grows the log, and a log
@@ -256,5 +289,6 @@ class EventPanel(Horizontal):
         """A new model: an empty log and kvm_stat counters from zero (the filter stays)."""
         self.counters = EventCounters()
         self._unwritten.clear()
+        self._history.clear()
         self.clear_log()
         self.show_counters()
