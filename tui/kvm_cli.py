@@ -108,6 +108,7 @@ def summary(recording: Any, lines: io.StringIO) -> dict[str, Any]:
         mmio_exits=recording.run.mmio_exits,
         host=recording.host.describe(),
         emulated=emulated,
+        capabilities=recording.run.capabilities,
     )
     return out
 
@@ -143,7 +144,7 @@ def compare_rows(program_name: str, recording: Any, lines: io.StringIO) -> list[
     kernel.add(iter_events(lines))
     program = build_program(program_name, run.program.pages, run.program.children)
     cfg = host_config(recording.host.mmio_caching, host_phys_bits())
-    model = run_on_model(program, cfg, address_spaces=1)
+    model = run_on_model(program, cfg, address_spaces=run.address_spaces)
     return compare(program, kernel, recording.stats(), run.mmio_exits, model, MODEL_MISSING)
 
 

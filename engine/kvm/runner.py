@@ -48,6 +48,12 @@ class KernelRun:
     vm_before: dict[str, int] = field(default_factory=dict)
     vcpu_before: dict[str, int] = field(default_factory=dict)
     peaks: frozenset[str] = frozenset()
+    capabilities: dict[str, int] = field(default_factory=dict)  # KVM_CHECK_EXTENSION
+
+    @property
+    def address_spaces(self) -> int:
+        """KVM_CAP_MULTI_ADDRESS_SPACE (0 on a kernel without: one address space)."""
+        return max(1, self.capabilities.get("KVM_CAP_MULTI_ADDRESS_SPACE", 1))
 
     @property
     def mmio_exits(self) -> int:
@@ -139,6 +145,7 @@ def run_on_kernel(
             machine = _Machine(kvm, vm, program)
             run = KernelRun(program, peaks=frozenset(d.name for d in machine.stats.descs
                                                      if d.peak))  # fmt: skip
+            run.capabilities = kvm.capabilities()
             run.vm_before = machine.stats.read()
             run.vcpu_before = machine.vcpu_stats.read()
             if on_ready is not None:
