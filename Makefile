@@ -11,8 +11,10 @@ STAMP := $(VENV)/.mmuscope-installed
 
 .PHONY: run test lint bench screenshots graphviz trace-cmd chromium clean
 
+# `e` and `S` write into exports/ (ignored by git), not into the checkout's root
 run: $(STAMP) graphviz trace-cmd
-	$(BIN)/mmuscope
+	@mkdir -p exports
+	$(BIN)/mmuscope --export-dir exports
 
 test: $(STAMP) graphviz trace-cmd chromium lint
 	$(BIN)/python -m pytest

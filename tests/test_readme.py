@@ -24,3 +24,35 @@ def test_the_f2_section_lists_every_mmu_p_cycles() -> None:
     assert len(bullets) == len(PAGING_MODES), bullets
     for bold, (label, _, _) in zip(bullets, PAGING_MODES, strict=True):
         assert label.startswith(bold), (bold, label)
+
+
+def test_the_readme_explains_what_users_asked_about() -> None:
+    """Issue 16's README list: real data for tests, text and trace.dat, --hex64, the
+    address spaces --mtree loads, refused exports, Ctrl+C, the clicker keys."""
+    for words in (
+        "MMUSCOPE_REALDATA",
+        "../shared/realdata",
+        "trace-cmd report -i trace.dat > trace.txt",
+        "--hex64",
+        "`KVM-SMRAM` as address space 1",
+        "refused up front",
+        "exit code 130",
+        "PageDown, →, `.`",
+    ):
+        assert words in README, words
+
+
+def test_make_run_writes_exports_outside_the_checkouts_root() -> None:
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        import pytest
+
+        pytest.skip("make is not installed")
+    root = Path(__file__).resolve().parent.parent
+    dry = subprocess.run(
+        ["make", "-n", "run", "STAMP=Makefile"], cwd=root, capture_output=True, text=True
+    )
+    assert "mmuscope --export-dir exports" in dry.stdout, dry.stdout
+    assert "/exports/" in (root / ".gitignore").read_text().split()
