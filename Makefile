@@ -27,6 +27,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/memslot_speed.py
 	$(BIN)/python benchmarks/tui_speed.py
+	$(BIN)/python benchmarks/startup_speed.py
 	$(BIN)/python benchmarks/replay_speed.py
 	$(BIN)/python benchmarks/session_speed.py
 	-$(BIN)/python benchmarks/kvm_speed.py  # needs /dev/kvm and root

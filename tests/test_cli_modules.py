@@ -7,10 +7,13 @@ does); only imports under `if TYPE_CHECKING:` are left out, as they never run.
 
 from __future__ import annotations
 
+import argparse
 import ast
 from pathlib import Path
 
 import networkx as nx
+
+from tui.cli import build_parser, command_of
 
 TUI = Path(__file__).resolve().parent.parent / "tui"
 
@@ -80,3 +83,19 @@ def test_no_tui_module_imports_itself_through_others() -> None:
 def test_no_command_module_imports_the_assembling_cli() -> None:
     importers = sorted(nx.ancestors(import_graph(), "tui.cli"))
     assert importers == ["tui.__main__"]
+
+
+def _help_lines(parser: argparse.ArgumentParser) -> dict[str, str | None]:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {choice.dest: choice.help for choice in sub._choices_actions}
+
+
+def test_a_command_line_builds_only_its_command_and_lists_every_command() -> None:
+    """Start-up: `mmuscope` alone builds no command's arguments (nor imports their
+    modules), yet `--help` lists the same commands with the same help lines."""
+    full = build_parser()
+    assert _help_lines(build_parser([])) == _help_lines(full)
+    assert _help_lines(build_parser(["--scenario", "vtlb"])) == _help_lines(full)
+    assert command_of(full, ["--layout", "max", "lookup", "0x1"]) == "lookup"
+    assert command_of(full, ["--scenario", "replay"]) is None  # an option's value
+    assert build_parser(["bench", "--quick"]).parse_args(["bench", "--quick"]).quick

@@ -23,7 +23,6 @@ from engine.pacing import DEFAULT_SPEED, Pacer
 from engine.workload import DEFAULT_WORKLOAD
 
 from .resources import stylesheet
-from .scenario_runner import ScenarioRun, goto_step
 from .themes import DEFAULT_THEME, THEME_VARIABLES, register_themes
 
 if TYPE_CHECKING:
@@ -31,6 +30,7 @@ if TYPE_CHECKING:
     from engine.scenarios import Scenario
 
     from .kvm_launch import KvmLaunch
+    from .scenario_runner import ScenarioRun
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +112,11 @@ class MmuscopeApp(App[None]):
         #: mmuscope's themes (built-in and the user's), in the order `t` cycles them
         self.own_themes = [n for n in self.available_themes if n not in textual_themes]
         self.theme = config.theme or DEFAULT_THEME
-        self.scenario_run = ScenarioRun(config.scenario) if config.scenario else None
+        self.scenario_run: ScenarioRun | None = None
+        if config.scenario:
+            from .scenario_runner import ScenarioRun  # only with a scenario: not at start-up
+
+            self.scenario_run = ScenarioRun(config.scenario)
         self._keyed_notifications: dict[str, Notification] = {}
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
@@ -255,6 +259,8 @@ class MmuscopeApp(App[None]):
         if target == run.index:
             self.notify("that was the last step" if delta > 0 else "this is the first step")
             return
+        from .scenario_runner import goto_step
+
         await goto_step(self, run, target)
 
     def action_help(self) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .cliparts import CliError, CliParser, add_explorer_options, add_guest_options, int_arg
@@ -34,7 +34,40 @@ RUNNERS: dict[str | None, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Commands whose parsers live in their own modules, with their help line, so that a
+# command line naming another command lists them without importing them.
+EXTERNAL: dict[str, tuple[str, str, str]] = {
+    "serve": ("serve", "add_serve_parser",
+              "serve the explorer to web browsers (a classroom), on 127.0.0.1"),
+    "live": ("live", "add_live_parser",
+             "tail a tracefs's kvmmmu events live in the replay screen (root)"),
+    "kvm": ("kvm_cli", "add_kvm_parser",
+            "run a guest program on this host's KVM and record what its MMU did (root)"),
+    "simulate": ("simulate_cli", "add_parser",
+                 "a simulated run printed as trace-cmd report text (or --jsonl)"),
+}  # fmt: skip
+
+
+def command_of(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str | None:
+    """The command `argv` names: its first word that is a command and not the value of
+    the option before it (`--scenario vtlb`), or None (the explorer)."""
+    takes_value = False
+    for word in argv:
+        if takes_value:
+            takes_value = False
+            continue
+        if word.startswith("-"):
+            action = parser._option_string_actions.get(word)
+            takes_value = action is not None and action.nargs != 0
+            continue
+        return word if word in RUNNERS else None
+    return None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The whole parser; given the command line `argv`, only the command it names gets
+    its arguments (the others keep their name and help line for `--help`), so starting
+    the explorer imports no command module (issue 13 §4: start-up)."""
     parser = CliParser(
         prog="mmuscope",
         description=(
@@ -47,13 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mmuscope {__version__}")
     add_explorer_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CliParser)
+    _add_commands(sub, only=None if argv is None else command_of(parser, argv) or "")
+    return parser
 
-    sub.add_parser("overview", help="print the default guest's memslots and lookup costs")
-    sub.add_parser("scenarios", help="list the classroom scenarios (open one with --scenario)")
 
-    replay = sub.add_parser(
-        "replay", help="replay a trace-cmd report or tracefs trace (the app, or text)"
-    )
+def _replay(replay: argparse.ArgumentParser) -> None:
     replay.add_argument("trace", type=Path, metavar="TRACE", help="the trace text ('-': stdin)")
     mode = replay.add_mutually_exclusive_group()
     mode.add_argument("--jsonl", action="store_true", help="one JSON object per event")
@@ -65,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
         "for readers such as jq 1.6 that round integers above 2**53",
     )
 
-    lookup = sub.add_parser("lookup", help="explain one memslot lookup in text")
+
+def _lookup(lookup: argparse.ArgumentParser) -> None:
     lookup.add_argument("gfn", type=int_arg, help="guest frame number (0x... or decimal)")
     lookup.add_argument("--gpa", action="store_true", help="the number is an address")
     lookup.add_argument("--no-cache", action="store_true", help="bypass last_used_slot")
@@ -73,12 +105,14 @@ def build_parser() -> argparse.ArgumentParser:
     lookup.add_argument("--all", action="store_true", help="print every probe of long scans")
     add_guest_options(lookup)
 
-    export = sub.add_parser("export", help="write the memslot structure as dot/pdf/svg/png")
+
+def _export(export: argparse.ArgumentParser) -> None:
     export.add_argument("-o", "--output", type=Path, required=True, metavar="OUT")
     export.add_argument("--path", type=int_arg, metavar="GFN", help="highlight one lookup")
     add_guest_options(export)
 
-    layout = sub.add_parser("layout", help="show a guest layout, or import a QEMU one")
+
+def _layout(layout: argparse.ArgumentParser) -> None:
     src = layout.add_mutually_exclusive_group()
     src.add_argument("--mtree", type=Path, metavar="FILE", help="QEMU 'info mtree [-f]' text")
     src.add_argument(
@@ -91,9 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     layout.add_argument("--address-space", default="memory", help="mtree address space")
     layout.add_argument("--json", action="store_true", help="print JSON")
 
-    rmaps = sub.add_parser(
-        "rmaps-stat", help="debugfs mmu_rmaps_stat after a workload (shadow paging, seed 002)"
-    )
+
+def _rmaps_stat(rmaps: argparse.ArgumentParser) -> None:
     rmaps.add_argument("--workload", default="fork", choices=("fork", "kernbench"))
     rmaps.add_argument("--children", type=int_arg, default=500, help="forked children (fork)")
     rmaps.add_argument("--pages", type=int_arg, default=16, help="pages each process maps")
@@ -104,11 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--log2", action="store_true", help="true log2 buckets (not the kernel's ffs())"
     )
 
+
+def _bench(bench: argparse.ArgumentParser) -> None:
     from engine.claims.registry import TABLES
 
-    bench = sub.add_parser(
-        "bench", help="the seeds' claims measured beside their numbers, and the engine's speed"
-    )
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.add_argument("--quick", action="store_true", help="smaller runs (well under a minute)")
     bench.add_argument(
@@ -120,22 +152,38 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--svg", type=Path, metavar="DIR", help="write one SVG chart per table")
 
-    from .serve import add_serve_parser
 
-    add_serve_parser(sub)
+def _no_arguments(parser: argparse.ArgumentParser) -> None:
+    pass
 
-    from .live import add_live_parser
 
-    add_live_parser(sub)
+# command -> (help line, what adds its arguments), in the order `--help` lists them
+LOCAL: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
+    "overview": ("print the default guest's memslots and lookup costs", _no_arguments),
+    "scenarios": ("list the classroom scenarios (open one with --scenario)", _no_arguments),
+    "replay": ("replay a trace-cmd report or tracefs trace (the app, or text)", _replay),
+    "lookup": ("explain one memslot lookup in text", _lookup),
+    "export": ("write the memslot structure as dot/pdf/svg/png", _export),
+    "layout": ("show a guest layout, or import a QEMU one", _layout),
+    "rmaps-stat": (
+        "debugfs mmu_rmaps_stat after a workload (shadow paging, seed 002)",
+        _rmaps_stat,
+    ),
+    "bench": ("the seeds' claims measured beside their numbers, and the engine's speed", _bench),
+}
 
-    from .kvm_cli import add_kvm_parser
 
-    add_kvm_parser(sub)
-
-    from .simulate_cli import add_parser as add_simulate_parser
-
-    add_simulate_parser(sub)
-    return parser
+def _add_commands(sub: argparse._SubParsersAction, only: str | None) -> None:  # type: ignore[type-arg]
+    """Every command's parser; with `only`, the others' without their arguments."""
+    for name, (help, add_arguments) in LOCAL.items():
+        parser = sub.add_parser(name, help=help)
+        if only is None or only == name:
+            add_arguments(parser)
+    for name, (module, function, help) in EXTERNAL.items():
+        if only is None or only == name:
+            getattr(importlib.import_module(f"{__package__}.{module}"), function)(sub)
+        else:
+            sub.add_parser(name, help=help)
 
 
 def _quiet_stdout() -> None:
@@ -160,8 +208,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(words)
+    args = parser.parse_args(words)
     if args.command not in RUNNERS:
         parser.error(f"unknown command {args.command!r}")
     module, function = RUNNERS[args.command]

@@ -33,17 +33,21 @@ def theme_dir() -> Path:
     return installed if installed.is_dir() else package_dir().parent / "themes"
 
 
+def scenario_dir() -> Path:
+    """engine.scenarios.SCENARIO_DIR, found without importing the scenarios' loader."""
+    return Path(str(files("engine"))) / "scenarios" / "data"
+
+
 def stylesheet() -> Path:
     return package_dir() / STYLESHEET
 
 
 def missing_data_files() -> list[Path]:
     """The run-time files an installation should have and has not (empty: all there)."""
-    from engine.scenarios import SCENARIO_DIR
-
+    scenarios = scenario_dir()
     wanted = [theme_dir() / f"{name}.toml" for name in BUILTIN_THEMES]
     wanted.append(stylesheet())
     missing = [path for path in wanted if not path.is_file()]
-    if not any(SCENARIO_DIR.glob("*.toml")):
-        missing.append(SCENARIO_DIR / "*.toml")
+    if not any(scenarios.glob("*.toml")):
+        missing.append(scenarios / "*.toml")
     return missing

@@ -13,7 +13,7 @@ from textual.containers import Horizontal
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from engine.events import Event
 from engine.pacing import Pacer
@@ -21,6 +21,7 @@ from engine.stats import compile_filter
 
 from ..widgets.caption import Caption
 from ..widgets.events import EventPanel
+from ..widgets.key_bar import KeyBar
 
 MIN_WIDTH, MIN_HEIGHT = 80, 24
 WIDE = 120  # below this width, side panels shrink (the `-narrow` class)
@@ -80,8 +81,7 @@ class MmuScreen(Screen[None]):
         with Horizontal(id="main"):
             yield from self.compose_main()
         yield EventPanel(id="events")
-        # compact: less whitespace, and each FooterKey (compact by default) is not restyled
-        yield Footer(compact=True)
+        yield KeyBar(id="keys")  # Textual's compact Footer drawn by one widget
         yield TooSmall(id="too-small")
 
     def compose_main(self) -> ComposeResult:
