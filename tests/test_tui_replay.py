@@ -211,3 +211,39 @@ async def test_dialog_texts_keep_their_brackets(tmp_path: Path) -> None:
         await pilot.press("enter")
         await pilot.pause()
         assert "[" in str(app.screen.query_one("#error").render())  # the regex error, whole
+
+
+async def test_the_footer_says_what_seeking_and_speed_keys_do(tmp_path: Path) -> None:
+    from textual.widgets import Footer
+
+    app = build(SAMPLE, tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        keys = {k.key_display: k for k in app.screen.query_one(Footer).query("FooterKey")}
+        assert keys["["].description == "Seek back" and keys["]"].description == "Seek on"
+        for key in ("+", "-", "[", "]"):
+            assert keys[key].tooltip, key  # words on hover and in the palette
+
+
+async def test_one_event_is_one_event(tmp_path: Path) -> None:
+    line = next(ln for ln in SAMPLE.read_text().splitlines() if ": kvm_page_fault: " in ln)
+    trace = tmp_path / "one.txt"
+    trace.write_text(line + "\n")
+    app = build(trace, tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = replay_screen(app)
+        await indexed(pilot, screen)
+        await pilot.press("end")
+        await pilot.pause()
+        assert "1 event over" in str(screen.sub_title), screen.sub_title
+
+
+def test_counted_nouns() -> None:
+    from engine.words import count
+
+    assert [count(n, "child", "children") for n in (0, 1, 2)] == [
+        "0 children",
+        "1 child",
+        "2 children",
+    ]
+    assert count(1234, "event") == "1,234 events"

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from ..events import Event
 from ..layouts.layout import Layout
+from ..words import count
 from .guest_os import GuestOs, GuestProcess
 from .guest_session import PFERR_USER, PFERR_WRITE, GuestSession
 from .mmu_pages import KvmMmuPage
@@ -288,7 +289,7 @@ class ShadowSession(GuestSession[ShadowStep]):
                 yield self._exit(children.popleft())
             child = self.os.fork(parent)
             children.append(child)
-            yield f"fork: pid {child.pid}, {len(children)} children"
+            yield f"fork: pid {child.pid}, {count(len(children), 'child', 'children')}"
             vcpu = 1 + (child.pid % (self.nr_vcpus - 1)) if self.nr_vcpus > 1 else 0
             for i in range(FORK_PAGES):
                 yield ShadowAccess(vcpu, child.cr3, HEAP + i * PAGE, False)

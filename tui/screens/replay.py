@@ -31,6 +31,7 @@ from engine.replay.live import LiveTimeline
 from engine.replay.seek import parse_seek
 from engine.replay.stream import EventAssembler
 from engine.replay.views import page_levels, spte_table
+from engine.words import count
 
 from ..widgets.replay_panels import (
     IndexingBar,
@@ -83,11 +84,13 @@ class ReplayScreen(PlayerScreen):
         Binding("space", "play_pause", "Play/Pause", tooltip="Play the trace (live: follow it)"),
         Binding("s", "step", "Step", tooltip="Replay one event"),
         Binding("n", "next_change", "Next", tooltip="Replay up to the next change drawn"),
-        Binding("plus,equals_sign", "faster", "Faster", key_display="+"),
-        Binding("minus", "slower", "Slower", key_display="-"),
-        Binding("left_square_bracket", "seek_share(-1)", "Back", key_display="[",
+        Binding("plus,equals_sign", "faster", "Faster", key_display="+",
+                tooltip="Replay more events per second"),
+        Binding("minus", "slower", "Slower", key_display="-",
+                tooltip="Replay fewer events per second"),
+        Binding("left_square_bracket", "seek_share(-1)", "Seek back", key_display="[",
                 tooltip="Seek back a tenth of the trace's time"),
-        Binding("right_square_bracket", "seek_share(1)", "On", key_display="]",
+        Binding("right_square_bracket", "seek_share(1)", "Seek on", key_display="]",
                 tooltip="Seek on a tenth of the trace's time"),
         Binding("home", "seek_start", "Start", show=False, priority=True,
                 tooltip="Seek to the first event"),
@@ -255,12 +258,12 @@ class ReplayScreen(PlayerScreen):
         index = self.timeline.index if isinstance(self.timeline, TraceCursor) else None
         if index is None:
             return
-        words = f"indexing {self.source}: {index.events:,} events"
+        words = f"indexing {self.source}: {count(index.events, 'event')}"
         bar.show(100 * index.progress, words)
         if index.done:
             bar.add_class("-done")
             took = time.monotonic() - self._index_started
-            self.notify(f"{self.source}: {index.events:,} events indexed in {took:.1f} s",
+            self.notify(f"{self.source}: {count(index.events, 'event')} indexed in {took:.1f} s",
                         title="replay", timeout=4)  # fmt: skip
         self.show_timeline()
 
@@ -491,7 +494,7 @@ class ReplayScreen(PlayerScreen):
         kind = "live" if self.timeline.live else "replay"
         self.title = f"mmuscope · {kind} · {self.source}"
         _, span = self._times()
-        self.sub_title = f"{self.timeline.total:,} events over {seconds(span)} s"
+        self.sub_title = f"{count(self.timeline.total, 'event')} over {seconds(span)} s"
 
     # -- export -----------------------------------------------------------------------
 

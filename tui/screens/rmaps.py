@@ -13,6 +13,7 @@ from engine.mmu.rmap import ERAS
 from engine.mmu.rmap_lab import ForkLab
 from engine.mmu.rmap_workloads import DATA_GFN
 from engine.pacing import Pacer
+from engine.words import count
 
 from ..widgets.rmap_panels import RmapBars, RmapChain
 from .base import PlayerScreen
@@ -68,7 +69,7 @@ class RmapScreen(PlayerScreen):
         self.title = f"mmuscope · {lab.layout} · rmaps"
         self.sub_title = (
             f"shadow paging (EPT off) · PTE_LIST_EXT era {lab.era} · "
-            f"{len(lab.children)} children · {state} {self.pacer.speed:g}/s"
+            f"{count(len(lab.children), 'child', 'children')} · {state} {self.pacer.speed:g}/s"
         )
 
     def export_dot(self) -> tuple[str, int] | None:
@@ -78,7 +79,8 @@ class RmapScreen(PlayerScreen):
         head = self.lab.head(0)
         if head is None or head.is_empty:
             return None
-        title = f"fork storm, {len(self.lab.children)} children, PTE_LIST_EXT era {self.lab.era}"
+        children = count(len(self.lab.children), "child", "children")
+        title = f"fork storm, {children}, PTE_LIST_EXT era {self.lab.era}"
         return rmap_to_dot(head, DATA_GFN, title=title), len(head.descs) + 1
 
     def action_fork(self) -> None:
