@@ -394,6 +394,7 @@ def chart_dot(table: ClaimTable, spec: ChartSpec | None = None) -> str:
         "digraph bench {\n"
         f'  graph [label="{_dot_string(title)}\\n{claim}", labelloc=t, fontname="Helvetica"];\n'
         '  node [shape=plaintext, fontname="Helvetica", fontsize=10];\n'
+        '  edge [fontname="Helvetica", fontsize=9];\n'
         '  chart [label=<<TABLE BORDER="0" CELLSPACING="0" CELLPADDING="1">'
         + "".join(rows)
         + "</TABLE>>];\n}\n"

@@ -31,6 +31,7 @@ def pages_to_dot(pages: MmuPages, *, title: str = "", path: Iterable[KvmMmuPage]
         "digraph shadow_pages {",
         f"  graph [rankdir=TB, fontname={quote(FONT)}, label={graph_label([title])}];",
         f"  node [shape=box, style=rounded, fontname={quote(FONT)}, fontsize=10];",
+        f"  edge [fontname={quote(FONT)}, fontsize=9];",  # labels as the nodes
     ]
     by_level: dict[int, list[str]] = {}
     for sp in pages.pages():
@@ -63,6 +64,7 @@ def rmap_to_dot(head: KvmRmapHead, gfn: int, *, title: str = "") -> str:
         "digraph rmap {",
         f"  graph [rankdir=LR, fontname={quote(FONT)}, label={graph_label([title])}];",
         f"  node [shape=plaintext, fontname={quote(FONT)}, fontsize=10];",
+        f"  edge [fontname={quote(FONT)}, fontsize=9];",  # labels as the nodes
         f"  head {format_attrs({'shape': 'box', 'label': _head_label(head, gfn)})};",
     ]
     previous = "head"

@@ -45,6 +45,7 @@ def searched_groups_dot(hpt: HashPageTable, record: FaultRecord) -> tuple[str, i
         "digraph hpt_search {",
         f"  graph [rankdir=LR, fontname={quote(FONT)}, label={title}];",
         f"  node [shape=plaintext, fontname={quote(FONT)}, fontsize=10];",
+        f"  edge [fontname={quote(FONT)}, fontsize=9];",  # labels as the nodes
         f"  fault {format_attrs({'shape': 'box', 'label': _fault_label(record)})};",
     ]
     for number, (name, group) in enumerate((("primary", primary), ("secondary", secondary))):

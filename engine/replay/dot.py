@@ -36,6 +36,7 @@ def replay_to_dot(model: ReplayModel, *, title: str = "") -> tuple[str, int]:
         "digraph replay_pages {",
         f"  graph [rankdir=TB, fontname={quote(FONT)}, label={graph_label(filter(None, words))}];",
         f"  node [shape=box, style=rounded, fontname={quote(FONT)}, fontsize=10];",
+        f"  edge [fontname={quote(FONT)}, fontsize=9];",  # labels as the nodes
     ]
     newest = max(model.pages.values(), key=lambda p: p.seq, default=None)
     firsts = []

@@ -31,6 +31,7 @@ def flush_to_dot(flush: Flush, vcpus_per_vm: int, now: int, protocol: str) -> st
         "digraph tlb_flush {",
         f"  graph [rankdir=LR, fontname={quote(FONT)}, label={graph_label(title)}];",
         f"  node [shape=box, style=rounded, fontname={quote(FONT)}];",
+        f"  edge [fontname={quote(FONT)}, fontsize=9];",  # labels as the nodes
         f"  v{sender} {format_attrs(_sender_attrs(sender))};",
     ]
     for gid in flush.targets:
