@@ -279,8 +279,11 @@ class Vm:
         slots = self._memslot_set(state.as_id)
         note = ""
         if state.last_used_slot_gen != slots.generation:
+            # kvm_vcpu_gfn_to_memslot() drops the cached slot when the generation moved;
+            # say so only when there was one to drop (not on a vCPU's first lookup)
+            if state.last_used_slot is not None:
+                note = "generation changed: cache reset"
             state.last_used_slot, state.last_used_slot_gen = None, slots.generation
-            note = "generation changed: cache reset"
         cached = try_get_memslot(state.last_used_slot, gfn)
         probe = CacheProbe("vcpu", state.last_used_slot, cached is not None, note)
         if cached is not None:

@@ -293,3 +293,28 @@ async def test_x_clears_the_cost_table(tmp_path: Path) -> None:
         await pilot.press("x")
         await pilot.pause()
         assert cost_rows(screen) == {name: ["-"] * 4 for name in LOOKUP_STRATEGIES}
+
+
+async def test_a_strategy_switch_does_not_claim_a_generation_change(tmp_path: Path) -> None:
+    """The first lookup after `l` runs on a fresh vCPU cache: nothing was reset."""
+    from tui.widgets.path_panel import PathPanel
+
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("n", "l", "n")
+        await pilot.pause()
+        shown = str(memslots(app).query_one(PathPanel).render())
+        assert "vcpu" in shown.lower() or "cache" in shown.lower(), shown
+        assert "generation changed" not in shown, shown
+
+
+def test_a_real_generation_change_still_says_so() -> None:
+    from engine import Vm
+
+    vm = Vm()
+    vm.set_user_memory_region(0, 0, 0, 1 << 20, 0x7F0000000000)
+    assert vm.explain(1, vcpu=0).cache_probes[0].note == ""  # first lookup: nothing cached
+    assert vm.explain(2, vcpu=0).cache_probes[0].hit
+    vm.set_user_memory_region(1, 0, 1 << 20, 1 << 20, 0x7F0000100000)  # generation + 2
+    probe = vm.explain(3, vcpu=0).cache_probes[0]
+    assert not probe.hit and probe.note == "generation changed: cache reset"
