@@ -25,8 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
+from engine.events import Event
+
 if TYPE_CHECKING:
-    from engine.events import Event
     from engine.mmu.guest_session import GuestSession
 
 MMUS = ("tdp", "direct", "shadow")
@@ -133,14 +134,12 @@ def simulate(options: SimulateOptions, out: TextIO) -> int:
 def run(session: GuestSession[object], options: SimulateOptions, out: TextIO) -> int:
     batch: list[str] = []
     printed = 0
-    to_text = _json_line if options.jsonl else trace_cmd_line
-    if not options.jsonl:
+    if options.jsonl:
+        session.subscribe(lambda event: batch.append(_json_line(event)))
+    else:
         out.write(f"cpus={session.nr_vcpus}\n")
-
-    def listen(event: Event) -> None:
-        batch.append(to_text(event))
-
-    session.subscribe(listen)
+        append = batch.append
+        session.raw_listener = lambda event, ts, cpu: append(raw_line(event, ts, cpu))
     step = session.step
     for index in range(options.accesses + 1):
         if index == options.at and options.zap is not None:
@@ -221,25 +220,32 @@ FAST_PRINTK: dict[str, Callable[[dict[str, object]], str]] = {
     "kvm_mmu_prepare_zap_page": _sp,
 }
 _TIMESTAMPS: dict[float, str] = {}
+COMM = "qemu-kvm"  # GuestSession's stamp
 
 
 def trace_cmd_line(event: Event) -> str:
     """`format_line(event, "trace-cmd")`, faster for the events in FAST_PRINTK."""
+    return raw_line(event, event.ts, event.cpu, event.comm, event.pid)
+
+
+def raw_line(event: Event, ts: float, cpu: int, comm: str = COMM, pid: int = 0) -> str:
+    """The trace-cmd line of an event stamped with `ts`, `cpu`, `comm`, `pid` (the
+    session's stamp, without building the stamped copy)."""
     fast = FAST_PRINTK.get(event.name)
     if fast is None or not _fits(event):
         from engine.trace.lines import TRACE_CMD, format_line
 
-        return format_line(event, TRACE_CMD)
-    ts = _TIMESTAMPS.get(event.ts)
-    if ts is None:
+        return format_line(Event(event.name, event.fields, ts, cpu, pid, comm), TRACE_CMD)
+    stamp = _TIMESTAMPS.get(ts)
+    if stamp is None:
         if len(_TIMESTAMPS) > 4096:
             _TIMESTAMPS.clear()
-        secs, usecs = divmod(round(event.ts * 1_000_000), 1_000_000)
-        ts = _TIMESTAMPS[event.ts] = f"{secs:5d}.{usecs:06d}"
+        secs, usecs = divmod(round(ts * 1_000_000), 1_000_000)
+        stamp = _TIMESTAMPS[ts] = f"{secs:5d}.{usecs:06d}"
     name = event.name
     pad = " " * (_NAME_WIDTH - len(name)) if len(name) < _NAME_WIDTH else ""
     text = fast(event.fields)  # type: ignore[arg-type]
-    return f"{event.comm:>16}-{event.pid:<5} [{event.cpu:03d}] {ts}: {name}: {pad}{text}"
+    return f"{comm:>16}-{pid:<5} [{cpu:03d}] {stamp}: {name}: {pad}{text}"
 
 
 def _fits(event: Event) -> bool:

@@ -45,6 +45,8 @@ class GuestSession(Generic[StepT]):
         self.nr_vcpus = nr_vcpus
         self._rng = random.Random(seed)
         self._listeners: list[Callable[[Event], None]] = []
+        #: called with (event, ts, cpu) before stamping: a printer that needs no copy
+        self.raw_listener: Callable[[Event, float, int], None] | None = None
         self.steps = self.exits = 0
         self.results: dict[str, int] = {}
         self._vcpu = 0
@@ -71,6 +73,8 @@ class GuestSession(Generic[StepT]):
     def _forward(self, event: Event) -> None:
         """The MMU's events (and the session's own), stamped and handed out."""
         self._observe(event)
+        if self.raw_listener is not None:
+            self.raw_listener(event, self.steps * ACCESS_NS / 1e9, self._vcpu)
         if self._listeners:
             stamped = replace(
                 event, ts=self.steps * ACCESS_NS / 1e9, cpu=self._vcpu, comm="qemu-kvm"

@@ -19,7 +19,7 @@ that often, so `tdp_mmu_set_spte_atomic` loses the race (tests, and the screen's
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..constants import KVM_MEM_LOG_DIRTY_PAGES
 from ..layouts.layout import Layout
@@ -29,10 +29,9 @@ from .session import CHURN_EVERY, LAPIC_EOI, NIC_DOORBELL, churn_update
 from .spte import (
     PT_WRITABLE_MASK,
     SPTE_CONFIGS,
+    SPTE_MMU_PRESENT_MASK,
     RetPf,
     is_executable_pte,
-    is_mmio_spte,
-    is_shadow_present_pte,
 )
 from .tdp_iter import TdpIter
 from .tdp_mmu import TdpMmu
@@ -48,8 +47,7 @@ ZAP_KINDS = ("fast", "slow", "roots")
 MAX_RETRIES = 4
 
 
-@dataclass(frozen=True, slots=True)
-class TdpAccess:
+class TdpAccess(NamedTuple):
     vcpu: int
     gpa: int
     write: bool
@@ -60,8 +58,7 @@ class TdpAccess:
         return f"gpa {self.gpa:#x}" + (" (fetch)" if self.fetch else "")
 
 
-@dataclass(frozen=True, slots=True)
-class TdpStep:
+class TdpStep(NamedTuple):
     access: TdpAccess
     exited: bool
     ret: RetPf | None
@@ -153,7 +150,10 @@ class TdpSession(GuestSession[TdpStep]):
         access = self.next_access()
         self.steps += 1
         self._vcpu = access.vcpu
-        self.mmu.root(access.vcpu)  # kvm_mmu_reload() on entry
+        mmu = self.mmu
+        # bare mode: no event is built while nobody listens
+        mmu._listener = self._forward if self._listeners or self.raw_listener else None
+        mmu.root(access.vcpu)  # kvm_mmu_reload() on entry
         if not self.needs_exit(access):
             return TdpStep(access, False, None, update)
         ret = RetPf.RETRY
@@ -208,9 +208,13 @@ class TdpSession(GuestSession[TdpStep]):
 
     def needs_exit(self, access: TdpAccess) -> bool:
         """True unless the vCPU's valid root maps the gfn with a leaf allowing the access."""
-        spte = self.leaf_spte(access.vcpu, access.gpa >> PAGE_SHIFT)
-        if not is_shadow_present_pte(spte) or is_mmio_spte(self.mmu.cfg, spte):
+        root = self.mmu.roots.get(access.vcpu)
+        if root is None or root.role.invalid:
             return True
+        sp, index = self.mmu.last_spte(root, access.gpa >> PAGE_SHIFT)
+        spte = sp.spt[index]
+        if not spte & SPTE_MMU_PRESENT_MASK:
+            return True  # not present, or an MMIO spte (never MMU-present)
         if access.write and not spte & PT_WRITABLE_MASK:
             return True
         return access.fetch and not is_executable_pte(self.mmu.cfg, spte)
