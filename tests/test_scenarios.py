@@ -24,6 +24,7 @@ MECHANISMS = {
     "vtlb",
     "rmap-fork-storm",
     "fast-zap",
+    "fast-zap-today",
     "mmio-generation-wrap",
     "pv-tlb-flush",
     "power-keys",

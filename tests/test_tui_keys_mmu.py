@@ -11,13 +11,14 @@ from textual.pilot import Pilot
 from engine.mmu.mmu_pages import BATCH_ZAP_PAGES
 from engine.mmu.session import MMU_WORKLOADS, MmuSession
 from engine.mmu.shadow_session import SHADOW_WORKLOADS, ShadowSession
-from engine.mmu.spte import SPTE_CONFIGS
+from engine.mmu.spte import REMOVED_SPTE, SPTE_CONFIGS
+from engine.mmu.tdp_session import TDP_WORKLOADS, TdpSession
 from tests.tui_pilot import SIZE, build, memslots, press_export
 from tui.app import MmuscopeApp
 from tui.screens.memslots import MemslotsScreen
 from tui.screens.shadow_mmu import ShadowMmuScreen
 from tui.widgets.lookup_bar import LookupBar
-from tui.widgets.mmu_panels import GuestPanel, PageLevels
+from tui.widgets.mmu_panels import GuestPanel, PageLevels, SptGrid
 
 
 def shadow(app: MmuscopeApp) -> ShadowMmuScreen:
@@ -84,10 +85,12 @@ async def test_w_cycles_the_workloads(tmp_path: Path) -> None:
         await pilot.press("f2")
         mmu = shadow(app)
         seen = [mmu.session.workload]
-        for _ in MMU_WORKLOADS:
+        for _ in TDP_WORKLOADS:  # the TDP MMU's, today's default
             await pilot.press("w")
             seen.append(mmu.session.workload)
-        assert set(seen) == set(MMU_WORKLOADS) and seen[0] == seen[-1]
+        assert set(seen) == set(TDP_WORKLOADS) and seen[0] == seen[-1]
+        await pilot.press("p")  # EPT with direct pages (tdp_mmu=N)
+        assert mmu.session.workloads == MMU_WORKLOADS
         assert mmu.session.workload in str(mmu.sub_title)
 
 
@@ -103,14 +106,15 @@ async def replay_ends(pilot: Pilot[None], mmu: ShadowMmuScreen) -> None:
 async def test_z_zaps_fast_in_batches_and_shift_z_in_one_hold(tmp_path: Path) -> None:
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("f2")
+        await pilot.press("f2", "p")  # the direct MMU (tdp_mmu=N): 2013's batches
         mmu = shadow(app)
+        assert isinstance(mmu.session, MmuSession)
         for _ in range(40):
             await pilot.press("n")
         pages = mmu.session.mmu.pages
         used, gen = pages.n_used_mmu_pages, pages.mmu_valid_gen
         assert used > BATCH_ZAP_PAGES
-        await pilot.press("z")
+        mmu.action_fast_zap()  # z's action, looked at before any frame (a loaded machine)
         assert pages.mmu_valid_gen != gen and pages.n_used_mmu_pages == 0
         assert sum(pages.lock_holds) == used and max(pages.lock_holds) == BATCH_ZAP_PAGES
         await replay_ends(pilot, mmu)
@@ -177,7 +181,10 @@ async def test_p_switches_to_shadow_paging_with_guest_walks_and_the_vtlb(tmp_pat
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f2")
         mmu = shadow(app)
-        assert isinstance(mmu.session, MmuSession)
+        assert isinstance(mmu.session, TdpSession)
+        assert "TDP MMU (today's default)" in str(mmu.sub_title)
+        await pilot.press("p")
+        assert isinstance(mmu.session, MmuSession) and "tdp_mmu=N" in str(mmu.sub_title)
         assert "EPT on" in str(mmu.query_one(GuestPanel).content)
         await pilot.press("p")
         session = mmu.session
@@ -198,12 +205,13 @@ async def test_p_switches_to_shadow_paging_with_guest_walks_and_the_vtlb(tmp_pat
         assert isinstance(mmu.session, MmuSession)
         await pilot.press("p")
         assert mmu.session.mmu.cfg == SPTE_CONFIGS["ept"]
+        assert isinstance(mmu.session, TdpSession)
 
 
 async def test_w_cycles_the_shadow_workloads_and_each_runs(tmp_path: Path) -> None:
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("f2", "p")
+        await pilot.press("f2", "p", "p")
         mmu = shadow(app)
         seen = []
         for _ in SHADOW_WORKLOADS:
@@ -218,7 +226,7 @@ async def test_w_cycles_the_shadow_workloads_and_each_runs(tmp_path: Path) -> No
 async def test_the_roots_line_counts_pages_below_each_root(tmp_path: Path) -> None:
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("f2", "p")
+        await pilot.press("f2", "p", "p")
         mmu = shadow(app)
         for _ in range(6):
             await pilot.press("n")
@@ -229,7 +237,7 @@ async def test_the_roots_line_counts_pages_below_each_root(tmp_path: Path) -> No
 async def test_a_slow_zap_stalls_the_guest_while_its_one_hold_replays(tmp_path: Path) -> None:
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("f2", "H")  # 4K leaves: a few hundred pages, a hold of seconds
+        await pilot.press("f2", "p", "H")  # tdp_mmu=N, 4K leaves: a hold of seconds
         mmu = shadow(app)
         mmu.action_run(300)
         await pilot.press("Z", "space")  # play: the vCPUs would run, but mmu_lock is held
@@ -238,3 +246,37 @@ async def test_a_slow_zap_stalls_the_guest_while_its_one_hold_replays(tmp_path: 
         assert mmu.zap_replay and "every vCPU waits" in mmu._zap_caption()
         assert mmu.session.steps == steps
         await pilot.press("space")
+
+
+async def test_z_under_the_tdp_mmu_invalidates_roots_and_frees_tables_through_rcu(
+    tmp_path: Path,
+) -> None:
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f2")
+        mmu = shadow(app)
+        session = mmu.session
+        assert isinstance(session, TdpSession)
+        mmu.action_run(200)
+        (root,) = session.mmu.pages.tdp_mmu_roots
+        levels = str(mmu.query_one(PageLevels).content)
+        assert "tdp_mmu_root_count 3 (valid; vCPUs 0,1)" in levels and "count 3 vcpu 0,1" in levels
+        mmu.action_fast_zap()  # no await before the look: no frame can replay a hold yet
+        assert root.role.invalid and mmu.zap_replay and "every root invalid" in mmu._zap_caption()
+        levels = str(mmu.query_one(PageLevels).content)
+        assert "tdp_mmu_root_count 2 (invalid; vCPUs 0,1)" in levels
+        assert "RCU pending:" in levels and "sptes frozen" in levels
+        grid = str(mmu.query_one(SptGrid).content)
+        assert (
+            "RCU pending" in str(mmu.query_one(SptGrid).border_title) and grid.count("✱") == 512 + 1
+        )  # and the legend
+        assert all(
+            s == REMOVED_SPTE for sp in session.mmu.pages.rcu_pending.values() for s in sp.spt
+        )
+        await pilot.press("n", "n")  # both vCPUs load a new root; the old one is put for good
+        assert root not in session.mmu.pages.tdp_mmu_roots
+        await pilot.press("i")  # today's roots invalidation alone, no generation flip
+        gen = session.mmu.pages.mmu_valid_gen
+        assert all(r.role.invalid for r in session.mmu.pages.tdp_mmu_roots)
+        assert session.mmu.pages.mmu_valid_gen == gen
+        session.audit()

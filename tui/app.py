@@ -162,12 +162,12 @@ class MmuscopeApp(App[None]):
         return MemslotsScreen(explorer, Pacer(config.speed, config.playing), config.churn)
 
     def mmu_screen(self) -> Screen[None]:
-        from engine.mmu.session import MmuSession
+        from engine.mmu.tdp_session import TdpSession
 
         from .screens.shadow_mmu import ShadowMmuScreen
 
         config = self.config
-        session = MmuSession(config.layout, seed=config.seed)
+        session = TdpSession(config.layout, seed=config.seed)  # today's default under EPT
         return ShadowMmuScreen(session, Pacer(config.speed, playing=False), seed=config.seed)
 
     def rmap_screen(self) -> Screen[None]:

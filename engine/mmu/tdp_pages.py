@@ -88,6 +88,7 @@ class TdpMmuPages:
         self.tdp_mmu_roots: list[TdpMmuPage] = []  # newest first
         self.tdp_mmu_pages = 0
         self.rcu_pending: dict[int, TdpMmuPage] = {}  # by seq, in call_rcu order
+        self.rcu_frozen = 0  # REMOVED_SPTE entries in the RCU-pending page tables
         self.possible_nx_huge_pages: dict[int, TdpMmuPage] = {}  # by seq, oldest first
         self.mmu_valid_gen = 0  # kvm->arch.mmu_valid_gen (for the shadow MMU's pages)
         self.lock_holds: list[int] = []  # last zap: page tables freed per root zapped
@@ -107,12 +108,14 @@ class TdpMmuPages:
     def free(self, sp: TdpMmuPage) -> None:
         """`tdp_mmu_free_sp()`: a page never linked, or one whose grace period ended."""
         del self.by_pa[sp.spt_pa]
-        self.rcu_pending.pop(sp.seq, None)
+        if self.rcu_pending.pop(sp.seq, None) is not None:
+            self.rcu_frozen -= sp.spt.count(REMOVED_SPTE)
         self.freed += 1
 
     def call_rcu(self, sp: TdpMmuPage, now_ns: int) -> None:
         sp.rcu_queued_ns = now_ns
         self.rcu_pending[sp.seq] = sp
+        self.rcu_frozen += sp.spt.count(REMOVED_SPTE)
 
     def rcu_advance(self, now_ns: int) -> int:
         """Run the RCU callbacks whose grace period has ended; how many pages were freed."""

@@ -11,11 +11,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .mmu_pages import KvmMmuPage, MmuPages
-from .spte import SpteConfig, check_mmio_spte, get_mmio_spte_generation, is_mmio_spte
+from .spte import (
+    REMOVED_SPTE,  # a TDP MMU spte frozen while its table is replaced or freed
+    SpteConfig,
+    check_mmio_spte,
+    get_mmio_spte_generation,
+    is_mmio_spte,
+)
 
 # spte states, one colour each on screen
-NONE, NONLEAF, LEAF, LARGE_LEAF, MMIO, MMIO_STALE = (
-    "none", "nonleaf", "leaf", "large", "mmio", "mmio-stale"
+NONE, NONLEAF, LEAF, LARGE_LEAF, MMIO, MMIO_STALE, FROZEN = (
+    "none", "nonleaf", "leaf", "large", "mmio", "mmio-stale", "frozen"
 )  # fmt: skip
 PT_PAGE_SIZE_MASK = 1 << 7
 
@@ -69,6 +75,8 @@ def _cell(
 ) -> SpteCell:
     if not spte:
         return SpteCell(index, NONE, 0, None)
+    if spte == REMOVED_SPTE:
+        return SpteCell(index, FROZEN, spte, None)
     if is_mmio_spte(cfg, spte):
         state = MMIO if check_mmio_spte(cfg, spte, gen) else MMIO_STALE
         return SpteCell(index, state, spte, get_mmio_spte_generation(spte))

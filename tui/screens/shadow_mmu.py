@@ -18,30 +18,33 @@ from engine.mmu.mmu_pages import KvmMmuPage
 from engine.mmu.role import ACC_EXEC_MASK, ACC_USER_MASK, ACC_WRITE_MASK
 from engine.mmu.session import MmuSession, MmuStep
 from engine.mmu.shadow_session import ShadowSession, ShadowStep
-from engine.mmu.views import LevelSummary, levels_of, pages_by_level, spt_cells, zap_batches
+from engine.mmu.tdp_params import TdpMmuParams
+from engine.mmu.tdp_session import TdpSession, TdpStep
+from engine.mmu.views import spt_cells
 from engine.pacing import Pacer
 
 from ..widgets.lookup_bar import LookupBar
 from ..widgets.mmu_panels import GuestPanel, MmuCounters, PageLevels, SptGrid
 from .base import PlayerScreen
+from .tdp_view import rcu_page, tdp_counter_lines, tdp_notes
+from .zap_replay import ZapReplay
 
 ENGINE_BUDGET = 0.008
-ZAP_BATCH_SECONDS = 0.25  # one lock hold of a replayed zap on screen, at least
-ZAP_PAGE_SECONDS = 0.025  # and this long per page zapped under it (10 pages: 0.25 s)
-ZAP_HOLD_MAX_SECONDS = 8.0  # the longest hold shown (a slow zap of a big guest)
 REACH_SECONDS = 0.5  # the roots' reach (a networkx pass over every page) at most this often
-#: `p` cycles these: (name, spte config, shadow paging?)
+#: `p` cycles these: (name, spte config, MMU: "tdp" | "direct" | "shadow")
 PAGING_MODES = (
-    ("EPT, direct pages", "ept", False),
-    ("shadow paging (EPT off)", "shadow", True),
-    ("shadow paging, 2011: no MMIO sptes", "2011-shadow-no-mmio-cache", True),
-    ("EPT, 2011: no MMIO sptes", "2011-no-mmio-cache", False),
+    ("EPT, TDP MMU (today's default)", "ept", "tdp"),
+    ("EPT, direct pages (tdp_mmu=N)", "ept", "direct"),
+    ("shadow paging (EPT off)", "shadow", "shadow"),
+    ("shadow paging, 2011: no MMIO sptes", "2011-shadow-no-mmio-cache", "shadow"),
+    ("EPT, 2011: no MMIO sptes (direct pages, tdp_mmu=N)", "2011-no-mmio-cache", "direct"),
 )
-Session = MmuSession | ShadowSession
-Step = MmuStep | ShadowStep
+SESSION_KINDS = {"tdp": TdpSession, "direct": MmuSession, "shadow": ShadowSession}
+Session = MmuSession | ShadowSession | TdpSession
+Step = MmuStep | ShadowStep | TdpStep
 
 
-class ShadowMmuScreen(PlayerScreen):
+class ShadowMmuScreen(ZapReplay, PlayerScreen):
     BINDINGS = [
         Binding("space", "play_pause", "Play/Pause", tooltip="Play or pause the guest"),
         Binding("s", "step", "Step", tooltip="Reveal the next level of the fault (or run on)"),
@@ -51,7 +54,8 @@ class ShadowMmuScreen(PlayerScreen):
         Binding("w", "next_workload", "Workload",
                 tooltip="kernbench, netperf, churn; with shadow paging also fork, pfault"),
         Binding("p", "next_paging", "Paging",
-                tooltip="EPT, shadow paging, both without MMIO sptes (2011)"),
+                tooltip="EPT with the TDP MMU (today), EPT with direct pages (tdp_mmu=N), "
+                "shadow paging, and 2011 without MMIO sptes"),
         Binding("H", "toggle_huge_pages", "Huge pages", show=False,
                 tooltip="EPT: 2M leaves where the slot allows, or 4K only (as while "
                 "dirty logging)"),
@@ -59,6 +63,9 @@ class ShadowMmuScreen(PlayerScreen):
                 tooltip="Shadow paging: the 16-entry vtlb of seed 000 on or off"),
         Binding("z", "fast_zap", "Fast zap", tooltip="kvm_mmu_zap_all_fast: new generation"),
         Binding("Z", "slow_zap", "Slow zap", tooltip="The old kvm_mmu_zap_all: one lock hold"),
+        Binding("i", "invalidate_roots", "Roots", show=False,
+                tooltip="TDP MMU: kvm_tdp_mmu_invalidate_all_roots and the zap of the invalid "
+                "roots, without the generation flip"),
         Binding("left_square_bracket", "select(-1)", "Up a level", show=False, key_display="["),
         Binding("right_square_bracket", "select(1)", "Down a level", show=False,
                 key_display="]"),
@@ -68,7 +75,7 @@ class ShadowMmuScreen(PlayerScreen):
         super().__init__(pacer)
         self.session: Session = session
         self.seed = seed
-        self.paging = 0 if session.paging == "ept" else 1
+        self.paging = {"tdp": 0, "ept": 1}.get(session.paging, 2)
         self.vtlb = True
         self.huge_pages = True
         self.reach: list[RootReach] = []
@@ -118,11 +125,16 @@ class ShadowMmuScreen(PlayerScreen):
         self.sync_player()
 
     def _new_session(self, workload: str) -> Session:
-        _, config, shadow = PAGING_MODES[self.paging]
+        _, config, kind = PAGING_MODES[self.paging]
         layout = self.session.layout
-        if shadow:
+        if kind == "shadow":
             return ShadowSession(
                 layout, workload=workload, seed=self.seed, spte_config=config, vtlb=self.vtlb
+            )
+        if kind == "tdp":
+            params = TdpMmuParams(host_level=2 if self.huge_pages else 1)
+            return TdpSession(
+                layout, workload=workload, seed=self.seed, spte_config=config, params=params
             )
         return MmuSession(
             layout,
@@ -139,14 +151,13 @@ class ShadowMmuScreen(PlayerScreen):
         """One of PAGING_MODES, on a new guest (scenarios use this directly)."""
         self.paging = mode
         workload = self.session.workload
-        shadow = PAGING_MODES[self.paging][2]
-        names = ShadowSession.workloads if shadow else MmuSession.workloads
+        names = SESSION_KINDS[PAGING_MODES[self.paging][2]].workloads
         self._replace_session(self._new_session(workload if workload in names else names[0]))
         self.notify(f"{PAGING_MODES[self.paging][0]}: a new guest", timeout=3)
         self.redraw()
 
     def action_toggle_huge_pages(self) -> None:
-        if not isinstance(self.session, MmuSession):
+        if isinstance(self.session, ShadowSession):
             self.notify("huge pages are an EPT setting here: press p first", severity="warning")
             return
         self.huge_pages = not self.huge_pages
@@ -219,14 +230,23 @@ class ShadowMmuScreen(PlayerScreen):
             self._zap_caption(),
             self._root_reach(),
             zapping_now,
+            is_obsolete=mmu.pages.is_obsolete,
+            notes=tdp_notes(session),
         )
         grid = self.query_one(SptGrid)
-        if selected is None:
+        pending = rcu_page(session) if selected is None else None
+        if pending is not None:
+            grid.show(spt_cells(mmu.pages, pending, mmu.cfg, 0), None)  # type: ignore[arg-type]
+            grid.border_title = (
+                f"spt of sp gfn {pending.gfn:#x} l{pending.role.level}: RCU pending, "
+                "its sptes frozen until the grace period ends"
+            )
+        elif selected is None:
             grid.show_text(grid.empty_text())
             grid.border_title = "spt: no page selected (step to a fault)"
         else:
             gen = session.vm.generation(selected.role.smm)
-            grid.show(spt_cells(mmu.pages, selected, mmu.cfg, gen), marked)
+            grid.show(spt_cells(mmu.pages, selected, mmu.cfg, gen), marked)  # type: ignore[arg-type]
             obsolete = " (obsolete)" if mmu.pages.is_obsolete(selected) else ""
             gen = "" if self._era_2011() else f" gen {selected.mmu_valid_gen}{obsolete}"
             grid.border_title = f"spt of sp gfn {selected.gfn:#x} l{selected.role.level}{gen}"
@@ -245,7 +265,7 @@ class ShadowMmuScreen(PlayerScreen):
         if key == self._reach_key or (self.pacer.playing and now - self._reach_at < REACH_SECONDS):
             return self.reach
         self._reach_at, self._reach_key = now, key
-        self.reach = root_reach(pages, roots)
+        self.reach = root_reach(pages, roots)  # type: ignore[arg-type]
         return self.reach
 
     def _show_guest(self) -> None:
@@ -296,6 +316,10 @@ class ShadowMmuScreen(PlayerScreen):
 
     def _counter_lines(self) -> list[tuple[str, str]]:
         session, pages = self.session, self.session.mmu.pages
+        if isinstance(session, TdpSession):
+            lines = tdp_counter_lines(session)
+            lines += [(f"RET_PF_{n}", str(c)) for n, c in sorted(session.results.items())]
+            return lines + [(name, str(v)) for name, v in session.mmu.stat.items() if v]
         lines = [
             ("mmu_valid_gen", self._valid_gen_text()),
             ("accesses / exits", f"{session.steps} / {session.exits}"),
@@ -328,7 +352,8 @@ class ShadowMmuScreen(PlayerScreen):
 
     def _update_header(self) -> None:
         state = "▶ playing" if self.pacer.playing else "⏸ paused"
-        self.title = f"mmuscope · {self.session.layout.name} · shadow MMU"
+        mmu = "TDP MMU" if isinstance(self.session, TdpSession) else "shadow MMU"
+        self.title = f"mmuscope · {self.session.layout.name} · {mmu}"
         self.sub_title = (
             f"{PAGING_MODES[self.paging][0]} · {self.session.workload} · mmu_valid_gen "
             f"{self._valid_gen_text().split(' (')[0]} · {state} {self.pacer.speed:g}/s"
@@ -343,67 +368,8 @@ class ShadowMmuScreen(PlayerScreen):
         pages = self.session.mmu.pages
         title = f"{self.session.layout.name} · shadow pages · mmu_valid_gen {pages.mmu_valid_gen}"
         path = [sp for sp, _ in self.path]
-        return pages_to_dot(pages, title=title, path=path), pages.n_used_mmu_pages
-
-    # -- zaps -------------------------------------------------------------------------
-
-    def _start_zap(self, kind: str, zapped: int, before: list[KvmMmuPage]) -> None:
-        """Replay a zap that already happened: `before` are the pages it found, zapped
-        oldest first (kvm_zap_obsolete_pages walks active_mmu_pages from the tail)."""
-        holds = self.session.mmu.pages.lock_holds
-        alive = {sp.seq for sp in self.session.mmu.pages.pages()}
-        self.zap_ghosts = sorted((sp for sp in before if sp.seq not in alive), key=_seq)
-        self.zap_kind = kind
-        self.zap_replay = zap_batches(holds) if zapped else []
-        self._zap_at = time.monotonic()
-        self.path, self.shown = [], 0
-        self.notify(f"{kind}: {zapped} pages in {len(holds)} lock holds", timeout=4)
-        self.sync_player()
-        self.flush_events(force=True)
-        self.redraw()
-
-    def _advance_zap(self, now: float) -> None:
-        hold = self.zap_replay[0][1]
-        seconds = min(ZAP_HOLD_MAX_SECONDS, max(ZAP_BATCH_SECONDS, hold * ZAP_PAGE_SECONDS))
-        if now - self._zap_at >= seconds:
-            self._zap_at = now
-            self.zap_replay.pop(0)
-            if not self.zap_replay:
-                self.sync_player()
-
-    def _zap_caption(self) -> str:
-        if not self.zap_replay:
-            return ""
-        done, hold = self.zap_replay[0]
-        left = len(self.zap_replay) - 1
-        if self.zap_kind == "slow zap":
-            return f"slow zap: mmu_lock held over all {hold} pages; every vCPU waits"
-        return (
-            f"{self.zap_kind}: mmu_lock held, zapping pages {done + 1}-{done + hold}; "
-            f"{left} more holds after a lock break (the vCPUs run meanwhile)"
-        )
-
-    def _zap_levels(self) -> tuple[list[LevelSummary], set[int]]:
-        """The pages by level, with the replayed zap's pages not yet gone (dimmed), and
-        the seqs of the ones its current lock hold is zapping."""
-        pages = self.session.mmu.pages
-        if not self.zap_replay:
-            return pages_by_level(pages), set()
-        done, hold = self.zap_replay[0]
-        ghosts = self.zap_ghosts[done:]
-        gone = {sp.seq for sp in ghosts}
-        levels = levels_of(
-            [*pages.pages(), *ghosts], lambda sp: sp.seq in gone or pages.is_obsolete(sp)
-        )
-        return levels, {sp.seq for sp in ghosts[:hold]}
-
-    def action_fast_zap(self) -> None:
-        before = list(self.session.mmu.pages.pages())
-        self._start_zap("fast zap", self.session.mmu.zap_all_fast(), before)
-
-    def action_slow_zap(self) -> None:
-        before = list(self.session.mmu.pages.pages())
-        self._start_zap("slow zap", self.session.mmu.pages.zap_all(), before)
+        dot = pages_to_dot(pages, title=title, path=path)  # type: ignore[arg-type]
+        return dot, pages.n_used_mmu_pages
 
     # -- actions ------------------------------------------------------------------
 
@@ -513,7 +479,3 @@ def _access(access: int) -> str:
         letter if access & mask else "-"
         for letter, mask in (("w", ACC_WRITE_MASK), ("u", ACC_USER_MASK), ("x", ACC_EXEC_MASK))
     )
-
-
-def _seq(sp: KvmMmuPage) -> int:
-    return sp.seq

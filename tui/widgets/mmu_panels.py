@@ -8,6 +8,8 @@ memslot drawing, reused: a page on the path is `node-path`, an MMIO spte
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.style import Style
 from rich.text import Text
 from textual.widget import Widget
@@ -19,7 +21,7 @@ from engine.mmu.views import LevelSummary, SpteCell
 GRID_COLUMNS = 32  # 512 sptes = 16 rows of 32
 PAGES_PER_LEVEL = 6  # chips shown per level around the path
 MAX_ROOT_LINES = 3
-LEGEND = "· none  ▸ table  ■ 4K leaf  █ 2M leaf  ◆ MMIO  ◇ stale MMIO"
+LEGEND = "· none  ▸ table  ■ 4K leaf  █ 2M leaf  ◆ MMIO  ◇ stale MMIO  ✱ frozen"
 
 
 class MmuDrawing(Widget):
@@ -36,6 +38,7 @@ class MmuDrawing(Widget):
         "mmu--large",
         "mmu--mmio",
         "mmu--mmio-stale",
+        "mmu--frozen",
         "mmu--label",
     }
 
@@ -53,6 +56,7 @@ class MmuDrawing(Widget):
     MmuDrawing > .mmu--large { color: $node-hit; text-style: bold; }
     MmuDrawing > .mmu--mmio { color: $node-cache-hit; text-style: bold; }
     MmuDrawing > .mmu--mmio-stale { color: $node-miss; text-style: bold; }
+    MmuDrawing > .mmu--frozen { color: $node-miss; text-style: reverse; }
     MmuDrawing > .mmu--label { color: $text-muted; }
     """
 
@@ -74,6 +78,8 @@ class MmuDrawing(Widget):
 class PageLevels(MmuDrawing):
     """Per level: how many shadow pages, and the pages next to the one the fault used."""
 
+    _obsolete: Callable[[KvmMmuPage], bool] = staticmethod(lambda sp: bool(sp.role.invalid))
+
     def show(
         self,
         levels: list[LevelSummary],
@@ -83,9 +89,17 @@ class PageLevels(MmuDrawing):
         zapping: str = "",
         reach: list[RootReach] | None = None,
         zapping_now: set[int] | None = None,
+        *,
+        is_obsolete: Callable[[KvmMmuPage], bool] | None = None,
+        notes: list[str] | None = None,
     ) -> None:
+        """`is_obsolete`: the MMU's own test (default: another generation or invalid);
+        `notes`: extra lines (the TDP MMU's roots and RCU-pending tables)."""
         text = Text(no_wrap=True, overflow="ellipsis")
         on_path = {sp.seq for sp in path}
+        self._obsolete = is_obsolete or (
+            lambda sp: sp.mmu_valid_gen != valid_gen or bool(sp.role.invalid)
+        )
         for line in (reach or [])[:MAX_ROOT_LINES]:
             self._root_line(text, line, on_path, valid_gen)
         if reach and len(reach) > MAX_ROOT_LINES:
@@ -102,7 +116,7 @@ class PageLevels(MmuDrawing):
                     component = "selected"
                 elif zapping_now and sp.seq in zapping_now:
                     component = "mmio-stale"  # under the lock hold being replayed
-                elif sp.mmu_valid_gen != valid_gen or sp.role.invalid:
+                elif self._obsolete(sp):
                     component = "obsolete"
                 text.append(f"[{sp.gfn:#x}]", style=self.style_of(component))
                 text.append(" ")
@@ -111,6 +125,8 @@ class PageLevels(MmuDrawing):
             text.append(
                 "no shadow pages: the next fault builds a root\n", style=self.style_of("label")
             )
+        for note in notes or ():
+            text.append(note + "\n", style=self.style_of("label"))
         if zapping:
             text.append(zapping, style=self.style_of("mmio-stale"))
         self.show_text(text)
@@ -119,11 +135,14 @@ class PageLevels(MmuDrawing):
         """root gfn, its vCPUs, and the pages below it per level (networkx reach)."""
         root = reach.root
         component = "path" if root.seq in on_path else "page"
-        if root.mmu_valid_gen != valid_gen or root.role.invalid:
+        if self._obsolete(root):
             component = "obsolete"
         vcpus = ",".join(map(str, reach.vcpus))
         text.append(f"root [{root.gfn:#x}]", style=self.style_of(component))
-        text.append(f" vcpu {vcpus} reaches L4·L3·L2·L1 ", style=self.style_of("label"))
+        text.append(
+            f" count {root.root_count} vcpu {vcpus} reaches L4·L3·L2·L1 ",
+            style=self.style_of("label"),
+        )
         text.append("·".join(map(str, reach.per_level)), style=self.style_of("page"))
         shared = f" ({reach.shared} shared)" if reach.shared else ""
         text.append(f"{shared}\n", style=self.style_of("label"))
@@ -140,7 +159,7 @@ class SptGrid(MmuDrawing):
     """The 512 sptes of one page, 32 to a row; the fault's entry is marked."""
 
     SYMBOL = {"none": "·", "nonleaf": "▸", "leaf": "■", "large": "█", "mmio": "◆",
-              "mmio-stale": "◇"}  # fmt: skip
+              "mmio-stale": "◇", "frozen": "✱"}  # fmt: skip
 
     def show(self, cells: list[SpteCell], marked: int | None) -> None:
         columns, gap = self._shape()
