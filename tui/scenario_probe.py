@@ -92,6 +92,8 @@ def _mmu(screen: Any) -> Probe:
         "zap.longest": max(pages.lock_holds, default=0),
         "zap.kind": screen.zap_kind,
     }
+    values["mmu"] = PAGING_MODES[screen.paging][2]  # tdp, direct or shadow
+    values.update(_tdp(session))
     values.update({f"results.{n}": c for n, c in session.results.items()})
     for name in ("EMULATE", "FIXED", "INVALID", "RETRY", "SPURIOUS"):
         values.setdefault(f"results.{name}", 0)
@@ -119,6 +121,24 @@ def _mmu(screen: Any) -> Probe:
             "cr3_loads": session.cr3_loads,
         })  # fmt: skip
     return values
+
+
+def _tdp(session: Any) -> Probe:
+    """The TDP MMU's roots (count, validity), RCU-pending tables and frozen sptes."""
+    from engine.mmu.tdp_session import TdpSession
+
+    if not isinstance(session, TdpSession):
+        return {}
+    pages = session.mmu.pages
+    roots = pages.tdp_mmu_roots
+    return {
+        "tdp.roots": len(roots),
+        "tdp.valid_roots": sum(not r.role.invalid for r in roots),
+        "tdp.root_count": max((r.root_count for r in roots), default=0),
+        "tdp.pages": pages.tdp_mmu_pages,
+        "tdp.rcu_pending": len(pages.rcu_pending),
+        "tdp.frozen": pages.rcu_frozen,
+    }
 
 
 def _rmaps(screen: Any) -> Probe:
