@@ -143,6 +143,7 @@ def mmu_run_before(then: Iterable[str] = ()) -> Callable[[Pilot[object]], Awaita
 
 @pytest.mark.parametrize("theme", THEMES)
 def test_shadow_mmu(snap_compare: SnapCompare, theme: str) -> None:
+    """EPT with the TDP MMU, today's default: the root and its count, the fault's path."""
     app = snapshot_app(theme)
     assert snap_compare(app, terminal_size=(120, 40), run_before=mmu_run_before())
 
@@ -153,7 +154,7 @@ def test_shadow_paging(snap_compare: SnapCompare, theme: str) -> None:
 
     async def run(pilot: Pilot[object]) -> None:
         await pilot.pause()
-        await pilot.press("f2", "p")
+        await pilot.press("f2", "p", "p")  # past the TDP MMU and direct pages (tdp_mmu=N)
         await pilot.pause()
         await pilot.press(*["n"] * 9)
         await pilot.pause()

@@ -222,7 +222,10 @@ class ShadowMmuScreen(ZapReplay, PlayerScreen):
         path_pages = [sp for sp, _ in self.path[: self.shown]]
         selected, marked = self._selected()
         levels, zapping_now = self._zap_levels()
-        self.query_one(PageLevels).show(
+        panel = self.query_one(PageLevels)
+        tdp = isinstance(session, TdpSession)
+        panel.border_title = "TDP MMU page tables by level" if tdp else "shadow pages by level"
+        panel.show(
             levels,
             path_pages,
             selected,
