@@ -14,6 +14,8 @@ timestamps).  Measured:
   long a key press could wait);
 - checkpoints, every, snapshot_entries: what the index keeps at the end;
 - rss_mb: the process's peak resident memory (ru_maxrss), after the app run;
+- summary_s: `mmuscope replay TRACE --summary` on the same file, and the app's indexing
+  as a ratio of it (in_app_over_summary, ..._playing_over_summary; goal <= 2);
 - seek_ms: mean and worst time of 20 random seeks by time once indexed (restore a
   checkpoint, read on), and replay_from_start_s: what one seek would cost without the
   index (replaying from the first event to the middle).
@@ -27,6 +29,7 @@ import json
 import random
 import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -109,6 +112,18 @@ async def in_app(trace: Path, playing: bool) -> dict[str, float]:
     }
 
 
+def summary_seconds(trace: Path) -> float:
+    """`mmuscope replay TRACE --summary` on the same file, a process of its own (issue
+    13 §4: the app's indexing within 2x of it)."""
+    started = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "tui", "replay", str(trace), "--summary"],
+        check=True,
+        capture_output=True,
+    )
+    return time.perf_counter() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=1_000_000)
@@ -126,6 +141,9 @@ def main() -> None:
         rows["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         bare, index = bare_index(trace)
         rows["index_bare_s"] = bare
+        rows["summary_s"] = summary_seconds(trace)
+        rows["in_app_over_summary"] = rows["index_in_app_s"] / rows["summary_s"]
+        rows["in_app_playing_over_summary"] = rows["index_in_app_s_playing"] / rows["summary_s"]
         rows |= seeks(trace, index)
     if args.json:
         print(json.dumps(rows))
