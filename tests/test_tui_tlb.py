@@ -39,6 +39,11 @@ async def test_step_and_next_wait_advance_the_lanes(tmp_path: Path) -> None:
         lines = drawn_lines(screen.query_one(TlbLanes))
         assert sum(line.lstrip("│ ").startswith("vcpu") for line in lines) == 8
         assert any("pcpu7" in line for line in lines)  # room for the pCPUs at 120×40
+        assert any("▒" in line for line in lines if "vcpu" in line)  # the stalled spin
+        from tui.widgets.tlb_panels import LEGEND
+
+        glyphs = [glyph for glyph, _, _ in LEGEND]
+        assert len(glyphs) == len(set(glyphs)), glyphs  # one glyph per meaning
         assert screen.events_panel.counters.totals.get("flush_tlb_others_ipi", 0) > 0
         screen.sim.audit()
 

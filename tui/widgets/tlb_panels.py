@@ -3,8 +3,9 @@ scrolling time axis, the pCPUs below it when there is room, and a side panel wit
 protocol, the counters and the flush being followed.
 
 A lane cell is the state the vCPU spent most of the column in: █ running, ▓ spinning in
-its own flush (red when the flush waits on a preempted vCPU), ░ preempted (runnable,
-descheduled), ▁ halted.  Marks replace the glyph: ⚑ a flush-on-enter flag, ✓ an IPI
+its own flush, ▒ (red) spinning while the flush waits on a preempted vCPU, ░ preempted
+(runnable, descheduled), ▁ halted: one glyph per meaning, legible without colour.
+Marks replace the glyph: ⚑ a flush-on-enter flag, ✓ an IPI
 acknowledged late, at the next VM entry.  The followed flush is drawn on top: ● the
 sender where it started, ↓ each IPI'd target and ⚑ each flagged one in that column, ◆
 where each target acknowledged.  Colours come from component classes over theme
@@ -21,12 +22,13 @@ from engine.tlbflush.lanes import LaneCell, LaneHistory
 from engine.tlbflush.vcpu import Flush
 
 GLYPHS = ("█", "▓", "░", "▁")
+WAITING = "▒"  # a spinning vCPU whose flush waits on a preempted one
 STATE_CLASSES = ("running", "spinning", "preempted", "halted")
 LABEL_WIDTH = 7  # "vcpu0  "
 LEGEND = (
     ("█", "running", "running"),
     ("▓", "spinning", "spinning"),
-    ("▓", "waiting on preempted", "waiting"),
+    (WAITING, "waiting on preempted", "waiting"),
     ("░", "preempted", "preempted"),
     ("▁", "halted", "halted"),
     ("⚑", "flag", "mark"),
@@ -128,8 +130,9 @@ class TlbLanes(TlbDrawing):
             return overlay, "flush"
         if cell.mark:
             return cell.mark, "mark"
-        style = "waiting" if cell.waiting else STATE_CLASSES[cell.state]
-        return GLYPHS[cell.state], style
+        if cell.waiting:
+            return WAITING, "waiting"
+        return GLYPHS[cell.state], STATE_CLASSES[cell.state]
 
     def _overlay(self, history: LaneHistory, first: int) -> dict[tuple[int, int], str]:
         """The followed flush: where it started, and where each target answered."""
