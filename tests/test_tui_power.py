@@ -146,3 +146,33 @@ async def test_scenario_actions_run_and_switch_era(tmp_path: Path) -> None:
         assert screen.record.seq == seq and screen.record.keyfault
         assert screen.record.outcome == "emulated" and screen.record.purpose == "locate"
         screen.run.audit()
+
+
+def counter(screen: PowerScreen, name: str) -> str:
+    for line in str(screen.query_one(PowerCounters).content).splitlines():
+        if line.startswith(name):
+            return line[len(name) :].strip()
+    raise AssertionError(f"no {name!r} line")
+
+
+async def test_the_counters_follow_what_is_revealed(tmp_path: Path) -> None:
+    """In class, "HPTEs examined 16" while the path shows 2/16 gives the answer away."""
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f5")
+        await pilot.pause()
+        screen = power(app)
+        await pilot.press("n")  # fault 1, complete: 16 HPTEs examined
+        await pilot.pause()
+        assert counter(screen, "HPTEs examined") == "16"
+        forwarded = counter(screen, " forwarded")
+        await pilot.press("s", "s", "s")  # fault 2: its exit and two slots
+        await pilot.pause()
+        assert "(2/16)" in bar(screen)
+        assert counter(screen, "HPTEs examined") == "18"  # 16 + the 2 shown
+        assert counter(screen, "faults (HDSI)") == "2"
+        assert counter(screen, " forwarded") == forwarded  # its class: not yet
+        while not screen.done:
+            await pilot.press("s")
+        await pilot.pause()
+        assert counter(screen, "HPTEs examined") == str(screen.run.counters.hptes_examined)

@@ -12,6 +12,7 @@ run to the same fault, so the same access can be compared.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -21,6 +22,7 @@ from engine.pacing import Pacer
 from engine.ppc.faults import FaultRecord, Phase
 from engine.ppc.guest import MAX_RETRIES
 from engine.ppc.keys import DEFAULT_ERA, ERAS, key_conflict
+from engine.ppc.machine import PpcCounters
 from engine.ppc.pfault import DEMO, DEMO_ORDER, PASSES, PfaultRun
 from engine.ppc.views import searched_groups_dot
 
@@ -61,6 +63,7 @@ class PowerScreen(PlayerScreen):
         self.run = self._new_run(era)
         self.record: FaultRecord | None = None
         self.phases: list[Phase] = []
+        self.before: PpcCounters | None = None  # the counters before `record`
         self.shown = 0
 
     def _new_run(self, era: str) -> PfaultRun:
@@ -105,6 +108,7 @@ class PowerScreen(PlayerScreen):
         deadline = time.perf_counter() + ENGINE_BUDGET
         last = None
         for _ in range(count):
+            before = replace(self.run.counters)
             record = self.run.next_fault()
             if record is None:
                 self._restart()
@@ -113,10 +117,12 @@ class PowerScreen(PlayerScreen):
             if time.perf_counter() > deadline:
                 break
         if last is not None:
-            self._show(last, self.pacer.revealed(len(last.phases())) if self.pacer.playing else 1)
+            shown = self.pacer.revealed(len(last.phases())) if self.pacer.playing else 1
+            self._show(last, shown, before)
 
-    def _show(self, record: FaultRecord, shown: int) -> None:
+    def _show(self, record: FaultRecord, shown: int, before: PpcCounters | None = None) -> None:
         self.record = record
+        self.before = before  # the counters before this fault, for `revealed_counters`
         self.phases = record.phases()
         self.shown = max(1, min(shown, len(self.phases)))
 
@@ -139,13 +145,29 @@ class PowerScreen(PlayerScreen):
             f"HPT: {hpt.n_groups} groups of 8 (order {hpt.order}), {hpt.occupied} HPTEs"
         )
         groups.show(hpt, self.record, self.phases, self.shown)
-        self.query_one(PowerCounters).show(run.machine.era, run.counters, self.record, self.done)
+        self.query_one(PowerCounters).show(
+            run.machine.era, self.revealed_counters(), self.record, self.done
+        )
         after = self._after(self.record) if self.record is not None else ""
         self.query_one(FaultSteps).show(self.record, self.phases, self.shown, after)
         self.query_one(LookupBar).show_content(self._fault_words())
         state = "▶ playing" if self.pacer.playing else "⏸ paused"
         self.title = "mmuscope · POWER HPT"
         self.sub_title = f"era {self.era} · {self._where()} · {state} {self.pacer.speed:g}/s"
+
+    def revealed_counters(self) -> PpcCounters:
+        """The counters as far as the animation has gone: while a fault is revealed step
+        by step, it counts as a fault and by the HPTEs shown so far, and its class and
+        search count only once it is complete (in class the counters must not give the
+        answer away)."""
+        if self.done or self.before is None or self.record is None:
+            return self.run.counters
+        probes = sum(1 for p in self.phases[: self.shown] if p.what == "probe")
+        return replace(
+            self.before,
+            faults=self.before.faults + 1,
+            hptes_examined=self.before.hptes_examined + probes,
+        )
 
     def _where(self) -> str:
         what, iteration, page, label = self.run.op
@@ -204,12 +226,14 @@ class PowerScreen(PlayerScreen):
         self.redraw()
 
     def _next(self, shown: int) -> None:
+        before = replace(self.run.counters)
         record = self.run.next_fault()
         if record is None:
             self._restart()
+            before = replace(self.run.counters)
             record = self.run.next_fault()
         if record is not None:
-            self._show(record, shown)
+            self._show(record, shown, before)
 
     # -- actions for scenarios (engine.scenarios: the screen's own action names) --------
 
