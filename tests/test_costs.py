@@ -50,7 +50,10 @@ def test_each_cost_has_a_source_note(name: str) -> None:
     if cost.kind in EXACT_KINDS:
         assert cost.low == cost.central == cost.high
     if cost.kind == ESTIMATE:
-        assert cost.low < cost.central < cost.high, f"{name}: an estimate needs a low and a high"
+        # a spread is needed; the central may sit on a bound the source itself gives (one
+        # "pci rom read" in seed 003 is one zap, and a run cannot zap less than once)
+        assert cost.low <= cost.central <= cost.high, f"{name}: central outside its band"
+        assert cost.low < cost.high, f"{name}: an estimate needs a low and a high"
     if cost.kind == MEASURED:  # a measurement made here names its benchmark
         scripts = [w for w in cost.source.split() if w.startswith("benchmarks/")]
         assert scripts and all((ROOT / w.rstrip(".,;)")).exists() for w in scripts)
