@@ -214,15 +214,17 @@ async def test_dialog_texts_keep_their_brackets(tmp_path: Path) -> None:
 
 
 async def test_the_footer_says_what_seeking_and_speed_keys_do(tmp_path: Path) -> None:
-    from textual.widgets import Footer
+    from tui.widgets.key_bar import KeyBar
 
     app = build(SAMPLE, tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
-        keys = {k.key_display: k for k in app.screen.query_one(Footer).query("FooterKey")}
+        shown, _palette = app.screen.query_one(KeyBar).shown_keys()
+        keys = {k.display: k for k in shown}
         assert keys["["].description == "Seek back" and keys["]"].description == "Seek on"
         for key in ("+", "-", "[", "]"):
-            assert keys[key].tooltip, key  # words on hover and in the palette
+            # words on hover and in the palette: the binding's own tooltip, not the fallback
+            assert keys[key].tooltip and keys[key].tooltip != keys[key].description, key
 
 
 async def test_one_event_is_one_event(tmp_path: Path) -> None:
