@@ -329,7 +329,7 @@ async def drive(devtools_host: str, url: str) -> dict[str, Any]:
             key = {"key": "F2", "code": "F2", "windowsVirtualKeyCode": 113}
             await tools.call("Input.dispatchKeyEvent", type="rawKeyDown", **key)
             await tools.call("Input.dispatchKeyEvent", type="keyUp", **key)
-            await tools.wait_for_text("shadow MMU")
+            await tools.wait_for_text("TDP MMU")  # F2: the MMU screen, on today's TDP MMU
             await tools.pump(1.0)
             second = await tools.screenshot()
             requests = [

@@ -42,22 +42,43 @@ from .tdp_roots import TdpRoots
 PAGE_SHIFT = 12
 
 
+def _lpage_limits(slot: MemorySlot) -> tuple[tuple[int, int], tuple[int, int]]:
+    """`lpage_info.disallow_lpage` as gfn ranges: per level (2M, 1G), the gfns whose
+    aligned range lies inside the slot, empty when gfn and host address are aligned
+    differently (`kvm_alloc_memslot_metadata`)."""
+    ugfn = slot.userspace_addr >> PAGE_SHIFT
+    out = []
+    for level in (PG_LEVEL_2M, KVM_MAX_HUGEPAGE_LEVEL):
+        pages = kvm_pages_per_hpage(level)
+        if (slot.base_gfn ^ ugfn) & (pages - 1):
+            out.append((0, 0))
+            continue
+        lo = -(-slot.base_gfn // pages) * pages
+        hi = (slot.base_gfn + slot.npages) // pages * pages
+        out.append((lo, hi))
+    return out[0], out[1]
+
+
 class TdpHuge(TdpRoots):
+    _lpage_limits: dict[int, tuple[MemorySlot, tuple[tuple[int, int], tuple[int, int]]]]
     # -- mapping levels -------------------------------------------------------------------
 
     def kvm_mmu_max_mapping_level(self, slot: MemorySlot, gfn: int, max_level: int) -> int:
-        level = min(max_level, KVM_MAX_HUGEPAGE_LEVEL)
-        ugfn = slot.userspace_addr >> PAGE_SHIFT
-        while level > PG_LEVEL_4K:
-            pages = kvm_pages_per_hpage(level)
-            start = gfn & -pages
-            inside = slot.base_gfn <= start and start + pages <= slot.base_gfn + slot.npages
-            if inside and not (slot.base_gfn ^ ugfn) & (pages - 1):
-                break
-            level -= 1
+        level = min(max_level, KVM_MAX_HUGEPAGE_LEVEL, self.params.host_level)
         if level == PG_LEVEL_4K:
             return PG_LEVEL_4K
-        return min(self.params.host_level, level)
+        entry = self._lpage_limits.get(id(slot))  # slots are immutable values
+        if entry is None or entry[0] is not slot:
+            if len(self._lpage_limits) > 256:
+                self._lpage_limits.clear()  # slots replaced by memslot updates
+            entry = self._lpage_limits[id(slot)] = (slot, _lpage_limits(slot))
+        limits = entry[1]
+        while level > PG_LEVEL_4K:
+            lo, hi = limits[level - 2]
+            if lo <= gfn < hi:
+                return level
+            level -= 1
+        return PG_LEVEL_4K
 
     # -- splitting ----------------------------------------------------------------------
 

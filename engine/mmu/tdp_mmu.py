@@ -105,6 +105,8 @@ class TdpMmu(TdpHuge):
     ) -> None:
         super().__init__(vm, cfg, params, emit)
         self.roots: dict[int, TdpMmuPage] = {}
+        self._lpage_limits = {}
+        self._nx = self.params.nx_huge_page_workaround_enabled  # is_nx_huge_page_enabled()
         self._leaf_bits: dict[tuple[int, bool, int], tuple[int, int]] = {}
         self._slot_flags = {
             (s.as_id, s.id): s.flags for a in range(vm.address_spaces) for s in vm.memslots(a)
@@ -207,7 +209,7 @@ class TdpMmu(TdpHuge):
         return RetPf.EMULATE
 
     def kvm_mmu_hugepage_adjust(self, fault: KvmPageFault) -> None:
-        fault.huge_page_disallowed = fault.exec and self.params.nx_huge_page_workaround_enabled
+        fault.huge_page_disallowed = fault.exec and self._nx
         slot = fault.slot
         if fault.max_level == PG_LEVEL_4K or slot is None or slot.dirty_logging:
             return
@@ -244,7 +246,7 @@ class TdpMmu(TdpHuge):
                 pfn=fault.pfn | offset,
                 level=fault.goal_level,
             )
-        nx = self.params.nx_huge_page_workaround_enabled
+        nx = self._nx
         it = TdpIter(self.pages.by_pa, root, PG_LEVEL_4K, fault.gfn)
         while True:
             old = it.old_spte
@@ -308,7 +310,7 @@ class TdpMmu(TdpHuge):
         (level, writable) when the pfn allows it, else `make_spte()` itself.  Under the NX
         mitigation huge leaves are not executable."""
         access = ACC_ALL
-        if level > PG_LEVEL_4K and self.params.nx_huge_page_workaround_enabled:
+        if level > PG_LEVEL_4K and self._nx:
             access &= ~ACC_EXEC_MASK
         key = (level, writable, access)
         bits = self._leaf_bits.get(key)
