@@ -123,13 +123,19 @@ class Kvm:
 
 
 class GuestMemory:
-    """Anonymous, private memory for one memslot."""
+    """Anonymous, private memory for one memslot, `MADV_DONTFORK` as QEMU's
+    `ram_block_add` makes guest RAM: a fork of the VMM process (any subprocess its
+    host program starts) would otherwise write-protect the pages for copy-on-write, and
+    the MMU notifier's invalidation would drop the guest's sptes behind the trace's back
+    (the pid-filtered instance does not see it), so a run would no longer match the
+    model."""
 
     def __init__(self, size: int) -> None:
         if size <= 0 or size % PAGE_SIZE:
             raise ValueError(f"guest memory of {size} bytes is not a whole number of pages")
         self.size = size
         self.map = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self.map.madvise(mmap.MADV_DONTFORK)
         self.address = ctypes.addressof(ctypes.c_char.from_buffer(self.map))
 
     def write(self, offset: int, data: bytes) -> None:
