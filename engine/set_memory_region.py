@@ -217,9 +217,16 @@ def validate_region(
                 f"slot {new.id} [{new.base_gfn:#x}, {new.end_gfn:#x}) overlaps slot {other.id}"
                 f" [{other.base_gfn:#x}, {other.end_gfn:#x})",
             )
-        if new.end_gfn - 1 > limits.max_gfn:
-            raise _refuse(
-                errno.EINVAL,
-                f"slot {new.id} ends above kvm_mmu_max_gfn() {limits.max_gfn:#x}",
-            )
+        if change.change == KVM_MR_CREATE:
+            check_max_gfn(new, limits)
     return change
+
+
+def check_max_gfn(new: MemorySlot, limits: VmLimits) -> None:
+    """`kvm_arch_prepare_memory_region()` (6.18 x86.c) for CREATE and MOVE: -EINVAL past
+    `kvm_mmu_max_gfn()`.  For a MOVE it runs inside `kvm_set_memslot()`, after the old
+    slot was invalidated (a generation and a zap), which is then reverted."""
+    if new.end_gfn - 1 > limits.max_gfn:
+        raise _refuse(
+            errno.EINVAL, f"slot {new.id} ends above kvm_mmu_max_gfn() {limits.max_gfn:#x}"
+        )

@@ -27,7 +27,13 @@ from .lookup import LOOKUP_STRATEGIES, make_strategy
 from .lookup.base import CacheProbe, LookupTrace
 from .memslot import MemorySlot
 from .memslots import MemslotSet, try_get_memslot
-from .set_memory_region import MemslotChange, RegionRequest, VmLimits, validate_region
+from .set_memory_region import (
+    MemslotChange,
+    RegionRequest,
+    VmLimits,
+    check_max_gfn,
+    validate_region,
+)
 
 
 @dataclass(slots=True)
@@ -139,7 +145,11 @@ class Vm:
         if change is None:
             self._emit_ioctl(req, 0, "none")
             return
-        self._set_memslot(change)
+        try:
+            self._set_memslot(change)
+        except KvmError as err:
+            self._emit_ioctl(req, -(err.errno or 0), "refused")
+            raise
         self._emit_ioctl(req, 0, change.change)
 
     def _emit_ioctl(self, req: RegionRequest, ret: int, change: str) -> None:
@@ -163,7 +173,17 @@ class Vm:
         old = change.old
         if change.change in (KVM_MR_DELETE, KVM_MR_MOVE):
             assert old is not None
-            old = self._invalidate_memslot(slots, old)
+            invalid = self._invalidate_memslot(slots, old)
+            if change.change == KVM_MR_MOVE:
+                assert change.new is not None
+                try:
+                    check_max_gfn(change.new, self.limits)
+                except KvmError:
+                    # kvm_set_memslot(): "For DELETE/MOVE, revert the above INVALID change"
+                    slots.replace(invalid, old)
+                    self._swap_active_memslots(slots, "revert")
+                    raise
+            old = invalid
         if change.change == KVM_MR_CREATE:
             assert change.new is not None
             slots.install(change.new)

@@ -15,12 +15,14 @@ from engine.mmu.spte import (
     ACC_EXEC_MASK,
     ACC_USER_MASK,
     ACC_WRITE_MASK,
+    FROZEN_SPTE,
     KVM_MEMSLOT_GEN_UPDATE_IN_PROGRESS,
     MMIO_SPTE_GEN_HIGH_MASK,
     MMIO_SPTE_GEN_LOW_MASK,
     MMIO_SPTE_GEN_MASK,
     PT_PRESENT_MASK,
     REMOVED_SPTE,
+    SHADOW_NONPRESENT_VALUE,
     SPTE_BASE_ADDR_MASK,
     SPTE_CONFIGS,
     SPTE_MMU_PRESENT_MASK,
@@ -89,8 +91,14 @@ def test_layout_constants() -> None:
 def test_derived_masks() -> None:
     assert (EPT.shadow_mmio_value, EPT.shadow_mmio_mask, EPT.shadow_mmio_access_mask) == (
         0b110,
-        0b111,
+        0x8000_0000_0000_0007,  # RWX | SUPPRESS_VE (6.10+, kvm_mmu_set_ept_masks)
         0,
+    )
+    # EPT: SUPPRESS_VE in shadow_present_mask; A/D masks bits 8 and 9 even without A/D
+    assert EPT.shadow_present_mask == NO_CACHE_2011.shadow_present_mask == 1 << 63
+    assert (NO_CACHE_2011.shadow_accessed_mask, NO_CACHE_2011.shadow_dirty_mask) == (
+        0x100,
+        0x200,
     )
     # legacy: BIT(51) | PRESENT = 0x0008_0000_0000_0001, access mask W|U = 0b110
     assert SHADOW.shadow_mmio_value == SHADOW.shadow_mmio_mask == 0x0008_0000_0000_0001
@@ -127,17 +135,18 @@ def test_make_spte_legacy_hex() -> None:
 
 def test_make_spte_ept_hex() -> None:
     # 0x800 present | 0x200 D | 0x100 A | 0x70 WB<<3 | IPAT | 0x4 X | 0x2 W | 0x1 R (user)
-    # bits 57/58 host/MMU-writable = 0x0600_0000_0000_0000
+    # bits 57/58 host/MMU-writable = 0x0600_0000_0000_0000, SUPPRESS_VE bit 63
     spte = make_spte(EPT, 0x12345, ACC_ALL)
-    assert spte == 0x0600_0000_1234_5B77
+    assert spte == 0x8600_0000_1234_5B77
     assert spte_access_str(EPT, spte) == "rwxu"  # shadow_user_mask = R, so u prints
     assert not is_mmio_spte(EPT, spte) and is_shadow_present_pte(spte)
-    # no A/D bits: AD-disabled marker bit 52, no A/D -> 0x0610_0000_1234_5877
-    assert make_spte(NO_CACHE_2011, 0x12345, ACC_ALL) == 0x0610_0000_1234_5877
+    # no A/D bits: AD-disabled marker bit 52, no A/D -> 0x8610_0000_1234_5877
+    assert make_spte(NO_CACHE_2011, 0x12345, ACC_ALL) == 0x8610_0000_1234_5877
     # ... prefetched: R (bit 0) saved at 54, X (bit 2) at 56 = 0x0140..., RWX cleared
     tracked = make_spte(NO_CACHE_2011, 0x12345, ACC_ALL, accessed=False)
-    assert tracked == 0x0750_0000_1234_5870
-    assert spte_access_str(NO_CACHE_2011, tracked) == "----"
+    assert tracked == 0x8750_0000_1234_5870
+    # kvm_mmu_set_spte's r is `shadow_present_mask || P`: SUPPRESS_VE makes it always r
+    assert spte_access_str(NO_CACHE_2011, tracked) == "r---"
     assert "access-tracked" in describe_spte(NO_CACHE_2011, tracked, 1)
     with pytest.raises(ValueError, match="writable without read"):
         make_spte(EPT, 0x12345, ACC_WRITE_MASK | ACC_EXEC_MASK)  # would be 0b110: MMIO
@@ -146,10 +155,10 @@ def test_make_spte_ept_hex() -> None:
 def test_make_nonleaf_spte_hex() -> None:
     # legacy: 0x800 | A 0x20 | U 4 | W 2 | P 1 = 0x827
     assert make_nonleaf_spte(SHADOW, 0x1_0000_1000) == 0x1_0000_1827
-    # EPT exec-only with A/D: 0x800 | A 0x100 | X 4 | W 2 | R(user) 1 = 0x907
-    assert make_nonleaf_spte(EPT, 0x1_0000_1000) == 0x1_0000_1907
+    # EPT exec-only with A/D: 0x800 | A 0x100 | X 4 | W 2 | R(user) 1 = 0x907, SUPPRESS_VE
+    assert make_nonleaf_spte(EPT, 0x1_0000_1000) == 0x8000_0001_0000_1907
     # EPT without A/D: 0x807 plus the AD-disabled marker, bit 52
-    assert make_nonleaf_spte(NO_CACHE_2011, 0x1_0000_1000) == 0x0010_0001_0000_1807
+    assert make_nonleaf_spte(NO_CACHE_2011, 0x1_0000_1000) == 0x8010_0001_0000_1807
     assert not is_last_spte(make_nonleaf_spte(EPT, 0x1000), 2)
 
 
@@ -299,7 +308,10 @@ def test_removed_spte_is_neither_present_nor_mmio() -> None:
     for cfg in SPTE_CONFIGS.values():
         assert not is_mmio_spte(cfg, REMOVED_SPTE)
         assert not is_shadow_present_pte(REMOVED_SPTE)
-        assert describe_spte(cfg, REMOVED_SPTE, 1).startswith("removed")
+        assert describe_spte(cfg, REMOVED_SPTE, 1).startswith("frozen")
+        assert describe_spte(cfg, FROZEN_SPTE, 1).startswith("frozen")
+        assert not is_mmio_spte(cfg, FROZEN_SPTE) and not is_shadow_present_pte(FROZEN_SPTE)
+        assert describe_spte(cfg, SHADOW_NONPRESENT_VALUE, 1) == "not present"
 
 
 def test_out_of_range_inputs_are_refused() -> None:

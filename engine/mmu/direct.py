@@ -61,6 +61,8 @@ from .spte import (
     RetPf,
     SpteConfig,
     check_mmio_spte,
+    get_mmio_spte_access,
+    get_mmio_spte_generation,
     is_mmio_spte,
     is_shadow_present_pte,
     kvm_mmio_fields,
@@ -178,6 +180,7 @@ class DirectMmu:
             gen_era=gen_era,
             emit=self._emit,
             on_leaf_zapped=self._drop_leaf,
+            cfg=self.cfg,
         )
         # kvm_rmap_head.val per (as_id, slot id, level) and gfn_to_index: see RmapVal.
         self.rmap_vals: dict[RmapKey, dict[int, RmapVal]] = {}
@@ -208,9 +211,28 @@ class DirectMmu:
             self._listener(Event(name, fields))
 
     def _memslots_changed(self, event: Event) -> None:
+        """DELETE/MOVE flush (`kvm_arch_flush_shadow_memslot`) or an MMIO generation wrap
+        (`kvm_mmu_invalidate_mmio_sptes`): zap everything, fast.  A CREATE or DELETE that
+        went through resizes the page budget (`kvm_arch_commit_memory_region`)."""
+        if event.name == "kvm_set_user_memory_region":
+            if event.fields.get("ret") == 0:
+                change = str(event.fields.get("change", ""))
+                self.pages.commit_memory_region(change, self.vm.nr_memslot_pages)
+            return
         gen = int(event.fields.get("gen", 0))
         if memslot_update_zaps(event.name, gen, self.vm.address_spaces):
             self.zap_all_fast()
+
+    def free_obsolete_roots(self) -> int:
+        """KVM_REQ_MMU_FREE_OBSOLETE_ROOTS as each vCPU handles it at its next entry
+        (`kvm_mmu_free_obsolete_roots()`): drop an obsolete root; returns how many."""
+        freed = 0
+        for vcpu, root in list(self.roots.items()):
+            if self.pages.is_obsolete(root):
+                del self.roots[vcpu]
+                self.pages.put_root(root)
+                freed += 1
+        return freed
 
     # -- roots ----------------------------------------------------------------------
 
@@ -223,7 +245,8 @@ class DirectMmu:
             self.pages.put_root(root)  # KVM_REQ_MMU_FREE_OBSOLETE_ROOTS
         as_id = self.vm.vcpu(vcpu).as_id
         self.pages.make_mmu_pages_available()
-        root, _ = self.pages.get_page(0, tdp_root_role(smm=bool(as_id)))
+        role = tdp_root_role(smm=bool(as_id), ad_disabled=self.cfg.ad_disabled)
+        root, _ = self.pages.get_page(0, role)
         root.root_count += 1
         self.roots[vcpu] = root
         return root
@@ -234,8 +257,11 @@ class DirectMmu:
     # -- the fault --------------------------------------------------------------------
 
     def page_fault(self, vcpu: int, gpa: int, write: bool = False) -> RetPf:
-        """`kvm_mmu_page_fault()` for a guest-physical address."""
-        self.stat["pf_taken"] += 1
+        """`kvm_mmu_page_fault()` (6.18 mmu.c) for a guest-physical address.
+
+        A hit on a current MMIO spte (the RSVD/EPT-misconfig path,
+        `handle_mmio_page_fault()`) jumps to `emulate:`: neither `pf_taken` nor
+        `pf_emulate` counts it.  Only the `RET_PF_INVALID` path counts `pf_taken`."""
         gfn = gpa >> PAGE_SHIFT
         pages = self.pages
         root = self.roots.get(vcpu)
@@ -247,28 +273,62 @@ class DirectMmu:
             and hint[1] == gfn >> LEVEL_BITS
             and hint[0] is root
             and hint[3] == pages.stat["mmu_shadow_zapped"]
+            and not hint[2].spt[gfn & 511]  # nothing there: not an MMIO spte either
         ):
             # The walk from the root ends at this level-1 page, as when the hint was taken.
-            sp = hint[2]
-            index = gfn & 511
-            if not sp.spt[index]:  # nothing there: not an MMIO spte either
-                slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
-                if slot is not None and (
-                    not self.huge_pages or self.max_level(slot, gfn) == PG_LEVEL_4K
-                ):
-                    return self._set_leaf(sp, index, gfn, slot, PG_LEVEL_4K, write)
-                return self._direct_map(vcpu, root, gfn, slot, write)
+            self.stat["pf_taken"] += 1
+            slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
+            if (
+                slot is not None
+                and not (write and slot.flags & KVM_MEM_READONLY)
+                and (not self.huge_pages or self.max_level(slot, gfn) == PG_LEVEL_4K)
+            ):
+                return self._set_leaf(hint[2], gfn & 511, gfn, slot, PG_LEVEL_4K, write)
+            return self._slow_path(vcpu, root, gfn, slot, write)
         leaf_page, index = self._walk_existing(root, gfn)
-        if leaf_page is not None and is_mmio_spte(self.cfg, leaf_page.spt[index]):
-            spte = leaf_page.spt[index]
-            if check_mmio_spte(self.cfg, spte, self.vm.generation(root.role.smm)):
-                if self._listener is not None:
-                    self._emit("handle_mmio_page_fault", addr=0, gfn=gfn, access=ACC_ALL)
-                    self._emit_mmio(gpa, write)
-                self.stat["pf_emulate"] += 1
-                return RetPf.EMULATE
-            # A stale generation: RET_PF_INVALID, then the real fault path below.
+        if (
+            leaf_page is not None
+            and is_mmio_spte(self.cfg, leaf_page.spt[index])
+            and self._handle_mmio_page_fault(root, gfn, leaf_page.spt[index], write)
+        ):
+            return RetPf.EMULATE  # else a stale generation: RET_PF_INVALID, the real path
+        self.stat["pf_taken"] += 1
         slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
+        return self._slow_path(vcpu, root, gfn, slot, write)
+
+    def _handle_mmio_page_fault(self, root: KvmMmuPage, gfn: int, spte: int, write: bool) -> bool:
+        """`handle_mmio_page_fault(vcpu, addr, direct=true)`: True (RET_PF_EMULATE) when
+        the MMIO spte's generation is current.  The trace prints `addr` 0 (direct) and
+        `get_mmio_spte_access(spte)` = spte & shadow_mmio_access_mask (0 on EPT)."""
+        if not check_mmio_spte(self.cfg, spte, self.vm.generation(root.role.smm)):
+            return False
+        if self._listener is not None:
+            access = get_mmio_spte_access(self.cfg, spte)
+            self._emit("handle_mmio_page_fault", addr=0, gfn=gfn, access=access)
+            self._emit_mmio(gfn << PAGE_SHIFT, write)
+        return True
+
+    def max_gfn(self) -> int:
+        """`kvm_mmu_max_gfn()` with TDP on: the host's MAXPHYADDR."""
+        return (1 << (self.cfg.host_phys_bits - PAGE_SHIFT)) - 1
+
+    def _slow_path(
+        self, vcpu: int, root: KvmMmuPage, gfn: int, slot: MemorySlot | None, write: bool
+    ) -> RetPf:
+        """`direct_page_fault()` after the memslot lookup: `kvm_mmu_faultin_pfn()` may end
+        the fault before any page table is touched, otherwise `direct_map()`.
+
+        - no slot, MMIO caching off or a gfn above `kvm_mmu_max_gfn()`:
+          `kvm_handle_noslot_fault()` returns RET_PF_EMULATE at once;
+        - a write to a read-only slot: `__kvm_faultin_pfn()` gets KVM_PFN_ERR_RO_FAULT and
+          `kvm_handle_error_pfn()` returns RET_PF_EMULATE (no spte is made or changed)."""
+        if (slot is None and (not self.cfg.mmio_caching_enabled or gfn > self.max_gfn())) or (
+            slot is not None and write and slot.flags & KVM_MEM_READONLY
+        ):
+            self.stat["pf_emulate"] += 1
+            if self._listener is not None:
+                self._emit_mmio(gfn << PAGE_SHIFT, write)
+            return RetPf.EMULATE
         return self._direct_map(vcpu, root, gfn, slot, write)
 
     def _emit_mmio(self, gpa: int, write: bool) -> None:
@@ -317,8 +377,8 @@ class DirectMmu:
     def _direct_map(
         self, vcpu: int, root: KvmMmuPage, gfn: int, slot: MemorySlot | None, write: bool
     ) -> RetPf:
-        # Once per fault, before the walk (`direct_page_fault()`): freeing pages in the
-        # middle of the walk could zap the parent about to be linked.
+        # Once per fault, after faultin and with mmu_lock held, before the walk
+        # (`direct_page_fault()`): freeing pages in the walk could zap the parent.
         self.pages.make_mmu_pages_available()
         level = self.max_level(slot, gfn)
         zapped = self.pages.stat["mmu_shadow_zapped"]
@@ -348,18 +408,20 @@ class DirectMmu:
             return RetPf.SPURIOUS  # `mmu_set_spte()`: already mapped (another vCPU won)
         if sp.spt[index]:
             self._zap_leaf(sp, index)
-        if slot is None:
+        if slot is None:  # caching on (else _slow_path emulated): mark_mmio_spte()
             self.stat["pf_emulate"] += 1
-            if self.cfg.mmio_caching_enabled:
-                gen = self.vm.generation(root.role.smm)
-                sp.spt[index] = make_mmio_spte(self.cfg, gfn, ACC_ALL, gen)
-                self.stat["pf_mmio_spte_created"] += 1
-                if self._listener is not None:
-                    self._emit(
-                        "mark_mmio_spte", sptep=sp.sptep(index), gfn=gfn, access=ACC_ALL, gen=gen
-                    )
-            # 2011 (no caching): every MMIO access faults and searches again
+            gen = self.vm.generation(root.role.smm)
+            sp.spt[index] = spte = make_mmio_spte(self.cfg, gfn, ACC_ALL, gen)
+            self.stat["pf_mmio_spte_created"] += 1
             if self._listener is not None:
+                # trace_mark_mmio_spte(): access = spte & ACC_ALL, gen read back (19 bits)
+                self._emit(
+                    "mark_mmio_spte",
+                    sptep=sp.sptep(index),
+                    gfn=gfn,
+                    access=spte & ACC_ALL,
+                    gen=get_mmio_spte_generation(spte),
+                )
                 self._emit_mmio(gfn << PAGE_SHIFT, write)
             return RetPf.EMULATE
         return self._set_leaf(sp, index, gfn, slot, level, write)
@@ -377,19 +439,21 @@ class DirectMmu:
     def _set_leaf(
         self, sp: KvmMmuPage, index: int, gfn: int, slot: MemorySlot, level: int, write: bool
     ) -> RetPf:
-        """`mmu_set_spte()` for RAM: the leaf, its rmap entry, the tracepoint."""
+        """`mmu_set_spte()` for RAM: the leaf, its rmap entry, the tracepoint.
+
+        `make_spte()` (6.18 spte.c) sets the dirty mask with every writable spte, read
+        fault or write (`spte |= spte_shadow_dirty_mask(spte)` under ACC_WRITE_MASK):
+        `write` only decides the fault's path, not the spte."""
         writable = not slot.flags & KVM_MEM_READONLY
         if level == PG_LEVEL_4K:
             base = gfn
-            const, forbidden = self._spte_bits[(6 if writable else 4) | (1 if write else 0)]
+            const, forbidden = self._spte_bits[7 if writable else 5]
         else:
             base = gfn & ~((1 << level_shift(level)) - 1)
-            const, forbidden = self._spte_bits[_spte_key(level, writable, bool(write))]
+            const, forbidden = self._spte_bits[_spte_key(level, writable, True)]
         pfn = (slot.userspace_addr >> PAGE_SHIFT) + (base - slot.base_gfn)
         if pfn & forbidden:
-            spte = make_spte(
-                self.cfg, pfn, ACC_ALL, level, writable=writable, accessed=True, dirty=bool(write)
-            )
+            spte = make_spte(self.cfg, pfn, ACC_ALL, level, writable=writable, accessed=True)
         else:
             spte = const | pfn << PAGE_SHIFT
         sp.spt[index] = spte

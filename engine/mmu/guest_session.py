@@ -88,10 +88,15 @@ class GuestSession(Generic[StepT]):
     def _emit(self, name: str, **fields: FieldValue) -> None:
         self._forward(Event(name, fields))
 
-    def _vm_exit(self, vcpu: int, address: int, error_code: int) -> None:
-        """A VM exit for a page fault: counted, and traced as `kvm_page_fault`."""
+    def _vm_exit(self, vcpu: int, address: int, error_code: int, traced: bool = True) -> None:
+        """A VM exit for a page fault: counted, and traced as `kvm_page_fault` unless
+        `traced` is False (an EPT misconfiguration: `handle_ept_misconfig()` has no
+        such tracepoint)."""
         self.exits += 1
-        self._emit("kvm_page_fault", vcpu_id=vcpu, fault_address=address, error_code=error_code)
+        if traced:
+            self._emit(
+                "kvm_page_fault", vcpu_id=vcpu, fault_address=address, error_code=error_code
+            )
 
     def _result(self, ret: RetPf) -> RetPf:
         self.results[ret.name] = self.results.get(ret.name, 0) + 1

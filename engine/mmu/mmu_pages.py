@@ -23,6 +23,23 @@ Pages are linked through their sptes: a non-leaf spte holds the child's `spt_pa`
 child's `parent_ptes` holds that spte's address ("sptep", an int).  Leaf sptes belong to
 the fault path; when a page is zapped its present leaves are handed to `on_leaf_zapped`
 (the rmap side drops them).
+
+Fixed against a 6.17/6.18 mmu.c (issue 15):
+- non-leaf sptes are `make_nonleaf_spte()` (MMU-present bit, A bit or the A/D-disabled
+  marker), not `child | 0x7` (`link_shadow_page()` → `__link_shadow_page()`);
+- `__kvm_mmu_prepare_zap_page()` on a root a vCPU still uses takes it off
+  `active_mmu_pages` but leaves it accounted (`kvm_mod_used_mmu_pages(-1)` only runs for
+  `!sp->root_count`) and adds nothing to `nr_zapped`; when the last reference goes,
+  `mmu_free_root_page()` calls `kvm_mmu_prepare_zap_page()` again: a second
+  `kvm_mmu_prepare_zap_page` trace line, another `mmu_shadow_zapped`, and only then the
+  page is un-accounted and freed;
+- `kvm_zap_obsolete_pages()` yields only when `batch >= BATCH_ZAP_PAGES` *and*
+  `cond_resched_rwlock_write()` finds a waiter: `mmu_lock_contended` says whether a vCPU
+  waits for mmu_lock (True, the default: a running guest faults), else the whole walk is
+  one hold;
+- the budget follows `kvm_arch_commit_memory_region()`: every CREATE and DELETE sets it
+  to nr_memslot_pages / 50 (at least 64) through `kvm_mmu_change_mmu_pages()`, unless
+  userspace asked for a size (`n_requested_mmu_pages`, KVM_SET_NR_MMU_PAGES).
 """
 
 from __future__ import annotations
@@ -32,6 +49,7 @@ from collections.abc import Callable, Iterator
 
 from ..errors import AuditError, KvmError
 from .role import KvmMmuPageRole
+from .spte import SPTE_CONFIGS, SpteConfig, make_nonleaf_spte
 
 GOLDEN_RATIO_64 = 0x61C8864680B583EB  # include/linux/hash.h
 KVM_MMU_HASH_SHIFT = 12
@@ -43,7 +61,7 @@ KVM_MEMSLOT_PAGES_TO_MMU_PAGES_RATIO = 50
 BATCH_ZAP_PAGES = 10
 SPTES_PER_PAGE = 512
 SPT_BASE = 0x1_0000_0000  # host-physical addresses handed out for spt pages
-NONLEAF_PRESENT = 0x7  # R|W|X (EPT) or P|W|U (legacy): a present pointer to a child page
+NONLEAF_PRESENT = 0x7  # R|W|X (EPT) or P|W|U (legacy): the permission bits of a pointer
 PT_PAGE_SIZE_MASK = 1 << 7  # a leaf above 4K (2M, 1G)
 SPTE_BASE_ADDR_MASK = ((1 << 52) - 1) & ~0xFFF  # bits 12..51: the address in an spte
 
@@ -111,18 +129,23 @@ class MmuPages:
         defer_obsolete_zap: bool = False,
         emit: Emit | None = None,
         on_leaf_zapped: LeafZapped | None = None,
+        cfg: SpteConfig | None = None,
+        mmu_lock_contended: bool = True,
     ) -> None:
         if gen_era not in GEN_ERAS:
             raise ValueError(f"unknown mmu_valid_gen era {gen_era!r}: {', '.join(GEN_ERAS)}")
         self.gen_era = gen_era
+        self.cfg = cfg or SPTE_CONFIGS["ept"]
         self.defer_obsolete_zap = defer_obsolete_zap
+        self.mmu_lock_contended = mmu_lock_contended
+        self.n_requested_mmu_pages = 0  # KVM_SET_NR_MMU_PAGES; 0: the default budget
         self.mmu_valid_gen = 0
         self.n_max_mmu_pages = n_max_mmu_pages
         self.n_used_mmu_pages = 0
         self.mmu_page_hash: list[list[KvmMmuPage]] = [[] for _ in range(KVM_NUM_MMU_PAGES)]
         self.active_mmu_pages: dict[int, KvmMmuPage] = {}  # by seq: oldest first
         self.invalid_roots: dict[int, KvmMmuPage] = {}  # zapped while a vCPU used them
-        self.rezap_freed_roots = False  # put_root(): mmu_free_root_page zaps (traces) again
+        self.rezap_freed_roots = True  # put_root(): mmu_free_root_page zaps (traces) again
         self._by_pa: dict[int, KvmMmuPage] = {}
         self._seq = 0
         self.lock_holds: list[int] = []  # pages zapped per mmu_lock hold, last zap
@@ -181,9 +204,13 @@ class MmuPages:
         return self._by_pa[sptep & ~0xFFF]
 
     def link(self, parent: KvmMmuPage, index: int, child: KvmMmuPage) -> None:
-        """`link_shadow_page()`: parent's spte points at the child page."""
-        parent.spt[index] = child.spt_pa | NONLEAF_PRESENT
+        """`link_shadow_page()`: parent's spte points at the child page, built by
+        `make_nonleaf_spte(sp->spt, sp_ad_disabled(sp))` (6.18 spte.c)."""
+        parent.spt[index] = self.nonleaf_spte(child)
         child.parent_ptes.add(parent.sptep(index))
+
+    def nonleaf_spte(self, child: KvmMmuPage) -> int:
+        return make_nonleaf_spte(self.cfg, child.spt_pa, bool(child.role.ad_disabled))
 
     def child_at(self, parent: KvmMmuPage, index: int) -> KvmMmuPage | None:
         """The page a non-leaf spte points at (None for leaves: 4K, or PT_PAGE_SIZE)."""
@@ -198,11 +225,17 @@ class MmuPages:
 
     # -- zapping --------------------------------------------------------------------
 
-    def prepare_zap(self, sp: KvmMmuPage) -> None:
+    def prepare_zap(self, sp: KvmMmuPage) -> int:
         """`__kvm_mmu_prepare_zap_page()`: unlink from parents and children, drop leaves,
-        leave the hash and the active list, mark the role invalid."""
+        leave the hash and the active list, mark the role invalid.  Returns `nr_zapped`:
+        1, or 0 for a root still in use (it stays accounted until `put_root` frees it)."""
         self._emit_sp("kvm_mmu_prepare_zap_page", sp)
         self.stat["mmu_shadow_zapped"] += 1
+        if sp.role.invalid:  # mmu_free_root_page(): the last user of a zapped root left
+            self.invalid_roots.pop(sp.seq, None)
+            self.n_used_mmu_pages -= 1
+            del self._by_pa[sp.spt_pa]
+            return 1
         for sptep in list(sp.parent_ptes):
             parent = self.page_of_sptep(sptep)
             parent.spt[(sptep & 0xFFF) // 8] = 0
@@ -220,33 +253,35 @@ class MmuPages:
         sp.role = sp.role.invalidated()
         if sp.root_count:
             self.invalid_roots[sp.seq] = sp  # freed when the last vCPU lets go
-        else:
-            del self._by_pa[sp.spt_pa]
+            return 0
+        self.n_used_mmu_pages -= 1
+        del self._by_pa[sp.spt_pa]
+        return 1
 
     def _unlink(self, sp: KvmMmuPage) -> None:
         del self.active_mmu_pages[sp.seq]
         self.mmu_page_hash[kvm_page_table_hashfn(sp.gfn)].remove(sp)
-        self.n_used_mmu_pages -= 1
 
     def put_root(self, sp: KvmMmuPage) -> None:
-        """A vCPU drops its reference; a zapped root is freed with the last one.  With
-        `rezap_freed_roots` (the kernel's way; the screens leave it off) that goes
-        through `kvm_mmu_prepare_zap_page()` again (`mmu_free_root_page`): traced and
-        counted in mmu_shadow_zapped a second time."""
+        """A vCPU drops its reference (`mmu_free_root_page()`): a zapped root is zapped
+        again, and freed, with the last one: traced and counted in mmu_shadow_zapped a
+        second time, and only then un-accounted.  `rezap_freed_roots = False` frees it
+        silently (un-accounted all the same)."""
         sp.root_count -= 1
-        if sp.root_count == 0 and self.invalid_roots.pop(sp.seq, None) is not None:
+        if sp.root_count == 0 and sp.seq in self.invalid_roots:
             if self.rezap_freed_roots:
-                self._emit_sp("kvm_mmu_prepare_zap_page", sp)
-                self.stat["mmu_shadow_zapped"] += 1
-            del self._by_pa[sp.spt_pa]
+                self.prepare_zap(sp)
+            else:
+                del self.invalid_roots[sp.seq]
+                self.n_used_mmu_pages -= 1
+                del self._by_pa[sp.spt_pa]
 
     def zap_all(self) -> int:
         """The old `kvm_mmu_zap_all()`: every page, one mmu_lock hold."""
         zapped = 0
         for sp in self.pages():
             if sp.seq in self.active_mmu_pages:
-                self.prepare_zap(sp)
-                zapped += 1
+                zapped += self.prepare_zap(sp)
         self.lock_holds = [zapped]
         return zapped
 
@@ -270,19 +305,21 @@ class MmuPages:
         return self._zap_obsolete()
 
     def _zap_obsolete(self) -> int:
-        """`kvm_zap_obsolete_pages()`: oldest first, a lock break every BATCH_ZAP_PAGES."""
+        """`kvm_zap_obsolete_pages()` (6.18): oldest first; once `batch >= BATCH_ZAP_PAGES`
+        the lock is dropped only if `cond_resched_rwlock_write()` finds a waiter
+        (`mmu_lock_contended`).  `batch` adds `nr_zapped`: roots in use add nothing."""
         batch = zapped = 0
         for sp in self.pages():
             if not self.is_obsolete(sp):
                 break  # FIFO: nothing obsolete is newer than a valid page
             if sp.seq not in self.active_mmu_pages:
                 continue  # unlinked by an earlier zap in this walk
-            if batch >= BATCH_ZAP_PAGES:
-                self.lock_holds.append(batch)  # cond_resched_rwlock_write()
+            if batch >= BATCH_ZAP_PAGES and self.mmu_lock_contended:
+                self.lock_holds.append(batch)  # cond_resched_rwlock_write() yielded
                 batch = 0
-            self.prepare_zap(sp)
-            batch += 1
-            zapped += 1
+            nr_zapped = self.prepare_zap(sp)
+            batch += nr_zapped
+            zapped += nr_zapped
         if batch:
             self.lock_holds.append(batch)
         return zapped
@@ -296,8 +333,7 @@ class MmuPages:
                 break
             if sp.root_count or sp.seq not in self.active_mmu_pages:
                 continue
-            self.prepare_zap(sp)
-            zapped += 1
+            zapped += self.prepare_zap(sp)
         self.stat["mmu_recycled"] += zapped
         return zapped
 
@@ -312,6 +348,21 @@ class MmuPages:
         self.zap_oldest(KVM_REFILL_PAGES - avail)
         if not self.available():
             raise KvmError(errno.ENOSPC, "no shadow page can be reclaimed", "page fault")
+
+    def commit_memory_region(self, change: str, nr_memslot_pages: int) -> None:
+        """`kvm_arch_commit_memory_region()` (6.18 x86.c): a CREATE or DELETE resizes the
+        default budget, unless userspace set one (`n_requested_mmu_pages`)."""
+        if not self.n_requested_mmu_pages and change in ("KVM_MR_CREATE", "KVM_MR_DELETE"):
+            self.change_mmu_pages(default_mmu_pages(nr_memslot_pages))
+
+    def set_nr_mmu_pages(self, goal: int) -> None:
+        """KVM_SET_NR_MMU_PAGES (`kvm_vm_ioctl_set_nr_mmu_pages()`)."""
+        if goal < KVM_MIN_ALLOC_MMU_PAGES:
+            raise KvmError(
+                errno.EINVAL, f"{goal} < KVM_MIN_ALLOC_MMU_PAGES", "KVM_SET_NR_MMU_PAGES"
+            )
+        self.change_mmu_pages(goal)
+        self.n_requested_mmu_pages = goal
 
     def change_mmu_pages(self, goal: int) -> None:
         """`kvm_mmu_change_mmu_pages()`: shrink by zapping the oldest, then set the max."""
@@ -349,8 +400,10 @@ class MmuPages:
             self.active_mmu_pages
         ):
             raise AuditError("mmu: the page hash and active_mmu_pages disagree")
-        if self.n_used_mmu_pages != len(self.active_mmu_pages):
+        if self.n_used_mmu_pages != len(self.active_mmu_pages) + len(self.invalid_roots):
             raise AuditError("mmu: n_used_mmu_pages is off")
+        if any(not sp.root_count or not sp.role.invalid for sp in self.invalid_roots.values()):
+            raise AuditError("mmu: a zapped root nobody uses is still accounted")
         if list(self.active_mmu_pages) != sorted(self.active_mmu_pages):
             raise AuditError("mmu: active_mmu_pages out of creation order")
         seen_valid = False
@@ -365,7 +418,7 @@ class MmuPages:
     def _audit_links(self, sp: KvmMmuPage) -> None:
         for sptep in sp.parent_ptes:
             parent = self._by_pa.get(sptep & ~0xFFF)
-            if parent is None or parent.spt[(sptep & 0xFFF) // 8] != sp.spt_pa | NONLEAF_PRESENT:
+            if parent is None or parent.spt[(sptep & 0xFFF) // 8] != self.nonleaf_spte(sp):
                 raise AuditError(f"mmu: parent pte {sptep:#x} of {sp} does not point at it")
         for index in range(SPTES_PER_PAGE):
             child = self.child_at(sp, index)

@@ -5,9 +5,11 @@ are the same page only if their role words are equal, so the role is half of the
 the page hash (the gfn is the other half).  Bit order, low to high: `level:4`,
 `has_4_byte_gpte:1`, `quadrant:2`, `direct:1`, `access:3`, `invalid:1`, `efer_nx:1`,
 `cr0_wp:1`, `smep_andnot_wp:1`, `smap_andnot_wp:1`, `ad_disabled:1`, `guest_mode:1`,
-`passthrough:1`, 5 unused bits, `smm:8` (the top byte, so `kvm_memslots_for_spte_role`
-can shift it out).  The `kvm_mmu_get_page` tracepoint prints the access bits through
-`access_str[]`.
+`passthrough:1`, `is_mirror:1` (bit 19, 6.17: the TDX mirror page tables of the TDP MMU),
+4 unused bits, `smm:8` (the top byte, so `kvm_memslots_for_spte_role` can shift it out).
+Before `is_mirror` (the TDX MMU series, ≈6.14, version UNVERIFIED) bit 19 was unused: 5
+unused bits; the word is the same for every page the model makes, which never mirrors.
+The `kvm_mmu_get_page` tracepoint prints the access bits through `access_str[]`.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ _LAYOUT: tuple[tuple[str, int, int], ...] = (
     ("ad_disabled", 16, 1),
     ("guest_mode", 17, 1),
     ("passthrough", 18, 1),
+    ("is_mirror", 19, 1),
     ("smm", 24, 8),
 )
 
@@ -55,6 +58,7 @@ class KvmMmuPageRole:
     ad_disabled: int = 0
     guest_mode: int = 0
     passthrough: int = 0
+    is_mirror: int = 0
     smm: int = 0
 
     def __post_init__(self) -> None:
@@ -98,9 +102,14 @@ class KvmMmuPageRole:
         return replace(self, invalid=1)
 
 
-def tdp_root_role(levels: int = PT64_ROOT_4LEVEL, smm: bool = False) -> KvmMmuPageRole:
-    """A direct (TDP/EPT) root: every access allowed, A/D bits in use."""
-    return KvmMmuPageRole(level=levels, direct=1, access=ACC_ALL, smm=int(smm))
+def tdp_root_role(
+    levels: int = PT64_ROOT_4LEVEL, smm: bool = False, ad_disabled: bool = False
+) -> KvmMmuPageRole:
+    """A direct (TDP/EPT) root, `kvm_calc_tdp_mmu_root_page_role()` (6.18 mmu.c): every
+    access allowed; `ad_disabled = !kvm_ad_enabled` (EPT without A/D bits)."""
+    return KvmMmuPageRole(
+        level=levels, direct=1, access=ACC_ALL, smm=int(smm), ad_disabled=int(ad_disabled)
+    )
 
 
 def role_field_names() -> tuple[str, ...]:

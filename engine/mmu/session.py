@@ -23,12 +23,18 @@ from ..vm import Vm
 from .direct import DirectMmu
 from .guest_session import PFERR_WRITE, GuestSession
 from .mmu_pages import KvmMmuPage
-from .spte import SPTE_CONFIGS, RetPf, is_mmio_spte
+from .spte import PT_WRITABLE_MASK, SPTE_CONFIGS, RetPf, is_mmio_spte, is_shadow_present_pte
 
 PAGE_SHIFT = 12
 CHURN_EVERY = 50
 CHURN_SLOT = 500  # the slot id the churn workload creates and deletes
 NIC_DOORBELL, LAPIC_EOI = 0xFEBF_1000, 0xFEE0_00B0
+# The EPT violation exit qualification (asm/vmx.h): the access, the RWX the entries grant,
+# and a guest linear address that was valid and translated (a data access of the guest).
+EPT_VIOLATION_ACC_READ, EPT_VIOLATION_ACC_WRITE = 1 << 0, 1 << 1
+EPT_VIOLATION_RWX_SHIFT = 3
+EPT_VIOLATION_GVA_IS_VALID, EPT_VIOLATION_GVA_TRANSLATED = 1 << 7, 1 << 8
+PFERR_PRESENT, PFERR_RSVD = 1 << 0, 1 << 3
 MMU_WORKLOADS = ("kernbench", "netperf", "churn")
 
 
@@ -104,16 +110,37 @@ class MmuSession(GuestSession[MmuStep]):
         access = self.next_access()
         self.steps += 1
         self._vcpu = access.vcpu
+        self.mmu.root(access.vcpu)  # kvm_mmu_reload() before VM entry
         if not self.needs_exit(access):
             return MmuStep(access, False, None, update)
-        self._vm_exit(access.vcpu, access.gpa, PFERR_WRITE if access.write else 0)
+        spte = self.leaf_spte(access.vcpu, access.gpa >> PAGE_SHIFT)
+        misconfig = is_mmio_spte(self.mmu.cfg, spte)
+        code = self.exit_code(spte, access.write)
+        self._vm_exit(access.vcpu, access.gpa, code, traced=not (misconfig and self.mmu.cfg.ept))
         ret = self._result(self.mmu.page_fault(access.vcpu, access.gpa, access.write))
         return MmuStep(access, True, ret, update)
 
+    def exit_code(self, spte: int, write: bool) -> int:
+        """What `kvm_page_fault` prints as its code: under EPT the exit qualification
+        (`handle_ept_violation()`, 6.18 vmx.c: `trace_kvm_page_fault(vcpu, gpa,
+        exit_qualification)`); under NPT the #NPF error code, RSVD|P on an MMIO spte."""
+        if not self.mmu.cfg.ept:
+            if is_mmio_spte(self.mmu.cfg, spte):
+                return PFERR_RSVD | PFERR_PRESENT | (PFERR_WRITE if write else 0)
+            present = PFERR_PRESENT if is_shadow_present_pte(spte) else 0
+            return present | (PFERR_WRITE if write else 0)
+        qual = EPT_VIOLATION_ACC_WRITE if write else EPT_VIOLATION_ACC_READ
+        if is_shadow_present_pte(spte):
+            qual |= (spte & 0x7) << EPT_VIOLATION_RWX_SHIFT
+        return qual | EPT_VIOLATION_GVA_IS_VALID | EPT_VIOLATION_GVA_TRANSLATED
+
     def needs_exit(self, access: MmuAccess) -> bool:
-        """False when the CPU's own walk finds a present, non-MMIO leaf (no VM exit)."""
+        """False when the CPU's own walk finds a present, non-MMIO leaf that allows the
+        access (no VM exit); a write to a read-only leaf exits (a read-only slot)."""
         spte = self.leaf_spte(access.vcpu, access.gpa >> PAGE_SHIFT)
-        return spte == 0 or is_mmio_spte(self.mmu.cfg, spte)
+        if spte == 0 or is_mmio_spte(self.mmu.cfg, spte):
+            return True
+        return access.write and not spte & PT_WRITABLE_MASK
 
     def leaf_spte(self, vcpu: int, gfn: int) -> int:
         """The leaf spte the vCPU's current root maps `gfn` with (0 when none)."""

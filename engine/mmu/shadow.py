@@ -52,7 +52,7 @@ from .guest_pt import GuestPageTables, GuestWalk, pt_index
 from .mmu_pages import KvmMmuPage, MmuPages, default_mmu_pages, kvm_page_table_hashfn
 from .rmap import ERAS, KvmRmapHead, rmap_add
 from .rmaps_stat import KVM_LPAGE_STR, RmapHistogram
-from .role import ACC_ALL, ACC_USER_MASK, ACC_WRITE_MASK, PT64_ROOT_4LEVEL, KvmMmuPageRole
+from .role import ACC_ALL, ACC_WRITE_MASK, PT64_ROOT_4LEVEL, KvmMmuPageRole
 from .spte import (
     PT_USER_MASK,
     PT_WRITABLE_MASK,
@@ -61,6 +61,7 @@ from .spte import (
     SpteConfig,
     check_mmio_spte,
     get_mmio_spte_access,
+    get_mmio_spte_generation,
     get_mmio_spte_gfn,
     is_mmio_spte,
     is_shadow_present_pte,
@@ -120,6 +121,7 @@ class ShadowMmu:
             gen_era=gen_era,
             emit=self._emit,
             on_leaf_zapped=self._drop_leaf,
+            cfg=self.cfg,
         )
         self.rmaps: dict[tuple[int, int, int], dict[int, KvmRmapHead]] = {}
         self.shadowed_translation: dict[int, Translation] = {}  # by sptep
@@ -138,10 +140,27 @@ class ShadowMmu:
 
     def _memslots_changed(self, event: Event) -> None:
         """DELETE/MOVE flush (`kvm_arch_flush_shadow_memslot`) or an MMIO generation wrap
-        (`kvm_mmu_invalidate_mmio_sptes`): zap everything, fast."""
+        (`kvm_mmu_invalidate_mmio_sptes`): zap everything, fast.  A CREATE or DELETE that
+        went through resizes the page budget (`kvm_arch_commit_memory_region`)."""
+        if event.name == "kvm_set_user_memory_region":
+            if event.fields.get("ret") == 0:
+                change = str(event.fields.get("change", ""))
+                self.pages.commit_memory_region(change, self.vm.nr_memslot_pages)
+            return
         gen = int(event.fields.get("gen", 0))
         if memslot_update_zaps(event.name, gen, self.vm.address_spaces):
             self.zap_all_fast()
+
+    def free_obsolete_roots(self) -> int:
+        """KVM_REQ_MMU_FREE_OBSOLETE_ROOTS as each vCPU handles it at its next entry
+        (`kvm_mmu_free_obsolete_roots()`): drop an obsolete root; returns how many."""
+        freed = 0
+        for vcpu, root in list(self.roots.items()):
+            if self.pages.is_obsolete(root):
+                del self.roots[vcpu]
+                self.pages.put_root(root)
+                freed += 1
+        return freed
 
     def zap_all_fast(self) -> int:
         return self.pages.zap_all_fast()
@@ -251,19 +270,25 @@ class ShadowMmu:
     def page_fault(
         self, vcpu: int, cr3: int, gva: int, write: bool = False, user: bool = False
     ) -> RetPf:
-        """A #PF taken by the vCPU running `cr3` (a CR3 load first if it runs another)."""
-        self.stat["pf_taken"] += 1
+        """A #PF taken by the vCPU running `cr3` (a CR3 load first if it runs another).
+
+        Order of `kvm_mmu_page_fault()` → `FNAME(page_fault)` (6.18): a current MMIO
+        spte is emulated at once (RSVD path, not counted in `pf_taken` or `pf_emulate`,
+        whatever the access: the emulator checks permissions); then `pf_taken`, the guest
+        walk, the memslot, `kvm_mmu_faultin_pfn()` (no slot with caching off, or a write to
+        a read-only slot: RET_PF_EMULATE before any shadow page is touched), and only then,
+        with mmu_lock held, `make_mmu_pages_available()` and `FNAME(fetch)`."""
         if self.cr3s.get(vcpu) != cr3:
             self.cr3_load(vcpu, cr3)
-        self.pages.make_mmu_pages_available()
         root = self._root(vcpu)
         sp = root  # the lockless shadow walk of get_mmio_spte()
         while (child := self.pages.child_at(sp, pt_index(gva, sp.role.level))) is not None:
             sp = child
         index = pt_index(gva, sp.role.level)
         spte = sp.spt[index] if sp.role.level == 1 else 0
-        if is_mmio_spte(self.cfg, spte) and self._mmio_hit(root, gva, spte, write, user):
+        if is_mmio_spte(self.cfg, spte) and self._mmio_hit(root, gva, spte, write):
             return RetPf.EMULATE
+        self.stat["pf_taken"] += 1
         present = is_shadow_present_pte(spte) and not is_mmio_spte(self.cfg, spte)
         error_code = (gpt.PFERR_PRESENT_MASK if present else 0) | gpt.access_error_code(write, user)
         translated = self._translate(vcpu, gva, write, user, error_code, sp.role.level == 1)
@@ -280,6 +305,11 @@ class ShadowMmu:
                 self._emit_mmio(gfn, gva, write)
             self.stat["pf_emulate"] += 1
             return RetPf.EMULATE
+        self.pages.make_mmu_pages_available()
+        if walk is None and sp.role.invalid:  # a vtlb hit whose page the budget zapped
+            translated = self._translate(vcpu, gva, write, user, error_code, False)
+            assert translated is not None  # the vtlb agreed with the guest tables
+            gfn, access, walk = translated
         if walk is not None:
             sp, index = self._fetch(root, gva, walk), pt_index(gva, 1)
         if self.shadow_pages_of(gfn, root.role.smm) and write:
@@ -306,16 +336,15 @@ class ShadowMmu:
         self.stat["pf_emulate"] += 1
         return RetPf.EMULATE
 
-    def _mmio_hit(self, root: KvmMmuPage, gva: int, spte: int, write: bool, user: bool) -> bool:
-        access = get_mmio_spte_access(self.cfg, spte)
-        if (write and not access & ACC_WRITE_MASK) or (user and not access & ACC_USER_MASK):
-            return False  # the emulator would walk and inject the #PF: take the slow path
+    def _mmio_hit(self, root: KvmMmuPage, gva: int, spte: int, write: bool) -> bool:
+        """`handle_mmio_page_fault(vcpu, gva, direct=false)` (6.18): a current MMIO spte
+        is RET_PF_EMULATE whatever the access (the emulator's `vcpu_mmio_gva_to_gpa()`
+        checks the cached access and walks, injecting a #PF, when it forbids it)."""
         if not check_mmio_spte(self.cfg, spte, self.vm.generation(root.role.smm)):
             return False  # RET_PF_INVALID: the real fault path rebuilds it
-        gfn = get_mmio_spte_gfn(self.cfg, spte)
+        gfn, access = get_mmio_spte_gfn(self.cfg, spte), get_mmio_spte_access(self.cfg, spte)
         self._emit("handle_mmio_page_fault", addr=gva, gfn=gfn, access=access)
         self._emit_mmio(gfn, gva, write)
-        self.stat["pf_emulate"] += 1
         return True
 
     def _emit_mmio(self, gfn: int, gva: int, write: bool) -> None:
@@ -392,8 +421,14 @@ class ShadowMmu:
             self._zap_leaf(sp, index)
         gen = self.vm.generation(sp.role.smm)
         sp.spt[index] = spte = make_mmio_spte(self.cfg, gfn, access, gen)
-        access = get_mmio_spte_access(self.cfg, spte)
-        self._emit("mark_mmio_spte", sptep=sp.sptep(index), gfn=gfn, access=access, gen=gen)
+        # trace_mark_mmio_spte(): access = spte & ACC_ALL, gen read back from the spte
+        self._emit(
+            "mark_mmio_spte",
+            sptep=sp.sptep(index),
+            gfn=gfn,
+            access=spte & ACC_ALL,
+            gen=get_mmio_spte_generation(spte),
+        )
         self.stat["pf_mmio_spte_created"] += 1
         self.stat["pf_emulate"] += 1
         return RetPf.EMULATE

@@ -15,13 +15,16 @@ generation (spte bits 3-10, 52-62).  A hit counts only while that generation is 
 the L1TF mitigation, non-present sptes also set the top 5 cacheable PA bits, and the gpa
 bits those hide move up by 5.
 
-Layout modelled: after the MMU-present bit moved to 11, before SHADOW_NONPRESENT_VALUE
-(BIT(63) in non-present sptes for TDX; REMOVED_SPTE then became FROZEN_SPTE = BIT(63) |
-0x5a0 and the EPT MMIO mask gained SUPPRESS_VE).  An older kvm.git spte.h (commit
-22ab7e8b) had 18 generation bits at 3-11 and 54-62, SPTE_MMIO_MASK = 3 << 52,
-SPTE_HOST_WRITEABLE = bit 10, SPTE_MMU_WRITEABLE = bit 11.  Kernel versions of these
-changes: UNVERIFIED.  Not modelled: SME/TDX bits, nx_huge_pages, the unsync/write-protect
-decision (pass the access you want), the per-vCPU mmio info cache.
+Layout modelled: 6.17/6.18.  The MMU-present bit is 11; on EPT `shadow_present_mask` and
+the MMIO mask include SUPPRESS_VE (bit 63, `kvm_mmu_set_ept_masks()`, added for TDX in 6.10),
+`shadow_accessed_mask`/`shadow_dirty_mask` are bits 8/9 even without EPT A/D bits (the
+global `kvm_ad_enabled` decides, and A/D-disabled sptes carry SPTE_TDP_AD_DISABLED instead),
+and `FROZEN_SPTE` = BIT(63) | 0x5a0 (formerly REMOVED_SPTE = 0x5a0).  A non-present spte
+is `SHADOW_NONPRESENT_VALUE` = BIT(63) in the kernel; the model's tables keep 0 for it
+(`is_shadow_present_pte` reads both alike) and `describe_spte` names both "not present".
+An older kvm.git spte.h (commit 22ab7e8b) had 18 generation bits at 3-11 and 54-62,
+SPTE_MMIO_MASK = 3 << 52, SPTE_HOST_WRITEABLE = bit 10, SPTE_MMU_WRITEABLE = bit 11.
+Kernel versions of these changes: UNVERIFIED.  Not modelled: SME/TDX bits.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ MTRR_TYPE_WRBACK = 6
 VMX_EPT_IPAT_BIT = BIT(6)
 VMX_EPT_ACCESS_BIT = BIT(8)
 VMX_EPT_DIRTY_BIT = BIT(9)
+VMX_EPT_SUPPRESS_VE_BIT = BIT(63)
 # vmx_get_mt_mask() for RAM when the VM has no non-coherent DMA: WB, ignore guest PAT.
 EPT_RAM_MT_MASK = (MTRR_TYPE_WRBACK << VMX_EPT_MT_EPTE_SHIFT) | VMX_EPT_IPAT_BIT  # 0x70
 
@@ -108,7 +112,12 @@ MMIO_SPTE_GEN_HIGH_SHIFT = MMIO_SPTE_GEN_HIGH_START - MMIO_SPTE_GEN_LOW_BITS  # 
 MMIO_SPTE_GEN_MASK = GENMASK(MMIO_SPTE_GEN_LOW_BITS + MMIO_SPTE_GEN_HIGH_BITS - 1, 0)
 
 SHADOW_NONPRESENT_OR_RSVD_MASK_LEN = 5
-REMOVED_SPTE = 0x5A0  # TDP MMU "frozen" placeholder: no RWX bits, no PFN bits, not present
+# 6.10+ (for TDX; x86_64): every non-present spte holds BIT(63), "suppress #VE" on EPT and
+# ignored by AMD/legacy hardware in a non-present entry (spte.h SHADOW_NONPRESENT_VALUE).
+SHADOW_NONPRESENT_VALUE = BIT(63)
+# The TDP MMU's "frozen" placeholder: REMOVED_SPTE (0x5a0) before, FROZEN_SPTE today.
+REMOVED_SPTE = 0x5A0
+FROZEN_SPTE = SHADOW_NONPRESENT_VALUE | REMOVED_SPTE
 
 assert MMIO_SPTE_GEN_LOW_BITS == 8 and MMIO_SPTE_GEN_HIGH_BITS == 11  # spte.h static_assert
 assert not SPTE_MMU_PRESENT_MASK & (MMIO_SPTE_GEN_LOW_MASK | MMIO_SPTE_GEN_HIGH_MASK)
@@ -187,19 +196,23 @@ class SpteConfig:
             low_phys_bits = self.host_phys_bits - SHADOW_NONPRESENT_OR_RSVD_MASK_LEN
             m["shadow_nonpresent_or_rsvd_mask"] = GENMASK(self.host_phys_bits - 1, low_phys_bits)
         m["shadow_nonpresent_or_rsvd_lower_gfn_mask"] = GENMASK(low_phys_bits - 1, PAGE_SHIFT)
-        if self.ept:  # kvm_mmu_set_ept_masks(has_ad_bits, has_exec_only)
+        if self.ept:  # kvm_mmu_set_ept_masks(has_ad_bits, has_exec_only), 6.18
             m |= {
                 "shadow_user_mask": VMX_EPT_READABLE_MASK,
-                "shadow_accessed_mask": VMX_EPT_ACCESS_BIT if self.ad_bits else 0,
-                "shadow_dirty_mask": VMX_EPT_DIRTY_BIT if self.ad_bits else 0,
+                # kvm_ad_enabled = has_ad_bits; the masks are bits 8 and 9 either way, and
+                # an A/D-disabled spte (SPTE_TDP_AD_DISABLED) simply never sets them
+                "shadow_accessed_mask": VMX_EPT_ACCESS_BIT,
+                "shadow_dirty_mask": VMX_EPT_DIRTY_BIT,
                 "shadow_nx_mask": 0,
                 "shadow_x_mask": VMX_EPT_EXECUTABLE_MASK,
-                "shadow_present_mask": 0 if self.ept_exec_only else VMX_EPT_READABLE_MASK,
+                "shadow_present_mask": (0 if self.ept_exec_only else VMX_EPT_READABLE_MASK)
+                | VMX_EPT_SUPPRESS_VE_BIT,
                 "shadow_acc_track_mask": VMX_EPT_RWX_MASK,
                 "shadow_host_writable_mask": EPT_SPTE_HOST_WRITABLE,
                 "shadow_mmu_writable_mask": EPT_SPTE_MMU_WRITABLE,
             }
-            value, mask, access_mask = VMX_EPT_MISCONFIG_WX_VALUE, VMX_EPT_RWX_MASK, 0
+            value, access_mask = VMX_EPT_MISCONFIG_WX_VALUE, 0
+            mask = VMX_EPT_RWX_MASK | VMX_EPT_SUPPRESS_VE_BIT
         else:
             m |= {
                 "shadow_user_mask": PT_USER_MASK,
@@ -221,7 +234,7 @@ class SpteConfig:
             not self.mmio_caching
             or value & relocated
             or (value & mask) != value
-            or (value and (REMOVED_SPTE & mask) == value)
+            or (value and (FROZEN_SPTE & mask) == value)
         ):
             value = 0
         m.update(shadow_mmio_value=value, shadow_mmio_mask=mask)
@@ -229,7 +242,7 @@ class SpteConfig:
 
     @property
     def ad_disabled(self) -> bool:
-        """`sp->role.ad_disabled` for this host's TDP pages."""
+        """`sp->role.ad_disabled` for this host's TDP pages (`!kvm_ad_enabled`)."""
         return self.ept and not self.ad_bits
 
     @property
@@ -345,13 +358,17 @@ def make_spte(
     return spte if accessed else mark_spte_for_access_track(cfg, spte)
 
 
-def make_nonleaf_spte(cfg: SpteConfig, child_pa: int) -> int:
-    """`make_nonleaf_spte()`: a pointer to the shadow page at host-physical `child_pa`."""
+def make_nonleaf_spte(cfg: SpteConfig, child_pa: int, ad_disabled: bool | None = None) -> int:
+    """`make_nonleaf_spte(child_pt, ad_disabled)` (6.18 spte.c): a pointer to the shadow
+    page at host-physical `child_pa`; `ad_disabled` is the child's `sp_ad_disabled()`
+    (default: this host's TDP pages)."""
     if child_pa & ~SPTE_BASE_ADDR_MASK:
         raise ValueError(f"child page address {child_pa:#x} is not a page address")
+    if ad_disabled is None:
+        ad_disabled = cfg.ad_disabled
     spte = SPTE_MMU_PRESENT_MASK | child_pa | cfg.shadow_present_mask | PT_WRITABLE_MASK
     spte |= cfg.shadow_user_mask | cfg.shadow_x_mask
-    return spte | (SPTE_TDP_AD_DISABLED if cfg.ad_disabled else cfg.shadow_accessed_mask)
+    return spte | (SPTE_TDP_AD_DISABLED if ad_disabled else cfg.shadow_accessed_mask)
 
 
 def spte_access_str(cfg: SpteConfig, spte: int) -> str:
@@ -459,10 +476,10 @@ def updates_until_mmio_wrap(memslots_gen: int, nr_address_spaces: int = 2) -> in
 
 def describe_spte(cfg: SpteConfig, spte: int, level: int) -> str:
     """One line for the UI: what this spte at `level` means."""
-    if spte == 0:
+    if spte in (0, SHADOW_NONPRESENT_VALUE):
         return "not present"
-    if spte == REMOVED_SPTE:
-        return "removed (frozen by a TDP MMU thread)"
+    if spte in (REMOVED_SPTE, FROZEN_SPTE):
+        return "frozen (FROZEN_SPTE: a TDP MMU thread is changing it)"
     if is_mmio_spte(cfg, spte):
         gfn, gen = get_mmio_spte_gfn(cfg, spte), get_mmio_spte_generation(spte)
         access = get_mmio_spte_access(cfg, spte)
