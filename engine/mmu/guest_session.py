@@ -94,9 +94,7 @@ class GuestSession(Generic[StepT]):
         such tracepoint)."""
         self.exits += 1
         if traced:
-            self._emit(
-                "kvm_page_fault", vcpu_id=vcpu, fault_address=address, error_code=error_code
-            )
+            self._emit("kvm_page_fault", vcpu_id=vcpu, fault_address=address, error_code=error_code)
 
     def _result(self, ret: RetPf) -> RetPf:
         self.results[ret.name] = self.results.get(ret.name, 0) + 1
