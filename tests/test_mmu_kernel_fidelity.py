@@ -295,3 +295,86 @@ def test_shadow_mmu_makes_pages_available_only_on_the_fetch_path() -> None:
     assert mmu.page_fault(0, p, GVA) == RetPf.EMULATE  # noslot, caching off: emulated first
     assert mmu.page_fault(0, p, GVA + 0x1000) == RetPf.RETRY  # a guest #PF: injected
     assert calls == []
+
+
+# 9 / issue 12 §2. guest page-table writes: unsync, track_write, flooding, sync ----------
+
+
+def _mapped(mmu: ShadowMmu) -> tuple[int, int, int]:
+    """A process with one page mapped and faulted in: (cr3, level-1 table gfn, index)."""
+    p = mmu.guest.spawn()
+    mmu.guest.map(p, GVA, 0x1000)
+    assert mmu.page_fault(0, p, GVA, write=True) == RetPf.FIXED
+    walk = mmu.guest.translate(p, GVA)
+    return p, walk.table_gfn(1), gpt.pt_index(GVA, 1)
+
+
+def test_a_store_to_a_level_1_table_unsyncs_it_and_a_cr3_load_syncs_it() -> None:
+    _, mmu, events = shadow()
+    p, table, index = _mapped(mmu)
+    before = mmu.guest.pte(table, index)
+    mmu.guest.write_pte(table, index, before & ~gpt.PT_WRITABLE)  # no flush yet
+    unsync = [e for e in events if e.name == "kvm_mmu_unsync_page"]
+    assert len(unsync) == 1 and unsync[0].fields["gfn"] == table
+    assert unsync[0].fields["level"] == 1 and not unsync[0].fields["unsync"]
+    assert mmu.pages.stat["mmu_unsync"] == 1 and mmu.pages.stat["mmu_pte_write"] == 0
+    sp = mmu.shadow_pages_of(table)[0]
+    assert sp.unsync and sp.spt[index] & gpt.PT_WRITABLE  # stale: the guest took W away
+    mmu.audit()
+    mmu.cr3_load(0, p)  # KVM_REQ_MMU_SYNC: kvm_mmu_sync_roots()
+    assert [e.fields["gfn"] for e in events if e.name == "kvm_mmu_sync_page"] == [table]
+    assert not sp.unsync and mmu.pages.stat["mmu_unsync"] == 0
+    assert sp.spt[index] and not sp.spt[index] & gpt.PT_WRITABLE
+    mmu.audit()
+
+
+def test_invlpg_syncs_the_one_spte_and_leaves_the_page_unsync() -> None:
+    _, mmu, _ = shadow()
+    _p, table, index = _mapped(mmu)
+    mmu.guest.write_pte(table, index, 0)  # munmap's store, INVLPG below
+    sp = mmu.shadow_pages_of(table)[0]
+    assert sp.spt[index]
+    mmu.invlpg(0, GVA)
+    assert sp.unsync and not sp.spt[index] and mmu.rmap_count(0x1000) == 0
+    mmu.audit()
+
+
+def test_an_upper_level_store_is_emulated_and_zaps_one_spte_until_it_floods() -> None:
+    _, mmu, events = shadow()
+    p, _, _ = _mapped(mmu)
+    mmu.guest.map(p, GVA + 2 * MiB, 0x1001)  # a new PD entry: a store into the PD
+    pd = mmu.guest.translate(p, GVA).table_gfn(2)
+    assert mmu.pages.stat["mmu_pte_write"] == 1 and mmu.pages.stat["mmu_unsync"] == 0
+    pd_page = next(sp for sp in mmu.shadow_pages_of(pd) if sp.role.level == 2)
+    linked = pd_page.spt[gpt.pt_index(GVA, 2)]
+    assert linked  # the store at another index zapped nothing it did not write
+    for _ in range(2):
+        mmu.guest.write_pte(pd, 7, 0)
+    assert mmu.pages.stat["mmu_flooded"] == 1 and not mmu.shadow_pages_of(pd)
+    assert not [e for e in events if e.name == "kvm_mmu_unsync_page"]
+    mmu.audit()
+    # the PD page is rebuilt and relinked to the level-1 page, which kept its leaf; the
+    # walk through it clears its flooding count
+    assert mmu.page_fault(0, p, GVA) == RetPf.SPURIOUS
+    pd_page = next(sp for sp in mmu.shadow_pages_of(pd) if sp.role.level == 2)
+    assert pd_page.write_flooding_count == 0
+
+
+def test_a_guest_write_through_a_gva_to_its_level_1_table_unsyncs_it() -> None:
+    """The real-KVM `ptwrite` program: a CPL-3 store into its own page table."""
+    _, mmu, events = shadow()
+    p, table, _ = _mapped(mmu)
+    mmu.guest.map(p, GVA + 0x1000, table)  # the level-1 table, mapped user-writable
+    assert mmu.page_fault(0, p, GVA + 0x1000, write=True) == RetPf.FIXED  # not emulated
+    assert [e.fields["gfn"] for e in events if e.name == "kvm_mmu_unsync_page"] == [table]
+    mmu.audit()
+
+
+def test_before_unsync_every_shadowed_table_store_is_tracked() -> None:
+    vm = build_vm(preset("pc-4g"))
+    mmu = ShadowMmu(vm, SPTE_CONFIGS["shadow"], unsync=False)
+    _p, table, index = _mapped(mmu)
+    mmu.guest.write_pte(table, index, 0)
+    assert mmu.pages.stat["mmu_pte_write"] == 1 and mmu.pages.stat["mmu_unsync"] == 0
+    assert not mmu.shadow_pages_of(table)[0].spt[index]  # zapped at once
+    mmu.audit()

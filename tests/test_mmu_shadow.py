@@ -147,7 +147,15 @@ def test_shadowing_a_table_write_protects_it_and_a_write_is_emulated() -> None:
     assert mmu.shadow_pages_of(q)
     assert mmu.page_fault(0, p, GVA) == RetPf.SPURIOUS  # reads are fine
     assert mmu.page_fault(0, p, GVA, write=True) == RetPf.EMULATE
-    assert not mmu.shadow_pages_of(q)  # kvm_mmu_unprotect_page zapped them
+    # RET_PF_WRITE_PROTECTED, emulated: the store (the guest's write_pte) is tracked,
+    # kvm_mmu_track_write zaps that spte only; the third in a row floods the page
+    assert mmu.shadow_pages_of(q)
+    index = gpt.pt_index(GVA, 4)
+    for store in range(3):
+        mmu.guest.write_pte(q, index, mmu.guest.pte(q, index))
+        assert mmu.pages.stat["mmu_pte_write"] == store + 1
+        assert bool(mmu.shadow_pages_of(q)) == (store < 2)
+    assert mmu.pages.stat["mmu_flooded"] == 1
     zaps = [e for e in events if e.name == "kvm_mmu_prepare_zap_page"]
     assert zaps[-1].fields["gfn"] == q and zaps[-1].fields["level"] == 4
     mmu.audit()
@@ -162,8 +170,9 @@ def test_a_write_that_would_map_its_own_table_is_emulated() -> None:
     _, mmu, _ = guest()
     p = mmu.guest.spawn()
     mmu.guest.map(p, GVA, p)  # the PML4 mapped into itself
+    # mmu_set_spte() made the spte read-only (write-tracked gfn) before emulating
     assert mmu.page_fault(0, p, GVA, write=True) == RetPf.EMULATE
-    assert mmu.page_fault(0, p, GVA) == RetPf.FIXED
+    assert mmu.page_fault(0, p, GVA) == RetPf.SPURIOUS
     assert not leaf(mmu, 0, GVA) & PT_WRITABLE_MASK
     mmu.audit()
 
@@ -173,11 +182,14 @@ def test_guest_pte_stores_zap_the_shadowed_spte() -> None:
     p = mmu.guest.spawn()
     mmu.guest.map(p, GVA, DATA[0])
     mmu.page_fault(0, p, GVA, write=True)
-    mmu.guest.protect(p, GVA, writable=False)  # mprotect: the store is trapped
-    assert leaf(mmu, 0, GVA) == 0 and mmu.rmap_count(DATA[0]) == 0
+    # mprotect: the level-1 table goes unsync at the store; the guest's INVLPG syncs the
+    # spte (FNAME(sync_spte)): read-only now, still on its rmap
+    mmu.guest.protect(p, GVA, writable=False)
+    assert leaf(mmu, 0, GVA) and not leaf(mmu, 0, GVA) & PT_WRITABLE_MASK
+    assert mmu.rmap_count(DATA[0]) == 1 and mmu.pages.stat["mmu_unsync"] == 1
     assert mmu.page_fault(0, p, GVA, write=True) == RetPf.RETRY
-    mmu.guest.protect(p, GVA, writable=True)
-    assert mmu.page_fault(0, p, GVA, write=True) == RetPf.FIXED
+    mmu.guest.protect(p, GVA, writable=True)  # the INVLPG's sync made it writable again
+    assert mmu.page_fault(0, p, GVA, write=True) == RetPf.SPURIOUS
     mmu.guest.map(p, GVA, DATA[1])  # remap: the old leaf goes
     assert mmu.rmap_count(DATA[0]) == 0
     assert mmu.page_fault(0, p, GVA) == RetPf.FIXED and mmu.rmap_count(DATA[1]) == 1
@@ -192,10 +204,11 @@ def test_a_cow_fork_write_protects_the_parent() -> None:
     mmu.guest.map(p, GVA, DATA[0])
     mmu.page_fault(0, p, GVA, write=True)
     child = mmu.guest.fork(p, cow=True)
-    assert leaf(mmu, 0, GVA) == 0  # the parent's pte lost W: spte zapped
+    # the parent's pte lost W: its table went unsync, the flush synced the spte read-only
+    assert leaf(mmu, 0, GVA) and not leaf(mmu, 0, GVA) & PT_WRITABLE_MASK
     assert mmu.page_fault(0, p, GVA, write=True) == RetPf.RETRY  # the guest's COW fault
     assert mmu.page_fault(1, child, GVA) == RetPf.FIXED
-    assert mmu.rmap_count(DATA[0]) == 1
+    assert mmu.rmap_count(DATA[0]) == 2
     mmu.audit()
 
 

@@ -98,6 +98,7 @@ class KvmMmuPage:
         "spt",
         "spt_pa",
         "unsync",
+        "write_flooding_count",
     )
 
     def __init__(self, gfn: int, role: KvmMmuPageRole, gen: int, seq: int) -> None:
@@ -109,6 +110,7 @@ class KvmMmuPage:
         self.spt_pa = SPT_BASE + seq * 4096
         self.root_count = 0
         self.unsync = False
+        self.write_flooding_count = 0  # emulated writes since a fault walked through it
         self.parent_ptes: set[int] = set()
 
     def sptep(self, index: int) -> int:
@@ -150,7 +152,11 @@ class MmuPages:
         self._seq = 0
         self.lock_holds: list[int] = []  # pages zapped per mmu_lock hold, last zap
         self.stat = dict.fromkeys(
-            ("mmu_cache_miss", "mmu_shadow_zapped", "mmu_recycled", "max_mmu_page_hash_collisions"),
+            (
+                *("mmu_cache_miss", "mmu_shadow_zapped", "mmu_recycled"),
+                *("max_mmu_page_hash_collisions", "mmu_unsync", "mmu_pte_write"),
+                *("mmu_flooded", "mmu_pde_zapped"),
+            ),
             0,
         )
         self._emit = emit or (lambda name, **fields: None)
@@ -236,6 +242,9 @@ class MmuPages:
             self.n_used_mmu_pages -= 1
             del self._by_pa[sp.spt_pa]
             return 1
+        if sp.unsync:  # kvm_unlink_unsync_page()
+            sp.unsync = False
+            self.stat["mmu_unsync"] -= 1
         for sptep in list(sp.parent_ptes):
             parent = self.page_of_sptep(sptep)
             parent.spt[(sptep & 0xFFF) // 8] = 0
@@ -372,6 +381,10 @@ class MmuPages:
         self.n_max_mmu_pages = goal
 
     # -- events and audit ---------------------------------------------------------
+
+    def emit_sp(self, name: str, sp: KvmMmuPage) -> None:
+        """A shadow-page tracepoint (`KVM_MMU_PAGE_PRINTK`) for `sp` as it is now."""
+        self._emit_sp(name, sp)
 
     def _emit_sp(self, name: str, sp: KvmMmuPage, **extra: bool) -> None:
         role = sp.role

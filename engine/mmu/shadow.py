@@ -2,57 +2,55 @@
 
 `ShadowMmu.page_fault(vcpu, cr3, gva, write, user)` follows `kvm_mmu_page_fault()` ->
 `FNAME(page_fault)` (arch/x86/kvm/mmu/paging_tmpl.h, mmu.c):
-- a cached MMIO spte, found by a shadow walk of the gva, whose generation is current and
-  whose access allows the request: `handle_mmio_page_fault()`, RET_PF_EMULATE with no
-  guest walk and no memslot search (`addr` is the gva for indirect MMUs);
+- a cached MMIO spte, found by a shadow walk of the gva, whose generation is current:
+  `handle_mmio_page_fault()`, RET_PF_EMULATE whatever the access, with no guest walk, no
+  memslot search and no `pf_taken` (`addr` is the gva for indirect MMUs);
 - `FNAME(walk_addr)` (`GuestPageTables.walk`), or with `vtlb=True` a vtlb hit when the
   shadow path to the last-level page exists (a vtlb entry holds a gfn, not the table
   gfns that new shadow pages would need);
 - a guest #PF is "injected" (`kvm_inject_emulated_page_fault`: `injected[vcpu]` = (gva,
   pferr), stat `pf_guest`) and the result is RET_PF_RETRY, which nothing else returns;
-- a write to a gfn KVM shadows (write-protected) is emulated: `kvm_mmu_unprotect_page()`
-  zaps every shadow page of that gfn, RET_PF_EMULATE.  A write to a read-only slot and an
-  MMIO gfn that cannot be cached are RET_PF_EMULATE too (`kvm_handle_noslot_fault`);
-- `FNAME(fetch)`: from the root down, the indirect page of each guest table
-  (`kvm_mmu_get_child_sp(table_gfn, direct=0, walker->pt_access[])`), keyed by the
-  table's gfn and role; below a guest 2M/1G page, direct pages keyed by its base gfn.  A
-  new indirect page is `account_shadowed()`: the leaves mapping its gfn are
-  write-protected through the gfn's rmap (`kvm_mmu_slot_gfn_write_protect`);
+- a present write fault on a write-tracked gfn (an upper-level table) is
+  RET_PF_WRITE_PROTECTED, emulated (`page_fault_handle_page_track()`).  A write to a
+  read-only slot and an MMIO gfn that cannot be cached are RET_PF_EMULATE before any
+  shadow page is touched (`kvm_mmu_faultin_pfn()`, `kvm_handle_noslot_fault()`);
+- then, with mmu_lock, `make_mmu_pages_available()` and `FNAME(fetch)`: from the root
+  down, the indirect page of each guest table (`kvm_mmu_get_child_sp(table_gfn,
+  direct=0, walker->pt_access[])`), keyed by the table's gfn and role; below a guest
+  2M/1G page, direct level-1 pages keyed by its base gfn (the host backs guest memory
+  with 4K pages here: `host_pfn_mapping_level` is 4K).  A new indirect page is
+  `account_shadowed()`: the leaves mapping its gfn are write-protected;
 - the leaf (`mmu_set_spte`): an MMIO spte with the generation (`mark_mmio_spte`), or a 4K
-  spte of the slot's host page, read-only while the gfn is shadowed or, on a read, while
-  the gpte is clean (`FNAME(protect_clean_gpte)`), put on the rmap of (slot, 4K, gfn) by
-  `rmap_add` (RMAP_RECYCLE_THRESHOLD included): processes sharing a gfn grow that rmap.
-A guest pte store to a shadowed table is `kvm_mmu_track_write()`: the spte at that index
-of every page shadowing the table is zapped.  `cr3_load` = `kvm_mmu_new_pgd()` +
+  spte of the slot's host page, read-only on a read while the gpte is clean
+  (`FNAME(protect_clean_gpte)`); a writable spte unsyncs the gfn's level-1 pages or,
+  for a write-tracked gfn, stays read-only (`mmu_try_to_unsync_pages()`); it goes on the
+  rmap of (slot, 4K, gfn) by `rmap_add` (RMAP_RECYCLE_THRESHOLD included).
+A guest pte store into a shadowed table unsyncs a level-1 table or is
+`kvm_mmu_track_write()` (write flooding included); a CR3 load syncs the root's unsync
+pages, INVLPG one spte (`shadow_sync`).  `cr3_load` = `kvm_mmu_new_pgd()` +
 `kvm_mmu_load()` (ref-counted roots, no prev_roots cache); `invlpg` = `kvm_mmu_invlpg()`.
 
 `pte_prefetch=True` adds `FNAME(pte_prefetch)` (prefetch.py); dirty logging is
 `dirty_log.DirtyLogging`.
-Simplified: no unsync pages (KVM lets last-level tables go unsync and write-tracks only
-upper levels; here every shadowed table stays write-protected, as before 2008); a guest
-pte store zaps that one spte (no write-flooding or misaligned-write zaps);
-`kvm_mmu_unprotect_page` stands for the emulated data write into a table (its value is
-not modelled); 4K leaves only; `drop_process` zaps the exited process's shadow pages at
-once (KVM leaves them to write flooding, reuse or recycling); one
-`make_mmu_pages_available` per fault; CR0.WP=1, no SMEP/SMAP/PKU, no fast_page_fault,
-no per-vCPU mmio info cache.
+Simplified: 4K leaves only; `drop_process` zaps the exited process's shadow pages at
+once (KVM leaves them to write flooding, reuse or recycling); guest kernel table stores
+are not counted as exits; CR0.WP=1, no SMEP/SMAP/PKU, no fast_page_fault.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
 
-from ..errors import AuditError
 from ..events import Event, FieldValue
 from ..memslot import MemorySlot
 from ..vm import Vm
 from . import guest_pt as gpt
+from . import shadow_sync
 from .guest_pt import GuestPageTables, GuestWalk, pt_index
 from .mmu_pages import KvmMmuPage, MmuPages, default_mmu_pages, kvm_page_table_hashfn
 from .rmap import ERAS, KvmRmapHead, rmap_add
-from .rmaps_stat import KVM_LPAGE_STR, RmapHistogram
 from .role import ACC_ALL, ACC_WRITE_MASK, PT64_ROOT_4LEVEL, KvmMmuPageRole
+from .shadow_rmap import ShadowRmaps, Translation
 from .spte import (
     PT_USER_MASK,
     PT_WRITABLE_MASK,
@@ -76,24 +74,15 @@ from .vtlb import VcpuVtlbs
 PAGE_SHIFT = 12
 STATS = (
     *("pf_taken", "pf_fixed", "pf_emulate", "pf_spurious", "pf_mmio_spte_created", "pf_guest"),
-    *("wrprot_sptes", "unprotect_zapped", "rmap_recycled"),
+    *("wrprot_sptes", "unprotect_zapped", "rmap_recycled", "synced_pages", "synced_sptes"),
 )
-
-
-class Translation(NamedTuple):
-    """What a present leaf maps (`sp->shadowed_translation`) and where its rmap is."""
-
-    as_id: int
-    slot_id: int
-    gfn: int
-    rmap_index: int
 
 
 def _spte_index(sptep: int) -> int:
     return (sptep & 0xFFF) // 8
 
 
-class ShadowMmu:
+class ShadowMmu(ShadowRmaps):
     """One VM's shadow MMU: guest tables, indirect shadow pages, leaves, rmaps, vtlb."""
 
     def __init__(
@@ -108,12 +97,14 @@ class ShadowMmu:
         vtlb_policy: str = "round-robin",
         emit: Callable[[Event], None] | None = None,
         pte_prefetch: bool = False,
+        unsync: bool = True,
     ) -> None:
         self.vm = vm
         self.cfg = cfg or SPTE_CONFIGS["shadow"]
         if self.cfg.ept:
             raise ValueError("shadow paging uses the legacy PTE format: pick a non-EPT config")
         self.era = ERAS[pte_list_era]
+        self.unsync_enabled = unsync  # False: before 2.6.27, every shadowed table tracked
         self._listener = emit
         self.guest = guest or GuestPageTables.in_memslot(vm, emit=emit)
         self.pages = MmuPages(
@@ -168,23 +159,39 @@ class ShadowMmu:
     # -- roots, CR3 and the TLB ------------------------------------------------------
 
     def cr3_load(self, vcpu: int, cr3: int) -> KvmMmuPage:
-        """MOV to CR3: flush the vtlb, drop the old root, load the one for `cr3`."""
+        """MOV to CR3: flush the vtlb, drop the old root, load the one for `cr3`, and
+        sync its unsync pages (KVM_REQ_MMU_SYNC → `kvm_mmu_sync_roots()`)."""
         self._put_root(vcpu)
         self.cr3s[vcpu] = cr3
         if self.vtlbs is not None:
             self.vtlbs[vcpu].flush()
         self.pages.make_mmu_pages_available()
-        return self._root(vcpu)
+        root = self._root(vcpu)
+        shadow_sync.sync_roots(self, root)
+        return root
 
     def invlpg(self, vcpu: int, gva: int) -> None:
-        """`kvm_mmu_invlpg()`: with every page in sync, only the vtlb has work to do."""
+        """`kvm_mmu_invlpg()` → `kvm_mmu_invalidate_addr()`: sync the gva's spte in each
+        unsync page on its path, then the vtlb."""
+        root = self.roots.get(vcpu)
+        if root is not None and not self.pages.is_obsolete(root):
+            shadow_sync.invalidate_addr(self, root, gva)
         if self.vtlbs is not None:
             self.vtlbs[vcpu].invlpg(gva)
 
     def _guest_tlb_flush(self, cr3: int, gva: int | None) -> None:
         """The guest changed a present pte of `cr3`: INVLPG or CR3 reload where it runs."""
+        vcpus = [v for v, c in self.cr3s.items() if c == cr3]
+        for vcpu in vcpus:
+            root = self.roots.get(vcpu)
+            if root is None or self.pages.is_obsolete(root):
+                continue
+            if gva is None:
+                shadow_sync.sync_roots(self, root)
+            else:
+                shadow_sync.invalidate_addr(self, root, gva)
         if self.vtlbs is not None:
-            self.vtlbs.guest_flush([v for v, c in self.cr3s.items() if c == cr3], gva)
+            self.vtlbs.guest_flush(vcpus, gva)
 
     def _put_root(self, vcpu: int) -> None:
         root = self.roots.pop(vcpu, None)
@@ -234,18 +241,25 @@ class ShadowMmu:
         ]
 
     def _account_shadowed(self, sp: KvmMmuPage) -> None:
-        """`account_shadowed()`: write-protect every leaf mapping the table's gfn."""
+        """`account_shadowed()`: write-protect every leaf mapping the table's gfn (an
+        upper-level page also write-tracks it: `shadow_sync.write_tracked`)."""
+        wrprot = self.write_protect_gfn(sp.role.smm, sp.gfn)
+        self._emit("account_shadowed", gfn=sp.gfn, level=sp.role.level, wrprot=wrprot)
+
+    def write_protect_gfn(self, as_id: int, gfn: int) -> int:
+        """`kvm_mmu_slot_gfn_write_protect()`: clear W on every leaf mapping `gfn`."""
         wrprot = 0
-        for sptep in self._rmap_of(sp.role.smm, sp.gfn):
+        for sptep in self._rmap_of(as_id, gfn):
             holder, index = self.pages.page_of_sptep(sptep), _spte_index(sptep)
             if holder.spt[index] & PT_WRITABLE_MASK:
                 holder.spt[index] &= ~(PT_WRITABLE_MASK | self.cfg.shadow_mmu_writable_mask)
                 wrprot += 1
         self.stat["wrprot_sptes"] += wrprot
-        self._emit("account_shadowed", gfn=sp.gfn, level=sp.role.level, wrprot=wrprot)
+        return wrprot
 
     def unprotect_page(self, gfn: int) -> int:
-        """`kvm_mmu_unprotect_page()`: zap every page shadowing `gfn`."""
+        """Zap every page shadowing `gfn`: `__kvm_mmu_unprotect_gfn_and_retry()` today
+        (formerly `kvm_mmu_unprotect_page()`)."""
         zapped = 0
         for sp in self.shadow_pages_of(gfn):
             if sp.seq in self.pages.active_mmu_pages:
@@ -256,14 +270,8 @@ class ShadowMmu:
         return zapped
 
     def _track_write(self, table_gfn: int, index: int, old: int, new: int) -> None:
-        """`kvm_mmu_track_write()`: a guest pte store; zap that spte where it is shadowed."""
-        for sp in self.shadow_pages_of(table_gfn):
-            child = self.pages.child_at(sp, index)
-            if child is not None:
-                child.parent_ptes.discard(sp.sptep(index))
-            elif sp.spt[index]:
-                self._drop_leaf(sp, index, sp.spt[index])
-            sp.spt[index] = 0
+        """A guest pte store: unsync, or `kvm_mmu_track_write()` (`shadow_sync`)."""
+        shadow_sync.guest_store(self, table_gfn, index, new)
 
     # -- the fault ---------------------------------------------------------------------
 
@@ -296,8 +304,8 @@ class ShadowMmu:
             return RetPf.RETRY
         gfn, access, walk = translated
         slot = self.vm.vcpu_gfn_to_memslot(vcpu, gfn)
-        if write and self.shadow_pages_of(gfn, root.role.smm):
-            return self._emulate_table_write(gfn)
+        if write and present and shadow_sync.write_tracked(self, gfn, root.role.smm):
+            return self._write_protected()  # page_fault_handle_page_track()
         if (slot is None and not self._mmio_cacheable(gfn)) or (
             slot is not None and write and slot.readonly
         ):
@@ -312,8 +320,6 @@ class ShadowMmu:
             gfn, access, walk = translated
         if walk is not None:
             sp, index = self._fetch(root, gva, walk), pt_index(gva, 1)
-        if self.shadow_pages_of(gfn, root.role.smm) and write:
-            return self._emulate_table_write(gfn)  # fetch just shadowed the faulting gfn
         if slot is None:
             ret = self._set_mmio_spte(sp, index, gfn, access)
             self._emit_mmio(gfn, gva, write)
@@ -331,8 +337,9 @@ class ShadowMmu:
         """`mmu_set_spte(..., prefetch=true)`: a leaf no fault asked for."""
         self._set_spte(sp, index, gfn, access, slot, False, False, prefetch=True)
 
-    def _emulate_table_write(self, gfn: int) -> RetPf:
-        self.unprotect_page(gfn)
+    def _write_protected(self) -> RetPf:
+        """RET_PF_WRITE_PROTECTED → `kvm_mmu_write_protect_fault()`: emulate the store
+        (its `kvm_mmu_track_write()` is the guest's `write_pte` of the value)."""
         self.stat["pf_emulate"] += 1
         return RetPf.EMULATE
 
@@ -406,6 +413,7 @@ class ShadowMmu:
             else:
                 gfn = walk.gfn & ~((1 << 9 * (level - 1)) - 1)
                 role = sp.role.child(walk.access, direct=True)
+            sp.write_flooding_count = 0  # clear_sp_write_flooding_count()
             child = self.pages.child_at(sp, index)
             if child is None or child.gfn != gfn or child.role.word != role.word:
                 if child is not None:
@@ -413,6 +421,7 @@ class ShadowMmu:
                 child = self._get_page(gfn, role)
                 self.pages.link(sp, index, child)
             sp = child
+        sp.write_flooding_count = 0
         return sp
 
     def _set_mmio_spte(self, sp: KvmMmuPage, index: int, gfn: int, access: int) -> RetPf:
@@ -445,10 +454,19 @@ class ShadowMmu:
         *,
         prefetch: bool = False,
     ) -> RetPf:
-        """`mmu_set_spte()` for a RAM gfn (`prefetch`: no fault, not in pf_fixed)."""
+        """`mmu_set_spte()` for a RAM gfn (`prefetch`: no fault, not in pf_fixed): a
+        writable spte unsyncs the gfn's level-1 pages, or stays read-only for a
+        write-tracked gfn (or, prefetched, a gfn with a page still in sync), and a write
+        fault then is RET_PF_WRITE_PROTECTED, emulated (`mmu_try_to_unsync_pages()`)."""
         as_id, spte, sptep = sp.role.smm, sp.spt[index], sp.sptep(index)
-        if self.shadow_pages_of(gfn, as_id):
-            access &= ~ACC_WRITE_MASK  # mmu_try_to_unsync_pages(): write-protected gfn
+        wrprot = False
+        if (
+            access & ACC_WRITE_MASK
+            and not spte & PT_WRITABLE_MASK  # an old writable spte: already unsync
+            and shadow_sync.try_to_unsync(self, gfn, as_id, prefetch=prefetch)
+        ):
+            access &= ~ACC_WRITE_MASK
+            wrprot = True
         pfn = (slot.userspace_addr >> PAGE_SHIFT) + (gfn - slot.base_gfn)
         needs = (PT_WRITABLE_MASK if write else 0) | (PT_USER_MASK if user else 0)
         present = is_shadow_present_pte(spte) and not is_mmio_spte(self.cfg, spte)
@@ -469,55 +487,11 @@ class ShadowMmu:
             del heads[key]
             self.stat["rmap_recycled"] += len(recycled)
         self._emit("kvm_mmu_set_spte", gfn=gfn, spte=spte, level=1, sptep=sptep)
+        if wrprot and write:
+            return self._write_protected()
         if not prefetch:
             self.stat["pf_fixed"] += 1
         return RetPf.FIXED
-
-    # -- rmaps ------------------------------------------------------------------------
-
-    def _rmap(self, as_id: int, slot_id: int) -> dict[int, KvmRmapHead]:
-        return self.rmaps.setdefault((as_id, slot_id, 1), {})
-
-    def _rmap_of(self, as_id: int, gfn: int) -> list[int]:
-        slot = self.vm.gfn_to_memslot(gfn, as_id)
-        head = self.rmaps.get((as_id, slot.id, 1), {}).get(gfn - slot.base_gfn) if slot else None
-        return list(head) if head is not None else []
-
-    def rmap_count(self, gfn: int, as_id: int = 0) -> int:
-        """`pte_list_count()` of the gfn's 4K rmap: how many sptes map it."""
-        return len(self._rmap_of(as_id, gfn))
-
-    def rmaps_stat(self, *, log2: bool = False) -> RmapHistogram:
-        """debugfs `mmu_rmaps_stat`: every rmap head of every slot, empty ones included
-        (`kvm_mmu_slot_lpages()` heads per level)."""
-        histogram = RmapHistogram(log2=log2)
-        for as_id in range(self.vm.address_spaces):
-            for slot in self.vm.memslots(as_id):
-                for level, name in enumerate(KVM_LPAGE_STR, start=1):
-                    shift = 9 * (level - 1)
-                    nheads = ((slot.end_gfn - 1) >> shift) - (slot.base_gfn >> shift) + 1
-                    counts = [
-                        h.count() for h in self.rmaps.get((as_id, slot.id, level), {}).values()
-                    ]
-                    histogram.add(name, 0, nheads - len(counts))
-                    histogram.add_counts(name, counts)
-        return histogram
-
-    def _zap_leaf(self, sp: KvmMmuPage, index: int) -> None:
-        self._drop_leaf(sp, index, sp.spt[index])
-        sp.spt[index] = 0
-
-    def _drop_leaf(self, sp: KvmMmuPage, index: int, spte: int) -> None:
-        """`drop_spte()`: a present leaf leaves its gfn's rmap."""
-        if is_mmio_spte(self.cfg, spte):
-            return
-        tr = self.shadowed_translation.pop(sp.sptep(index), None)
-        if tr is None:
-            raise AuditError(f"leaf {sp.sptep(index):#x} has no shadowed translation")
-        heads = self.rmaps[(tr.as_id, tr.slot_id, 1)]
-        heads[tr.rmap_index].remove(sp.sptep(index))
-        if not heads[tr.rmap_index].count():
-            del heads[tr.rmap_index]
 
     # -- audit ------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from ..errors import AuditError
 from . import guest_pt as gpt
 from .mmu_pages import KvmMmuPage
 from .role import ACC_USER_MASK, ACC_WRITE_MASK
+from .shadow_sync import writable_leaf_allowed
 from .spte import (
     PT_USER_MASK,
     PT_WRITABLE_MASK,
@@ -69,11 +70,22 @@ def _guest_translation(mmu: ShadowMmu, cr3: int, gva: int) -> tuple[int, int]:
 
 def _audit_page(mmu: ShadowMmu, sp: KvmMmuPage, leaves: set[int]) -> None:
     as_id, level, direct = sp.role.smm, sp.role.level, bool(sp.role.direct)
-    if not direct and any(
-        mmu.pages.page_of_sptep(p).spt[_spte_index(p)] & PT_WRITABLE_MASK
-        for p in mmu._rmap_of(as_id, sp.gfn)
+    if sp.unsync and (direct or level != 1 or not mmu.unsync_enabled):
+        raise AuditError(f"{sp} is unsync but not an indirect level-1 page")
+    if (
+        not direct
+        and not writable_leaf_allowed(mmu, sp.gfn, as_id)
+        and any(
+            mmu.pages.page_of_sptep(p).spt[_spte_index(p)] & PT_WRITABLE_MASK
+            for p in mmu._rmap_of(as_id, sp.gfn)
+        )
     ):
         raise AuditError(f"shadowed gfn {sp.gfn:#x} has a writable leaf")
+    if sp.unsync:  # stale until the next sync: only the rmap side must hold
+        for index, spte in enumerate(sp.spt):
+            if spte and not is_mmio_spte(mmu.cfg, spte):
+                leaves.add(sp.sptep(index))
+        return
     for index, spte in enumerate(sp.spt):
         if not spte:
             continue
@@ -124,7 +136,7 @@ def _audit_walks(mmu: ShadowMmu, sp: KvmMmuPage, cr3: int, gva: int) -> None:
         child = mmu.pages.child_at(sp, index) if spte else None
         if child is not None:
             _audit_walks(mmu, child, cr3, address)
-        elif spte:
+        elif spte and not sp.unsync:
             tr = mmu.shadowed_translation.get(sp.sptep(index))
             gfn = get_mmio_spte_gfn(mmu.cfg, spte) if tr is None else tr.gfn
             if mmu.guest.translate(cr3, address).gfn != gfn:
