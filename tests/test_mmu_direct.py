@@ -40,7 +40,9 @@ def test_a_ram_fault_maps_a_leaf_and_rmaps_it() -> None:
     assert sum(h.count() for h in heads.values()) == 1
     names = [e.name for e in events]
     assert names.count("kvm_mmu_get_page") == 4  # root, then levels 3, 2, 1
-    assert names[-1] == "kvm_mmu_set_spte"
+    # direct_map() traces the request first, the spurious second fault too
+    assert names[1] == "kvm_mmu_spte_requested"
+    assert names[-2:] == ["kvm_mmu_set_spte", "kvm_mmu_spte_requested"]
     mmu.audit()
 
 
@@ -69,7 +71,15 @@ def test_mmio_is_cached_then_hit_without_a_memslot_search() -> None:
         assert mmu.page_fault(0, LAPIC) == RetPf.EMULATE
     assert searches == 0
     assert mmu.stat["pf_mmio_spte_created"] == 1
-    assert [e.name for e in events][-2:] == ["handle_mmio_page_fault", "kvm_mmio"]
+    # the noslot fault filled vCPU 0's MMIO info: vcpu_match_mmio_gpa() answers first
+    assert [e.name for e in events][-2:] == ["kvm_mmio", "kvm_mmio"]
+    assert mmu.mmio_info.gpa_hits == 5
+    assert mmu.page_fault(1, LAPIC) == RetPf.EMULATE  # another vCPU: the spte is checked
+    assert [e.name for e in events][-3:] == [
+        "check_mmio_spte",
+        "handle_mmio_page_fault",
+        "kvm_mmio",
+    ]
 
 
 def test_a_memslot_update_makes_mmio_sptes_stale() -> None:

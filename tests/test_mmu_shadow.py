@@ -233,6 +233,12 @@ def test_mmio_is_cached_with_its_generation_then_hit_without_a_walk() -> None:
     for _ in range(3):
         assert mmu.page_fault(0, p, GVA, write=True) == RetPf.EMULATE
     assert sum(e.name == "kvm_mmu_pagetable_walk" for e in events) == walks
+    # the noslot fault filled the vCPU's MMIO info: mmio_info_in_cache() answers first
+    assert not [e for e in events if e.name == "handle_mmio_page_fault"]
+    assert mmu.mmio_info.gva_hits == 3
+    mmu.invlpg(0, GVA)  # vcpu_clear_mmio_info(): now the spte itself is checked
+    assert mmu.page_fault(0, p, GVA, write=True) == RetPf.EMULATE
+    assert [e.name for e in events if e.name.endswith("mmio_spte")][-1] == "check_mmio_spte"
     hit = [e for e in events if e.name == "handle_mmio_page_fault"][-1]
     assert hit.fields["addr"] == GVA and hit.fields["gfn"] == LAPIC_GFN
     # handle_mmio_page_fault() emulates whatever the access (issue 15 item 10): the
@@ -248,7 +254,8 @@ def test_mmio_is_cached_with_its_generation_then_hit_without_a_walk() -> None:
 
 @pytest.mark.parametrize("policy", ["round-robin", "hash"])
 def test_the_vtlb_saves_walks_until_cr3_load_or_invlpg(policy: str) -> None:
-    _, mmu, events = guest("shadow-52bit", vtlb=True, vtlb_policy=policy)  # no MMIO sptes
+    # no MMIO sptes, and 2011's kernel: no per-vCPU MMIO info either (3.1)
+    _, mmu, events = guest("shadow-52bit", vtlb=True, vtlb_policy=policy, mmio_info_cache=False)
     p, other = mmu.guest.spawn(), mmu.guest.spawn()
     mmu.guest.map(p, GVA, DATA[0])
     mmu.guest.map(p, GVA + 4096, LAPIC_GFN)

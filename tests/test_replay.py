@@ -219,7 +219,9 @@ def test_the_engines_own_events_replay_into_the_same_pages(shadow: bool) -> None
         model.apply(event)
     model.audit()
     live = [p for p in model.pages.values() if not model.is_obsolete(p)]
-    assert len(live) == session.mmu.pages.n_used_mmu_pages
+    # zapped roots a vCPU still holds stay accounted (issue 15 item 7) but are not live
+    pages = session.mmu.pages
+    assert len(live) == pages.n_used_mmu_pages - len(pages.invalid_roots)
 
 
 TRACED = {

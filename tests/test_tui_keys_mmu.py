@@ -18,7 +18,7 @@ from tui.app import MmuscopeApp
 from tui.screens.memslots import MemslotsScreen
 from tui.screens.shadow_mmu import ShadowMmuScreen
 from tui.widgets.lookup_bar import LookupBar
-from tui.widgets.mmu_panels import GuestPanel, PageLevels, SptGrid
+from tui.widgets.mmu_panels import GuestPanel, MmuCounters, PageLevels, SptGrid
 
 
 def shadow(app: MmuscopeApp) -> ShadowMmuScreen:
@@ -285,3 +285,29 @@ async def test_z_under_the_tdp_mmu_invalidates_roots_and_frees_tables_through_rc
         assert all(r.role.invalid for r in session.mmu.pages.tdp_mmu_roots)
         assert session.mmu.pages.mmu_valid_gen == gen
         session.audit()
+
+
+async def test_shadow_paging_shows_an_unsync_page_and_its_sync(tmp_path: Path) -> None:
+    """Issue 12 §2: a guest's store into a shadowed level-1 table unsyncs it (marked ~
+    on the levels, counted in mmu_unsync); the next CR3 load syncs it."""
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f2")
+        mmu = shadow(app)
+        await pilot.press("p", "p")  # TDP MMU -> direct pages -> shadow paging
+        session = mmu.session
+        assert isinstance(session, ShadowSession)
+        for _ in range(200):
+            await pilot.press("n")
+            if any(sp.unsync for sp in session.mmu.pages.pages()):
+                break
+        levels = str(mmu.query_one(PageLevels).content)
+        assert "unsync~" in levels
+        counters = str(mmu.query_one(MmuCounters).content)
+        assert "mmu_unsync" in counters and "mmu_pte_write" in counters
+        for _ in range(400):
+            await pilot.press("n")
+            if "kvm_mmu_sync_page" in str(mmu.query_one(LookupBar).content):
+                break
+        assert "kvm_mmu_sync_page ×" in str(mmu.query_one(LookupBar).content)
+        assert session.mmu.stat["synced_pages"] > 0

@@ -44,6 +44,7 @@ from ..memslots import MemslotSet
 from ..vm import Vcpu, Vm
 from .direct_tables import RmapsView, _spte_key, spte_constants
 from .direct_tables import SlotRmaps as SlotRmaps  # re-exported (public before)
+from .mmio_info import VcpuMmioInfo
 from .mmu_pages import KvmMmuPage, MmuPages, default_mmu_pages
 from .rmap import (
     ERAS,
@@ -56,10 +57,12 @@ from .rmap import (
 )
 from .role import ACC_ALL, PG_LEVEL_2M, PG_LEVEL_4K, KvmMmuPageRole, tdp_root_role
 from .spte import (
+    KVM_PFN_NOSLOT,
     SPTE_CONFIGS,
     RetPf,
     SpteConfig,
     check_mmio_spte,
+    check_mmio_spte_traced,
     get_mmio_spte_access,
     get_mmio_spte_generation,
     is_mmio_spte,
@@ -68,6 +71,7 @@ from .spte import (
     make_mmio_spte,
     make_spte,
     memslot_update_zaps,
+    spte_requested_fields,
     spte_to_pfn,
 )
 
@@ -106,8 +110,10 @@ class DirectMmu:
         huge_pages: bool = True,
         gen_era: str = "2019",
         emit: Callable[[Event], None] | None = None,
+        mmio_info_cache: bool = True,
     ) -> None:
         self.vm = vm
+        self.mmio_info = VcpuMmioInfo(mmio_info_cache)  # False: before 3.1
         self.cfg = cfg or SPTE_CONFIGS["ept"]
         self.era = ERAS[pte_list_era]
         self.huge_pages = huge_pages
@@ -226,22 +232,38 @@ class DirectMmu:
         if (
             leaf_page is not None
             and is_mmio_spte(self.cfg, leaf_page.spt[index])
-            and self._handle_mmio_page_fault(root, gfn, leaf_page.spt[index], write)
+            and self._handle_mmio_page_fault(vcpu, root, gfn, leaf_page.spt[index], write)
         ):
             return RetPf.EMULATE  # else a stale generation: RET_PF_INVALID, the real path
         self.stat["pf_taken"] += 1
         slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
         return self._slow_path(vcpu, root, gfn, slot, write)
 
-    def _handle_mmio_page_fault(self, root: KvmMmuPage, gfn: int, spte: int, write: bool) -> bool:
+    def _handle_mmio_page_fault(
+        self, vcpu: int, root: KvmMmuPage, gfn: int, spte: int, write: bool
+    ) -> bool:
         """`handle_mmio_page_fault(vcpu, addr, direct=true)`: True (RET_PF_EMULATE) when
-        the MMIO spte's generation is current.  The trace prints `addr` 0 (direct) and
+        the vCPU's MMIO info holds this gpa (`vcpu_match_mmio_gpa`), or the MMIO spte's
+        generation is current.  The trace prints `addr` 0 (direct) and
         `get_mmio_spte_access(spte)` = spte & shadow_mmio_access_mask (0 on EPT)."""
-        if not check_mmio_spte(self.cfg, spte, self.vm.generation(root.role.smm)):
-            return False
-        if self._listener is not None:
+        gen = self.vm.generation(root.role.smm)
+        if self.mmio_info.match_gpa(vcpu, gfn << PAGE_SHIFT, gen) is not None:
+            if self._listener is not None:
+                self._emit_mmio(gfn << PAGE_SHIFT, write)
+            return True
+        if self._listener is None:
+            if not check_mmio_spte(self.cfg, spte, gen):
+                return False
+        else:
+            valid, fields = check_mmio_spte_traced(self.cfg, spte, gen)
+            if fields is not None:
+                self._emit("check_mmio_spte", **fields)
+            if not valid:
+                return False
             access = get_mmio_spte_access(self.cfg, spte)
             self._emit("handle_mmio_page_fault", addr=0, gfn=gfn, access=access)
+        self.mmio_info.cache(vcpu, 0, gfn, get_mmio_spte_access(self.cfg, spte), gen)
+        if self._listener is not None:
             self._emit_mmio(gfn << PAGE_SHIFT, write)
         return True
 
@@ -259,6 +281,8 @@ class DirectMmu:
           `kvm_handle_noslot_fault()` returns RET_PF_EMULATE at once;
         - a write to a read-only slot: `__kvm_faultin_pfn()` gets KVM_PFN_ERR_RO_FAULT and
           `kvm_handle_error_pfn()` returns RET_PF_EMULATE (no spte is made or changed)."""
+        if slot is None:  # kvm_handle_noslot_fault(): the vCPU's MMIO info first
+            self.mmio_info.cache(vcpu, 0, gfn, 0, self.vm.generation(root.role.smm))
         if (slot is None and (not self.cfg.mmio_caching_enabled or gfn > self.max_gfn())) or (
             slot is not None and write and slot.flags & KVM_MEM_READONLY
         ):
@@ -318,6 +342,9 @@ class DirectMmu:
         # (`direct_page_fault()`): freeing pages in the walk could zap the parent.
         self.pages.make_mmu_pages_available()
         level = self.max_level(slot, gfn)
+        if self._listener is not None:
+            pfn = KVM_PFN_NOSLOT if slot is None else self._pfn(slot, gfn, level)
+            self._emit("kvm_mmu_spte_requested", **spte_requested_fields(gfn, pfn, level))
         zapped = self.pages.stat["mmu_shadow_zapped"]
         sp = root
         while sp.role.level > level:

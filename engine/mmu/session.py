@@ -86,6 +86,7 @@ class MmuSession(GuestSession[MmuStep]):
             gen_era=gen_era,
             huge_pages=huge_pages,
             emit=self._forward,
+            mmio_info_cache=not spte_config.startswith("2011"),  # cache mmio info: 3.1
         )
         self._ram = [s for s in self.vm.memslots(0) if not s.readonly]
 

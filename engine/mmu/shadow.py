@@ -47,17 +47,19 @@ from ..vm import Vm
 from . import guest_pt as gpt
 from . import shadow_sync
 from .guest_pt import GuestPageTables, GuestWalk, pt_index
+from .mmio_info import VcpuMmioInfo
 from .mmu_pages import KvmMmuPage, MmuPages, default_mmu_pages, kvm_page_table_hashfn
 from .rmap import ERAS, KvmRmapHead, rmap_add
 from .role import ACC_ALL, ACC_WRITE_MASK, PT64_ROOT_4LEVEL, KvmMmuPageRole
 from .shadow_rmap import ShadowRmaps, Translation
 from .spte import (
+    KVM_PFN_NOSLOT,
     PT_USER_MASK,
     PT_WRITABLE_MASK,
     SPTE_CONFIGS,
     RetPf,
     SpteConfig,
-    check_mmio_spte,
+    check_mmio_spte_traced,
     get_mmio_spte_access,
     get_mmio_spte_generation,
     get_mmio_spte_gfn,
@@ -67,6 +69,7 @@ from .spte import (
     make_mmio_spte,
     make_spte,
     memslot_update_zaps,
+    spte_requested_fields,
     spte_to_pfn,
 )
 from .vtlb import VcpuVtlbs
@@ -98,6 +101,7 @@ class ShadowMmu(ShadowRmaps):
         emit: Callable[[Event], None] | None = None,
         pte_prefetch: bool = False,
         unsync: bool = True,
+        mmio_info_cache: bool = True,
     ) -> None:
         self.vm = vm
         self.cfg = cfg or SPTE_CONFIGS["shadow"]
@@ -105,6 +109,7 @@ class ShadowMmu(ShadowRmaps):
             raise ValueError("shadow paging uses the legacy PTE format: pick a non-EPT config")
         self.era = ERAS[pte_list_era]
         self.unsync_enabled = unsync  # False: before 2.6.27, every shadowed table tracked
+        self.mmio_info = VcpuMmioInfo(mmio_info_cache)  # False: before 3.1
         self._listener = emit
         self.guest = guest or GuestPageTables.in_memslot(vm, emit=emit)
         self.pages = MmuPages(
@@ -167,6 +172,7 @@ class ShadowMmu(ShadowRmaps):
             self.vtlbs[vcpu].flush()
         self.pages.make_mmu_pages_available()
         root = self._root(vcpu)
+        self.mmio_info.clear(vcpu)  # kvm_mmu_sync_roots(): vcpu_clear_mmio_info(ANY)
         shadow_sync.sync_roots(self, root)
         return root
 
@@ -176,6 +182,7 @@ class ShadowMmu(ShadowRmaps):
         root = self.roots.get(vcpu)
         if root is not None and not self.pages.is_obsolete(root):
             shadow_sync.invalidate_addr(self, root, gva)
+        self.mmio_info.clear(vcpu, gva)
         if self.vtlbs is not None:
             self.vtlbs[vcpu].invlpg(gva)
 
@@ -186,6 +193,7 @@ class ShadowMmu(ShadowRmaps):
             root = self.roots.get(vcpu)
             if root is None or self.pages.is_obsolete(root):
                 continue
+            self.mmio_info.clear(vcpu, gva)
             if gva is None:
                 shadow_sync.sync_roots(self, root)
             else:
@@ -294,7 +302,7 @@ class ShadowMmu(ShadowRmaps):
             sp = child
         index = pt_index(gva, sp.role.level)
         spte = sp.spt[index] if sp.role.level == 1 else 0
-        if is_mmio_spte(self.cfg, spte) and self._mmio_hit(root, gva, spte, write):
+        if is_mmio_spte(self.cfg, spte) and self._mmio_hit(vcpu, root, gva, spte, write):
             return RetPf.EMULATE
         self.stat["pf_taken"] += 1
         present = is_shadow_present_pte(spte) and not is_mmio_spte(self.cfg, spte)
@@ -306,6 +314,10 @@ class ShadowMmu(ShadowRmaps):
         slot = self.vm.vcpu_gfn_to_memslot(vcpu, gfn)
         if write and present and shadow_sync.write_tracked(self, gfn, root.role.smm):
             return self._write_protected()  # page_fault_handle_page_track()
+        if slot is None:  # kvm_handle_noslot_fault(): the vCPU's MMIO info first
+            gen = self.vm.generation(root.role.smm)
+            mmio_access = access & self.cfg.shadow_mmio_access_mask
+            self.mmio_info.cache(vcpu, gva, gfn, mmio_access, gen)
         if (slot is None and not self._mmio_cacheable(gfn)) or (
             slot is not None and write and slot.readonly
         ):
@@ -320,6 +332,10 @@ class ShadowMmu(ShadowRmaps):
             gfn, access, walk = translated
         if walk is not None:
             sp, index = self._fetch(root, gva, walk), pt_index(gva, 1)
+        if self._listener is not None:  # FNAME(fetch), before the leaf: 4K goal level
+            pfn = KVM_PFN_NOSLOT if slot is None else slot.userspace_addr // 4096
+            pfn += 0 if slot is None else gfn - slot.base_gfn
+            self._emit("kvm_mmu_spte_requested", **spte_requested_fields(gfn, pfn, 1))
         if slot is None:
             ret = self._set_mmio_spte(sp, index, gfn, access)
             self._emit_mmio(gfn, gva, write)
@@ -343,14 +359,24 @@ class ShadowMmu(ShadowRmaps):
         self.stat["pf_emulate"] += 1
         return RetPf.EMULATE
 
-    def _mmio_hit(self, root: KvmMmuPage, gva: int, spte: int, write: bool) -> bool:
-        """`handle_mmio_page_fault(vcpu, gva, direct=false)` (6.18): a current MMIO spte
-        is RET_PF_EMULATE whatever the access (the emulator's `vcpu_mmio_gva_to_gpa()`
+    def _mmio_hit(self, vcpu: int, root: KvmMmuPage, gva: int, spte: int, write: bool) -> bool:
+        """`handle_mmio_page_fault(vcpu, gva, direct=false)` (6.18): the vCPU's MMIO info
+        for this gva answers first (`mmio_info_in_cache`); else a current MMIO spte is
+        RET_PF_EMULATE whatever the access (the emulator's `vcpu_mmio_gva_to_gpa()`
         checks the cached access and walks, injecting a #PF, when it forbids it)."""
-        if not check_mmio_spte(self.cfg, spte, self.vm.generation(root.role.smm)):
+        gen = self.vm.generation(root.role.smm)
+        info = self.mmio_info.match_gva(vcpu, gva, gen)
+        if info is not None:
+            self._emit_mmio(info.gfn, gva, write)
+            return True
+        valid, fields = check_mmio_spte_traced(self.cfg, spte, gen)
+        if fields is not None:
+            self._emit("check_mmio_spte", **fields)
+        if not valid:
             return False  # RET_PF_INVALID: the real fault path rebuilds it
         gfn, access = get_mmio_spte_gfn(self.cfg, spte), get_mmio_spte_access(self.cfg, spte)
         self._emit("handle_mmio_page_fault", addr=gva, gfn=gfn, access=access)
+        self.mmio_info.cache(vcpu, gva, gfn, access, gen)
         self._emit_mmio(gfn, gva, write)
         return True
 
@@ -393,8 +419,15 @@ class ShadowMmu(ShadowRmaps):
     def gva_to_gpa(
         self, vcpu: int, gva: int, write: bool = False, user: bool = False
     ) -> int | None:
-        """`FNAME(gva_to_gpa)` as patch 7/7 changed it (the emulator's translation of the
-        loaded CR3): vtlb first, then the walk; None for a guest #PF."""
+        """The emulator's translation (`vcpu_mmio_gva_to_gpa()`): the vCPU's MMIO info
+        (`vcpu_match_mmio_gva`, traced as `vcpu_match_mmio`), then `FNAME(gva_to_gpa)` as
+        seed 000's patch 7/7 changed it: vtlb first, then the walk; None for a guest #PF."""
+        as_id = self.vm.vcpu(vcpu).as_id
+        info = self.mmio_info.match_gva(vcpu, gva, self.vm.generation(as_id))
+        if info is not None:
+            gpa = info.gfn << PAGE_SHIFT | gva & 0xFFF
+            self._emit("vcpu_match_mmio", gva=gva, gpa=gpa, write=write, gpa_match=False)
+            return gpa
         translated = self._translate(
             vcpu, gva, write, user, gpt.access_error_code(write, user), True
         )

@@ -104,6 +104,7 @@ class ShadowSession(GuestSession[ShadowStep]):
             gen_era=gen_era,
             vtlb=vtlb,
             emit=self._forward,
+            mmio_info_cache=not spte_config.startswith("2011"),  # cache mmio info: 3.1
         )
         self.os = GuestOs(self.mmu.guest)
         self.cr3_loads = 0
@@ -143,9 +144,12 @@ class ShadowSession(GuestSession[ShadowStep]):
         access = self._retry or self._next_access()
         self._vcpu = access.vcpu
         if self.mmu.cr3s.get(access.vcpu) != access.cr3:
+            synced = self.mmu.stat["synced_pages"]
             self.mmu.cr3_load(access.vcpu, access.cr3)  # MOV to CR3 exits
             self.cr3_loads += 1
-            self._note(f"vcpu {access.vcpu}: mov cr3 {access.cr3:#x}")
+            synced = self.mmu.stat["synced_pages"] - synced
+            sync = f" (kvm_mmu_sync_page ×{synced})" if synced else ""
+            self._note(f"vcpu {access.vcpu}: mov cr3 {access.cr3:#x}{sync}")
         update = "; ".join(self._notes)
         self._notes = []
         self.steps += 1

@@ -449,6 +449,29 @@ def check_mmio_spte(cfg: SpteConfig, spte: int, memslots_gen: int) -> bool:
     return memslots_gen & MMIO_SPTE_GEN_MASK == get_mmio_spte_generation(spte)
 
 
+def check_mmio_spte_traced(
+    cfg: SpteConfig, spte: int, memslots_gen: int
+) -> tuple[bool, dict[str, int] | None]:
+    """`check_mmio_spte()` with its tracepoint's fields (`kvm_gen`, `spte_gen`, both
+    19 bits, `spte`, `valid`), or None where the kernel returns before tracing (an update
+    in progress)."""
+    if memslots_gen & KVM_MEMSLOT_GEN_UPDATE_IN_PROGRESS:
+        return False, None
+    kvm_gen, spte_gen = memslots_gen & MMIO_SPTE_GEN_MASK, get_mmio_spte_generation(spte)
+    valid = kvm_gen == spte_gen and is_mmio_spte(cfg, spte)
+    return valid, {"spte": spte, "kvm_gen": kvm_gen, "spte_gen": spte_gen, "valid": int(valid)}
+
+
+KVM_PFN_NOSLOT = 1 << 63  # include/linux/kvm_host.h: the pfn of a fault no slot backs
+
+
+def spte_requested_fields(gfn: int, pfn: int, level: int) -> dict[str, int]:
+    """`trace_kvm_mmu_spte_requested(fault)`: `pfn | (gfn & (pages per goal level - 1))`
+    (the 4K frame inside a huge mapping) at `fault->goal_level`."""
+    pages = 1 << (SPTE_LEVEL_BITS * (level - 1))
+    return {"gfn": gfn, "pfn": pfn | (gfn & (pages - 1)), "level": level}
+
+
 def mmio_gen_wraps(memslots_gen: int, nr_address_spaces: int = 2) -> bool:
     """`kvm_mmu_invalidate_mmio_sptes()`: True when the new generation wrapped the 19-bit
     field ("zapping shadow pages for mmio generation wraparound" -> zap all, fast).

@@ -251,8 +251,12 @@ class ShadowMmuScreen(ZapReplay, PlayerScreen):
             gen = session.vm.generation(selected.role.smm)
             grid.show(spt_cells(mmu.pages, selected, mmu.cfg, gen), marked)  # type: ignore[arg-type]
             obsolete = " (obsolete)" if mmu.pages.is_obsolete(selected) else ""
-            gen = "" if self._era_2011() else f" gen {selected.mmu_valid_gen}{obsolete}"
-            grid.border_title = f"spt of sp gfn {selected.gfn:#x} l{selected.role.level}{gen}"
+            if selected.unsync:
+                obsolete += " (unsync: stale until the next CR3 load or INVLPG)"
+            gen = "" if self._era_2011() else f" gen {selected.mmu_valid_gen}"
+            grid.border_title = (
+                f"spt of sp gfn {selected.gfn:#x} l{selected.role.level}{gen}{obsolete}"
+            )
         self.query_one(LookupBar).show_content(self._fault_words())
         self.query_one(MmuCounters).show(self._counter_lines(), mmu.pages.lock_holds)
         self._show_guest()
@@ -335,13 +339,22 @@ class ShadowMmuScreen(ZapReplay, PlayerScreen):
                 ("emulator translations", str(session.emulator_walks)),
                 ("cr3 loads / processes", f"{session.cr3_loads} / {len(session.os.processes)}"),
             ]
+        vcpu = self.last.access.vcpu if self.last is not None else 0
+        info = session.mmu.mmio_info
         lines += [
+            (f"mmio info vcpu {vcpu}", info.describe(vcpu, session.vm.generation())),
+            ("mmio info hits gva/gpa", f"{info.gva_hits} / {info.gpa_hits}"),
             ("memslot lookups", str(session.vm.memslot_lookups)),
             ("memslots generation", str(session.vm.generation())),
             ("pages used / max", f"{pages.n_used_mmu_pages} / {pages.n_max_mmu_pages}"),
         ]
         lines += [(f"RET_PF_{name}", str(count)) for name, count in sorted(session.results.items())]
         lines += [(name, str(value)) for name, value in session.mmu.stat.items() if value]
+        if isinstance(session, ShadowSession):  # guest page-table writes (kvm->stat)
+            lines += [
+                (name, str(pages.stat[name]))
+                for name in ("mmu_unsync", "mmu_pte_write", "mmu_flooded", "mmu_pde_zapped")
+            ]
         return lines
 
     def _era_2011(self) -> bool:

@@ -22,6 +22,7 @@ GRID_COLUMNS = 32  # 512 sptes = 16 rows of 32
 PAGES_PER_LEVEL = 6  # chips shown per level around the path
 MAX_ROOT_LINES = 3
 LEGEND = "· none  ▸ table  ■ 4K leaf  █ 2M leaf  ◆ MMIO  ◇ stale MMIO  ✱ frozen"
+UNSYNC_MARK = "~"  # after a page chip: unsync (kvm_mmu_unsync_page), synced at CR3 load
 
 
 class MmuDrawing(Widget):
@@ -39,6 +40,7 @@ class MmuDrawing(Widget):
         "mmu--mmio",
         "mmu--mmio-stale",
         "mmu--frozen",
+        "mmu--unsync",
         "mmu--label",
     }
 
@@ -57,6 +59,7 @@ class MmuDrawing(Widget):
     MmuDrawing > .mmu--mmio { color: $node-cache-hit; text-style: bold; }
     MmuDrawing > .mmu--mmio-stale { color: $node-miss; text-style: bold; }
     MmuDrawing > .mmu--frozen { color: $node-miss; text-style: reverse; }
+    MmuDrawing > .mmu--unsync { color: $warning; text-style: bold italic; }
     MmuDrawing > .mmu--label { color: $text-muted; }
     """
 
@@ -110,6 +113,9 @@ class PageLevels(MmuDrawing):
             text.append(f"{len(summary.pages):>6} ", style=self.style_of("page"))
             if summary.obsolete:
                 text.append(f"({summary.obsolete} obsolete) ", style=self.style_of("obsolete"))
+            unsync = sum(sp.unsync for sp in summary.pages)
+            if unsync:
+                text.append(f"({unsync} unsync{UNSYNC_MARK}) ", style=self.style_of("unsync"))
             for sp in _around(summary.pages, on_path):
                 component = "path" if sp.seq in on_path else "page"
                 if selected is not None and sp is selected:
@@ -118,8 +124,10 @@ class PageLevels(MmuDrawing):
                     component = "mmio-stale"  # under the lock hold being replayed
                 elif self._obsolete(sp):
                     component = "obsolete"
+                elif sp.unsync:
+                    component = "unsync"
                 text.append(f"[{sp.gfn:#x}]", style=self.style_of(component))
-                text.append(" ")
+                text.append(UNSYNC_MARK if sp.unsync else " ", style=self.style_of("unsync"))
             text.append("\n")
         if not levels:
             text.append(
