@@ -379,3 +379,34 @@ def test_before_unsync_every_shadowed_table_store_is_tracked() -> None:
     assert mmu.pages.stat["mmu_pte_write"] == 1 and mmu.pages.stat["mmu_unsync"] == 0
     assert not mmu.shadow_pages_of(table)[0].spt[index]  # zapped at once
     mmu.audit()
+
+
+# Missing from the fault path: prev_roots ---------------------------------------------------
+
+
+def test_a_cr3_load_reuses_one_of_three_prev_roots() -> None:
+    _, mmu, events = shadow()
+    cr3s = [mmu.guest.spawn() for _ in range(5)]
+    for cr3 in cr3s[:4]:
+        mmu.cr3_load(0, cr3)
+    roots = [e for e in events if e.name == "kvm_mmu_get_page" and e.fields["created"]]
+    assert len(roots) == 4 and mmu.stat["prev_roots_hits"] == 0
+    assert [sp.gfn for sp in mmu.prev_roots[0] if sp] == [cr3s[2], cr3s[1], cr3s[0]]
+    mmu.cr3_load(0, cr3s[1])  # fast_pgd_switch(): found in the cache, no new root
+    assert mmu.stat["prev_roots_hits"] == 1 and mmu.roots[0].gfn == cr3s[1]
+    assert len([e for e in events if e.name == "kvm_mmu_get_page" and e.fields["created"]]) == 4
+    mmu.audit()
+    mmu.cr3_load(0, cr3s[4])  # a miss: the least recently used root is let go
+    assert {sp.gfn for sp in mmu.prev_roots[0] if sp} == {cr3s[1], cr3s[3], cr3s[2]}
+    assert mmu.pages.n_used_mmu_pages == 5  # freed roots are unused pages, not gone
+    mmu.audit()
+
+
+def test_before_4_19_a_cr3_load_keeps_no_prev_roots() -> None:
+    vm = build_vm(preset("pc-4g"))
+    mmu = ShadowMmu(vm, SPTE_CONFIGS["shadow"], prev_roots=False)
+    a, b = mmu.guest.spawn(), mmu.guest.spawn()
+    mmu.cr3_load(0, a)
+    mmu.cr3_load(0, b)
+    assert not mmu.prev_roots and mmu.pages.pages().__next__().root_count == 0
+    mmu.audit()

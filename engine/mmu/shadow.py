@@ -78,7 +78,9 @@ PAGE_SHIFT = 12
 STATS = (
     *("pf_taken", "pf_fixed", "pf_emulate", "pf_spurious", "pf_mmio_spte_created", "pf_guest"),
     *("wrprot_sptes", "unprotect_zapped", "rmap_recycled", "synced_pages", "synced_sptes"),
+    "prev_roots_hits",
 )
+KVM_MMU_NUM_PREV_ROOTS = 3
 
 
 def _spte_index(sptep: int) -> int:
@@ -102,6 +104,7 @@ class ShadowMmu(ShadowRmaps):
         pte_prefetch: bool = False,
         unsync: bool = True,
         mmio_info_cache: bool = True,
+        prev_roots: bool = True,
     ) -> None:
         self.vm = vm
         self.cfg = cfg or SPTE_CONFIGS["shadow"]
@@ -122,6 +125,8 @@ class ShadowMmu(ShadowRmaps):
         self.rmaps: dict[tuple[int, int, int], dict[int, KvmRmapHead]] = {}
         self.shadowed_translation: dict[int, Translation] = {}  # by sptep
         self.roots: dict[int, KvmMmuPage] = {}
+        self.prev_roots_enabled = prev_roots  # False: before 4.19, one root per vCPU
+        self.prev_roots: dict[int, list[KvmMmuPage | None]] = {}  # vcpu -> LRU, newest 0
         self.cr3s: dict[int, int] = {}
         self.vtlbs = VcpuVtlbs(vtlb_policy) if vtlb else None
         self.injected: dict[int, tuple[int, int]] = {}  # vcpu -> (gva, pferr), last #PF
@@ -156,6 +161,12 @@ class ShadowMmu(ShadowRmaps):
                 del self.roots[vcpu]
                 self.pages.put_root(root)
                 freed += 1
+        for cached in self.prev_roots.values():
+            for i, prev in enumerate(cached):
+                if prev is not None and self.pages.is_obsolete(prev):
+                    cached[i] = None
+                    self.pages.put_root(prev)
+                    freed += 1
         return freed
 
     def zap_all_fast(self) -> int:
@@ -164,10 +175,11 @@ class ShadowMmu(ShadowRmaps):
     # -- roots, CR3 and the TLB ------------------------------------------------------
 
     def cr3_load(self, vcpu: int, cr3: int) -> KvmMmuPage:
-        """MOV to CR3: flush the vtlb, drop the old root, load the one for `cr3`, and
-        sync its unsync pages (KVM_REQ_MMU_SYNC → `kvm_mmu_sync_roots()`)."""
-        self._put_root(vcpu)
+        """MOV to CR3 (`kvm_mmu_new_pgd()`): the current root or one of the vCPU's three
+        `prev_roots` if usable for `cr3` (`fast_pgd_switch()`), else a new one; flush the
+        vtlb and sync the root's unsync pages (KVM_REQ_MMU_SYNC → `kvm_mmu_sync_roots()`)."""
         self.cr3s[vcpu] = cr3
+        self._fast_pgd_switch(vcpu, cr3)
         if self.vtlbs is not None:
             self.vtlbs[vcpu].flush()
         self.pages.make_mmu_pages_available()
@@ -201,6 +213,42 @@ class ShadowMmu(ShadowRmaps):
         if self.vtlbs is not None:
             self.vtlbs.guest_flush(vcpus, gva)
 
+    def _fast_pgd_switch(self, vcpu: int, cr3: int) -> None:
+        """`cached_root_find_and_keep_current()` (6.18): keep a usable current root, else
+        swap through `prev_roots` (an LRU of KVM_MMU_NUM_PREV_ROOTS, since 4.19) and free
+        the one left over when none is usable."""
+        current = self.roots.pop(vcpu, None)
+        if not self.prev_roots_enabled:
+            if current is not None:
+                self.pages.put_root(current)
+            return
+        as_id = self.vm.vcpu(vcpu).as_id
+
+        def usable(root: KvmMmuPage | None) -> bool:
+            return (
+                root is not None
+                and root.gfn == cr3
+                and root.role.word == self._root_role(as_id).word
+                and not self.pages.is_obsolete(root)
+            )
+
+        if not usable(current):
+            cached = self.prev_roots.setdefault(vcpu, [None] * KVM_MMU_NUM_PREV_ROOTS)
+            for i in range(KVM_MMU_NUM_PREV_ROOTS):
+                current, cached[i] = cached[i], current
+                if usable(current):
+                    self.stat["prev_roots_hits"] += 1
+                    break
+            else:
+                if current is not None:
+                    self.pages.put_root(current)  # kvm_mmu_free_roots(ROOT_CURRENT)
+                current = None
+        if current is not None:
+            self.roots[vcpu] = current
+
+    def _root_role(self, as_id: int) -> KvmMmuPageRole:
+        return KvmMmuPageRole(level=PT64_ROOT_4LEVEL, direct=0, access=ACC_ALL, smm=as_id)
+
     def _put_root(self, vcpu: int) -> None:
         root = self.roots.pop(vcpu, None)
         if root is not None:
@@ -213,8 +261,7 @@ class ShadowMmu(ShadowRmaps):
         if root is not None and not self.pages.is_obsolete(root) and root.role.smm == as_id:
             return root
         self._put_root(vcpu)
-        role = KvmMmuPageRole(level=PT64_ROOT_4LEVEL, direct=0, access=ACC_ALL, smm=as_id)
-        root = self._get_page(self.cr3s[vcpu], role)
+        root = self._get_page(self.cr3s[vcpu], self._root_role(as_id))
         root.root_count += 1
         self.roots[vcpu] = root
         return root

@@ -56,6 +56,12 @@ def audit_shadow_mmu(mmu: ShadowMmu) -> None:
         users[root.seq] = users.get(root.seq, 0) + 1
         if not mmu.pages.is_obsolete(root):
             _audit_walks(mmu, root, mmu.cr3s[vcpu], 0)
+    for cached in mmu.prev_roots.values():  # each prev root holds a reference too
+        if len(cached) > 3:
+            raise AuditError("more than KVM_MMU_NUM_PREV_ROOTS cached roots")
+        for prev in cached:
+            if prev is not None:
+                users[prev.seq] = users.get(prev.seq, 0) + 1
     for sp in [*mmu.pages.pages(), *mmu.pages.invalid_roots.values()]:
         if sp.root_count != users.get(sp.seq, 0):
             raise AuditError(f"{sp}: root_count {sp.root_count}, {users.get(sp.seq, 0)} users")

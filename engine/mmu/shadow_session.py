@@ -105,6 +105,7 @@ class ShadowSession(GuestSession[ShadowStep]):
             vtlb=vtlb,
             emit=self._forward,
             mmio_info_cache=not spte_config.startswith("2011"),  # cache mmio info: 3.1
+            prev_roots=not spte_config.startswith("2011"),  # the prev_roots LRU: 4.19
         )
         self.os = GuestOs(self.mmu.guest)
         self.cr3_loads = 0

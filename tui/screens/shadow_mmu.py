@@ -327,6 +327,7 @@ class ShadowMmuScreen(ZapReplay, PlayerScreen):
             lines = tdp_counter_lines(session)
             lines += [(f"RET_PF_{n}", str(c)) for n, c in sorted(session.results.items())]
             return lines + [(name, str(v)) for name, v in session.mmu.stat.items() if v]
+        vcpu = self.last.access.vcpu if self.last is not None else 0
         lines = [
             ("mmu_valid_gen", self._valid_gen_text()),
             ("accesses / exits", f"{session.steps} / {session.exits}"),
@@ -338,8 +339,8 @@ class ShadowMmuScreen(ZapReplay, PlayerScreen):
                 ("vtlb walks saved", str(vtlbs.walks_saved) if vtlbs else "vtlb off"),
                 ("emulator translations", str(session.emulator_walks)),
                 ("cr3 loads / processes", f"{session.cr3_loads} / {len(session.os.processes)}"),
+                (f"prev_roots vcpu {vcpu}", _prev_roots(session, vcpu)),
             ]
-        vcpu = self.last.access.vcpu if self.last is not None else 0
         info = session.mmu.mmio_info
         lines += [
             (f"mmio info vcpu {vcpu}", info.describe(vcpu, session.vm.generation())),
@@ -495,3 +496,12 @@ def _access(access: int) -> str:
         letter if access & mask else "-"
         for letter, mask in (("w", ACC_WRITE_MASK), ("u", ACC_USER_MASK), ("x", ACC_EXEC_MASK))
     )
+
+
+def _prev_roots(session: ShadowSession, vcpu: int) -> str:
+    """The vCPU's cached roots (fast_pgd_switch), newest first, by the cr3 they shadow."""
+    mmu = session.mmu
+    if not mmu.prev_roots_enabled:
+        return "none before 4.19"
+    cached = [f"{sp.gfn:#x}" for sp in mmu.prev_roots.get(vcpu, []) if sp is not None]
+    return (" ".join(cached) or "empty") + f" · hits {mmu.stat['prev_roots_hits']}"
