@@ -304,7 +304,7 @@ async def test_shadow_paging_shows_an_unsync_page_and_its_sync(tmp_path: Path) -
         levels = str(mmu.query_one(PageLevels).content)
         assert "unsync~" in levels
         counters = str(mmu.query_one(MmuCounters).content)
-        assert "mmu_unsync" in counters and "mmu_pte_write" in counters
+        assert "unsync/pte_wr/flooded" in counters and "prev_roots vcpu" in counters
         for _ in range(400):
             await pilot.press("n")
             if "kvm_mmu_sync_page" in str(mmu.query_one(LookupBar).content):

@@ -339,23 +339,22 @@ class ShadowMmuScreen(ZapReplay, PlayerScreen):
                 ("vtlb walks saved", str(vtlbs.walks_saved) if vtlbs else "vtlb off"),
                 ("emulator translations", str(session.emulator_walks)),
                 ("cr3 loads / processes", f"{session.cr3_loads} / {len(session.os.processes)}"),
+                # guest page-table writes (kvm->stat): unsync pages, emulated pte writes
+                ("unsync/pte_wr/flooded", " · ".join(str(pages.stat[n]) for n in _PT_WRITES)),
                 (f"prev_roots vcpu {vcpu}", _prev_roots(session, vcpu)),
             ]
-        info = session.mmu.mmio_info
         lines += [
-            (f"mmio info vcpu {vcpu}", info.describe(vcpu, session.vm.generation())),
-            ("mmio info hits gva/gpa", f"{info.gva_hits} / {info.gpa_hits}"),
             ("memslot lookups", str(session.vm.memslot_lookups)),
             ("memslots generation", str(session.vm.generation())),
             ("pages used / max", f"{pages.n_used_mmu_pages} / {pages.n_max_mmu_pages}"),
         ]
         lines += [(f"RET_PF_{name}", str(count)) for name, count in sorted(session.results.items())]
         lines += [(name, str(value)) for name, value in session.mmu.stat.items() if value]
-        if isinstance(session, ShadowSession):  # guest page-table writes (kvm->stat)
-            lines += [
-                (name, str(pages.stat[name]))
-                for name in ("mmu_unsync", "mmu_pte_write", "mmu_flooded", "mmu_pde_zapped")
-            ]
+        info = session.mmu.mmio_info
+        lines += [
+            (f"mmio info vcpu {vcpu}", info.describe(vcpu, session.vm.generation())),
+            ("mmio info hits", f"gva {info.gva_hits} gpa {info.gpa_hits}"),
+        ]
         return lines
 
     def _era_2011(self) -> bool:
@@ -496,6 +495,9 @@ def _access(access: int) -> str:
         letter if access & mask else "-"
         for letter, mask in (("w", ACC_WRITE_MASK), ("u", ACC_USER_MASK), ("x", ACC_EXEC_MASK))
     )
+
+
+_PT_WRITES = ("mmu_unsync", "mmu_pte_write", "mmu_flooded")
 
 
 def _prev_roots(session: ShadowSession, vcpu: int) -> str:
