@@ -72,6 +72,18 @@ def test_a_difference_without_evidence_stays_unexplained() -> None:
     assert {r.explained for r in rows if r.kernel != r.model} == {"unexplained"}
 
 
+def test_a_difference_is_named_by_the_mechanism_the_kernel_showed() -> None:
+    """Against a model without unsync pages (before 2.6.27), a kernel that unsynced a
+    table has its differences named by that mechanism, not left unexplained."""
+    program = build_program("ptwrite", 4)
+    model = run_on_model(program, host_config(False, 46))
+    kernel = KernelCounts()
+    kernel.events["kvm_mmu_unsync_page"] = model.events["kvm_mmu_unsync_page"] + 1
+    rows = compare(program, kernel, {}, 0, model, ("unsync",))
+    named = {r.explained for r in rows if r.kernel != r.model}
+    assert named and all(why is not None and why.startswith("unsync pages") for why in named)
+
+
 def test_churn_prefetches_accessed_neighbours_and_dirty_logging_write_protects() -> None:
     from engine.kvm.model import ModelRunner
 

@@ -17,7 +17,7 @@ import pytest
 from engine import KvmError, Vm
 from tests.kvm_host import needs_kvm, needs_tracing, our_instances, run_cli
 
-EQUAL_PROGRAMS = ("touch", "fork", "mmio", "churn", "dirty")
+EQUAL_PROGRAMS = ("touch", "fork", "mmio", "ptwrite", "churn", "dirty")
 
 
 @needs_tracing
@@ -61,23 +61,6 @@ def test_compare_the_model_equals_the_kernel(program: str) -> None:
         print(f"attempt {attempt}: {unequal}")
     assert not unequal, unequal
     assert all(r["kernel"] == r["model"] for r in result["rows"])
-
-
-@needs_tracing
-@pytest.mark.parametrize("program", ["ptwrite"])
-def test_compare_names_the_mechanism_behind_every_difference(program: str) -> None:
-    done = run_cli("kvm", program, "--compare", "--json")
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout)
-    if result["mmu"] != "shadow":
-        pytest.skip("the comparison models shadow paging; this host runs TDP")
-    for row in result["rows"]:
-        assert (row["explained"] is None) == (row["kernel"] == row["model"]), row
-        assert row["explained"] != "unexplained", row
-    rows = {r["what"]: r for r in result["rows"]}
-    unsync = rows["pages unsynced (kvm_mmu_unsync_page)"]
-    if unsync["kernel"] != unsync["model"]:  # until the model has unsync pages
-        assert unsync["explained"].startswith("unsync pages")
 
 
 @needs_tracing

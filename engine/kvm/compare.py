@@ -135,6 +135,8 @@ def host_config(mmio_caching: bool, host_phys_bits: int | None) -> SpteConfig:
     return SpteConfig(ept=False, host_phys_bits=host_phys_bits or 46, mmio_caching=mmio_caching)
 
 
-# What the engine's shadow MMU does not model yet (engine/mmu/shadow.py's docstring):
-# pte prefetch (engine/mmu/prefetch.py) and dirty logging (engine/mmu/dirty_log.py) are.
-MODEL_MISSING = ("unsync",)
+# What the engine's shadow MMU does not model yet: nothing these programs use.  Pte
+# prefetch (engine/mmu/prefetch.py), dirty logging (engine/mmu/dirty_log.py) and unsync
+# pages (engine/mmu/shadow_sync.py) are modelled; MECHANISMS keeps their names for a
+# comparison against an older model (ShadowMmu(unsync=False), before 2.6.27).
+MODEL_MISSING: tuple[str, ...] = ()
