@@ -169,13 +169,7 @@ class DirectMmu:
     def free_obsolete_roots(self) -> int:
         """KVM_REQ_MMU_FREE_OBSOLETE_ROOTS as each vCPU handles it at its next entry
         (`kvm_mmu_free_obsolete_roots()`): drop an obsolete root; returns how many."""
-        freed = 0
-        for vcpu, root in list(self.roots.items()):
-            if self.pages.is_obsolete(root):
-                del self.roots[vcpu]
-                self.pages.put_root(root)
-                freed += 1
-        return freed
+        return self.pages.put_obsolete_roots(self.roots)
 
     # -- roots ----------------------------------------------------------------------
 

@@ -271,6 +271,14 @@ class MmuPages:
         del self.active_mmu_pages[sp.seq]
         self.mmu_page_hash[kvm_page_table_hashfn(sp.gfn)].remove(sp)
 
+    def put_obsolete_roots(self, roots: dict[int, KvmMmuPage]) -> int:
+        """`kvm_mmu_free_obsolete_roots()` for a vCPU -> root map: each vCPU drops its
+        obsolete root (`put_root`); returns how many."""
+        obsolete = [vcpu for vcpu, root in roots.items() if self.is_obsolete(root)]
+        for vcpu in obsolete:
+            self.put_root(roots.pop(vcpu))
+        return len(obsolete)
+
     def put_root(self, sp: KvmMmuPage) -> None:
         """A vCPU drops its reference (`mmu_free_root_page()`): a zapped root is zapped
         again, and freed, with the last one: traced and counted in mmu_shadow_zapped a

@@ -155,12 +155,7 @@ class ShadowMmu(ShadowRmaps):
     def free_obsolete_roots(self) -> int:
         """KVM_REQ_MMU_FREE_OBSOLETE_ROOTS as each vCPU handles it at its next entry
         (`kvm_mmu_free_obsolete_roots()`): drop an obsolete root; returns how many."""
-        freed = 0
-        for vcpu, root in list(self.roots.items()):
-            if self.pages.is_obsolete(root):
-                del self.roots[vcpu]
-                self.pages.put_root(root)
-                freed += 1
+        freed = self.pages.put_obsolete_roots(self.roots)
         for cached in self.prev_roots.values():
             for i, prev in enumerate(cached):
                 if prev is not None and self.pages.is_obsolete(prev):
