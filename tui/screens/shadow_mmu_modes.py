@@ -1,0 +1,127 @@
+"""The shadow-MMU screen's paging modes (`p`): which MMU the guest faults on — EPT with
+the TDP MMU (today's default, `tdp_mmu=Y`), EPT with direct shadow pages (`tdp_mmu=N`),
+shadow paging (EPT off: the guest's own page tables shadowed), and the 2011 eras without
+MMIO sptes — plus the EPT huge-page (`H`) and shadow-paging vtlb (`V`) switches; each
+change starts a new guest (seeds 000, 002, kvm-reference §4-§6)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from engine.mmu.session import MmuSession, MmuStep
+from engine.mmu.shadow_session import ShadowSession, ShadowStep
+from engine.mmu.tdp_params import TdpMmuParams
+from engine.mmu.tdp_session import TdpSession, TdpStep
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from engine.events import Event
+    from engine.mmu.mmu_pages import KvmMmuPage
+
+    from ..widgets.events import EventPanel
+
+#: `p` cycles these: (name, spte config, MMU: "tdp" | "direct" | "shadow")
+PAGING_MODES = (
+    ("EPT, TDP MMU (today's default)", "ept", "tdp"),
+    ("EPT, direct pages (tdp_mmu=N)", "ept", "direct"),
+    ("shadow paging (EPT off)", "shadow", "shadow"),
+    ("shadow paging, 2011: no MMIO sptes", "2011-shadow-no-mmio-cache", "shadow"),
+    ("EPT, 2011: no MMIO sptes (direct pages, tdp_mmu=N)", "2011-no-mmio-cache", "direct"),
+)
+SESSION_KINDS = {"tdp": TdpSession, "direct": MmuSession, "shadow": ShadowSession}
+Session = MmuSession | ShadowSession | TdpSession
+Step = MmuStep | ShadowStep | TdpStep
+
+
+def era_2011(paging: int) -> bool:
+    """The 2011 modes: no MMIO sptes and no mmu_valid_gen yet (added in 2013, seed 003)."""
+    return PAGING_MODES[paging][1].startswith("2011")
+
+
+class PagingModes:
+    """Mixed into the shadow-MMU screen (which provides the session and the player)."""
+
+    session: Session
+    seed: int
+    paging: int
+    vtlb: bool
+    huge_pages: bool
+    last: Step | None
+    path: list[tuple[KvmMmuPage, int]]
+    shown: int
+    depth: int
+    zap_replay: list[tuple[int, int]]
+    _reach_key: object
+    _unsubscribe: Callable[[], None]
+
+    if TYPE_CHECKING:  # provided by the Screen it is mixed into
+        pending_events: list[Event]
+        events_panel: EventPanel
+
+        def notify(self, message: str, **kwargs: object) -> None: ...  # from the Screen
+        def sync_player(self) -> None: ...
+        def redraw(self) -> None: ...
+
+    def _replace_session(self, session: Session) -> None:
+        """Start over on a new guest (same layout, seed and workload where it exists)."""
+        self._unsubscribe()
+        self.session = session
+        self._unsubscribe = session.subscribe(self.pending_events.append)
+        self.last, self.path, self.shown, self.depth = None, [], 0, -1
+        self.zap_replay = []
+        self._reach_key = None
+        self.pending_events.clear()
+        self.events_panel.reset()
+        self.sync_player()
+
+    def _new_session(self, workload: str) -> Session:
+        _, config, kind = PAGING_MODES[self.paging]
+        layout = self.session.layout
+        if kind == "shadow":
+            return ShadowSession(
+                layout, workload=workload, seed=self.seed, spte_config=config, vtlb=self.vtlb
+            )
+        if kind == "tdp":
+            params = TdpMmuParams(host_level=2 if self.huge_pages else 1)
+            return TdpSession(
+                layout, workload=workload, seed=self.seed, spte_config=config, params=params
+            )
+        return MmuSession(
+            layout,
+            workload=workload,
+            seed=self.seed,
+            spte_config=config,
+            huge_pages=self.huge_pages,
+        )
+
+    def action_next_paging(self) -> None:
+        self.action_set_paging((self.paging + 1) % len(PAGING_MODES))
+
+    def action_set_paging(self, mode: int) -> None:
+        """One of PAGING_MODES, on a new guest (scenarios use this directly)."""
+        self.paging = mode
+        workload = self.session.workload
+        names = SESSION_KINDS[PAGING_MODES[self.paging][2]].workloads
+        self._replace_session(self._new_session(workload if workload in names else names[0]))
+        self.notify(f"{PAGING_MODES[self.paging][0]}: a new guest", timeout=3)
+        self.redraw()
+
+    def action_toggle_huge_pages(self) -> None:
+        if isinstance(self.session, ShadowSession):
+            self.notify("huge pages are an EPT setting here: press p first", severity="warning")
+            return
+        self.huge_pages = not self.huge_pages
+        self._replace_session(self._new_session(self.session.workload))
+        size = "2M leaves where the slot allows" if self.huge_pages else "4K leaves only"
+        self.notify(f"{size}: a new guest", timeout=3)
+        self.redraw()
+
+    def action_toggle_vtlb(self) -> None:
+        if not isinstance(self.session, ShadowSession):
+            self.notify("the vtlb is for shadow paging: press p first", severity="warning")
+            return
+        self.vtlb = not self.vtlb
+        self._replace_session(self._new_session(self.session.workload))
+        self.notify(f"vtlb {'on' if self.vtlb else 'off'}: a new guest", timeout=3)
+        self.redraw()

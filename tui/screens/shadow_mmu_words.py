@@ -1,0 +1,118 @@
+"""What the shadow-MMU screen's side panels say: the fault bar (the last VM exit, how
+much of its walk is revealed, its `RET_PF_*`), the counters of `kvm->arch` and
+`kvm->stat` (mmu_valid_gen and its era, memslot lookups and generation, the MMIO info
+cache, shadow paging's guest walks, unsync pages and `prev_roots`), and the guest walk
+with the per-vCPU vtlb (seeds 000, 002, 003, kvm-reference §4-§6)."""
+
+from __future__ import annotations
+
+from engine.mmu.role import ACC_EXEC_MASK, ACC_USER_MASK, ACC_WRITE_MASK
+from engine.mmu.shadow_session import ShadowSession, ShadowStep
+from engine.mmu.tdp_session import TdpSession
+
+from ..widgets.mmu_panels import GuestPanel
+from .shadow_mmu_modes import Session, Step, era_2011
+from .tdp_view import tdp_counter_lines
+
+#: guest page-table writes (kvm->stat): unsync pages, emulated pte writes, flooded pages
+_PT_WRITES = ("mmu_unsync", "mmu_pte_write", "mmu_flooded")
+
+
+def fault_words(step: Step | None, shown: int, path_len: int) -> str:
+    """The fault bar: the last VM exit, the levels of its walk revealed, its result."""
+    if step is None:
+        return "no VM exit yet: space plays, n runs to the next exit, z zaps fast"
+    access = step.access
+    kind = "write" if access.write else "read"
+    ret = f"RET_PF_{step.ret.name}" if step.ret is not None else "no exit"
+    walked = f"{min(shown, path_len)}/{path_len} levels"
+    words = f"vcpu {access.vcpu} {kind} {access.label}: {walked} → {ret}"
+    if isinstance(step, ShadowStep) and step.guest:
+        words += f", #PF injected: guest {step.guest}"
+    return words + (f" · {step.update}" if step.update else "")
+
+
+def valid_gen_text(session: Session, paging: int) -> str:
+    """mmu_valid_gen and its era; none in 2011 (added in 2013, seed 003, §4.4)."""
+    if era_2011(paging):
+        return "none (added in 2013)"
+    return f"{session.mmu.pages.mmu_valid_gen} ({session.mmu.pages.gen_era} era)"
+
+
+def counter_lines(session: Session, last: Step | None, paging: int) -> list[tuple[str, str]]:
+    """The `kvm->arch` panel: the MMU's counters, the TDP MMU's own or the shadow MMU's."""
+    pages = session.mmu.pages
+    if isinstance(session, TdpSession):
+        lines = tdp_counter_lines(session)
+        lines += [(f"RET_PF_{n}", str(c)) for n, c in sorted(session.results.items())]
+        return lines + [(name, str(v)) for name, v in session.mmu.stat.items() if v]
+    vcpu = last.access.vcpu if last is not None else 0
+    lines = [
+        ("mmu_valid_gen", valid_gen_text(session, paging)),
+        ("accesses / exits", f"{session.steps} / {session.exits}"),
+    ]
+    if isinstance(session, ShadowSession):
+        vtlbs = session.mmu.vtlbs
+        lines += [
+            ("guest walks", str(session.guest_walks)),
+            ("vtlb walks saved", str(vtlbs.walks_saved) if vtlbs else "vtlb off"),
+            ("emulator translations", str(session.emulator_walks)),
+            ("cr3 loads / processes", f"{session.cr3_loads} / {len(session.os.processes)}"),
+            # guest page-table writes (kvm->stat): unsync pages, emulated pte writes
+            ("unsync/pte_wr/flooded", " · ".join(str(pages.stat[n]) for n in _PT_WRITES)),
+            (f"prev_roots vcpu {vcpu}", _prev_roots(session, vcpu)),
+        ]
+    lines += [
+        ("memslot lookups", str(session.vm.memslot_lookups)),
+        ("memslots generation", str(session.vm.generation())),
+        ("pages used / max", f"{pages.n_used_mmu_pages} / {pages.n_max_mmu_pages}"),
+    ]
+    lines += [(f"RET_PF_{name}", str(count)) for name, count in sorted(session.results.items())]
+    lines += [(name, str(value)) for name, value in session.mmu.stat.items() if value]
+    info = session.mmu.mmio_info
+    lines += [
+        (f"mmio info vcpu {vcpu}", info.describe(vcpu, session.vm.generation())),
+        ("mmio info hits", f"gva {info.gva_hits} gpa {info.gpa_hits}"),
+    ]
+    return lines
+
+
+def show_guest(panel: GuestPanel, session: Session, last: Step | None) -> None:
+    """The guest panel: shadow paging's last guest walk and the vCPU's vtlb."""
+    if not isinstance(session, ShadowSession):
+        panel.border_title = "guest walk · vtlb"
+        panel.show_tdp()
+        return
+    vcpu = last.access.vcpu if last is not None else 0
+    walk_title = "guest walk (kvm_mmu_paging_element)"
+    if isinstance(last, ShadowStep):
+        walk_title = f"walk of {last.access.label}"
+    vtlbs = session.mmu.vtlbs
+    if vtlbs is None:
+        entries, vtlb_title = [], "vtlb off (V turns it on)"
+    else:
+        vtlb = vtlbs[vcpu]
+        entries = [(e.page_number, e.frame_number, _access(e.access)) for e in vtlb.entries()]
+        vtlb_title = (
+            f"vtlb vcpu {vcpu}: {len(entries)}/{len(vtlb.slots)} · hits {vtlb.hits} "
+            f"misses {vtlb.misses}"
+        )
+    panel.border_title = "guest walk · vtlb"
+    panel.show(session.last_walk, walk_title, entries, vtlb_title)
+
+
+def _access(access: int) -> str:
+    """ACC_* bits as letters, r always (a present translation is readable)."""
+    return "r" + "".join(
+        letter if access & mask else "-"
+        for letter, mask in (("w", ACC_WRITE_MASK), ("u", ACC_USER_MASK), ("x", ACC_EXEC_MASK))
+    )
+
+
+def _prev_roots(session: ShadowSession, vcpu: int) -> str:
+    """The vCPU's cached roots (fast_pgd_switch), newest first, by the cr3 they shadow."""
+    mmu = session.mmu
+    if not mmu.prev_roots_enabled:
+        return "none before 4.19"
+    cached = [f"{sp.gfn:#x}" for sp in mmu.prev_roots.get(vcpu, []) if sp is not None]
+    return (" ".join(cached) or "empty") + f" · hits {mmu.stat['prev_roots_hits']}"
