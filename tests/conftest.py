@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-# The Pilot helpers assert on what the app shows: let pytest explain their failures too.
-pytest.register_assert_rewrite("tests.tui_pilot")
+# The Pilot and CLI helpers assert on what the app shows: let pytest explain their failures too.
+pytest.register_assert_rewrite("tests.tui_pilot", "tests.cli_run")
 
 
 @pytest.fixture(autouse=True)
