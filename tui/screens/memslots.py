@@ -11,9 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 
-from engine.errors import KvmError
 from engine.explorer import LookupRecord, MemslotExplorer
-from engine.export.dot import shape_to_dot
 from engine.lookup import LOOKUP_STRATEGIES, STRATEGY_CLASSES
 from engine.lookup.base import TreeView
 from engine.pacing import Pacer
@@ -26,8 +24,7 @@ from ..widgets.lookup_bar import LookupBar
 from ..widgets.path_panel import PathPanel
 from ..widgets.slot_table import SlotTable
 from ..widgets.structure import StructureView
-from .base import PlayerScreen
-from .dialogs import GfnDialog, SlotDialog, SlotRequest, parse_number
+from .memslot_updates import MemslotUpdates
 
 if TYPE_CHECKING:
     from engine.memslot_churn import RecordedChurn
@@ -41,7 +38,7 @@ LEGEND = (
 )  # scans whose probes are positions 0..visits-1
 
 
-class MemslotsScreen(PlayerScreen):
+class MemslotsScreen(MemslotUpdates):
     BINDINGS = [
         Binding("space", "play_pause", "Play/Pause", tooltip="Play or pause the workload"),
         Binding("s", "step", "Step", tooltip="Reveal the next probe (or start the next lookup)"),
@@ -371,6 +368,8 @@ class MemslotsScreen(PlayerScreen):
         self.query_one(CostPanel).update_costs(self.explorer.costs, self.explorer.lookup)
 
     def action_lookup_gfn(self) -> None:
+        from .dialogs import GfnDialog, parse_number
+
         def apply(text: str) -> str | None:
             words = text.split()
             try:
@@ -391,30 +390,7 @@ class MemslotsScreen(PlayerScreen):
 
         self.app.push_screen(GfnDialog(apply))
 
-    # -- actions: KVM_SET_USER_MEMORY_REGION ------------------------------------------
-
-    def _apply_slot(self, request: SlotRequest) -> str | None:
-        explorer = self.explorer
-        try:
-            if request.mode == "add":
-                explorer.add_slot(
-                    request.slot_id,
-                    request.gpa,
-                    request.size,
-                    readonly=request.readonly,
-                    dirty=request.dirty,
-                )
-            elif request.mode == "delete":
-                explorer.delete_slot(request.slot_id)
-            else:
-                explorer.move_slot(request.slot_id, request.gpa)
-        except KvmError as err:
-            return f"{err.errno_name}: {err.reason} (nothing changed)"
-        self._slots_changed()
-        self.notify(
-            f"slot {request.slot_id}: {request.mode} done, generation {explorer.generation}"
-        )
-        return None
+    # -- after a memslot update ----------------------------------------------------
 
     def _slots_changed(self) -> None:
         """Redraw after a memslot update: the old lookup belongs to the old generation."""
@@ -426,72 +402,6 @@ class MemslotsScreen(PlayerScreen):
         self.query_one(PathPanel).show(None, (), self.explorer.slot_name)
         self._show_progress(time.monotonic(), force=True)
         self._update_header()
-
-    # -- recorded churn (QEMU's KVM_SET_USER_MEMORY_REGION calls) ---------------------
-
-    def action_next_ioctl(self) -> None:
-        """Replay the next recorded KVM_SET_USER_MEMORY_REGION call."""
-        if self.churn is None:
-            self.notify(
-                "no recorded calls: start with --qemu-trace FILE (a kvm_set_user_memory "
-                "trace or strace of QEMU)",
-                severity="warning",
-            )
-            return
-        self.pause()
-        if self._replay_ioctl(notify=True):
-            self._slots_changed()
-        self.flush_events(force=True)
-
-    def _replay_ioctl(self, notify: bool) -> bool:
-        """Replay one recorded call; True when there was one (the caller redraws)."""
-        from engine.memslot_churn import describe_call
-
-        churn = self.churn
-        assert churn is not None
-        call = churn.next_call()
-        if call is None:
-            if notify:
-                self.notify(f"all {len(churn.calls)} recorded calls replayed", timeout=4)
-            return False
-        result = self.explorer.replay_call(call)
-        churn.record(result)
-        answer = "0" if result.ret == 0 else f"{result.errno_name} ({result.reason})"
-        recorded = "" if result.call.recorded_ret is None else f", recorded {call.recorded_ret}"
-        mismatch = result.matches_recorded is False
-        if notify or result.ret or mismatch:
-            # the generation of the call's own address space (KVM counts one per as_id)
-            gen = self.explorer.vm.generation(call.as_id)
-            where = f"address space {call.as_id} " if call.as_id else ""
-            self.app.notify_replacing(  # type: ignore[attr-defined]
-                "ioctl",
-                f"{describe_call(call)} → {answer}{recorded}; {where}generation {gen}",
-                title=churn.position,
-                severity="warning" if result.ret or mismatch else "information",
-                timeout=5,
-            )
-        return True
-
-    def _selected(self) -> int:
-        selected = self.query_one(SlotTable).selected_slot_id()
-        return selected if selected is not None else 0
-
-    def action_add_slot(self) -> None:
-        used = {s.id for s in self.explorer.slots()}
-        free = next(i for i in range(len(used) + 1) if i not in used)
-        top = max((s.end_gfn for s in self.explorer.slots()), default=0x100000)
-        self.app.push_screen(
-            SlotDialog("add", self._apply_slot, slot_id=free, gpa=top << 12, size=256 << 20)
-        )
-
-    def action_delete_slot(self) -> None:
-        self.app.push_screen(SlotDialog("delete", self._apply_slot, slot_id=self._selected()))
-
-    def action_move_slot(self) -> None:
-        slot_id = self._selected()
-        slot = self.explorer.vm.slot(self.explorer.as_id, slot_id)
-        gpa = slot.base_gfn << 12 if slot is not None else 0
-        self.app.push_screen(SlotDialog("move", self._apply_slot, slot_id=slot_id, gpa=gpa))
 
     # -- actions: the drawing ---------------------------------------------------------
 
@@ -520,6 +430,8 @@ class MemslotsScreen(PlayerScreen):
     # -- export -----------------------------------------------------------------------
 
     def export_dot(self) -> tuple[str, int] | None:
+        from engine.export.dot import shape_to_dot  # only when exporting: not at start-up
+
         explorer = self.explorer
         shape = explorer.shape()
         trace = None
