@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import errno
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -68,6 +69,30 @@ class RegionRequest:
     @property
     def id(self) -> int:
         return self.slot & U16_MASK
+
+
+class KvmSetUserMemoryRegion(ABC):
+    """`KVM_SET_USER_MEMORY_REGION` as userspace issues it, one entry for the model
+    (`engine.Vm`) and the real VM fd (`engine.kvm.vmm.KvmVm`), so that the two are called
+    alike (the memslot fuzz holds one against the other): the five fields of
+    `struct kvm_userspace_memory_region`, copied in at their UAPI widths as `kvm_vm_ioctl()`'s
+    `copy_from_user()` does, then `kvm_vm_ioctl_set_memory_region()`."""
+
+    def set_user_memory_region(
+        self,
+        slot: int,
+        flags: int,
+        guest_phys_addr: int,
+        memory_size: int,
+        userspace_addr: int,
+    ) -> None:
+        """KVM_SET_USER_MEMORY_REGION (v1): `KvmError` with the kernel's errno on refusal."""
+        mem = RegionRequest.from_uapi(slot, flags, guest_phys_addr, memory_size, userspace_addr)
+        self.kvm_vm_ioctl_set_memory_region(mem)
+
+    @abstractmethod
+    def kvm_vm_ioctl_set_memory_region(self, mem: RegionRequest) -> None:
+        """The region as copied in: applied (the model) or handed to the kernel (the fd)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from .lookup.base import CacheProbe, LookupTrace
 from .memslot import MemorySlot
 from .memslots import MemslotSet, try_get_memslot
 from .set_memory_region import (
+    KvmSetUserMemoryRegion,
     MemslotChange,
     RegionRequest,
     VmLimits,
@@ -46,7 +47,7 @@ class Vcpu:
     last_used_slot_gen: int = -1
 
 
-class Vm:
+class Vm(KvmSetUserMemoryRegion):
     """Memslots of one VM: address spaces, lookups, caches, generations, events.
 
     `track_all` (default) keeps every strategy's structure up to date so any of them can
@@ -121,16 +122,9 @@ class Vm:
 
     # -- KVM_SET_USER_MEMORY_REGION ------------------------------------------------------
 
-    def set_user_memory_region(
-        self,
-        slot: int,
-        flags: int,
-        guest_phys_addr: int,
-        memory_size: int,
-        userspace_addr: int,
-    ) -> None:
-        """KVM_SET_USER_MEMORY_REGION (v1).  Raises `KvmError` and changes nothing on refusal."""
-        req = RegionRequest.from_uapi(slot, flags, guest_phys_addr, memory_size, userspace_addr)
+    def kvm_vm_ioctl_set_memory_region(self, req: RegionRequest) -> None:
+        """KVM_SET_USER_MEMORY_REGION (v1) once copied in (`set_user_memory_region()`, from
+        `KvmSetUserMemoryRegion`).  Raises `KvmError` and changes nothing on refusal."""
         try:
             change = validate_region(
                 req,

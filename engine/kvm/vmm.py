@@ -1,8 +1,9 @@
 """A minimal VMM over `/dev/kvm`: `fcntl.ioctl` and `mmap`, no QEMU, no C extension.
 
 - `Kvm`: the device (`KVM_GET_API_VERSION`, `KVM_CHECK_EXTENSION`, `KVM_CREATE_VM`).
-- `KvmVm`: a VM fd; `set_user_memory_region()` has `engine.Vm`'s signature and raises
-  `KvmError` with the kernel's errno, so the two are interchangeable in tests;
+- `KvmVm`: a VM fd; `set_user_memory_region()` is `engine.Vm`'s own (both are a
+  `KvmSetUserMemoryRegion`) and raises `KvmError` with the kernel's errno, so the two
+  are interchangeable in tests;
   `get_dirty_log()`; `stats()` opens `KVM_GET_STATS_FD`.
 - `KvmVcpu`: a vCPU fd and its `kvm_run` mapping; registers by `KVM_GET/SET_REGS` and
   `KVM_GET/SET_SREGS`; `run(timeout)` is `KVM_RUN` bounded in time by `SIGALRM` (the
@@ -28,6 +29,7 @@ from contextlib import contextmanager
 from types import FrameType
 
 from ..errors import KvmError
+from ..set_memory_region import KvmSetUserMemoryRegion, RegionRequest
 from .stats import StatsFd
 from .uapi import (
     CAPABILITIES,
@@ -152,7 +154,7 @@ class GuestMemory:
             self.map.close()
 
 
-class KvmVm:
+class KvmVm(KvmSetUserMemoryRegion):
     """A VM fd and everything made from it."""
 
     def __init__(self, kvm: Kvm, fd: int) -> None:
@@ -164,21 +166,11 @@ class KvmVm:
 
     # -- memslots ----------------------------------------------------------------------
 
-    def set_user_memory_region(
-        self,
-        slot: int,
-        flags: int,
-        guest_phys_addr: int,
-        memory_size: int,
-        userspace_addr: int,
-    ) -> None:
-        """KVM_SET_USER_MEMORY_REGION; `KvmError` with the kernel's errno on refusal."""
+    def kvm_vm_ioctl_set_memory_region(self, mem: RegionRequest) -> None:
+        """KVM_SET_USER_MEMORY_REGION with `mem` (truncated to the UAPI widths by
+        `set_user_memory_region()`); `KvmError` with the kernel's errno on refusal."""
         arg = MEMORY_REGION.pack(
-            slot & 0xFFFF_FFFF,
-            flags & 0xFFFF_FFFF,
-            guest_phys_addr & (1 << 64) - 1,
-            memory_size & (1 << 64) - 1,
-            userspace_addr & (1 << 64) - 1,
+            mem.slot, mem.flags, mem.guest_phys_addr, mem.memory_size, mem.userspace_addr
         )
         try:
             fcntl.ioctl(self.fd, KVM_SET_USER_MEMORY_REGION, arg)
