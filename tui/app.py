@@ -139,8 +139,10 @@ class MmuscopeApp(App[None]):
         the generations, each full collection rescans them (20-30 ms at 512 slots, a frame
         and more while playing).  `gc.freeze()` is the standard fix for long-lived heaps.
         No `gc.collect()` first: it would cost the first frame ~15 ms, and the little
-        start-up garbage frozen with the rest is freed by `on_unmount`'s unfreeze."""
+        start-up garbage frozen with the rest is freed by `on_unmount`'s unfreeze.  The
+        `mmuscope` command turns the collector off for the start-up (tui/cli.py): on here."""
         gc.freeze()
+        gc.enable()
 
     def on_unmount(self) -> None:
         gc.unfreeze()  # the app is done; let its objects be collected

@@ -9,6 +9,7 @@ tool (one line on stderr), 1 a bug.  Modules are imported when their command run
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import sys
 from collections.abc import Callable, Sequence
@@ -202,6 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("mmuscope: interrupted", file=sys.stderr)
         return 130
     finally:
+        gc.enable()  # _main turns it off for the explorer's start-up
         render = sys.modules.get("engine.export.render")
         if render is not None:
             render.kill_running_dots()
@@ -214,6 +216,11 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command not in RUNNERS:
         parser.error(f"unknown command {args.command!r}")
     module, function = RUNNERS[args.command]
+    if args.command is None:
+        # The explorer's start-up allocates ~10^5 long-lived objects (Textual, the widgets,
+        # the engine): no collection while they are made; the app freezes them and turns
+        # the collector back on after its first frame (MmuscopeApp._freeze_startup_objects).
+        gc.disable()
     try:
         run = getattr(importlib.import_module(f"{__package__}.{module}"), function)
         return int(run(args))

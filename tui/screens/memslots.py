@@ -155,6 +155,8 @@ class MemslotsScreen(MemslotUpdates):
         self._show_structure()
         self.query_one(SlotTable).set_slots(self.explorer.slots(), self.explorer.names)
         self.query_one(LookupBar).show(None, 0, "", "")
+        # the first frame is whole: the costs table before the first lookup, as paused
+        self.query_one(CostPanel).update_costs(self.explorer.costs, self.explorer.lookup)
         self._update_header()
 
     # -- the player -------------------------------------------------------------------

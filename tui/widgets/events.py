@@ -255,6 +255,9 @@ class EventPanel(Horizontal):
         log.clear()
         log.write_lines(self._rows(self._kept, width))
 
+    def on_mount(self) -> None:
+        self.show_counters()  # kvm_stat's headings in the first frame, before any event
+
     def on_resize(self) -> None:
         self.call_after_refresh(self._relayout)  # once the log has its new size
 
