@@ -13,6 +13,7 @@ from textual.widgets import Input
 
 from engine.pacing import SPEEDS
 from engine.replay.cursor import TraceCursor
+from engine.replay.index import TraceIndex, build_index, open_for_index
 from tests.datafiles import FIXTURES
 from tests.tui_pilot import drawn_lines, paste, press_export
 from tui.app import MmuscopeApp, make_app
@@ -225,6 +226,36 @@ async def test_the_footer_says_what_seeking_and_speed_keys_do(tmp_path: Path) ->
         for key in ("+", "-", "[", "]"):
             # words on hover and in the palette: the binding's own tooltip, not the fallback
             assert keys[key].tooltip and keys[key].tooltip != keys[key].description, key
+
+
+async def test_a_seek_beyond_the_checkpoints_waits_for_them(tmp_path: Path) -> None:
+    """Scanned, the whole trace is known; a seek past the checkpoints goes as far as they
+    do, says where it is going, and arrives once they reach it."""
+    body = [x for x in SAMPLE.read_text().splitlines(keepends=True) if not x.startswith("#")]
+    trace = tmp_path / "big.txt"
+    trace.write_text("".join(body * 40))  # 1160 events
+    app = build(trace, tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = replay_screen(app)
+        await indexed(pilot, screen)
+        half = TraceIndex(trace.stat().st_size, every=64)
+        with open_for_index(trace) as handle:  # scanned; checkpoints up to event 320
+            build_index(handle, half, cancelled=lambda: half.events >= 320, progress_every=64)
+        assert half.scan.done and not half.done and half.events == 320
+        cursor = TraceCursor(trace, half)
+        screen.timeline = cursor
+        await pilot.press("end")
+        assert cursor.position == 320 and screen.pending is not None
+        assert "seeking #1,160…" in shown(screen.query_one(TimelineBar))
+        assert "#320/1,160 " in shown(screen.query_one(TimelineBar))  # the total is known
+        with open_for_index(trace) as handle:
+            cursor.index = TraceIndex(trace.stat().st_size, every=64)
+            build_index(handle, cursor.index)
+        screen.post_message(ReplayScreen.Indexed(1.0))
+        await pilot.pause()
+        assert cursor.position == 1160 and screen.pending is None
+        await pilot.press("home")
+        assert cursor.position == 0
 
 
 async def test_one_event_is_one_event(tmp_path: Path) -> None:

@@ -42,9 +42,14 @@ class TraceCursor:
 
     @property
     def total(self) -> int:
-        """Events in the file (as far as indexed; more once the end is read)."""
+        """Events in the file (as far as scanned; more once the end is read)."""
         known = self.position + (1 if self._next is not None else 0)
-        return max(self.index.events, known)
+        return max(self.index.scan.events, self.index.events, known)
+
+    @property
+    def scanned(self) -> bool:
+        """Whether the whole file was scanned: `total` and the time span are final."""
+        return self.index.scan.done
 
     @property
     def earliest(self) -> int:
@@ -64,8 +69,18 @@ class TraceCursor:
 
     @property
     def seekable(self) -> int:
-        """The furthest event a seek may reach without reading the unindexed rest."""
+        """The furthest event a seek reaches now: as far as the checkpoints go (beyond
+        them a seek would read everything in between; `reachable` tells)."""
         return self.total if self.index.done else max(self.index.events, self.position)
+
+    def reachable(self, event: int | None = None, ts: float | None = None) -> bool:
+        """Whether a seek to event number `event` (or time `ts`) is quick now: the
+        checkpoints cover it.  Always true once the index is done."""
+        if self.index.done:
+            return True
+        if ts is not None:
+            event = self.index.scan.event_at(ts)  # the stamps scanned so far only grow
+        return event is None or event <= self.seekable
 
     def peek(self) -> Positioned | None:
         """The next event, not applied yet (None at the end of the file)."""

@@ -14,10 +14,14 @@ together would hold more than `budget` dict entries, every other checkpoint is d
 and `every` doubles (the kept ones are at multiples of the new interval).  So a long file
 gets fewer, sparser checkpoints, and a seek costs more parsing instead of more memory.
 
-`build_index` is one pass over the file; it parses only the printk of the events the
-model reads (`MODEL_EVENTS`) and reports progress every `progress_every` events.  It runs
-in a thread while the app replays: the index is read by the other thread only through
-`checkpoints` (appended to, or replaced whole when thinned) and plain counters.
+`build_index` makes two passes.  The first (`engine.replay.scan`, the loop of ``replay
+--summary``) finds every event's offset and time: from then on the app knows the
+trace's length and span, and which event a time falls on.  The second builds the
+checkpoints: it reads only the lines the first found events on, and parses the printk
+only of the events the model reads (`MODEL_EVENTS`).  Both report progress and may be
+cancelled.  They run in a thread while the app replays: the index is read by the other
+thread only through `checkpoints` (appended to, or replaced whole when thinned), the
+scan's columns (appended to) and plain counters.
 
 Open the file with `open_for_index` (a 1 MiB buffer).  With the default 8 KiB buffer the
 indexing thread releases the GIL for a read() every ~100 lines (~0.6 ms); each time it
@@ -32,19 +36,22 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from ..events import Event
+from ..trace.reader import rejoin
 from .model import MODEL_EVENTS, ReplayModel
 from .records import ModelSnapshot
-from .stream import iter_positioned
+from .scan import TraceScan, scan_trace
+from .stream import EventAssembler
 
 DEFAULT_EVERY = 2048  # events between checkpoints to start with
 MAX_CHECKPOINTS = 256
 SNAPSHOT_BUDGET = 1_000_000  # dict entries held by all the snapshots together
-PROGRESS_EVERY = 8192
+PROGRESS_EVERY = 8192  # events between progress reports of the checkpoint pass
 READ_BUFFER = 1 << 20  # see the module's docstring: why not the default 8 KiB
 
 
@@ -74,18 +81,26 @@ class TraceIndex:
         self.every = every
         self.max_checkpoints = max_checkpoints
         self.budget = budget
+        self.scan = TraceScan(size)  # the first pass: every event's offset and time
         self.checkpoints: list[Checkpoint] = []
         self.entries = 0  # dict entries held by the snapshots
         self.thinned = 0  # times every other checkpoint was dropped
-        self.events = 0  # events indexed so far
-        self.bytes_read = 0
-        self.first_ts: float | None = None  # the earliest timestamp seen
-        self.last_ts: float | None = None  # the latest
-        self.done = False
+        self.events = 0  # events the checkpoints cover so far (the second pass)
+        self.bytes_read = 0  # by the second pass
+        self.done = False  # both passes
+
+    @property
+    def first_ts(self) -> float | None:
+        """The earliest timestamp seen (by the first pass, which runs ahead)."""
+        return self.scan.first_ts
+
+    @property
+    def last_ts(self) -> float | None:
+        return self.scan.last_ts
 
     @property
     def progress(self) -> float:
-        """0..1 of the file indexed."""
+        """0..1 of the file the checkpoints cover."""
         if self.done:
             return 1.0
         return min(1.0, self.bytes_read / self.size) if self.size else 0.0
@@ -143,29 +158,62 @@ def build_index(
     progress: Callable[[TraceIndex], None] | None = None,
     progress_every: int = PROGRESS_EVERY,
 ) -> ReplayModel:
-    """Index the whole file (from its start); returns the model at its end.  Stops early,
-    with `index.done` False, when `cancelled()` says so (checked with each progress)."""
+    """Index the whole file (from its start): the scan if not done yet, then the
+    checkpoints; returns the model at the end.  Stops early, with `index.done` False,
+    when `cancelled()` says so (checked with each progress)."""
+    if not index.scan.done:
+        scan_trace(
+            handle,
+            index.scan,
+            cancelled=cancelled,
+            progress=None if progress is None else lambda _: progress(index),
+        )
+        if not index.scan.done:
+            return ReplayModel()
     model = ReplayModel()
     offset = 0
-    for found in iter_positioned(handle, fields_for=MODEL_EVENTS):
-        offset = found.offset
+    for offset, event in _scanned_events(handle, index.scan):
         if model.events % index.every == 0:
-            index.add(Checkpoint(model.events, offset, found.event.ts, model.snapshot()))
-        model.apply(found.event)
+            index.add(Checkpoint(model.events, offset, event.ts, model.snapshot()))
+        model.apply(event)
         if model.events % progress_every == 0:
-            _note(index, model, offset)
+            index.bytes_read, index.events = offset, model.events
             if progress is not None:
                 progress(index)
             if cancelled is not None and cancelled():
                 return model
-    _note(index, model, max(offset, index.size))
+    index.bytes_read, index.events = max(offset, index.size), model.events
     index.done = True
     if progress is not None:
         progress(index)
     return model
 
 
-def _note(index: TraceIndex, model: ReplayModel, offset: int) -> None:
-    index.first_ts, index.last_ts = model.min_ts, model.max_ts
-    index.bytes_read = offset
-    index.events = model.events
+def _scanned_events(handle: BinaryIO, scan: TraceScan) -> Iterator[tuple[int, Event]]:
+    """The events the scan found, each with its offset: only the lines that start one
+    are decoded; the model's events get their fields, the others only their head (as
+    `iter_positioned(..., fields_for=MODEL_EVENTS)` makes them, a test checks it)."""
+    offsets, joined = scan.offsets, scan.joined
+    total = len(offsets)
+    if not total:
+        return
+    parse = EventAssembler(MODEL_EVENTS).parse
+    handle.seek(0)
+    lines = iter(handle)
+    number, wanted, offset = 0, offsets[0], 0
+    for raw in lines:
+        here, offset = offset, offset + len(raw)
+        if here != wanted:
+            continue  # no event starts here: a header, a stack trace, garbage
+        line = raw.decode("utf-8", "replace")
+        if number in joined:  # a wrapped record: glue its second line as the scan did
+            more = next(lines, b"")
+            offset += len(more)
+            line = rejoin(line, more.decode("utf-8", "replace")) or line
+        event = parse(line)
+        if event is not None:
+            yield here, event
+        number += 1
+        if number == total:
+            return
+        wanted = offsets[number]

@@ -54,6 +54,11 @@ class LiveTimeline:
     def seekable(self) -> int:
         return self.total
 
+    scanned = True  # what is kept is all there is
+
+    def reachable(self, event: int | None = None, ts: float | None = None) -> bool:
+        return True  # every kept event is in memory
+
     @property
     def at_end(self) -> bool:
         return self.position >= self.total

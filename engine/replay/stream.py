@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from ..events import Event
-from ..trace.lines import _LINE_RE, parse_line
+from ..trace.lines import _LINE_RE, event_of, parse_line
 from ..trace.reader import rejoin
 
 
@@ -54,7 +54,7 @@ class EventAssembler:
             return None
         name = m["event"]
         if name in self.fields_for:
-            return parse_line(line)
+            return event_of(m)
         return Event(
             name,
             {},

@@ -94,6 +94,11 @@ def parse_line(line: str, *, variant: str | None = None) -> Event | None:
     m = _LINE_RE.fullmatch(line.rstrip("\r\n"))
     if m is None:
         return None
+    return event_of(m, variant=variant)
+
+
+def event_of(m: re.Match[str], *, variant: str | None = None) -> Event:
+    """The event of a `_LINE_RE` match of a whole line (`parse_line` without the match)."""
     text = m["text"].lstrip(" ")  # one space, or trace-cmd's name padding
     name = m["event"]
     tracepoint = TRACEPOINTS.get(name)

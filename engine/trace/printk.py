@@ -189,7 +189,7 @@ _SLOT_RE = re.compile(
 class Template:
     """A TP_printk text with its values marked; formats and parses it."""
 
-    __slots__ = ("_parts", "_regex", "slots", "text")
+    __slots__ = ("_groups", "_parts", "_regex", "slots", "text")
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -202,18 +202,29 @@ class Template:
         parts.append(text[pos:])
         self._parts = tuple(parts)
         self._regex: re.Pattern[str] | None = None  # compiled on the first parse
+        #: per regex group, in order: (field name, the bool's true text or None, parser)
+        self._groups: tuple[tuple[str, str | None, Callable[[str], FieldValue]], ...] = ()
         self.slots = tuple(p for p in parts if isinstance(p, Slot) and p.kind != "nul")
 
     def _compiled(self) -> re.Pattern[str]:
         """The template as a regex, group g<i> for the slot at part i (formatting needs
         none: the app formats at start-up, and only parsing pays for compiling)."""
         if self._regex is None:
-            self._regex = re.compile(
+            regex = re.compile(
                 "".join(
                     self._slot_regex(part, index) if isinstance(part, Slot) else re.escape(part)
                     for index, part in enumerate(self._parts)
                 )
             )
+            assert regex.groups == len(regex.groupindex), "a slot's regex captures"
+            groups = []
+            for group in regex.groupindex:  # in the order of the groups
+                slot = self._parts[int(group[1:])]
+                assert isinstance(slot, Slot)
+                true = slot.true if slot.kind == "bool" else None
+                groups.append((slot.name, true, str if true is not None else KINDS[slot.kind][2]))
+            self._groups = tuple(groups)
+            self._regex = regex
         return self._regex
 
     @staticmethod
@@ -255,20 +266,18 @@ class Template:
 
     def match(self, text: str) -> dict[str, FieldValue] | None:
         """The fields of ``text``, or None when it is not this template's text."""
-        m = self._compiled().fullmatch(text)
+        m = (self._regex or self._compiled()).fullmatch(text)
         if m is None:
             return None
         values: dict[str, FieldValue] = {}
-        for group, raw in m.groupdict().items():
-            slot = self._parts[int(group[1:])]
-            assert isinstance(slot, Slot)
-            if slot.kind == "bool":
-                value: FieldValue = raw == slot.true
+        for (name, true, parse), raw in zip(self._groups, m.groups(), strict=True):
+            if true is not None:
+                value: FieldValue = raw == true
             else:
                 try:
-                    value = KINDS[slot.kind][2](raw)
+                    value = parse(raw)
                 except ValueError:  # flags this era's table would not print
                     return None
-            if values.setdefault(slot.name, value) != value:  # pferr printed twice
+            if values.setdefault(name, value) != value:  # pferr printed twice
                 return None
         return values

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,8 +128,20 @@ def iter_events(
         yield held
 
 
-def summarize(lines: Iterable[str]) -> TraceCounts:
-    """The counts `iter_events` would make, matching only line heads where it can."""
+#: what `summarize` tells its `found` callback about an event (see there)
+AT_LINE, AT_LINE_BEFORE, CONTINUED = 0, 1, 2
+Found = Callable[[int, "re.Match[str]"], None]
+
+
+def summarize(lines: Iterable[str], found: Found | None = None) -> TraceCounts:
+    """The counts `iter_events` would make, matching only line heads where it can.
+
+    `found(where, m)`, if given, hears of each event as the scan meets it, with `m` the
+    match of its record's head (`_LINE_RE`'s groups): `AT_LINE`, an event whose record
+    is the line just read; `AT_LINE_BEFORE`, an event whose record began on the line
+    before (no event on its own) and ends on this one; `CONTINUED`, the event reported
+    on the line before continues on this one (one record over two lines: same head, so
+    same name and time).  The timeline index (engine.replay.scan) is this very loop."""
     counts = TraceCounts()
     by_event = counts.by_event
     match = _LINE_END_RE.fullmatch
@@ -144,16 +156,20 @@ def summarize(lines: Iterable[str]) -> TraceCounts:
             name = m["event"]
             by_event[name] = by_event.get(name, 0) + 1
             before, before_was_event = line, True
+            if found is not None:
+                found(AT_LINE, m)
             continue
         if before is not None:
             joined = rejoin(before, line)
             if joined is not None:
                 counts.rejoined += 1
+                joined_m = _LINE_RE.fullmatch(joined)
+                assert joined_m is not None
                 if not before_was_event:
                     events += 1
-                    joined_m = _LINE_RE.fullmatch(joined)
-                    assert joined_m is not None
                     by_event[joined_m["event"]] += 1
+                if found is not None:
+                    found(CONTINUED if before_was_event else AT_LINE_BEFORE, joined_m)
                 before = None
                 continue
         before, before_was_event = line, False

@@ -61,7 +61,7 @@ mode's name (``prot64``), as ``kvm_mmio``'s ``type`` is its symbol.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..events import FieldValue
@@ -141,8 +141,11 @@ class Tracepoint:
     ) -> tuple[str, dict[str, FieldValue]] | None:
         """(variant, fields) of the first variant ``text`` is written in, or None."""
         text = text.rstrip("\r\n")
-        for name in [variant] if variant is not None else list(self.templates):
-            template = self._template(name)
+        if variant is not None:
+            choices: Iterable[tuple[str, Template]] = [(variant, self._template(variant))]
+        else:
+            choices = self.templates.items()
+        for name, template in choices:
             fields = template.match(text)
             if fields is None and not text.endswith(" "):
                 # the printk ends with a space when the pferr flags are empty; editors trim it

@@ -11,7 +11,6 @@ and handed over in batches; only the last events are kept to seek back in.
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -25,11 +24,10 @@ from textual.worker import get_current_worker
 from engine.events import Event
 from engine.pacing import Pacer
 from engine.replay.cursor import TraceCursor
-from engine.replay.filters import EventFilter, describe_ids, parse_ids
-from engine.replay.index import TraceIndex, build_index, open_for_index
+from engine.replay.filters import EventFilter, parse_ids
+from engine.replay.index import TraceIndex
 from engine.replay.live import LiveTimeline
-from engine.replay.seek import parse_seek
-from engine.replay.stream import EventAssembler
+from engine.replay.seek import SeekTarget, parse_seek
 from engine.replay.views import page_levels, spte_table
 from engine.words import count
 
@@ -42,7 +40,8 @@ from ..widgets.replay_panels import (
     seconds,
 )
 from .base import PlayerScreen
-from .dialogs import TextDialog
+from .replay_dialogs import CpuDialog, GotoDialog, PidDialog, ids_text
+from .replay_sources import index_trace, tail_pipe
 
 Timeline = TraceCursor | LiveTimeline
 REPLAY_SPEED = 100.0  # events a second to start with
@@ -50,33 +49,7 @@ MAX_PER_FRAME = 1000  # events replayed in one frame at most (the Pacer caps at 
 FRAME_BUDGET = 0.006  # seconds of parsing a frame may spend (the rest waits a frame)
 NEXT_CHANGE_LIMIT = 200_000  # events `n` reads looking for a change
 REDRAW_EVERY = 0.1  # seconds between redraws of the model's panels while playing
-PROGRESS_EVERY = 0.1  # seconds between progress messages of the index worker
-LIVE_BATCH = 0.05  # seconds the live reader gathers events before handing them over
 SEEK_STEP = 0.10  # [ and ]: a tenth of the trace's time
-# While the index is built, the app's thread waits this long at most for the GIL each
-# time it wakes (Python's default is 5 ms; the event loop wakes many times a frame).
-INDEX_SWITCH_INTERVAL = 0.001
-
-
-class GotoDialog(TextDialog):
-    PROMPT = "Go to a time or an event"
-    PLACEHOLDER = "1.5 · +0.2 · -0.2 · 50% · #1234 · @5123.456"
-    HINT = "seconds from the start, ± from here, a share of the trace, #event, @timestamp"
-    INPUT_ID = "goto"
-
-
-class CpuDialog(TextDialog):
-    PROMPT = "Show the events of these CPUs"
-    PLACEHOLDER = "e.g. 3 or 0,2-5"
-    HINT = "the trace's [cpu] column; empty: every CPU"
-    INPUT_ID = "cpus"
-
-
-class PidDialog(TextDialog):
-    PROMPT = "Show the events of these pids"
-    PLACEHOLDER = "e.g. 4242 (a vCPU thread) or 4240-4250"
-    HINT = "the trace's comm-pid column (thread ids); empty: every pid"
-    INPUT_ID = "pids"
 
 
 class ReplayScreen(PlayerScreen):
@@ -150,6 +123,9 @@ class ReplayScreen(PlayerScreen):
         self._drawn: tuple[int, int, int] | None = None  # (model id, version, width)
         self._drawn_at = 0.0
         self._index_started = 0.0
+        self._scanned = False  # the index's scan is done (and was announced)
+        #: a seek beyond the checkpoints, done once they reach it
+        self.pending: SeekTarget | None = None
 
     @classmethod
     def for_trace(cls, path: Path, pacer: Pacer) -> ReplayScreen:
@@ -197,56 +173,27 @@ class ReplayScreen(PlayerScreen):
 
     @work(thread=True, exclusive=True, group="replay-index")
     def _index_trace(self) -> None:
-        """One pass over the file: checkpoints for seeking (engine.replay.index)."""
+        """The scan, then the checkpoints for seeking (engine.replay.index)."""
         assert isinstance(self.timeline, TraceCursor) and self.trace is not None
         worker = get_current_worker()
-        index = self.timeline.index
-        posted = 0.0
-
-        def progress(_: TraceIndex) -> None:
-            nonlocal posted
-            now = time.monotonic()
-            if index.done or now - posted >= PROGRESS_EVERY:
-                posted = now
-                self.post_message(self.Indexed(index.progress))
-
-        switch = sys.getswitchinterval()
-        sys.setswitchinterval(INDEX_SWITCH_INTERVAL)
-        try:
-            with open_for_index(self.trace) as handle:
-                build_index(handle, index, cancelled=lambda: worker.is_cancelled, progress=progress)
-        except OSError as err:
-            self.post_message(self.Indexed(0.0, f"{self.trace}: {err.strerror or err}"))
-        finally:
-            sys.setswitchinterval(switch)
+        index_trace(
+            self.trace,
+            self.timeline.index,
+            lambda progress, error: self.post_message(self.Indexed(progress, error)),
+            lambda: worker.is_cancelled,
+        )
 
     @work(thread=True, exclusive=True, group="replay-live")
     def _tail_pipe(self) -> None:
         """Read trace_pipe without blocking the app; hand events over in batches."""
-        from ..trace_pipe import tail_lines
-
         assert self.pipe is not None
         worker = get_current_worker()
-        assembler = EventAssembler()
-        batch: list[Event] = []
-        handed = time.monotonic()
-        try:
-            for lines in tail_lines(self.pipe, lambda: worker.is_cancelled):
-                for line in lines:
-                    found = assembler.feed(line, 0)
-                    if found is not None:
-                        batch.append(found.event)
-                if not lines:  # quiet for a moment: nothing will continue the held event
-                    found = assembler.flush()
-                    if found is not None:
-                        batch.append(found.event)
-                now = time.monotonic()
-                if batch and (now - handed >= LIVE_BATCH or not lines):
-                    handed = now
-                    self.post_message(self.LiveEvents(batch))
-                    batch = []
-        except OSError as err:
-            self.post_message(self.LiveEnded(f"{self.pipe}: {err.strerror or err}"))
+        tail_pipe(
+            self.pipe,
+            lambda events: self.post_message(self.LiveEvents(events)),
+            lambda reason: self.post_message(self.LiveEnded(reason)),
+            lambda: worker.is_cancelled,
+        )
 
     @on(Indexed)
     def _on_indexed(self, message: Indexed) -> None:
@@ -258,13 +205,20 @@ class ReplayScreen(PlayerScreen):
         index = self.timeline.index if isinstance(self.timeline, TraceCursor) else None
         if index is None:
             return
-        words = f"indexing {self.source}: {count(index.events, 'event')}"
-        bar.show(100 * index.progress, words)
+        events = count(index.scan.events, "event")
+        if not index.scan.done:
+            words = f"indexing {self.source}: {events}"
+        else:
+            words = f"checkpoints for seeking: {index.events:,} of {events}"
+        bar.show(100 * message.progress, words)
+        if index.scan.done and not self._scanned:
+            self._scanned = True
+            took = time.monotonic() - self._index_started
+            words = f"{self.source}: {events} indexed in {took:.1f} s"
+            self.notify(words, title="replay", timeout=4)
         if index.done:
             bar.add_class("-done")
-            took = time.monotonic() - self._index_started
-            self.notify(f"{self.source}: {count(index.events, 'event')} indexed in {took:.1f} s",
-                        title="replay", timeout=4)  # fmt: skip
+        self._seek_pending()
         self.show_timeline()
 
     @on(LiveEvents)
@@ -306,6 +260,7 @@ class ReplayScreen(PlayerScreen):
         self.redraw()
 
     def action_play_pause(self) -> None:
+        self.pending = None
         timeline = self.timeline
         if isinstance(timeline, LiveTimeline):
             if self.pacer.playing:
@@ -319,11 +274,13 @@ class ReplayScreen(PlayerScreen):
 
     def action_step(self) -> None:
         self.pause()
+        self.pending = None
         self.show_events(self.timeline.step(1))
 
     def action_next_change(self) -> None:
         """Replay up to and including the next event that changes a panel."""
         self.pause()
+        self.pending = None
         events = self.timeline.step(NEXT_CHANGE_LIMIT, until_change=True)
         if len(events) > 40:
             self.after_seek(events[-40:])
@@ -347,12 +304,33 @@ class ReplayScreen(PlayerScreen):
     def seek_time(self, ts: float) -> None:
         self.pause()
         first, span = self._times()
-        self.after_seek(self.timeline.seek_time(max(first, min(ts, first + span))))
+        ts = max(first, min(ts, first + span))
+        self.pending = None
+        if not self.timeline.reachable(ts=ts):  # as far as the checkpoints go, then on
+            self.pending = SeekTarget(ts=ts)
+            self.after_seek(self.timeline.seek_event(self.timeline.seekable))
+            return
+        self.after_seek(self.timeline.seek_time(ts))
 
     def seek_event(self, event: int) -> None:
         self.pause()
         timeline = self.timeline
-        self.after_seek(timeline.seek_event(max(timeline.earliest, min(event, timeline.seekable))))
+        event = max(timeline.earliest, min(event, timeline.total))
+        self.pending = None
+        if not timeline.reachable(event):  # as far as the checkpoints go, then on
+            self.pending = SeekTarget(event=event)
+            event = timeline.seekable
+        self.after_seek(timeline.seek_event(event))
+
+    def _seek_pending(self) -> None:
+        """Finish a seek beyond the checkpoints once they reach its target."""
+        target = self.pending
+        if target is None or not self.timeline.reachable(target.event, target.ts):
+            return
+        if target.event is not None:
+            self.seek_event(target.event)
+        elif target.ts is not None:
+            self.seek_time(target.ts)
 
     def after_seek(self, tail: list[Event]) -> None:
         """A new position: kvm_stat's totals from the model (filtered), the log from the
@@ -386,7 +364,7 @@ class ReplayScreen(PlayerScreen):
             self.sync_player()
             self.show_state()
             return
-        self.seek_event(timeline.seekable)
+        self.seek_event(timeline.total if timeline.scanned else timeline.seekable)
 
     def action_goto(self) -> None:
         self.app.push_screen(GotoDialog(self.goto))
@@ -407,10 +385,10 @@ class ReplayScreen(PlayerScreen):
     # -- filters ----------------------------------------------------------------------
 
     def action_filter_cpus(self) -> None:
-        self.app.push_screen(CpuDialog(self._set_cpus, _ids_text(self.filters.cpus)))
+        self.app.push_screen(CpuDialog(self._set_cpus, ids_text(self.filters.cpus)))
 
     def action_filter_pids(self) -> None:
-        self.app.push_screen(PidDialog(self._set_pids, _ids_text(self.filters.pids)))
+        self.app.push_screen(PidDialog(self._set_pids, ids_text(self.filters.pids)))
 
     def _set_cpus(self, text: str) -> str | None:
         try:
@@ -454,10 +432,14 @@ class ReplayScreen(PlayerScreen):
             complete = True
         else:
             state = "▶" if self.pacer.playing else "⏸"
-            done = isinstance(timeline, TraceCursor) and timeline.index.done
-            complete = done or timeline.at_end
+            complete = timeline.scanned or timeline.at_end
         following = timeline.live and self.pacer.playing
         speed = "following" if following else f"{self.pacer.speed:g}/s"
+        target = self.pending
+        if target is not None:  # a seek waiting for the checkpoints
+            where = f"#{target.event:,}" if target.event is not None else ""
+            where = where or f"{seconds((target.ts or first) - first)} s"
+            speed = f"seeking {where}…"
         self.query_one(TimelineBar).show(
             state=state,
             elapsed=elapsed,
@@ -507,7 +489,3 @@ class ReplayScreen(PlayerScreen):
             return None
         title = f"{self.source} · event {self.timeline.position:,}"
         return replay_to_dot(model, title=title)
-
-
-def _ids_text(ids: frozenset[int] | None) -> str:
-    return "" if ids is None else describe_ids(ids)

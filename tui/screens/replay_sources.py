@@ -1,0 +1,84 @@
+"""Where the replay screen's events come from, read in thread workers so that the app
+never waits on a file: the timeline index of a trace file (engine.replay.index: the
+scan, then the checkpoints) and a live ``trace_pipe`` tail handed over in batches.
+
+Each reader reports through callbacks that post messages (thread-safe); neither
+touches a widget."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from engine.events import Event
+from engine.replay.index import TraceIndex, build_index, open_for_index
+from engine.replay.stream import EventAssembler
+
+PROGRESS_EVERY = 0.1  # seconds between progress messages of the index worker
+LIVE_BATCH = 0.05  # seconds the live reader gathers events before handing them over
+# While the index is built, the app's thread waits this long at most for the GIL each
+# time it wakes (Python's default is 5 ms; the event loop wakes many times a frame).
+INDEX_SWITCH_INTERVAL = 0.001
+
+
+def index_trace(
+    path: Path,
+    index: TraceIndex,
+    report: Callable[[float, str], None],
+    cancelled: Callable[[], bool],
+) -> None:
+    """One scan and one checkpoint pass over the file; `report(progress, error)` at most
+    every PROGRESS_EVERY seconds, at the scan's end and at the end."""
+    posted = 0.0
+    scanned = False
+
+    def progress(_: TraceIndex) -> None:
+        nonlocal posted, scanned
+        now = time.monotonic()
+        turn = index.scan.done and not scanned
+        if index.done or turn or now - posted >= PROGRESS_EVERY:
+            posted, scanned = now, index.scan.done
+            report(index.progress if scanned and not turn else index.scan.progress, "")
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(INDEX_SWITCH_INTERVAL)
+    try:
+        with open_for_index(path) as handle:
+            build_index(handle, index, cancelled=cancelled, progress=progress)
+    except OSError as err:
+        report(0.0, f"{path}: {err.strerror or err}")
+    finally:
+        sys.setswitchinterval(switch)
+
+
+def tail_pipe(
+    pipe: Path,
+    hand_over: Callable[[list[Event]], None],
+    ended: Callable[[str], None],
+    cancelled: Callable[[], bool],
+) -> None:
+    """Read trace_pipe without blocking the app; hand events over in batches."""
+    from ..trace_pipe import tail_lines
+
+    assembler = EventAssembler()
+    batch: list[Event] = []
+    handed = time.monotonic()
+    try:
+        for lines in tail_lines(pipe, cancelled):
+            for line in lines:
+                found = assembler.feed(line, 0)
+                if found is not None:
+                    batch.append(found.event)
+            if not lines:  # quiet for a moment: nothing will continue the held event
+                found = assembler.flush()
+                if found is not None:
+                    batch.append(found.event)
+            now = time.monotonic()
+            if batch and (now - handed >= LIVE_BATCH or not lines):
+                handed = now
+                hand_over(batch)
+                batch = []
+    except OSError as err:
+        ended(f"{pipe}: {err.strerror or err}")
