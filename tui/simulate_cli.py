@@ -12,7 +12,8 @@ any tool that reads trace text, reads back.
 
 Each line is `engine.trace.lines.format_line(event, "trace-cmd")`; the handful of events a
 run prints most are formatted by `FAST_PRINTK` (f-strings of the same TP_printk texts,
-checked against the tracepoint templates by the tests), the rest by their templates.  The
+checked against the tracepoint templates by the tests), the rest by their templates; the
+session hands the printer names and fields (`raw_listener`), so no `Event` is built.  The
 first line is trace-cmd's `cpus=N` header.  Bad options: one line on stderr, exit 2.
 """
 
@@ -21,11 +22,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
-from engine.events import Event
+from engine.events import Event, FieldValue
 
 if TYPE_CHECKING:
     from engine.mmu.guest_session import GuestSession
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 MMUS = ("tdp", "direct", "shadow")
 ZAPS = ("fast", "slow", "roots")
 WRITE_BATCH = 4096
+RUN_CHUNK = 512  # accesses run between two looks at the batch
 _NAME_WIDTH = 20  # trace-cmd pads event names to this
 
 
@@ -132,26 +134,30 @@ def simulate(options: SimulateOptions, out: TextIO) -> int:
 
 
 def run(session: GuestSession[object], options: SimulateOptions, out: TextIO) -> int:
+    """The accesses run in chunks (`session.run`), the zap between two; the lines are
+    written in batches of at least WRITE_BATCH."""
     batch: list[str] = []
     printed = 0
     if options.jsonl:
         session.subscribe(lambda event: batch.append(_json_line(event)))
     else:
         out.write(f"cpus={session.nr_vcpus}\n")
-        append = batch.append
-        session.raw_listener = lambda event, ts, cpu: append(raw_line(event, ts, cpu))
-    step = session.step
-    for index in range(options.accesses + 1):
-        if index == options.at and options.zap is not None:
+        append, line = batch.append, LinePrinter().line
+        session.raw_listener = lambda name, fields, ts, cpu: append(line(name, fields, ts, cpu))
+    done, stop = 0, options.accesses
+    while True:
+        if done == options.at and options.zap is not None:
             zap(session, options.zap)
-        if index < options.accesses:
-            step()
-        if len(batch) >= WRITE_BATCH or index == options.accesses:
+        if len(batch) >= WRITE_BATCH or (done == stop and batch):
             printed += len(batch)
-            if batch:
-                out.write("\n".join(batch) + "\n")
+            out.write("\n".join(batch) + "\n")
             batch.clear()
-    return printed
+        if done == stop:
+            return printed
+        until = options.at if options.at is not None and done < options.at else stop
+        chunk = min(until - done, RUN_CHUNK)
+        session.run(chunk)
+        done += chunk
 
 
 def _json_line(event: Event) -> str:
@@ -169,25 +175,25 @@ def _json_line(event: Event) -> str:
 # -- trace-cmd report lines -----------------------------------------------------------------
 
 
-def _spte_changed(f: dict[str, object]) -> str:
+def _spte_changed(f: Mapping[str, FieldValue]) -> str:
     return (
         f"as id {f['as_id']} gfn {f['gfn']:x} level {f['level']} "
         f"old_spte {f['old_spte']:x} new_spte {f['new_spte']:x}"
     )
 
 
-def _spte_requested(f: dict[str, object]) -> str:
+def _spte_requested(f: Mapping[str, FieldValue]) -> str:
     return f"gfn {f['gfn']:x} pfn {f['pfn']:x} level {f['level']}"
 
 
-def _set_spte(f: dict[str, object]) -> str:
+def _set_spte(f: Mapping[str, FieldValue]) -> str:
     return (
         f"gfn {f['gfn']:x} spte {f['spte']:x} ({f['access_str']}) level {f['level']} "
         f"at {f['sptep']:x}"
     )
 
 
-def _page_fault(f: dict[str, object]) -> str:
+def _page_fault(f: Mapping[str, FieldValue]) -> str:
     return (
         f"vcpu {f['vcpu_id']} rip 0x{f.get('guest_rip', 0):x} "
         f"address 0x{f['fault_address']:016x} error_code 0x{f['error_code']:x}"
@@ -197,7 +203,7 @@ def _page_fault(f: dict[str, object]) -> str:
 _ACCESS_STR = ("---", "--x", "w--", "w-x", "-u-", "-ux", "wu-", "wux")
 
 
-def _sp(f: dict[str, object]) -> str:
+def _sp(f: Mapping[str, FieldValue]) -> str:
     """KVM_MMU_PAGE_PRINTK, for TDP MMU pages (8-byte gptes, q0, direct)."""
     return (
         f"sp gen {f['gen']} gfn {f['gfn']:x} l{f['level']} {f['gpte_bytes']}-byte "
@@ -207,11 +213,11 @@ def _sp(f: dict[str, object]) -> str:
     )
 
 
-def _get_page(f: dict[str, object]) -> str:
+def _get_page(f: Mapping[str, FieldValue]) -> str:
     return f"{_sp(f)} {'new' if f['created'] else 'existing'}"
 
 
-FAST_PRINTK: dict[str, Callable[[dict[str, object]], str]] = {
+FAST_PRINTK: dict[str, Callable[[Mapping[str, FieldValue]], str]] = {
     "kvm_tdp_mmu_spte_changed": _spte_changed,
     "kvm_mmu_spte_requested": _spte_requested,
     "kvm_mmu_set_spte": _set_spte,
@@ -219,40 +225,52 @@ FAST_PRINTK: dict[str, Callable[[dict[str, object]], str]] = {
     "kvm_mmu_get_page": _get_page,
     "kvm_mmu_prepare_zap_page": _sp,
 }
-_TIMESTAMPS: dict[float, str] = {}
 COMM = "qemu-kvm"  # GuestSession's stamp
+
+
+class LinePrinter:
+    """trace-cmd report lines, each `format_line(event, "trace-cmd")`: the events in
+    FAST_PRINTK by their f-string (a missing field: the template), the column before
+    the text made once per timestamp and CPU, the name and its padding once per name."""
+
+    def __init__(self) -> None:
+        self._stamp: tuple[float, int, str, int] | None = None
+        self._head = ""
+        self._names: dict[str, str] = {}
+
+    def line(
+        self,
+        name: str,
+        fields: Mapping[str, FieldValue],
+        ts: float,
+        cpu: int,
+        comm: str = COMM,
+        pid: int = 0,
+    ) -> str:
+        fast = FAST_PRINTK.get(name)
+        if fast is not None:
+            try:
+                text = fast(fields)
+            except KeyError:
+                fast = None
+        if fast is None:
+            from engine.trace.lines import TRACE_CMD, format_line
+
+            return format_line(Event(name, fields, ts, cpu, pid, comm), TRACE_CMD)
+        if self._stamp != (ts, cpu, comm, pid):
+            self._stamp = (ts, cpu, comm, pid)
+            secs, usecs = divmod(round(ts * 1_000_000), 1_000_000)
+            self._head = f"{comm:>16}-{pid:<5} [{cpu:03d}] {secs:5d}.{usecs:06d}: "
+        named = self._names.get(name)
+        if named is None:
+            pad = " " * (_NAME_WIDTH - len(name)) if len(name) < _NAME_WIDTH else ""
+            named = self._names[name] = f"{name}: {pad}"
+        return self._head + named + text
+
+
+_PRINTER = LinePrinter()
 
 
 def trace_cmd_line(event: Event) -> str:
     """`format_line(event, "trace-cmd")`, faster for the events in FAST_PRINTK."""
-    return raw_line(event, event.ts, event.cpu, event.comm, event.pid)
-
-
-def raw_line(event: Event, ts: float, cpu: int, comm: str = COMM, pid: int = 0) -> str:
-    """The trace-cmd line of an event stamped with `ts`, `cpu`, `comm`, `pid` (the
-    session's stamp, without building the stamped copy)."""
-    fast = FAST_PRINTK.get(event.name)
-    if fast is None or not _fits(event):
-        from engine.trace.lines import TRACE_CMD, format_line
-
-        return format_line(Event(event.name, event.fields, ts, cpu, pid, comm), TRACE_CMD)
-    stamp = _TIMESTAMPS.get(ts)
-    if stamp is None:
-        if len(_TIMESTAMPS) > 4096:
-            _TIMESTAMPS.clear()
-        secs, usecs = divmod(round(ts * 1_000_000), 1_000_000)
-        stamp = _TIMESTAMPS[ts] = f"{secs:5d}.{usecs:06d}"
-    name = event.name
-    pad = " " * (_NAME_WIDTH - len(name)) if len(name) < _NAME_WIDTH else ""
-    text = fast(event.fields)  # type: ignore[arg-type]
-    return f"{comm:>16}-{pid:<5} [{cpu:03d}] {stamp}: {name}: {pad}{text}"
-
-
-def _fits(event: Event) -> bool:
-    """The fast path's assumptions: plain ints (no bools standing in), fields present."""
-    fields = event.fields
-    if event.name == "kvm_mmu_set_spte":
-        return "access_str" in fields
-    if event.name == "kvm_page_fault":
-        return "fault_address" in fields
-    return event.name != "kvm_mmu_get_page" or "created" in fields
+    return _PRINTER.line(event.name, event.fields, event.ts, event.cpu, event.comm, event.pid)

@@ -6,8 +6,7 @@ the vCPU that caused them, as a `trace-cmd` record of the vCPU thread would be."
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Mapping
 from typing import Generic, Protocol, TypeVar
 
 from ..events import Event, FieldValue
@@ -20,6 +19,7 @@ ACCESS_NS = 1000  # virtual time between two guest accesses, for event timestamp
 PFERR_WRITE = 1 << 1  # the error code bits of the emitted kvm_page_fault
 PFERR_USER = 1 << 2
 StepT = TypeVar("StepT")
+RawListener = Callable[[str, Mapping[str, FieldValue], float, int], None]
 
 
 class RootedMmu(Protocol):
@@ -45,8 +45,9 @@ class GuestSession(Generic[StepT]):
         self.nr_vcpus = nr_vcpus
         self._rng = random.Random(seed)
         self._listeners: list[Callable[[Event], None]] = []
-        #: called with (event, ts, cpu) before stamping: a printer that needs no copy
-        self.raw_listener: Callable[[Event, float, int], None] | None = None
+        #: called with (name, fields, ts, cpu): a printer that needs no Event
+        self.raw_listener: RawListener | None = None
+        self._observes = type(self)._observe is not GuestSession._observe
         self.steps = self.exits = 0
         self.results: dict[str, int] = {}
         self._vcpu = 0
@@ -73,20 +74,27 @@ class GuestSession(Generic[StepT]):
     def _forward(self, event: Event) -> None:
         """The MMU's events (and the session's own), stamped and handed out."""
         self._observe(event)
+        ts = self.steps * ACCESS_NS / 1e9
         if self.raw_listener is not None:
-            self.raw_listener(event, self.steps * ACCESS_NS / 1e9, self._vcpu)
+            self.raw_listener(event.name, event.fields, ts, self._vcpu)
         if self._listeners:
-            stamped = replace(
-                event, ts=self.steps * ACCESS_NS / 1e9, cpu=self._vcpu, comm="qemu-kvm"
-            )
+            stamped = Event(event.name, event.fields, ts, self._vcpu, event.pid, "qemu-kvm")
             for listener in list(self._listeners):
                 listener(stamped)
+
+    def _forward_fields(self, name: str, fields: Mapping[str, FieldValue]) -> None:
+        """`_forward` for an MMU that hands out names and fields: the `Event` is built
+        only when a listener or `_observe` wants one."""
+        if self._listeners or self._observes:
+            self._forward(Event(name, fields))
+        elif self.raw_listener is not None:
+            self.raw_listener(name, fields, self.steps * ACCESS_NS / 1e9, self._vcpu)
 
     def _observe(self, event: Event) -> None:
         """A subclass's look at every event before it is handed out."""
 
     def _emit(self, name: str, **fields: FieldValue) -> None:
-        self._forward(Event(name, fields))
+        self._forward_fields(name, fields)
 
     def _vm_exit(self, vcpu: int, address: int, error_code: int, traced: bool = True) -> None:
         """A VM exit for a page fault: counted, and traced as `kvm_page_fault` unless

@@ -50,6 +50,15 @@ SHADOW_NONPRESENT_VALUE = 0  # 0 in the layout modelled; BIT(63) once TDX arrive
 EBUSY = -errno.EBUSY
 _PAGE_STATS = {1: "pages_4k", 2: "pages_2m", 3: "pages_1g"}
 Race = Callable[[TdpIter], None]
+FieldsListener = Callable[[str, dict[str, FieldValue]], None]
+
+
+def fields_listener(emit: Callable[[Event], None] | None) -> FieldsListener | None:
+    """An `Event` listener as the (name, fields) listener the TDP MMU calls (a session
+    listens to names and fields itself, and builds an Event only for who wants one)."""
+    if emit is None:
+        return None
+    return lambda name, fields: emit(Event(name, fields))
 
 
 class TdpMmuCore:
@@ -66,7 +75,8 @@ class TdpMmuCore:
         self.cfg = cfg or SPTE_CONFIGS["ept"]
         self.params = params or TdpMmuParams()
         self.pages = TdpMmuPages()
-        self._listener = emit
+        #: (name, fields) of each event, or None: nobody listens, no event is built
+        self._listener: FieldsListener | None = fields_listener(emit)
         self.now_ns = 0  # guest time, for RCU grace periods (the session sets it)
         self.race: Race | None = None
         self._child_roles: dict[KvmMmuPageRole, KvmMmuPageRole] = {}
@@ -84,31 +94,29 @@ class TdpMmuCore:
 
     def _emit(self, name: str, **fields: FieldValue) -> None:
         if self._listener is not None:
-            self._listener(Event(name, fields))
+            self._listener(name, fields)
 
     def _emit_sp(self, name: str, sp: TdpMmuPage, **extra: FieldValue) -> None:
         if self._listener is None:
             return
         role = sp.role
         self._listener(
-            Event(
-                name,
-                {
-                    "gen": sp.mmu_valid_gen,
-                    "gfn": sp.gfn,
-                    "level": role.level,
-                    "gpte_bytes": 4 if role.has_4_byte_gpte else 8,
-                    "quadrant": role.quadrant,
-                    "direct": bool(role.direct),
-                    "access": role.access,
-                    "invalid": bool(role.invalid),
-                    "nxe": bool(role.efer_nx),
-                    "ad": not role.ad_disabled,
-                    "root_count": sp.root_count,
-                    "unsync": sp.unsync,
-                    **extra,
-                },
-            )
+            name,
+            {
+                "gen": sp.mmu_valid_gen,
+                "gfn": sp.gfn,
+                "level": role.level,
+                "gpte_bytes": 4 if role.has_4_byte_gpte else 8,
+                "quadrant": role.quadrant,
+                "direct": bool(role.direct),
+                "access": role.access,
+                "invalid": bool(role.invalid),
+                "nxe": bool(role.efer_nx),
+                "ad": not role.ad_disabled,
+                "root_count": sp.root_count,
+                "unsync": sp.unsync,
+                **extra,
+            },
         )
 
     # -- pages ------------------------------------------------------------------------
@@ -232,10 +240,8 @@ class TdpMmuCore:
             return
         if self._listener is not None:
             self._listener(
-                Event(
-                    "kvm_tdp_mmu_spte_changed",
-                    {"as_id": as_id, "gfn": gfn, "level": level, "old_spte": old, "new_spte": new},
-                )
+                "kvm_tdp_mmu_spte_changed",
+                {"as_id": as_id, "gfn": gfn, "level": level, "old_spte": old, "new_spte": new},
             )
         if not was_present and not is_present:
             cfg = self.cfg

@@ -27,7 +27,9 @@ from .guest_session import ACCESS_NS, PFERR_WRITE, GuestSession
 from .mmu_pages import KvmMmuPage
 from .session import CHURN_EVERY, LAPIC_EOI, NIC_DOORBELL, churn_update
 from .spte import (
+    PT_PAGE_SIZE_MASK,
     PT_WRITABLE_MASK,
+    SPTE_BASE_ADDR_MASK,
     SPTE_CONFIGS,
     SPTE_MMU_PRESENT_MASK,
     RetPf,
@@ -82,14 +84,23 @@ class TdpSession(GuestSession[TdpStep]):
         spte_config: str = "ept",
         params: TdpMmuParams | None = None,
         race_rate: float = 0.0,
+        walk_cache: bool = True,
     ) -> None:
         super().__init__(layout, workload, seed, nr_vcpus)
-        self.mmu = TdpMmu(self.vm, SPTE_CONFIGS[spte_config], params, emit=self._forward)
+        self.mmu = TdpMmu(self.vm, SPTE_CONFIGS[spte_config], params)
+        self.mmu._listener = self._forward_fields
         self._ram = [s for s in self.vm.memslots(0) if not s.readonly]
         self._fetch_rng = random.Random(seed ^ 0x7D9)
         self._race_rng = random.Random(seed ^ 0xACE)
         self.race_rate = race_rate
         self._racing: TdpAccess | None = None
+        self.walk_cache = walk_cache
+        #: where the CPU's walks of each root (by seq) ended, per 2M region: the page table
+        #: read last and the shift of its index.  While that table is linked (not RCU
+        #: pending) a walk of the same root reaches it again: tables never move, and
+        #: unlinking one unlinks everything below it (`handle_removed_pt`).  Model-only,
+        #: a memo of `last_spte` (`walk_cache=False`: walk from the root every time).
+        self._walks: dict[int, dict[int, tuple[TdpMmuPage, int]]] = {}
         period = self.mmu.params.recovery_period_ns
         self._next_recovery = period if period else -1
 
@@ -145,23 +156,120 @@ class TdpSession(GuestSession[TdpStep]):
             self._next_recovery = now + mmu.params.recovery_period_ns
 
     def step(self) -> TdpStep:
-        self._tick()
-        update = self._update()
-        access = self.next_access()
-        self.steps += 1
-        self._vcpu = access.vcpu
-        mmu = self.mmu
+        return self._steps(1)
+
+    def run(self, count: int) -> TdpStep | None:
+        """`count` steps, exactly as `step()` that often (tests compare the two); the last."""
+        return self._steps(count) if count > 0 else None
+
+    def _steps(self, count: int) -> TdpStep:
+        """Each step: time moves on (`_tick`), the workload's update, the next access
+        (`next_access`'s draws, made inline: `random.choice`/`randrange` are
+        `_randbelow(n)`, i.e. `getrandbits(n.bit_length())` until below n), the vCPU's
+        `kvm_mmu_reload()`, and the CPU's walk of its root (`needs_exit`, inline); only
+        an access that exits builds its `TdpAccess` and takes `_exit`."""
+        mmu, pages = self.mmu, self.mmu.pages
         # bare mode: no event is built while nobody listens
-        mmu._listener = self._forward if self._listeners or self.raw_listener else None
-        mmu.root(access.vcpu)  # kvm_mmu_reload() on entry
-        if not self.needs_exit(access):
-            return TdpStep(access, False, None, update)
+        mmu._listener = self._forward_fields if self._listeners or self.raw_listener else None
+        roots, by_pa = mmu.roots, pages.by_pa
+        rng = self._rng
+        getrandbits, random, fetch_random = rng.getrandbits, rng.random, self._fetch_rng.random
+        nr_vcpus, workload = self.nr_vcpus, self.workload
+        netperf = workload == "netperf"
+        every = CHURN_EVERY if workload == "churn" else DIRTY_EVERY if workload == "dirty" else 0
+        x_mask, x_nx_mask = mmu.cfg.shadow_x_mask, mmu.cfg.shadow_x_mask | mmu.cfg.shadow_nx_mask
+        ram = self._ram_draws()
+        nram, kram = len(ram), len(ram).bit_length()
+        next_recovery = self._next_recovery
+        walk_cache, walk_root = self.walk_cache, None
+        walks: dict[int, tuple[TdpMmuPage, int]] = {}
+        update, exited, ret = "", False, None
+        vcpu = gpa = 0
+        write = fetch = False
+        for _ in range(count):
+            steps = self.steps
+            now = mmu.now_ns = steps * ACCESS_NS
+            if pages.rcu_pending or 0 <= next_recovery <= now:
+                self._tick()
+                next_recovery = self._next_recovery
+            update = ""
+            if every and not steps % every:
+                update = self._update()
+                ram = self._ram_draws()
+            vcpu = steps % nr_vcpus
+            if netperf and random() < 0.7:
+                gpa = NIC_DOORBELL if random() < 0.8 else LAPIC_EOI
+                write, fetch = True, False
+            else:
+                r = getrandbits(kram)
+                while r >= nram:
+                    r = getrandbits(kram)
+                base_gfn, npages, kpages = ram[r]
+                r = getrandbits(kpages)
+                while r >= npages:
+                    r = getrandbits(kpages)
+                gpa = (base_gfn + r) << PAGE_SHIFT
+                write = random() < 0.3
+                fetch = not write and fetch_random() < FETCH_RATE
+            self.steps = steps + 1
+            self._vcpu = vcpu
+            root = roots.get(vcpu)
+            if root is None or root.role.invalid:
+                root = mmu.root(vcpu)  # kvm_mmu_reload() on entry
+            # the CPU's walk (TdpMmu.last_spte): from the page table it ended in last
+            # time in this 2M region while that is still linked, unless it now points
+            # further down
+            if root is not walk_root:
+                walk_root, walks = root, self._walks_of(root)
+            gfn = gpa >> PAGE_SHIFT
+            ended = walks.get(gfn >> 9)
+            spte = -1
+            if ended is not None:
+                sp, shift = ended
+                if sp.rcu_queued_ns < 0:
+                    spte = sp.spt[(gfn >> shift) & 511]
+                    if shift and spte & SPTE_MMU_PRESENT_MASK and not spte & PT_PAGE_SIZE_MASK:
+                        spte = -1  # a table there now
+            if spte < 0:
+                sp, level = root, root.role.level
+                while True:
+                    spte = sp.spt[(gfn >> (9 * level - 9)) & 511]
+                    if level == 1 or not spte & SPTE_MMU_PRESENT_MASK or spte & PT_PAGE_SIZE_MASK:
+                        break
+                    sp = by_pa[spte & SPTE_BASE_ADDR_MASK]
+                    level -= 1
+                if walk_cache:
+                    walks[gfn >> 9] = (sp, 9 * level - 9)
+            exited = bool(
+                not spte & SPTE_MMU_PRESENT_MASK
+                or (write and not spte & PT_WRITABLE_MASK)
+                or (fetch and spte & x_nx_mask != x_mask)
+            )
+            ret = None
+            if exited:
+                ret = self._exit(TdpAccess(vcpu, gpa, write, fetch))
+        return TdpStep(TdpAccess(vcpu, gpa, write, fetch), exited, ret, update)
+
+    def _walks_of(self, root: TdpMmuPage) -> dict[int, tuple[TdpMmuPage, int]]:
+        walks = self._walks.get(root.seq)
+        if walks is None:  # a new root: the memos of roots freed since go
+            live = {r.seq for r in self.mmu.pages.tdp_mmu_roots}
+            self._walks = {seq: w for seq, w in self._walks.items() if seq in live}
+            walks = self._walks[root.seq] = {}
+        return walks
+
+    def _ram_draws(self) -> list[tuple[int, int, int]]:
+        """(base_gfn, npages, npages.bit_length()) of each RAM slot `next_access` draws."""
+        return [(s.base_gfn, s.npages, s.npages.bit_length()) for s in self._ram]
+
+    def _exit(self, access: TdpAccess) -> RetPf:
+        """The VM exit and the faults, again while RET_PF_RETRY leaves it unmapped."""
         ret = RetPf.RETRY
         for _ in range(MAX_RETRIES):
             ret = self._fault(access)
             if ret is not RetPf.RETRY or not self.needs_exit(access):
                 break
-        return TdpStep(access, True, ret, update)
+        return ret
 
     def _fault(self, access: TdpAccess) -> RetPf:
         error_code = (PFERR_WRITE if access.write else 0) | (PFERR_FETCH if access.fetch else 0)
