@@ -40,8 +40,7 @@ from ..constants import KVM_MEM_READONLY
 from ..errors import AuditError
 from ..events import Event, FieldValue
 from ..memslot import MemorySlot
-from ..memslots import MemslotSet
-from ..vm import Vcpu, Vm
+from ..vm import Vm
 from .direct_tables import RmapsView, _spte_key, spte_constants
 from .direct_tables import SlotRmaps as SlotRmaps  # re-exported (public before)
 from .mmio_info import VcpuMmioInfo
@@ -74,6 +73,7 @@ from .spte import (
     spte_requested_fields,
     spte_to_pfn,
 )
+from .vcpu_memslot import VcpuMemslotCache
 
 PAGE_SHIFT = 12
 LEVEL_BITS = 9
@@ -134,10 +134,7 @@ class DirectMmu:
         self._spte_bits = spte_constants(self.cfg)
         self._l1_hint: dict[int, _L1Hint] = {}
         self._child_roles: dict[KvmMmuPageRole, KvmMmuPageRole] = {}
-        self._vcpus: dict[int, Vcpu] = {}
-        self._memslot_sets: dict[int, MemslotSet] = {
-            as_id: vm.memslot_set(as_id) for as_id in range(vm.address_spaces)
-        }
+        self._vcpu_gfn_to_memslot = VcpuMemslotCache(vm).lookup
         self._rmap4k_slot: MemorySlot | None = None  # the slot whose 4K vals come next
         self._rmap4k_vals: dict[int, RmapVal] = {}
         vm.subscribe(self._memslots_changed)
@@ -288,22 +285,6 @@ class DirectMmu:
 
     def _emit_mmio(self, gpa: int, write: bool) -> None:
         self._emit("kvm_mmio", **kvm_mmio_fields(gpa, write))
-
-    def _vcpu_gfn_to_memslot(self, vcpu: int, gfn: int) -> MemorySlot | None:
-        """`kvm_vcpu_gfn_to_memslot()`: a hit of the vCPU's fresh `last_used_slot` here,
-        anything else through `Vm.vcpu_gfn_to_memslot()` (which resets and refills it)."""
-        vm = self.vm
-        if vm.vcpu_cache:
-            state = self._vcpus.get(vcpu)
-            if state is None:
-                state = self._vcpus[vcpu] = vm.vcpu(vcpu)
-            cached = state.last_used_slot
-            if cached is not None and cached.base_gfn <= gfn < cached.base_gfn + cached.npages:
-                slots = self._memslot_sets.get(state.as_id)
-                if slots is not None and state.last_used_slot_gen == slots.generation:
-                    vm.memslot_lookups += 1
-                    return cached
-        return vm.vcpu_gfn_to_memslot(vcpu, gfn)
 
     def _walk_existing(self, root: KvmMmuPage, gfn: int) -> tuple[KvmMmuPage | None, int]:
         """The lockless walk of `get_mmio_spte()`: the last page reached and the index."""

@@ -19,6 +19,7 @@ ACCESS_NS = 1000  # virtual time between two guest accesses, for event timestamp
 PFERR_WRITE = 1 << 1  # the error code bits of the emitted kvm_page_fault
 PFERR_USER = 1 << 2
 StepT = TypeVar("StepT")
+_RET_NAMES = {ret: ret.name for ret in RetPf}
 RawListener = Callable[[str, Mapping[str, FieldValue], float, int], None]
 
 
@@ -105,7 +106,8 @@ class GuestSession(Generic[StepT]):
             self._emit("kvm_page_fault", vcpu_id=vcpu, fault_address=address, error_code=error_code)
 
     def _result(self, ret: RetPf) -> RetPf:
-        self.results[ret.name] = self.results.get(ret.name, 0) + 1
+        name = _RET_NAMES[ret]  # (an enum's .name is a property)
+        self.results[name] = self.results.get(name, 0) + 1
         return ret
 
     # -- the vCPU's shadow tables -----------------------------------------------------

@@ -228,11 +228,11 @@ class TdpMmuCore:
     def handle_changed_spte(
         self, as_id: int, gfn: int, old: int, new: int, level: int, shared: bool
     ) -> None:
-        was_present = bool(old & SPTE_MMU_PRESENT_MASK)
-        is_present = bool(new & SPTE_MMU_PRESENT_MASK)
-        was_leaf = was_present and (level == 1 or bool(old & PT_PAGE_SIZE_MASK))
-        is_leaf = is_present and (level == 1 or bool(new & PT_PAGE_SIZE_MASK))
-        if gfn & ((1 << (9 * (level - 1))) - 1):
+        was_present = old & SPTE_MMU_PRESENT_MASK != 0
+        is_present = new & SPTE_MMU_PRESENT_MASK != 0
+        was_leaf = was_present and (level == 1 or old & PT_PAGE_SIZE_MASK != 0)
+        is_leaf = is_present and (level == 1 or new & PT_PAGE_SIZE_MASK != 0)
+        if gfn & ((1 << (9 * level - 9)) - 1):
             raise AuditError(f"tdp: gfn {gfn:#x} not aligned for level {level}")
         if was_leaf and is_leaf and (old ^ new) & SPTE_BASE_ADDR_MASK:
             raise AuditError(f"tdp: a present leaf at gfn {gfn:#x} changed its pfn (BUG)")

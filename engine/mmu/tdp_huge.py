@@ -61,10 +61,13 @@ def _lpage_limits(slot: MemorySlot) -> tuple[tuple[int, int], tuple[int, int]]:
 
 class TdpHuge(TdpRoots):
     _lpage_limits: dict[int, tuple[MemorySlot, tuple[tuple[int, int], tuple[int, int]]]]
+    _host_max_level: int
     # -- mapping levels -------------------------------------------------------------------
 
     def kvm_mmu_max_mapping_level(self, slot: MemorySlot, gfn: int, max_level: int) -> int:
-        level = min(max_level, KVM_MAX_HUGEPAGE_LEVEL, self.params.host_level)
+        level = self._host_max_level  # min(KVM_MAX_HUGEPAGE_LEVEL, host_level)
+        if max_level < level:
+            level = max_level
         if level == PG_LEVEL_4K:
             return PG_LEVEL_4K
         entry = self._lpage_limits.get(id(slot))  # slots are immutable values

@@ -76,7 +76,16 @@ class TdpIter:
         self.pt_path: list[KvmMmuPage | None] = [None] * PT64_ROOT_MAX_LEVEL
         self.pt_path[self.root_level - 1] = root
         self.as_id = root.role.smm
-        self.restart()
+        # restart(), inline: the fault path makes one iterator per fault
+        self.yielded = False
+        self.yielded_gfn = next_last_level_gfn
+        self.level = level = self.root_level
+        shift = SPTE_LEVEL_BITS * (level - 1)
+        self.gfn = gfn = next_last_level_gfn >> shift << shift
+        self.pt = root
+        self.index = index = (gfn >> shift) & (SPTE_ENT_PER_PAGE - 1)
+        self.old_spte = root.spt[index]
+        self.valid = True
 
     @property
     def sptep(self) -> int:
@@ -120,6 +129,29 @@ class TdpIter:
         self.index = index = (gfn >> shift) & (SPTE_ENT_PER_PAGE - 1)
         self.old_spte = child.spt[index]
         return True
+
+    def step_down_through_tables(self, goal_level: int) -> None:
+        """`try_step_down()` while above `goal_level` and on a present non-leaf spte whose
+        table exists: what the fault's walk does level by level (`continue`) until it
+        reaches its goal or an spte it must change, in one call."""
+        level, spte, pt = self.level, self.old_spte, self.pt
+        if level <= goal_level or level <= self.min_level:
+            return
+        by_pa, path = self._by_pa, self.pt_path
+        while spte & SPTE_MMU_PRESENT_MASK and not spte & PT_PAGE_SIZE_MASK:
+            child = by_pa.get(spte & SPTE_BASE_ADDR_MASK)
+            if child is None:
+                break
+            level -= 1
+            path[level - 1] = pt = child
+            spte = child.spt[(self.next_last_level_gfn >> (SPTE_LEVEL_BITS * level - 9)) & 511]
+            if level <= goal_level or level <= self.min_level:
+                break
+        if pt is not self.pt:
+            shift = SPTE_LEVEL_BITS * (level - 1)
+            self.level, self.pt, self.old_spte = level, pt, spte
+            self.gfn = gfn = self.next_last_level_gfn >> shift << shift
+            self.index = (gfn >> shift) & (SPTE_ENT_PER_PAGE - 1)
 
     def try_step_side(self) -> bool:
         if self.index == SPTE_ENT_PER_PAGE - 1:

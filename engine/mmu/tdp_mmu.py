@@ -59,6 +59,7 @@ from .tdp_huge import TdpHuge
 from .tdp_iter import TdpIter, kvm_pages_per_hpage
 from .tdp_pages import TdpMmuPage
 from .tdp_params import TdpMmuParams
+from .vcpu_memslot import VcpuMemslotCache
 
 PAGE_SHIFT = 12
 KVM_PFN_NOSLOT = 1 << 63  # include/linux/kvm_host.h (6.x); earlier kernels differ
@@ -106,6 +107,8 @@ class TdpMmu(TdpHuge):
         super().__init__(vm, cfg, params, emit)
         self.roots: dict[int, TdpMmuPage] = {}
         self._lpage_limits = {}
+        self._vcpu_gfn_to_memslot = VcpuMemslotCache(vm).lookup
+        self._host_max_level = min(KVM_MAX_HUGEPAGE_LEVEL, self.params.host_level)
         self._nx = self.params.nx_huge_page_workaround_enabled  # is_nx_huge_page_enabled()
         self._leaf_bits: dict[tuple[int, bool, int], tuple[int, int]] = {}
         self._slot_flags = {
@@ -130,21 +133,6 @@ class TdpMmu(TdpHuge):
         self._slot_flags[key] = slot.flags
         if fields.get("change") == KVM_MR_FLAGS_ONLY:
             self.kvm_mmu_slot_apply_flags(old, slot)
-
-    def _gfn_to_memslot(self, vcpu: int, gfn: int) -> MemorySlot | None:
-        """`kvm_vcpu_gfn_to_memslot()`: the vCPU's fresh `last_used_slot`, else the search."""
-        vm = self.vm
-        if vm.vcpu_cache:
-            state = vm.vcpu(vcpu)
-            cached = state.last_used_slot
-            if (
-                cached is not None
-                and cached.base_gfn <= gfn < cached.base_gfn + cached.npages
-                and state.last_used_slot_gen == vm.memslot_set(state.as_id).generation
-            ):
-                vm.memslot_lookups += 1
-                return cached
-        return vm.vcpu_gfn_to_memslot(vcpu, gfn)
 
     # -- the fault --------------------------------------------------------------------------
 
@@ -187,7 +175,7 @@ class TdpMmu(TdpHuge):
                 access = get_mmio_spte_access(cfg, spte)
                 self._emit("handle_mmio_page_fault", addr=0, gfn=gfn, access=access)
                 return self._emulate(gpa, write)
-        slot = self._gfn_to_memslot(vcpu, gfn)
+        slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
         if slot is None and not cfg.mmio_caching_enabled:
             return self._emulate(gpa, write)  # kvm_handle_noslot_fault(), caching off
         if slot is not None and write and slot.flags & KVM_MEM_READONLY:
@@ -246,15 +234,18 @@ class TdpMmu(TdpHuge):
                 pfn=fault.pfn | offset,
                 level=fault.goal_level,
             )
-        nx = self._nx
+        nx, goal = self._nx, fault.goal_level
         it = TdpIter(self.pages.by_pa, root, PG_LEVEL_4K, fault.gfn)
+        if not nx:  # nothing to adjust on the way: down through the tables there are
+            it.step_down_through_tables(goal)
         while True:
-            old = it.old_spte
+            old, level = it.old_spte, it.level
             if nx:
-                self.disallowed_hugepage_adjust(fault, old, it.level)
+                self.disallowed_hugepage_adjust(fault, old, level)
+                goal = fault.goal_level
             if old == REMOVED_SPTE:
                 return RetPf.RETRY  # frozen by another thread: let the vCPU fault again
-            if it.level == fault.goal_level:
+            if level == goal:
                 return self.tdp_mmu_map_handle_target_level(fault, it)
             if not (old & SPTE_MMU_PRESENT_MASK and not old & PT_PAGE_SIZE_MASK):
                 sp = self.tdp_mmu_init_child_sp(it)
@@ -266,7 +257,7 @@ class TdpMmu(TdpHuge):
                 if r:
                     self.tdp_mmu_free_sp(sp)
                     return RetPf.RETRY
-                if fault.huge_page_disallowed and fault.req_level >= it.level:
+                if fault.huge_page_disallowed and fault.req_level >= level:
                     self.track_possible_nx_huge_page(sp)
             if not it.try_step_down():
                 return RetPf.RETRY  # the walk ended above the goal level

@@ -1,0 +1,42 @@
+"""`kvm_vcpu_gfn_to_memslot()` as the x86 fault paths call it (the direct MMU's
+`direct_page_fault` and the TDP MMU's `kvm_tdp_page_fault`, via `kvm_faultin_pfn`).
+
+virt/kvm/kvm_main.c (≈6.10): the vCPU's own `last_used_slot` is tried first, and used
+while it holds the gfn and its `last_used_slot_gen` is the address space's generation;
+anything else goes through the search, which resets and refills it
+(`Vm.vcpu_gfn_to_memslot`, kvm-reference §1.3).  The hit is counted as a lookup too.
+"""
+
+from __future__ import annotations
+
+from ..memslot import MemorySlot
+from ..memslots import MemslotSet
+from ..vm import Vcpu, Vm
+
+
+class VcpuMemslotCache:
+    """The hit test of `kvm_vcpu_gfn_to_memslot()`, with the vCPUs' states and the
+    address spaces' memslot sets looked up once."""
+
+    __slots__ = ("_sets", "_vcpus", "vm")
+
+    def __init__(self, vm: Vm) -> None:
+        self.vm = vm
+        self._vcpus: dict[int, Vcpu] = {}
+        self._sets: dict[int, MemslotSet] = {
+            as_id: vm.memslot_set(as_id) for as_id in range(vm.address_spaces)
+        }
+
+    def lookup(self, vcpu: int, gfn: int) -> MemorySlot | None:
+        vm = self.vm
+        if vm.vcpu_cache:
+            state = self._vcpus.get(vcpu)
+            if state is None:
+                state = self._vcpus[vcpu] = vm.vcpu(vcpu)
+            cached = state.last_used_slot
+            if cached is not None and cached.base_gfn <= gfn < cached.base_gfn + cached.npages:
+                slots = self._sets.get(state.as_id)
+                if slots is not None and state.last_used_slot_gen == slots.generation:
+                    vm.memslot_lookups += 1
+                    return cached
+        return vm.vcpu_gfn_to_memslot(vcpu, gfn)
