@@ -12,6 +12,7 @@ of the structure for drawing and export.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -113,6 +114,29 @@ class ArrayView:
 
 
 Shape = TreeView | ArrayView
+
+
+Entry = tuple[int, int, MemorySlot]  # (base_gfn, base_gfn + npages, slot) of an array
+
+
+def explain_scan(
+    entries: Iterable[Entry | None], gfn: int
+) -> tuple[tuple[Probe, ...], MemorySlot | None]:
+    """A linear scan of a memslot array, one `Probe` per entry, as the 2007-2011 loop
+    (`gfn >= base_gfn && gfn < base_gfn + npages` on each entry) and the size-sorted
+    `kvm_for_each_memslot` ran it: stop at the slot that holds `gfn`.  A None entry is an
+    unused, zeroed one (base_gfn 0, npages 0): `gfn >= 0` holds, `gfn < 0` fails."""
+    probes: list[Probe] = []
+    for index, entry in enumerate(entries):
+        if entry is None:
+            probes.append(Probe(None, index, 2, EMPTY))
+            continue
+        base, end, slot = entry
+        if base <= gfn < end:
+            probes.append(Probe(slot, index, 2, HIT))
+            return tuple(probes), slot
+        probes.append(Probe(slot, index, 1 if gfn < base else 2, NEXT))
+    return tuple(probes), None
 
 
 class LookupStrategy(ABC):

@@ -9,10 +9,13 @@ differs: colours versus weights.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from ..memslot import MemorySlot
 from .base import GO_LEFT, GO_RIGHT, HIT, LookupStrategy, Probe, TreeNodeView
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
 class BstNode(Protocol):
@@ -33,6 +36,24 @@ class BstNode(Protocol):
 
 
 N = TypeVar("N", bound=BstNode)
+
+
+class TreeNode:
+    """A slot's node in either tree: `struct rb_node` and `struct wb_node` share the links
+    (parent, left, right); the slot's `[base, end)` bounds are cached for the descent."""
+
+    __slots__ = ("base", "end", "left", "parent", "right", "slot")
+
+    def __init__(self, slot: MemorySlot) -> None:
+        self.slot = slot
+        self.base = slot.base_gfn
+        self.end = slot.base_gfn + slot.npages
+        self.left: Self | None = None
+        self.right: Self | None = None
+        self.parent: Self | None = None
+
+
+T = TypeVar("T", bound=TreeNode)
 
 
 def search(root: BstNode | None, gfn: int) -> MemorySlot | None:
@@ -156,12 +177,46 @@ def audit_order(root: BstNode | None, what: str) -> int:
     return count
 
 
-class TreeStrategy(LookupStrategy, Generic[N]):
-    """What both trees do alike: node index by slot id, search, explain, relabel."""
+class TreeStrategy(LookupStrategy, Generic[T]):
+    """What both trees do alike: node index by slot id, search, explain, relabel, and the
+    rotations (the RFC's `__wb_rotate_left/right` are copies of lib/rbtree.c's)."""
 
     def __init__(self) -> None:
-        self.root: N | None = None
-        self._nodes: dict[int, N] = {}
+        self.root: T | None = None
+        self._nodes: dict[int, T] = {}
+
+    # -- rotations (__rb_rotate_left / __rb_rotate_right, __wb_rotate_*) ---------------
+
+    def _rotate_left(self, node: T) -> None:
+        pivot = node.right
+        assert pivot is not None
+        node.right = pivot.left
+        if pivot.left is not None:
+            pivot.left.parent = node
+        self._change_child(node, pivot, node.parent)
+        pivot.left = node
+        node.parent = pivot
+
+    def _rotate_right(self, node: T) -> None:
+        pivot = node.left
+        assert pivot is not None
+        node.left = pivot.right
+        if pivot.right is not None:
+            pivot.right.parent = node
+        self._change_child(node, pivot, node.parent)
+        pivot.right = node
+        node.parent = pivot
+
+    def _change_child(self, old: T, new: T | None, parent: T | None) -> None:
+        """`__rb_change_child()`: make `new` take `old`'s place under `parent`."""
+        if new is not None:
+            new.parent = parent
+        if parent is None:
+            self.root = new
+        elif parent.left is old:
+            parent.left = new
+        else:
+            parent.right = new
 
     def replace(self, old: MemorySlot, new: MemorySlot) -> None:
         """Same range: the node stays and takes the new slot (`rb_replace_node()`, O(1));
@@ -197,11 +252,11 @@ class TreeStrategy(LookupStrategy, Generic[N]):
                 break
         return steps
 
-    def first(self) -> N | None:
+    def first(self) -> T | None:
         """`rb_first()` / `wb_first()`."""
         return leftmost(self.root)
 
-    def in_order(self) -> Iterator[N]:
+    def in_order(self) -> Iterator[T]:
         return in_order(self.root)
 
     def slots(self) -> list[MemorySlot]:

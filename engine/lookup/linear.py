@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..errors import AuditError
 from ..memslot import MemorySlot
-from .base import EMPTY, HIT, NEXT, ArrayView, LookupStrategy, Probe
+from .base import ArrayView, LookupStrategy, Probe, explain_scan
 
 
 class LinearArray(LookupStrategy):
@@ -57,19 +57,9 @@ class LinearArray(LookupStrategy):
         return None
 
     def explain(self, gfn: int) -> tuple[tuple[Probe, ...], MemorySlot | None]:
-        probes: list[Probe] = []
-        for index in range(self.nmemslots):
-            entry = self._entries[index] if index < len(self._entries) else None
-            if entry is None:
-                # A zeroed entry: base_gfn 0, npages 0; `gfn >= 0` holds, `gfn < 0` fails.
-                probes.append(Probe(None, index, 2, EMPTY))
-                continue
-            base, end, slot = entry
-            if base <= gfn < end:
-                probes.append(Probe(slot, index, 2, HIT))
-                return tuple(probes), slot
-            probes.append(Probe(slot, index, 1 if gfn < base else 2, NEXT))
-        return tuple(probes), None
+        entries = self._entries
+        scanned = (entries[i] if i < len(entries) else None for i in range(self.nmemslots))
+        return explain_scan(scanned, gfn)  # every entry up to nmemslots, used or not
 
     def visits(self, gfn: int, found: MemorySlot | None) -> int:
         # The scan stops at memslots[found.id]; a miss walks all nmemslots entries.

@@ -20,18 +20,13 @@ from . import bst
 from .base import TreeView
 
 
-class RbNode:
+class RbNode(bst.TreeNode):
     """`struct rb_node` embedded in a slot (`gfn_node[idx]`), with the slot's bounds cached."""
 
-    __slots__ = ("base", "end", "left", "parent", "red", "right", "slot")
+    __slots__ = ("red",)
 
     def __init__(self, slot: MemorySlot) -> None:
-        self.slot = slot
-        self.base = slot.base_gfn
-        self.end = slot.base_gfn + slot.npages
-        self.left: RbNode | None = None
-        self.right: RbNode | None = None
-        self.parent: RbNode | None = None
+        super().__init__(slot)
         self.red = True
 
 
@@ -84,37 +79,6 @@ class RbTree(bst.TreeStrategy[RbNode]):
             self._erase_color(rebalance)
 
     # -- rebalancing (lib/rbtree.c) -------------------------------------------------
-
-    def _rotate_left(self, node: RbNode) -> None:
-        pivot = node.right
-        assert pivot is not None
-        node.right = pivot.left
-        if pivot.left is not None:
-            pivot.left.parent = node
-        self._change_child(node, pivot, node.parent)
-        pivot.left = node
-        node.parent = pivot
-
-    def _rotate_right(self, node: RbNode) -> None:
-        pivot = node.left
-        assert pivot is not None
-        node.left = pivot.right
-        if pivot.right is not None:
-            pivot.right.parent = node
-        self._change_child(node, pivot, node.parent)
-        pivot.right = node
-        node.parent = pivot
-
-    def _change_child(self, old: RbNode, new: RbNode | None, parent: RbNode | None) -> None:
-        """`__rb_change_child()`: make `new` take `old`'s place under `parent`."""
-        if new is not None:
-            new.parent = parent
-        if parent is None:
-            self.root = new
-        elif parent.left is old:
-            parent.left = new
-        else:
-            parent.right = new
 
     def _insert_color(self, node: RbNode) -> None:
         """`__rb_insert()`: restore the red-black rules after linking a red node."""

@@ -12,7 +12,7 @@ unspecified order).
 from __future__ import annotations
 
 from ..memslot import MemorySlot
-from .base import HIT, NEXT, ArrayView, Probe
+from .base import ArrayView, Probe, explain_scan
 from .sorted_array import Key, SortedArrayStrategy
 
 
@@ -40,13 +40,7 @@ class SizeSortedArray(SortedArrayStrategy):
         return None
 
     def explain(self, gfn: int) -> tuple[tuple[Probe, ...], MemorySlot | None]:
-        probes: list[Probe] = []
-        for index, (base, end, slot) in enumerate(self.array.entries):
-            if base <= gfn < end:
-                probes.append(Probe(slot, index, 2, HIT))
-                return tuple(probes), slot
-            probes.append(Probe(slot, index, 1 if gfn < base else 2, NEXT))
-        return tuple(probes), None
+        return explain_scan(self.array.entries, gfn)  # the used slots, largest first
 
     def visits(self, gfn: int, found: MemorySlot | None) -> int:
         return len(self.array.entries) if found is None else self.array.index_of(found) + 1

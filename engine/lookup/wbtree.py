@@ -6,9 +6,10 @@ likely to hit), are at the top of each subtree."  Patch 3/3 embeds a `wb_node` i
 `kvm_memory_slot` with weight = `npages`, so the biggest RAM slot sits at the root.
 
 The functions below follow the C code of patch 1/3 one to one:
-`__wb_rotate_left/right` (copied from the rbtree), `wb_rebalance` (rotate a node up while
-its parent is lighter), `wb_erase` (rotate the node down, towards its heavier child,
-until it is a leaf, then unlink it), `wb_first/last/next/prev`.  Insertion is a plain BST
+`__wb_rotate_left/right` (copied from the rbtree, so bst.py's one pair serves both
+trees), `wb_rebalance` (rotate a node up while its parent is lighter), `wb_erase` (rotate
+the node down, towards its heavier child, until it is a leaf, then unlink it),
+`wb_first/last/next/prev`.  Insertion is a plain BST
 insert keyed by `base_gfn` followed by `wb_set_weight` + `wb_rebalance` — patch 3/3's body
 was not archived, so this part is a reconstruction (kvm-reference §9).
 
@@ -27,19 +28,14 @@ from . import bst
 from .base import TreeView
 
 
-class WbNode:
+class WbNode(bst.TreeNode):
     """`struct wb_node` (wb_parent, wb_left, wb_right, wb_weight) plus the slot's bounds."""
 
-    __slots__ = ("base", "end", "left", "parent", "right", "slot", "weight")
+    __slots__ = ("weight",)
 
     def __init__(self, slot: MemorySlot) -> None:
-        self.slot = slot
-        self.base = slot.base_gfn
-        self.end = slot.base_gfn + slot.npages
+        super().__init__(slot)
         self.weight = slot.npages  # wb_set_weight(&slot->wb_node, slot->npages)
-        self.left: WbNode | None = None
-        self.right: WbNode | None = None
-        self.parent: WbNode | None = None
 
 
 class WbTree(bst.TreeStrategy[WbNode]):
@@ -57,40 +53,6 @@ class WbTree(bst.TreeStrategy[WbNode]):
         super().__init__()
         self._bases: list[int] = []  # sorted keys, to find in-order neighbours
         self._by_base: dict[int, WbNode] = {}
-
-    # -- rotations (__wb_rotate_left / __wb_rotate_right) --------------------------
-
-    def _rotate_left(self, node: WbNode) -> None:
-        right = node.right
-        assert right is not None
-        parent = node.parent
-        node.right = right.left
-        if right.left is not None:
-            right.left.parent = node
-        right.left = node
-        right.parent = parent
-        self._relink_parent(parent, node, right)
-        node.parent = right
-
-    def _rotate_right(self, node: WbNode) -> None:
-        left = node.left
-        assert left is not None
-        parent = node.parent
-        node.left = left.right
-        if left.right is not None:
-            left.right.parent = node
-        left.right = node
-        left.parent = parent
-        self._relink_parent(parent, node, left)
-        node.parent = left
-
-    def _relink_parent(self, parent: WbNode | None, old: WbNode, new: WbNode) -> None:
-        if parent is None:
-            self.root = new
-        elif parent.left is old:
-            parent.left = new
-        else:
-            parent.right = new
 
     # -- updates -------------------------------------------------------------------
 

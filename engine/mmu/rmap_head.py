@@ -34,14 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..errors import AuditError
-from .pte_list_desc import (
-    DEFAULT_ERA,
-    ERAS,
-    PteListDesc,
-    PteListEra,
-    check_sptep,
-    desc_cache_lines,
-)
+from .pte_list_desc import DEFAULT_ERA, ERAS, PteListDesc, PteListEra, check_sptep, desc_cache_lines
 
 RMAP_RECYCLE_THRESHOLD = 1000  # __rmap_add: zap the whole rmap beyond this many sptes
 
