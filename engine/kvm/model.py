@@ -181,6 +181,9 @@ def model_stats(run: ModelRun) -> dict[str, int]:
     """The model's counters under the kernel's statistic names."""
     stats = dict(run.mmu.stat)
     stats.update(run.mmu.pages.stat)
+    # FNAME(page_fault) never calls fast_page_fault() (6.18 paging_tmpl.h, fast_pf.py):
+    # the shadow MMU fixes every fault under mmu_lock, so its pf_fast stays 0
+    stats.setdefault("pf_fast", 0)
     stats["pages_4k"] = pages_4k(run)
     stats["max_mmu_rmap_size"] = run.rmap_max
     stats["mmio_exits"] = run.mmio_exits

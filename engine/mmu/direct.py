@@ -36,13 +36,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..constants import KVM_MEM_READONLY
+from ..constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY
 from ..errors import AuditError
 from ..events import Event, FieldValue
 from ..memslot import MemorySlot
 from ..vm import Vm
 from .direct_tables import RmapsView, _spte_key, spte_constants
 from .direct_tables import SlotRmaps as SlotRmaps  # re-exported (public before)
+from .fast_pf import (
+    FastPageFault,
+    fast_pf_get_last_sptep,
+    fault_error_code,
+    mark_page_dirty_in_slot,
+)
 from .mmio_info import VcpuMmioInfo
 from .mmu_pages import KvmMmuPage, MmuPages, default_mmu_pages
 from .rmap import (
@@ -111,6 +117,7 @@ class DirectMmu:
         gen_era: str = "2019",
         emit: Callable[[Event], None] | None = None,
         mmio_info_cache: bool = True,
+        fast_pf: bool = True,
     ) -> None:
         self.vm = vm
         self.mmio_info = VcpuMmioInfo(mmio_info_cache)  # False: before 3.1
@@ -131,6 +138,9 @@ class DirectMmu:
         self.stat = dict.fromkeys(
             ("pf_taken", "pf_fixed", "pf_emulate", "pf_spurious", "pf_mmio_spte_created"), 0
         )
+        self.mark_page_dirty: Callable[[MemorySlot, int], None] | None = None  # dirty_log
+        # fast_page_fault() (since 3.6, 2012; False: the 2011 era), fast_pf.py
+        self.fast_pf = FastPageFault(self, self._fast_pf_last_sptep) if fast_pf else None
         self._spte_bits = spte_constants(self.cfg)
         self._l1_hint: dict[int, _L1Hint] = {}
         self._child_roles: dict[KvmMmuPageRole, KvmMmuPageRole] = {}
@@ -190,12 +200,17 @@ class DirectMmu:
 
     # -- the fault --------------------------------------------------------------------
 
-    def page_fault(self, vcpu: int, gpa: int, write: bool = False) -> RetPf:
+    def page_fault(
+        self, vcpu: int, gpa: int, write: bool = False, error_code: int | None = None
+    ) -> RetPf:
         """`kvm_mmu_page_fault()` (6.18 mmu.c) for a guest-physical address.
 
         A hit on a current MMIO spte (the RSVD/EPT-misconfig path,
         `handle_mmio_page_fault()`) jumps to `emulate:`: neither `pf_taken` nor
-        `pf_emulate` counts it.  Only the `RET_PF_INVALID` path counts `pf_taken`."""
+        `pf_emulate` counts it.  Only the `RET_PF_INVALID` path counts `pf_taken`.
+        `direct_page_fault()` then tries `fast_page_fault()` (fast_pf.py) before the
+        slow path; `error_code` is `fault->error_code` (default: what the exit on the
+        spte the walk reads gives, `fault_error_code`)."""
         gfn = gpa >> PAGE_SHIFT
         pages = self.pages
         root = self.roots.get(vcpu)
@@ -212,6 +227,10 @@ class DirectMmu:
             # The walk from the root ends at this level-1 page, as when the hint was taken.
             self.stat["pf_taken"] += 1
             slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
+            fast = self.fast_pf
+            if fast is not None and not fast.kvm_ad_enabled:  # a not-present entry
+                code = fault_error_code(self.cfg, 0, write) if error_code is None else error_code
+                fast.page_fault(vcpu, gpa, slot, code)  # RET_PF_INVALID: it is not present
             if (
                 slot is not None
                 and not (write and slot.flags & KVM_MEM_READONLY)
@@ -228,7 +247,19 @@ class DirectMmu:
             return RetPf.EMULATE  # else a stale generation: RET_PF_INVALID, the real path
         self.stat["pf_taken"] += 1
         slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
+        fast = self.fast_pf
+        if fast is not None:
+            spte = 0 if leaf_page is None else leaf_page.spt[index]
+            if fast.wants(write, spte):
+                code = fault_error_code(self.cfg, spte, write) if error_code is None else error_code
+                ret = fast.page_fault(vcpu, gpa, slot, code)
+                if ret is not RetPf.INVALID:
+                    return ret
         return self._slow_path(vcpu, root, gfn, slot, write)
+
+    def _fast_pf_last_sptep(self, vcpu: int, gfn: int) -> tuple[KvmMmuPage, int]:
+        """`fast_pf_get_last_sptep()` from the vCPU's root (fast_pf.py)."""
+        return fast_pf_get_last_sptep(self.pages.child_at, self.roots[vcpu], gfn)
 
     def _handle_mmio_page_fault(
         self, vcpu: int, root: KvmMmuPage, gfn: int, spte: int, write: bool
@@ -414,6 +445,8 @@ class DirectMmu:
             vals[key] = rmap_val_add(old, sptep, self.era)
         if self._listener is not None:
             self._emit("kvm_mmu_set_spte", gfn=base, spte=spte, level=level, sptep=sptep)
+        if writable and slot.flags & KVM_MEM_LOG_DIRTY_PAGES:
+            mark_page_dirty_in_slot(self, slot, gfn)  # make_spte()
         self.stat["pf_fixed"] += 1
         return _FIXED
 
@@ -424,12 +457,16 @@ class DirectMmu:
     def _same_leaf(
         self, sp: KvmMmuPage, index: int, slot: MemorySlot, gfn: int, level: int
     ) -> bool:
+        """`mmu_set_spte()`'s RET_PF_SPURIOUS: the spte `make_spte()` would make is there
+        already.  A leaf of the same pfn with other bits (write-protected for dirty
+        logging, access-tracked) is updated in place: RET_PF_FIXED."""
         spte = sp.spt[index]
-        return (
-            is_shadow_present_pte(spte)
-            and not is_mmio_spte(self.cfg, spte)
-            and spte_to_pfn(spte) == self._pfn(slot, gfn, level)
-        )
+        if not is_shadow_present_pte(spte) or is_mmio_spte(self.cfg, spte):
+            return False
+        pfn = self._pfn(slot, gfn, level)
+        if spte_to_pfn(spte) != pfn:
+            return False
+        return spte == self.spte_for(pfn, level, not slot.flags & KVM_MEM_READONLY, True)
 
     def _child(self, parent: KvmMmuPage, gfn: int, index: int) -> KvmMmuPage:
         """`kvm_mmu_get_child_sp()`: the direct page mapping this part of the parent."""

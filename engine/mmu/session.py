@@ -9,7 +9,11 @@ Workloads (issue 4, seeds 000 and 003):
 - `netperf`: an emulated NIC's doorbell and the LAPIC hit again and again (MMIO: the
   first access caches an MMIO spte, the rest are emulated without a memslot search);
 - `churn`: `kernbench` plus a memslot update every `CHURN_EVERY` accesses (a BAR
-  created and deleted), so generations advance, MMIO sptes go stale and DELETE zaps.
+  created and deleted), so generations advance, MMIO sptes go stale and DELETE zaps;
+- `dirty`: `kernbench` with dirty logging toggled on the largest RAM slot every
+  `DIRTY_EVERY` accesses: write-protected sptes, fixed by `fast_page_fault()`;
+- `migrate`: a live migration's dirty logging passes over a guest's working set
+  (`FastPathControls.migrate_update`).
 `fork` and `pfault` need guest page tables: shadow paging, `shadow_session.py`.
 """
 
@@ -21,9 +25,18 @@ from ..errors import KvmError
 from ..layouts.layout import Layout
 from ..vm import Vm
 from .direct import DirectMmu
+from .dirty_log import DirtyLogging
+from .fast_session import FastPathControls
 from .guest_session import PFERR_WRITE, GuestSession
 from .mmu_pages import KvmMmuPage
-from .spte import PT_WRITABLE_MASK, SPTE_CONFIGS, RetPf, is_mmio_spte, is_shadow_present_pte
+from .spte import (
+    PT_PRESENT_MASK,
+    PT_WRITABLE_MASK,
+    SPTE_CONFIGS,
+    RetPf,
+    is_mmio_spte,
+    is_shadow_present_pte,
+)
 
 PAGE_SHIFT = 12
 CHURN_EVERY = 50
@@ -35,7 +48,8 @@ EPT_VIOLATION_ACC_READ, EPT_VIOLATION_ACC_WRITE = 1 << 0, 1 << 1
 EPT_VIOLATION_RWX_SHIFT = 3
 EPT_VIOLATION_GVA_IS_VALID, EPT_VIOLATION_GVA_TRANSLATED = 1 << 7, 1 << 8
 PFERR_PRESENT, PFERR_RSVD = 1 << 0, 1 << 3
-MMU_WORKLOADS = ("kernbench", "netperf", "churn")
+MMU_WORKLOADS = ("kernbench", "netperf", "churn", "dirty", "migrate")
+DIRTY_EVERY = 400  # the dirty workload toggles dirty logging this often (as TdpSession)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +73,7 @@ class MmuStep:
     update: str = ""  # a memslot update made before the access (churn)
 
 
-class MmuSession(GuestSession[MmuStep]):
+class MmuSession(GuestSession[MmuStep], FastPathControls):
     """A guest (a `Layout`), its direct MMU and a workload; deterministic for a seed."""
 
     paging = "ept"
@@ -87,8 +101,10 @@ class MmuSession(GuestSession[MmuStep]):
             huge_pages=huge_pages,
             emit=self._forward,
             mmio_info_cache=not spte_config.startswith("2011"),  # cache mmio info: 3.1
+            fast_pf=not spte_config.startswith("2011"),  # fast_page_fault: 3.6
         )
         self._ram = [s for s in self.vm.memslots(0) if not s.readonly]
+        self.dirty_log = DirtyLogging(self.mmu)
 
     # -- the workload -------------------------------------------------------------------
 
@@ -98,6 +114,9 @@ class MmuSession(GuestSession[MmuStep]):
         if self.workload == "netperf" and rng.random() < 0.7:
             gpa = NIC_DOORBELL if rng.random() < 0.8 else LAPIC_EOI
             return MmuAccess(vcpu, gpa, write=True)
+        hot = self.hot_access(rng) if self.workload == "migrate" else None
+        if hot is not None:
+            return MmuAccess(vcpu, hot[0] << PAGE_SHIFT, write=hot[1])
         slot = rng.choice(self._ram)
         gfn = slot.base_gfn + rng.randrange(slot.npages)
         return MmuAccess(vcpu, gfn << PAGE_SHIFT, write=rng.random() < 0.3)
@@ -107,7 +126,7 @@ class MmuSession(GuestSession[MmuStep]):
         self.workload = workload
 
     def step(self) -> MmuStep:
-        update = self._churn() if self.workload == "churn" else ""
+        update = self._update()
         access = self.next_access()
         self.steps += 1
         self._vcpu = access.vcpu
@@ -141,6 +160,8 @@ class MmuSession(GuestSession[MmuStep]):
         spte = self.leaf_spte(access.vcpu, access.gpa >> PAGE_SHIFT)
         if spte == 0 or is_mmio_spte(self.mmu.cfg, spte):
             return True
+        if not spte & PT_PRESENT_MASK:
+            return True  # access-tracked (A/D bits off, aged): RWX cleared
         return access.write and not spte & PT_WRITABLE_MASK
 
     def leaf_spte(self, vcpu: int, gfn: int) -> int:
@@ -152,8 +173,13 @@ class MmuSession(GuestSession[MmuStep]):
         """The pages the access's gfn walks through, root first."""
         return self._path(step.access.vcpu, step.access.gpa >> PAGE_SHIFT)
 
-    def _churn(self) -> str:
-        return "" if self.steps % CHURN_EVERY else churn_update(self.vm)
+    def _update(self) -> str:
+        """The workload's memslot update before this access, if any."""
+        if self.workload == "churn" and not self.steps % CHURN_EVERY:
+            return churn_update(self.vm)
+        if self.workload == "dirty" and self.steps and not self.steps % DIRTY_EVERY:
+            return self.toggle_dirty_logging()
+        return self.migrate_update(self.steps) if self.workload == "migrate" else ""
 
     def audit(self) -> None:
         self.mmu.audit()

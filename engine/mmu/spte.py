@@ -254,6 +254,8 @@ SPTE_CONFIGS: Mapping[str, SpteConfig] = MappingProxyType(
     {
         "ept": SpteConfig(ept=True, ad_bits=True, host_phys_bits=46),
         "ept-l1tf": SpteConfig(ept=True, ad_bits=True, host_phys_bits=46, l1tf=True),
+        # kvm_intel.eptad=0: no EPT A/D bits, aged sptes access-tracked (fast_pf.py)
+        "ept-no-ad": SpteConfig(ept=True, ad_bits=False, host_phys_bits=46),
         "shadow": SpteConfig(ept=False, host_phys_bits=46),
         "shadow-l1tf": SpteConfig(ept=False, host_phys_bits=46, l1tf=True),
         "shadow-52bit": SpteConfig(ept=False, host_phys_bits=52),  # MMIO caching impossible

@@ -174,6 +174,24 @@ class TdpHuge(TdpRoots):
     def kvm_tdp_mmu_clear_dirty_slot(self, slot: MemorySlot) -> bool:
         return self._for_slot(slot, "clear_dirty_gfn_range")
 
+    def kvm_tdp_mmu_clear_dirty_pt_masked(self, slot: MemorySlot, gfns: set[int]) -> int:
+        """KVM_GET_DIRTY_LOG (`clear_dirty_pt_masked`, 6.18): the reported gfns' 4K
+        leaves lose W (D with PML and A/D bits) again; how many changed."""
+        wrprot = self.cfg.ad_disabled or not (self.params.enable_pml and self.cfg.ept)
+        dbit = PT_WRITABLE_MASK if wrprot else self.cfg.shadow_dirty_mask
+        changed = 0
+        for root in self._each_root(only_valid=True):
+            for gfn in sorted(gfns) if root.as_id == slot.as_id else ():
+                for it in for_each_tdp_pte(self.pages.by_pa, root, gfn, gfn + 1):
+                    old = it.old_spte
+                    if it.level == PG_LEVEL_4K and is_shadow_present_pte(old) and old & dbit:
+                        pt = it.pt
+                        assert isinstance(pt, TdpMmuPage)
+                        self.tdp_mmu_set_spte(it.as_id, pt, it.index, old, old & ~dbit, gfn, 1)
+                        changed += 1
+            self.kvm_tdp_mmu_put_root(root)
+        return changed
+
     def zap_collapsible_spte_range(self, root: TdpMmuPage, start: int, end: int) -> bool:
         slot = self.vm.memslot_set(root.as_id).gfn_tree.search(start)
         zapped = False

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..constants import KVM_MEM_READONLY, KVM_MR_FLAGS_ONLY
+from ..constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY, KVM_MR_FLAGS_ONLY
 from ..errors import AuditError
 from ..events import Event
 from ..memslot import MemorySlot
 from ..vm import Vm
+from .fast_pf import FastPageFault, fault_error_code, mark_page_dirty_in_slot
 from .role import ACC_ALL, ACC_EXEC_MASK, PG_LEVEL_4K
 from .spte import (
     KVM_MAX_HUGEPAGE_LEVEL,
@@ -111,6 +112,8 @@ class TdpMmu(TdpHuge):
         self._host_max_level = min(KVM_MAX_HUGEPAGE_LEVEL, self.params.host_level)
         self._nx = self.params.nx_huge_page_workaround_enabled  # is_nx_huge_page_enabled()
         self._leaf_bits: dict[tuple[int, bool, int], tuple[int, int]] = {}
+        self.mark_page_dirty: Callable[[MemorySlot, int], None] | None = None  # dirty_log
+        self.fast_pf = FastPageFault(self, self.kvm_tdp_mmu_fast_pf_get_last_sptep)
         self._slot_flags = {
             (s.as_id, s.id): s.flags for a in range(vm.address_spaces) for s in vm.memslots(a)
         }
@@ -148,6 +151,11 @@ class TdpMmu(TdpHuge):
             sp = by_pa[spte & SPTE_BASE_ADDR_MASK]
             level -= 1
 
+    def kvm_tdp_mmu_fast_pf_get_last_sptep(self, vcpu: int, gfn: int) -> tuple[TdpMmuPage, int]:
+        """`for_each_tdp_pte(iter, kvm, root, gfn, gfn + 1)` without mmu_lock: the last
+        spte the walk of the vCPU's root reads (fast_pf.py)."""
+        return self.last_spte(self.roots[vcpu], gfn)
+
     def page_fault(
         self,
         vcpu: int,
@@ -166,6 +174,7 @@ class TdpMmu(TdpHuge):
         if root is None or root.role.invalid:
             root = self.root(vcpu)
         cfg = self.cfg
+        spte = 0
         if rsvd is None or rsvd:
             sp, index = self.last_spte(root, gfn)
             spte = sp.spt[index]
@@ -176,6 +185,11 @@ class TdpMmu(TdpHuge):
                 self._emit("handle_mmio_page_fault", addr=0, gfn=gfn, access=access)
                 return self._emulate(gpa, write)
         slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
+        fast = self.fast_pf  # kvm_tdp_mmu_page_fault(): fast_page_fault() first
+        if fast.wants(write, spte):
+            ret = fast.page_fault(vcpu, gpa, slot, fault_error_code(cfg, spte, write, exec_))
+            if ret is not RetPf.INVALID:
+                return ret
         if slot is None and not cfg.mmio_caching_enabled:
             return self._emulate(gpa, write)  # kvm_handle_noslot_fault(), caching off
         if slot is not None and write and slot.flags & KVM_MEM_READONLY:
@@ -284,6 +298,8 @@ class TdpMmu(TdpHuge):
                     gen=get_mmio_spte_generation(new_spte),
                 )
             return RetPf.EMULATE
+        if fault.map_writable and slot.flags & KVM_MEM_LOG_DIRTY_PAGES:
+            mark_page_dirty_in_slot(self, slot, fault.gfn)  # make_spte()
         if self._listener is not None:
             spte = it.pt.spt[it.index]
             self._emit(

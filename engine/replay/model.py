@@ -32,7 +32,12 @@ What each event does to the model:
   zap (``last_tdp_freed``).  Roots freed when their last user puts them leave no trace;
   a new TDP root with the key of a live one replaces it (``tdp_roots_replaced``: valid
   roots of one role are shared, so the old one was invalidated).
-* ``fast_page_fault``, ``kvm_page_fault``, ``kvm_exit``, ``kvm_entry`` — counted per vCPU.
+* ``fast_page_fault`` — counted per vCPU (fixed, spurious), and its ``new_spte`` (the
+  spte after the lockless cmpxchg, ``*sptep``) replaces the leaf the model knows at
+  ``cr2_or_gpa``'s gfn: the one holding ``old_spte`` (else the only leaf there); the fast
+  path changes no other spte and emits nothing else (fast_pf.py).  ``%p`` hashes the
+  sptep, so the gfn finds the leaf.  ``fast_sptes`` counts the changes applied.
+* ``kvm_page_fault``, ``kvm_exit``, ``kvm_entry`` — counted per vCPU.
 * every event — counted per (name, cpu, pid), so kvm_stat's table can be rebuilt for any
   CPU or pid filter at any position.
 
@@ -79,7 +84,7 @@ _SCALARS = (
     *("flips", "flips_total", "created", "adopted", "zapped", "duplicate_creates"),
     *("unknown_zaps", "unkeyed_zaps", "evicted_pages", "evicted_sptes", "tdp_freed"),
     *("mmio_checks_ok", "mmio_checks_stale"),
-    *("set_sptes", "tdp_changes", "first_ts", "last_ts", "min_ts", "max_ts"),
+    *("set_sptes", "tdp_changes", "fast_sptes", "first_ts", "last_ts", "min_ts", "max_ts"),
     *("last_change", "last_tdp", "last_tdp_freed", "tdp_roots_replaced"),
 )
 
@@ -116,7 +121,7 @@ class ReplayModel:
         self.evicted_pages = self.evicted_sptes = 0  # dropped by the caps (page copies)
         self.tdp_freed = 0  # pages whose TDP table spte was cleared
         self.mmio_checks_ok = self.mmio_checks_stale = 0
-        self.set_sptes = self.tdp_changes = 0
+        self.set_sptes = self.tdp_changes = self.fast_sptes = 0
         self.first_ts: float | None = None  # of the first event replayed
         self.last_ts: float | None = None  # of the last one
         self.min_ts: float | None = None  # timestamps need not rise (CPUs' clocks, merges)
@@ -390,6 +395,27 @@ class ReplayModel:
         self.last_change = ("tdp", f"as {as_id} l{level} gfn {gfn:#x}: {old:#x} → {new:#x}")
         return True
 
+    def _fast_page_fault(self, event: Event) -> bool:
+        self._vcpu_event(event)
+        fields = event.fields
+        gpa, old, new = (_int(fields, k) for k in ("cr2_or_gpa", "old_spte", "new_spte"))
+        if gpa is None or old is None or new is None:
+            return False
+        gfn = gpa >> 12
+        known = [
+            key
+            for level in range(1, 6)
+            for as_id in (0, 1)
+            if (key := (as_id, level, gfn - gfn % gfns_per_spte(level))) in self.tdp
+            and self.tdp[key].kind != TABLE
+        ]
+        same = [key for key in known if self.tdp[key].spte == old]
+        where = same or (known if len(known) == 1 else [])
+        if not where or self.tdp[where[0]].spte == new:
+            return False
+        self.fast_sptes += 1
+        return self._set_tdp(where[0], new, self.tdp[where[0]].spte, event.ts)
+
     def _vcpu_event(self, event: Event) -> bool:
         vcpu = _int(event.fields, "vcpu_id")
         if vcpu is None:
@@ -470,7 +496,7 @@ _HANDLERS: dict[str, Callable[[ReplayModel, Event], bool]] = {
     "check_mmio_spte": ReplayModel._check_mmio,
     "kvm_tdp_mmu_spte_changed": ReplayModel._tdp_changed,
     "kvm_mmu_set_spte": ReplayModel._set_spte,
-    "fast_page_fault": ReplayModel._vcpu_event,
+    "fast_page_fault": ReplayModel._fast_page_fault,
     "kvm_page_fault": ReplayModel._vcpu_event,
     "kvm_exit": ReplayModel._vcpu_event,
     "kvm_entry": ReplayModel._vcpu_event,
