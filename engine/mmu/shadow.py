@@ -34,7 +34,13 @@ pages, INVLPG one spte (`shadow_sync`).  `cr3_load` = `kvm_mmu_new_pgd()` +
 `dirty_log.DirtyLogging`.
 Simplified: 4K leaves only; `drop_process` zaps the exited process's shadow pages at
 once (KVM leaves them to write flooding, reuse or recycling); guest kernel table stores
-are not counted as exits; CR0.WP=1, no SMEP/SMAP/PKU, no fast_page_fault.
+are not counted as exits; CR0.WP=1, no SMEP/SMAP/PKU.
+No `fast_page_fault()`, as in the kernel: 6.18 `FNAME(page_fault)` (paging_tmpl.h) goes
+from the guest walk to `kvm_mmu_faultin_pfn()` and `FNAME(fetch)` under mmu_lock; only
+`direct_page_fault()` (a guest without paging; EPT/NPT) and `kvm_tdp_mmu_page_fault()`
+call the fast path ("the gfn is not stable for indirect shadow page", fast_pf.py).  So a
+write to a page dirty logging protected takes the slow path here, and the kernel under
+kvm-pvm reports `pf_fast` 0 (`mmuscope kvm dirty --compare`).
 """
 
 from __future__ import annotations
