@@ -67,6 +67,8 @@ def test_jsonl_is_what_replay_jsonl_makes_of_the_text(tmp_path: Path) -> None:
         ("--mmu", "tdp", "--workload", "netperf", "--accesses", "5", "--at", "9", "--zap", "slow"),
         ("--mmu", "ept", "--workload", "kernbench"),
         ("--mmu", "tdp", "--workload", "kernbench", "--accesses", "-3"),
+        ("--mmu", "direct", "--workload", "kernbench", "--race-rate", "0.1"),
+        ("--mmu", "tdp", "--workload", "kernbench", "--race-rate", "2"),
     ],
 )  # fmt: skip
 def test_bad_options_are_one_line_and_exit_2(args: tuple[str, ...]) -> None:
@@ -100,6 +102,11 @@ def test_fast_printk_is_the_tracepoint_templates(options: SimulateOptions) -> No
         SimulateOptions("tdp", "dirty", 450, 1, "fast", 430),
         SimulateOptions("tdp", "churn", 600, 4, "roots", 300),
         SimulateOptions("tdp", "kernbench", 600, 5, "slow", 400),
+        # lost races: page tables made for a lost link are freed untraced (tdp_mmu_free_sp),
+        # frozen sptes while huge pages collapse, tables waiting for RCU
+        SimulateOptions("tdp", "kernbench", 500, 1, race_rate=0.4),
+        SimulateOptions("tdp", "dirty", 850, 2, "fast", 420, race_rate=0.3),
+        SimulateOptions("tdp", "churn", 400, 3, "roots", 200, race_rate=0.5),
     ],
 )
 def test_round_trip_gives_the_simulations_live_pages(options: SimulateOptions) -> None:
