@@ -11,6 +11,8 @@ even that is not enough (80 columns).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
@@ -108,7 +110,9 @@ class SlotTable(ScrollView, can_focus=True):
         if widest > self._widths["hits"]:
             self._widths["hits"] = widest
             self._layout = None
-        self.refresh()
+            self.refresh()  # the column grew: every row moves
+        else:
+            self._refresh_rows(hits)
 
     def clear_hits(self) -> None:
         self._hits.clear()
@@ -116,8 +120,17 @@ class SlotTable(ScrollView, can_focus=True):
 
     def mark_found(self, slot_id: int | None) -> None:
         if slot_id != self.found:
+            self._refresh_rows((self.found, slot_id))
             self.found = slot_id
-            self.refresh()
+
+    def _refresh_rows(self, slot_ids: Iterable[int | None]) -> None:
+        """Repaint the rows of these slots only (a frame pays Textual's per-line work for
+        each line repainted: the one or two rows a lookup changes, not the table)."""
+        width, top = self.size.width, int(self.scroll_y)
+        for slot_id in slot_ids:
+            row = self._row_of.get(slot_id) if slot_id is not None else None
+            if row is not None:
+                self.refresh(Region(0, row + 1 - top, width, 1))  # line 0 is the header
 
     def selected_slot_id(self) -> int | None:
         if not 0 <= self.cursor_row < len(self._slots):
