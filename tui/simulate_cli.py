@@ -4,7 +4,7 @@ any tool that reads trace text, reads back.
 
     mmuscope simulate --mmu {tdp,direct,shadow} --workload NAME [--accesses N] [--seed N]
                       [--zap fast|slow|roots --at K] [--layout NAME] [--jsonl]
-                      [--race-rate P]
+                      [--race-rate P] [--smi-every N]
 
 `tdp` is today's TDP MMU (tdp_mmu=Y), `direct` the older shadow MMU with direct pages
 (tdp_mmu=N), `shadow` shadow paging (EPT off).  `--zap KIND --at K` zaps before access K:
@@ -13,6 +13,8 @@ any tool that reads trace text, reads back.
 `--race-rate P` (TDP MMU only): another vCPU faults on the same gfn inside the spte's
 cmpxchg window that often, so `tdp_mmu_set_spte_atomic` loses (RET_PF_RETRY; a page
 table made for a lost link is freed without a tracepoint, as `tdp_mmu_free_sp` does).
+`--smi-every N` (TDP MMU only, a guest with SMRAM such as `--layout q35-16g`): the last
+vCPU enters SMM every N accesses and leaves half way, on a root of address space 1.
 
 Each line is `engine.trace.lines.format_line(event, "trace-cmd")`; the handful of events a
 run prints most are formatted by `FAST_PRINTK` (f-strings of the same TP_printk texts,
@@ -53,6 +55,7 @@ class SimulateOptions:
     jsonl: bool = False
     layout: str = "pc-4g"
     race_rate: float = 0.0
+    smi_every: int = 0
 
 
 class SimulateError(ValueError):
@@ -74,6 +77,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser.add_argument(
         "--race-rate", type=_rate, default=0.0, metavar="P",
         help="tdp: how often another vCPU wins the spte's cmpxchg (0..1)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--smi-every", type=_count, default=0, metavar="N",
+        help="tdp: an SMI every N accesses (the last vCPU runs in SMM half of them)",
     )  # fmt: skip
 
 
@@ -100,7 +107,7 @@ def _rate(text: str) -> float:
 def run_simulate(args: argparse.Namespace) -> int:
     options = SimulateOptions(
         args.mmu, args.workload, args.accesses, args.seed, args.zap, args.at, args.jsonl,
-        args.layout, args.race_rate,
+        args.layout, args.race_rate, args.smi_every,
     )  # fmt: skip
     try:
         session = make_session(options)
@@ -134,10 +141,12 @@ def make_session(options: SimulateOptions) -> GuestSession[object]:
         )
     if options.race_rate and options.mmu != "tdp":
         raise SimulateError("--race-rate needs --mmu tdp: the races are tdp_mmu_set_spte_atomic's")
+    if options.smi_every and options.mmu != "tdp":
+        raise SimulateError("--smi-every needs --mmu tdp")
     if options.mmu == "tdp":
         return TdpSession(  # type: ignore[return-value]
             preset(options.layout), workload=options.workload, seed=options.seed,
-            race_rate=options.race_rate,
+            race_rate=options.race_rate, smi_every=options.smi_every,
         )  # fmt: skip
     session = kind(preset(options.layout), workload=options.workload, seed=options.seed)
     return session  # type: ignore[return-value]

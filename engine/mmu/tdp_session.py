@@ -14,6 +14,8 @@ and only matter under the NX huge page mitigation.  Workloads:
 An access exits when the CPU's walk of the vCPU's root finds no leaf that allows it (not
 present, MMIO, not writable for a write, not executable for a fetch).  A fault that
 returns RET_PF_RETRY lets the vCPU run again, and it faults again if it must.
+`smi_every` sends the last vCPU an SMI every that many accesses; it leaves SMM (RSM) half
+way to the next, so its accesses run in address space 1 (SMRAM) on a root of its own.
 `race_rate` makes another vCPU fault on the same gfn inside the spte's cmpxchg window
 that often, so `tdp_mmu_set_spte_atomic` loses the race (tests, and the screen's races).
 """
@@ -51,6 +53,7 @@ FETCH_RATE = 0.1
 TDP_WORKLOADS = ("kernbench", "netperf", "churn", "dirty", "migrate")
 ZAP_KINDS = ("fast", "slow", "roots")
 MAX_RETRIES = 4
+SMBASE = 0x30000  # the default SMBASE (SDM: SMRAM at 0x30000 + 0x8000 entry)
 
 
 class TdpAccess(NamedTuple):
@@ -89,8 +92,15 @@ class TdpSession(GuestSession[TdpStep], FastPathControls):
         params: TdpMmuParams | None = None,
         race_rate: float = 0.0,
         walk_cache: bool = True,
+        smi_every: int = 0,
     ) -> None:
         super().__init__(layout, workload, seed, nr_vcpus)
+        if smi_every < 0 or (smi_every and not self.vm.memslots(1)):
+            raise ValueError(
+                f"SMIs every {smi_every} accesses need a guest with SMRAM (address space 1"
+                " memslots, e.g. --layout q35-16g)"
+            )
+        self.smi_every = smi_every
         self.mmu = TdpMmu(self.vm, SPTE_CONFIGS[spte_config], params)
         self.mmu._listener = self._forward_fields
         self._ram = [s for s in self.vm.memslots(0) if not s.readonly]
@@ -137,6 +147,19 @@ class TdpSession(GuestSession[TdpStep], FastPathControls):
             return self.toggle_dirty_logging()
         return self.migrate_update(self.steps) if self.workload == "migrate" else ""
 
+    def kvm_smm_changed(self, vcpu: int) -> str:
+        """An SMI (enter_smm) or RSM for `vcpu`: `kvm_smm_transition`, HF_SMM_MASK (its
+        memslots become address space 1's, `kvm_arch_vcpu_memslots_id`), and
+        `kvm_mmu_reset_context`, so its next entry loads a root with `role.smm`
+        (arch/x86/kvm/smm.c `kvm_smm_changed`, ≈6.10)."""
+        state = self.vm.vcpu(vcpu)
+        entering = not state.as_id
+        self._vcpu = vcpu
+        self._emit("kvm_smm_transition", vcpu_id=vcpu, entering=entering, smbase=SMBASE)
+        state.as_id = 1 if entering else 0
+        self.mmu.kvm_mmu_unload(vcpu)
+        return f"vcpu {vcpu} {'entered' if entering else 'left'} SMM"
+
     # -- running ------------------------------------------------------------------------
 
     def _tick(self) -> None:
@@ -179,6 +202,7 @@ class TdpSession(GuestSession[TdpStep], FastPathControls):
         ram = self._ram_draws()
         nram, kram = len(ram), len(ram).bit_length()
         next_recovery = self._next_recovery
+        smi_half = max(1, self.smi_every // 2) if self.smi_every else 0
         walk_cache, walk_root = self.walk_cache, None
         walks: dict[int, tuple[TdpMmuPage, int]] = {}
         update, exited, ret = "", False, None
@@ -194,6 +218,8 @@ class TdpSession(GuestSession[TdpStep], FastPathControls):
             if every and not steps % every:
                 update = self._update()
                 ram = self._ram_draws()
+            if smi_half and steps and not steps % smi_half:
+                update = self.kvm_smm_changed(nr_vcpus - 1)
             vcpu = steps % nr_vcpus
             hot = self.hot_access(rng) if migrate else None
             if hot is not None:

@@ -447,6 +447,12 @@ class ReplayModel:
         if gfn is None or level is None or spte is None:
             return False
         self.set_sptes += 1
+        if self.tdp_changes and self.last_tdp is not None:
+            _, last_level, last_gfn = self.last_tdp
+            if last_level == level and last_gfn == gfn - gfn % gfns_per_spte(level):
+                # tdp_mmu_map_handle_target_level's trace of the change just seen, which
+                # printed its address space (this tracepoint has none)
+                return False
         key = (0, level, gfn)
         before = self.tdp.get(key)
         return self._set_tdp(key, spte, before.spte if before else 0, event.ts)
