@@ -5,11 +5,9 @@
    `time.perf_counter()` (CLOCK_MONOTONIC, shared by processes) just before the spawn to the
    child's once its marker widget (StructureView / Label) is laid out and one refresh is done
    (`call_after_refresh`).  Goal: median ratio <= 2, no networkx/graphviz/numpy imported yet.
-2. Frame, assigned-devices (512 slots), each strategy, paused, in `run_test`:
-   `screen.action_next_lookup()` + `screen._compositor.render_update(full=True)` (dirty lines
-   of all widgets, StructureView's `render_line` too) + `render_segments(console)`; reflow is
-   left to `pilot.pause()` between frames.  `view` (StructureView.render_line of every visible
-   line) is timed apart.  Goal: p95 <= 16 ms.
+2. Frame of the memslots screen at 512 slots, each strategy, against a same-run baseline
+   (the screen at 7 slots, a bare DataTable of 512 rows): benchmarks/frame_speed.py, run
+   from here.  Goal: median <= 8 ms, p95 <= 12 ms.
 3. Playing at 10000 lookups/s (pc-4g, assigned-devices, max): from before `pilot.press(k)` to the
    state change (`l` explorer.lookup, `c` VM cache, `space` pacer.playing, polled each 1 ms):
    goal <= 100 ms.  Gaps between wake-ups of a task sleeping 5 ms, for 2 s: goal <= 33 ms.
@@ -30,20 +28,18 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+import frame_speed  # benchmarks/, beside this script
 from textual.pilot import Pilot
-from textual.widget import Widget
 
-from engine.lookup import LOOKUP_STRATEGIES
 from engine.pacing import SPEEDS
 from tui.app import make_app
 from tui.screens.memslots import MemslotsScreen
-from tui.widgets.structure import StructureView
 
 ROOT = Path(__file__).resolve().parent.parent
-SIZE, FRAMES, WARMUP = (120, 36), 40, 3  # terminal; frames timed per strategy, and before
+SIZE = (120, 36)  # terminal
 HEAVY = ("networkx", "graphviz", "numpy")
 VERDICT = {True: "PASS", False: "FAIL"}
-GOAL_STARTUP, GOAL_FRAME_MS, GOAL_KEY_MS, GOAL_GAP_MS = 2.0, 16.0, 100.0, 33.3
+GOAL_STARTUP, GOAL_KEY_MS, GOAL_GAP_MS = 2.0, 100.0, 33.3
 CHILD = """
 import asyncio, contextlib, json, sys, time
 {setup}
@@ -86,61 +82,6 @@ def bench_startup(repeat: int) -> dict[str, Any]:
             heavy.update(modules if name == "mmuscope" else [])
     bare, mine = statistics.median(times["bare"]), statistics.median(times["mmuscope"])
     return {"bare_s": bare, "mmuscope_s": mine, "ratio": mine / bare, "heavy": sorted(heavy)}
-
-
-def time_render_lines(widget: Widget, totals: dict[str, float], on: list[bool]) -> None:
-    # totals[class name] += time in widget.render_lines while on[0]
-    original, name = widget.render_lines, type(widget).__name__
-
-    def timed(crop: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return original(crop)
-        finally:
-            if on[0]:
-                totals[name] = totals.get(name, 0.0) + time.perf_counter() - start
-
-    widget.render_lines = timed  # type: ignore[method-assign]
-
-
-async def bench_frames(strategy: str) -> dict[str, Any]:
-    gc.collect()  # the previous apps' cycles, so that they do not weigh on this one's GCs
-    app = make_app("assigned-devices", lookup=strategy, playing=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, MemslotsScreen)
-        view = screen.query_one(StructureView)
-        per_widget: dict[str, float] = {}
-        on = [False]
-        for widget in screen.walk_children(Widget):
-            time_render_lines(widget, per_widget, on)
-        samples: list[tuple[float, float, float]] = []
-        for i in range(WARMUP + FRAMES):
-            await pilot.pause()
-            on[0] = i >= WARMUP
-            t0 = time.perf_counter()
-            screen.action_next_lookup()
-            t1 = time.perf_counter()
-            update = screen._compositor.render_update(full=True)
-            if update is not None:
-                update.render_segments(app.console)  # type: ignore[union-attr]
-            t2 = time.perf_counter()
-            on[0] = False
-            [view.render_line(y) for y in range(view.size.height)]
-            t3 = time.perf_counter()
-            if i >= WARMUP:
-                samples.append(((t1 - t0) * 1e3, (t2 - t0) * 1e3, (t3 - t2) * 1e3))
-    tick, frame, view_ms = (list(column) for column in zip(*samples, strict=True))
-    top = sorted(per_widget.items(), key=lambda kv: -kv[1])[:2]
-    return {
-        "strategy": strategy,
-        "median_ms": statistics.median(frame),
-        "p95_ms": statistics.quantiles(frame, n=20, method="inclusive")[18],
-        "tick_ms": statistics.median(tick),
-        "view_ms": statistics.median(view_ms),
-        "top_widgets_ms": {name: spent * 1e3 / FRAMES for name, spent in top},
-    }
 
 
 async def press_latency(pilot: Pilot[None], key: str, probe: Callable[[], object]) -> float:
@@ -210,14 +151,6 @@ def print_table(results: dict[str, Any]) -> None:
     print(f"  bare Textual {s['bare_s']:.3f}  mmuscope {s['mmuscope_s']:.3f}  x{s['ratio']:.2f}")
     print(f"  {VERDICT[s['ratio'] <= GOAL_STARTUP]}; heavy modules at the first frame:", end=" ")
     print(f"{', '.join(s['heavy']) or 'none'}  {VERDICT[not s['heavy']]}")
-    print(f"frame at 512 slots, assigned-devices (ms; goal p95 <= {GOAL_FRAME_MS:g})")
-    print("  strategy     median    p95   tick   view        slowest widgets (ms/frame)")
-    for r in results["frames"]:
-        top = ", ".join(f"{n} {ms:.1f}" for n, ms in r["top_widgets_ms"].items())
-        print(
-            f"  {r['strategy']:<12} {r['median_ms']:6.2f} {r['p95_ms']:6.2f} {r['tick_ms']:6.2f}"
-            f" {r['view_ms']:6.2f}  {VERDICT[r['p95_ms'] <= GOAL_FRAME_MS]}  {top}"
-        )
     print(f"playing at {SPEEDS[-1]:g}/s (key ms median/max, goal <= {GOAL_KEY_MS:g};", end="")
     print(f" loop gap ms, goal max <= {GOAL_GAP_MS:g})")
     for r in results["keys"]:
@@ -239,9 +172,13 @@ def main() -> None:
     keys = [
         asyncio.run(bench_keys(name, args.repeat)) for name in ("pc-4g", "assigned-devices", "max")
     ]
-    frames = [asyncio.run(bench_frames(strategy)) for strategy in LOOKUP_STRATEGIES]
+    frames = frame_speed.run()
     results = {"startup": startup, "frames": frames, "keys": keys}
-    print(json.dumps(results, indent=2)) if args.json else print_table(results)
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    print_table(results)
+    frame_speed.print_table(frames)
 
 
 if __name__ == "__main__":

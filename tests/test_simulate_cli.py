@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from engine.events import Event
-from engine.replay.model import ReplayModel
+from engine.replay.model import SMM_KEY, ReplayModel
 from engine.replay.records import NONE, classify
 from engine.trace.lines import TRACE_CMD, format_line, parse_line, parse_trace
 from tui.simulate_cli import SimulateOptions, make_session, run, trace_cmd_line
@@ -67,6 +67,9 @@ def test_jsonl_is_what_replay_jsonl_makes_of_the_text(tmp_path: Path) -> None:
         ("--mmu", "tdp", "--workload", "netperf", "--accesses", "5", "--at", "9", "--zap", "slow"),
         ("--mmu", "ept", "--workload", "kernbench"),
         ("--mmu", "tdp", "--workload", "kernbench", "--accesses", "-3"),
+        ("--mmu", "direct", "--workload", "kernbench", "--race-rate", "0.1"),
+        ("--mmu", "tdp", "--workload", "kernbench", "--race-rate", "2"),
+        ("--mmu", "tdp", "--workload", "kernbench", "--smi-every", "100"),  # pc-4g: no SMRAM
     ],
 )  # fmt: skip
 def test_bad_options_are_one_line_and_exit_2(args: tuple[str, ...]) -> None:
@@ -100,6 +103,16 @@ def test_fast_printk_is_the_tracepoint_templates(options: SimulateOptions) -> No
         SimulateOptions("tdp", "dirty", 450, 1, "fast", 430),
         SimulateOptions("tdp", "churn", 600, 4, "roots", 300),
         SimulateOptions("tdp", "kernbench", 600, 5, "slow", 400),
+        # lost races: page tables made for a lost link are freed untraced (tdp_mmu_free_sp),
+        # frozen sptes while huge pages collapse, tables waiting for RCU
+        SimulateOptions("tdp", "kernbench", 500, 1, race_rate=0.4),
+        SimulateOptions("tdp", "dirty", 850, 2, "fast", 420, race_rate=0.3),
+        SimulateOptions("tdp", "churn", 400, 3, "roots", 200, race_rate=0.5),
+        # SMM: the last vCPU's root and pages in address space 1, printed alike
+        SimulateOptions("tdp", "kernbench", 600, 1, layout="q35-16g", smi_every=200),
+        SimulateOptions(
+            "tdp", "kernbench", 700, 2, "fast", 450, layout="q35-16g", race_rate=0.3, smi_every=120
+        ),
     ],
 )
 def test_round_trip_gives_the_simulations_live_pages(options: SimulateOptions) -> None:
@@ -110,9 +123,12 @@ def test_round_trip_gives_the_simulations_live_pages(options: SimulateOptions) -
     for event in parse_trace(out.getvalue())[0]:
         model.apply(event)
     model.audit()
-    replayed = Counter((p.gfn, p.level) for p in model.pages.values() for _ in range(p.copies))
+    replayed = Counter(
+        (p.gfn, p.level, int(SMM_KEY in p.key[2])) for p in model.pages.values()
+        for _ in range(p.copies)
+    )  # fmt: skip
     mmu = session.mmu
-    live = Counter((sp.gfn, sp.role.level) for sp in mmu.pages.pages())  # type: ignore[attr-defined]
+    live = Counter((sp.gfn, sp.role.level, sp.role.smm) for sp in mmu.pages.pages())  # type: ignore[attr-defined]
     assert replayed == live and model.unknown_zaps == 0
     sptes = {}
     for sp in mmu.pages.pages():  # type: ignore[attr-defined]

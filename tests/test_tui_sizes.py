@@ -55,7 +55,9 @@ def screen_app(name: str) -> MmuscopeApp:
     return app
 
 
-def keys_for(name: str) -> Callable[[Pilot[object]], Awaitable[None]]:
+def keys_for(
+    name: str, screens: dict[str, tuple[str, ...]] = SCREENS
+) -> Callable[[Pilot[object]], Awaitable[None]]:
     async def run(pilot: Pilot[object]) -> None:
         await pilot.pause()
         if name == "replay":
@@ -65,7 +67,7 @@ def keys_for(name: str) -> Callable[[Pilot[object]], Awaitable[None]]:
                     break
                 await pilot.pause(0.01)
             assert index.done
-        await pilot.press(*SCREENS[name])
+        await pilot.press(*screens[name])
         await pilot.pause()
         panel = pilot.app.screen.query_one(EventPanel)
         panel.flush_log()

@@ -4,11 +4,17 @@ any tool that reads trace text, reads back.
 
     mmuscope simulate --mmu {tdp,direct,shadow} --workload NAME [--accesses N] [--seed N]
                       [--zap fast|slow|roots --at K] [--layout NAME] [--jsonl]
+                      [--race-rate P] [--smi-every N]
 
 `tdp` is today's TDP MMU (tdp_mmu=Y), `direct` the older shadow MMU with direct pages
 (tdp_mmu=N), `shadow` shadow paging (EPT off).  `--zap KIND --at K` zaps before access K:
 `fast` is kvm_mmu_zap_all_fast, `slow` the old zap of everything under one lock hold,
 `roots` (TDP MMU only) invalidates and zaps the roots without the generation flip.
+`--race-rate P` (TDP MMU only): another vCPU faults on the same gfn inside the spte's
+cmpxchg window that often, so `tdp_mmu_set_spte_atomic` loses (RET_PF_RETRY; a page
+table made for a lost link is freed without a tracepoint, as `tdp_mmu_free_sp` does).
+`--smi-every N` (TDP MMU only, a guest with SMRAM such as `--layout q35-16g`): the last
+vCPU enters SMM every N accesses and leaves half way, on a root of address space 1.
 
 Each line is `engine.trace.lines.format_line(event, "trace-cmd")`; the handful of events a
 run prints most are formatted by `FAST_PRINTK` (f-strings of the same TP_printk texts,
@@ -48,6 +54,8 @@ class SimulateOptions:
     at: int | None = None
     jsonl: bool = False
     layout: str = "pc-4g"
+    race_rate: float = 0.0
+    smi_every: int = 0
 
 
 class SimulateError(ValueError):
@@ -66,6 +74,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser.add_argument("--at", type=_count, metavar="K", help="the access the zap comes before")
     parser.add_argument("--layout", default="pc-4g", metavar="NAME", help="preset guest")
     parser.add_argument("--jsonl", action="store_true", help="JSON objects, as replay --jsonl")
+    parser.add_argument(
+        "--race-rate", type=_rate, default=0.0, metavar="P",
+        help="tdp: how often another vCPU wins the spte's cmpxchg (0..1)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--smi-every", type=_count, default=0, metavar="N",
+        help="tdp: an SMI every N accesses (the last vCPU runs in SMM half of them)",
+    )  # fmt: skip
 
 
 def _count(text: str) -> int:
@@ -78,10 +94,20 @@ def _count(text: str) -> int:
     return value
 
 
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 1: {text!r}")
+    return value
+
+
 def run_simulate(args: argparse.Namespace) -> int:
     options = SimulateOptions(
         args.mmu, args.workload, args.accesses, args.seed, args.zap, args.at, args.jsonl,
-        args.layout,
+        args.layout, args.race_rate, args.smi_every,
     )  # fmt: skip
     try:
         session = make_session(options)
@@ -113,6 +139,15 @@ def make_session(options: SimulateOptions) -> GuestSession[object]:
             f"--workload {options.workload!r} is not one of --mmu {options.mmu}'s: "
             f"{', '.join(kind.workloads)}"
         )
+    if options.race_rate and options.mmu != "tdp":
+        raise SimulateError("--race-rate needs --mmu tdp: the races are tdp_mmu_set_spte_atomic's")
+    if options.smi_every and options.mmu != "tdp":
+        raise SimulateError("--smi-every needs --mmu tdp")
+    if options.mmu == "tdp":
+        return TdpSession(  # type: ignore[return-value]
+            preset(options.layout), workload=options.workload, seed=options.seed,
+            race_rate=options.race_rate, smi_every=options.smi_every,
+        )  # fmt: skip
     session = kind(preset(options.layout), workload=options.workload, seed=options.seed)
     return session  # type: ignore[return-value]
 

@@ -36,7 +36,8 @@ EVENT_ROWS = (
     ("dirty bits set (kvm_mmu_set_dirty_bit)", "kvm_mmu_set_dirty_bit"),
 )
 STAT_ROWS = (
-    "pf_taken", "pf_fixed", "pf_emulate", "pf_spurious", "pf_guest", "pf_mmio_spte_created",
+    "pf_taken", "pf_fixed", "pf_emulate", "pf_spurious", "pf_fast", "pf_guest",
+    "pf_mmio_spte_created",
     "mmu_shadow_zapped", "mmu_cache_miss", "mmu_unsync", "pages_4k",
     "max_mmu_page_hash_collisions",
 )  # fmt: skip

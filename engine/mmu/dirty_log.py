@@ -12,6 +12,18 @@
   the next write to each faults again.
 `DirtyLogging` follows the VM's memslot events and the MMU's `kvm_mmu_set_spte` events
 (`observe`); the shadow MMU itself needs no change.
+
+The same bitmaps serve the MMUs with a fast path (fast_pf.py), which call
+`mark_page_dirty_in_slot()` themselves (`mark_page_dirty`, set on them here) from
+`make_spte()` and from `fast_pf_fix_direct_spte()`:
+- the direct MMU (`tdp_mmu=N`) is write-protected through its rmaps like the shadow MMU,
+  every level when logging starts (`kvm_mmu_slot_remove_write_access(kvm, slot,
+  PG_LEVEL_4K)` walks 4K to 1G: the shadow MMU splits huge pages eagerly only for nested
+  MMUs), the reported 4K pages at KVM_GET_DIRTY_LOG (`kvm_mmu_write_protect_pt_masked`);
+- the TDP MMU write-protects a slot that starts logging itself (`TdpMmu`), and at
+  KVM_GET_DIRTY_LOG `kvm_tdp_mmu_clear_dirty_pt_masked()` protects the reported pages.
+Write protection clears only W (`spte_write_protect(sptep, pt_protect=false)`): the
+spte stays MMU-writable, so the next write is fixed by the fast path.
 """
 
 from __future__ import annotations
@@ -20,21 +32,38 @@ from typing import TYPE_CHECKING
 
 from ..constants import KVM_MEM_LOG_DIRTY_PAGES
 from ..events import Event
-from .spte import PT_WRITABLE_MASK
+from ..memslot import MemorySlot
+from .spte import KVM_MAX_HUGEPAGE_LEVEL, PT_WRITABLE_MASK
 
 if TYPE_CHECKING:
+    from .direct import DirectMmu
     from .shadow import ShadowMmu
+    from .tdp_mmu import TdpMmu
 
 
 class DirtyLogging:
     """The dirty bitmaps of one VM's logged slots, kept as the kernel keeps them."""
 
-    def __init__(self, mmu: ShadowMmu) -> None:
+    def __init__(self, mmu: ShadowMmu | DirectMmu | TdpMmu) -> None:
         self.mmu = mmu
         self.flags: dict[tuple[int, int], int] = {}  # (as_id, slot id) -> flags
         self.dirty: dict[tuple[int, int], set[int]] = {}  # -> gfn offsets in the slot
         self.wrprot_sptes = 0
+        self._rmaps = not hasattr(mmu, "kvm_tdp_mmu_clear_dirty_pt_masked")
+        if hasattr(mmu, "mark_page_dirty"):
+            mmu.mark_page_dirty = self.mark_page_dirty
+        for as_id in range(mmu.vm.address_spaces):
+            for slot in mmu.vm.memslots(as_id):  # slots made before, logging or not
+                self.flags[(as_id, slot.id)] = slot.flags
+                if slot.dirty_logging:
+                    self.dirty[(as_id, slot.id)] = set()
         mmu.vm.subscribe(self._memslot_event)
+
+    def mark_page_dirty(self, slot: MemorySlot, gfn: int) -> None:
+        """`mark_page_dirty_in_slot()`: `set_bit_le(gfn - base_gfn, dirty_bitmap)`."""
+        bits = self.dirty.get((slot.as_id, slot.id))
+        if bits is not None:
+            bits.add(gfn - slot.base_gfn)
 
     def _memslot_event(self, event: Event) -> None:
         if event.name != "kvm_set_user_memory_region" or event.fields.get("ret") != 0:
@@ -49,7 +78,8 @@ class DirtyLogging:
             return
         self.flags[key] = flags
         logging = flags & KVM_MEM_LOG_DIRTY_PAGES
-        if change == "KVM_MR_FLAGS_ONLY" and logging and not old & KVM_MEM_LOG_DIRTY_PAGES:
+        starts = change == "KVM_MR_FLAGS_ONLY" and logging and not old & KVM_MEM_LOG_DIRTY_PAGES
+        if starts and self._rmaps:
             self._write_protect(key, None)  # kvm_mmu_slot_remove_write_access()
         if logging:
             self.dirty.setdefault(key, set())
@@ -75,14 +105,26 @@ class DirtyLogging:
         return pages
 
     def _write_protect(self, key: tuple[int, int], offsets: set[int] | None) -> None:
-        """Clear W in every spte of the slot's rmaps (of `offsets` only, if given)."""
-        heads = self.mmu.rmaps.get((key[0], key[1], 1), {})
-        for offset, head in heads.items():
-            if offsets is not None and offset not in offsets:
-                continue
-            for sptep in list(head):
-                holder = self.mmu.pages.page_of_sptep(sptep)
-                index = (sptep & 0xFFF) // 8
-                if holder.spt[index] & PT_WRITABLE_MASK:
-                    holder.spt[index] &= ~PT_WRITABLE_MASK
-                    self.wrprot_sptes += 1
+        """Clear W in every spte of the slot's rmaps, every level (of the 4K `offsets`
+        only, if given); on the TDP MMU, `kvm_tdp_mmu_clear_dirty_pt_masked()`."""
+        mmu = self.mmu
+        if not self._rmaps:
+            slot = mmu.vm.slot(*key)
+            if slot is not None and offsets:
+                gfns = {slot.base_gfn + offset for offset in offsets}
+                self.wrprot_sptes += mmu.kvm_tdp_mmu_clear_dirty_pt_masked(  # type: ignore[union-attr]
+                    slot, gfns
+                )
+            return
+        levels = (1,) if offsets is not None else range(1, KVM_MAX_HUGEPAGE_LEVEL + 1)
+        for level in levels:
+            heads = mmu.rmaps.get((key[0], key[1], level), {})  # type: ignore[union-attr]
+            for offset, head in heads.items():
+                if offsets is not None and offset not in offsets:
+                    continue
+                for sptep in list(head):
+                    holder = mmu.pages.page_of_sptep(sptep)
+                    index = (sptep & 0xFFF) // 8
+                    if holder.spt[index] & PT_WRITABLE_MASK:
+                        holder.spt[index] &= ~PT_WRITABLE_MASK
+                        self.wrprot_sptes += 1

@@ -34,7 +34,13 @@ pages, INVLPG one spte (`shadow_sync`).  `cr3_load` = `kvm_mmu_new_pgd()` +
 `dirty_log.DirtyLogging`.
 Simplified: 4K leaves only; `drop_process` zaps the exited process's shadow pages at
 once (KVM leaves them to write flooding, reuse or recycling); guest kernel table stores
-are not counted as exits; CR0.WP=1, no SMEP/SMAP/PKU, no fast_page_fault.
+are not counted as exits; CR0.WP=1, no SMEP/SMAP/PKU.
+No `fast_page_fault()`, as in the kernel: 6.18 `FNAME(page_fault)` (paging_tmpl.h) goes
+from the guest walk to `kvm_mmu_faultin_pfn()` and `FNAME(fetch)` under mmu_lock; only
+`direct_page_fault()` (a guest without paging; EPT/NPT) and `kvm_tdp_mmu_page_fault()`
+call the fast path ("the gfn is not stable for indirect shadow page", fast_pf.py).  So a
+write to a page dirty logging protected takes the slow path here, and the kernel under
+kvm-pvm reports `pf_fast` 0 (`mmuscope kvm dirty --compare`).
 """
 
 from __future__ import annotations
@@ -63,7 +69,6 @@ from .spte import (
     get_mmio_spte_access,
     get_mmio_spte_generation,
     get_mmio_spte_gfn,
-    is_empty_spte,
     is_mmio_spte,
     is_shadow_present_pte,
     kvm_mmio_fields,
@@ -344,7 +349,7 @@ class ShadowMmu(ShadowRmaps):
         while (child := self.pages.child_at(sp, pt_index(gva, sp.role.level))) is not None:
             sp = child
         index = pt_index(gva, sp.role.level)
-        spte = sp.spt[index] if sp.role.level == 1 else self.pages.nonpresent
+        spte = sp.spt[index] if sp.role.level == 1 else 0
         if is_mmio_spte(self.cfg, spte) and self._mmio_hit(vcpu, root, gva, spte, write):
             return RetPf.EMULATE
         self.stat["pf_taken"] += 1
@@ -502,7 +507,7 @@ class ShadowMmu(ShadowRmaps):
 
     def _set_mmio_spte(self, sp: KvmMmuPage, index: int, gfn: int, access: int) -> RetPf:
         """`mark_mmio_spte()`: cache the miss with the memslots generation."""
-        if not is_empty_spte(sp.spt[index]):
+        if sp.spt[index]:
             self._zap_leaf(sp, index)
         gen = self.vm.generation(sp.role.smm)
         sp.spt[index] = spte = make_mmio_spte(self.cfg, gfn, access, gen)
@@ -549,17 +554,15 @@ class ShadowMmu(ShadowRmaps):
         if present and spte_to_pfn(spte) == pfn and spte & needs == needs:
             self.stat["pf_spurious"] += 1
             return RetPf.SPURIOUS
-        if not is_empty_spte(spte):
+        if spte:
             self._zap_leaf(sp, index)
-        sp.spt[index] = spte = make_spte(
-            self.cfg, pfn, access, writable=not slot.readonly, accessed=not prefetch
-        )
+        sp.spt[index] = spte = make_spte(self.cfg, pfn, access, writable=not slot.readonly)
         key = gfn - slot.base_gfn
         self.shadowed_translation[sptep] = Translation(as_id, slot.id, gfn, key)
         heads = self._rmap(as_id, slot.id)
         recycled = rmap_add(heads.setdefault(key, KvmRmapHead(self.era)), sptep)
         for old in recycled:  # over RMAP_RECYCLE_THRESHOLD: the whole rmap was zapped
-            self.pages.page_of_sptep(old).spt[_spte_index(old)] = self.pages.nonpresent
+            self.pages.page_of_sptep(old).spt[_spte_index(old)] = 0
             del self.shadowed_translation[old]
         if recycled:
             del heads[key]

@@ -28,14 +28,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..constants import KVM_MEM_READONLY, KVM_MR_FLAGS_ONLY
+from ..constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY, KVM_MR_FLAGS_ONLY
 from ..errors import AuditError
 from ..events import Event
+from ..memslot import MemorySlot
 from ..vm import Vm
-from .mapping_level import KvmPageFault as KvmPageFault
-from .mapping_level import MappingLevels
+from .fast_pf import FastPageFault, fault_error_code, mark_page_dirty_in_slot
 from .role import ACC_ALL, ACC_EXEC_MASK, PG_LEVEL_4K
 from .spte import (
+    KVM_MAX_HUGEPAGE_LEVEL,
     PT_PAGE_SIZE_MASK,
     REMOVED_SPTE,
     SPTE_BASE_ADDR_MASK,
@@ -45,6 +46,7 @@ from .spte import (
     check_mmio_spte,
     get_mmio_spte_access,
     get_mmio_spte_generation,
+    is_large_pte,
     is_last_spte,
     is_mmio_spte,
     is_shadow_present_pte,
@@ -65,6 +67,34 @@ KVM_PFN_NOSLOT = 1 << 63  # include/linux/kvm_host.h (6.x); earlier kernels diff
 _PFN_LIMIT = 1 << 40  # pfns that fit bits 12-51 of an spte
 
 
+class KvmPageFault:
+    """`struct kvm_page_fault`, the parts the TDP fault path reads and writes."""
+
+    __slots__ = (
+        "exec",
+        "gfn",
+        "goal_level",
+        "huge_page_disallowed",
+        "map_writable",
+        "max_level",
+        "pfn",
+        "req_level",
+        "slot",
+        "write",
+    )
+
+    def __init__(self, gfn: int, write: bool, exec_: bool, slot: MemorySlot | None) -> None:
+        self.gfn, self.write, self.exec, self.slot = gfn, write, exec_, slot
+        self.max_level = KVM_MAX_HUGEPAGE_LEVEL
+        self.req_level = self.goal_level = PG_LEVEL_4K
+        self.huge_page_disallowed = False
+        self.map_writable = False
+        self.pfn = KVM_PFN_NOSLOT
+        if slot is not None:
+            self.pfn = (slot.userspace_addr >> PAGE_SHIFT) + gfn - slot.base_gfn
+            self.map_writable = not slot.readonly
+
+
 class TdpMmu(TdpHuge):
     """One VM's TDP MMU (tdp_mmu=Y)."""
 
@@ -77,10 +107,13 @@ class TdpMmu(TdpHuge):
     ) -> None:
         super().__init__(vm, cfg, params, emit)
         self.roots: dict[int, TdpMmuPage] = {}
+        self._lpage_limits = {}
         self._vcpu_gfn_to_memslot = VcpuMemslotCache(vm).lookup
+        self._host_max_level = min(KVM_MAX_HUGEPAGE_LEVEL, self.params.host_level)
         self._nx = self.params.nx_huge_page_workaround_enabled  # is_nx_huge_page_enabled()
-        self.levels = MappingLevels(self.params.host_level, self._nx)
         self._leaf_bits: dict[tuple[int, bool, int], tuple[int, int]] = {}
+        self.mark_page_dirty: Callable[[MemorySlot, int], None] | None = None  # dirty_log
+        self.fast_pf = FastPageFault(self, self.kvm_tdp_mmu_fast_pf_get_last_sptep)
         self._slot_flags = {
             (s.as_id, s.id): s.flags for a in range(vm.address_spaces) for s in vm.memslots(a)
         }
@@ -118,6 +151,11 @@ class TdpMmu(TdpHuge):
             sp = by_pa[spte & SPTE_BASE_ADDR_MASK]
             level -= 1
 
+    def kvm_tdp_mmu_fast_pf_get_last_sptep(self, vcpu: int, gfn: int) -> tuple[TdpMmuPage, int]:
+        """`for_each_tdp_pte(iter, kvm, root, gfn, gfn + 1)` without mmu_lock: the last
+        spte the walk of the vCPU's root reads (fast_pf.py)."""
+        return self.last_spte(self.roots[vcpu], gfn)
+
     def page_fault(
         self,
         vcpu: int,
@@ -136,6 +174,7 @@ class TdpMmu(TdpHuge):
         if root is None or root.role.invalid:
             root = self.root(vcpu)
         cfg = self.cfg
+        spte = 0
         if rsvd is None or rsvd:
             sp, index = self.last_spte(root, gfn)
             spte = sp.spt[index]
@@ -146,6 +185,11 @@ class TdpMmu(TdpHuge):
                 self._emit("handle_mmio_page_fault", addr=0, gfn=gfn, access=access)
                 return self._emulate(gpa, write)
         slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
+        fast = self.fast_pf  # kvm_tdp_mmu_page_fault(): fast_page_fault() first
+        if fast.wants(write, spte):
+            ret = fast.page_fault(vcpu, gpa, slot, fault_error_code(cfg, spte, write, exec_))
+            if ret is not RetPf.INVALID:
+                return ret
         if slot is None and not cfg.mmio_caching_enabled:
             return self._emulate(gpa, write)  # kvm_handle_noslot_fault(), caching off
         if slot is not None and write and slot.flags & KVM_MEM_READONLY:
@@ -167,15 +211,28 @@ class TdpMmu(TdpHuge):
         return RetPf.EMULATE
 
     def kvm_mmu_hugepage_adjust(self, fault: KvmPageFault) -> None:
-        """mapping_level.py, shared with the direct and shadow MMUs."""
-        self.levels.kvm_mmu_hugepage_adjust(fault)
+        fault.huge_page_disallowed = fault.exec and self._nx
+        slot = fault.slot
+        if fault.max_level == PG_LEVEL_4K or slot is None or slot.dirty_logging:
+            return
+        fault.req_level = self.kvm_mmu_max_mapping_level(slot, fault.gfn, fault.max_level)
+        if fault.req_level == PG_LEVEL_4K or fault.huge_page_disallowed:
+            return
+        fault.goal_level = fault.req_level
+        fault.pfn &= ~(kvm_pages_per_hpage(fault.goal_level) - 1)
 
     def disallowed_hugepage_adjust(self, fault: KvmPageFault, spte: int, cur_level: int) -> None:
         """Go one level below a table made for a disallowed NX huge page."""
-        self.levels.disallowed_hugepage_adjust(fault, spte, cur_level, self._nx_disallowed)
-
-    def _nx_disallowed(self, spte: int) -> bool:
-        return self.pages.by_pa[spte & SPTE_BASE_ADDR_MASK].nx_huge_page_disallowed
+        if (
+            cur_level > PG_LEVEL_4K
+            and cur_level == fault.goal_level
+            and is_shadow_present_pte(spte)
+            and not is_large_pte(spte)
+            and self.pages.by_pa[spte & SPTE_BASE_ADDR_MASK].nx_huge_page_disallowed
+        ):
+            mask = kvm_pages_per_hpage(cur_level) - kvm_pages_per_hpage(cur_level - 1)
+            fault.pfn |= fault.gfn & mask
+            fault.goal_level -= 1
 
     def kvm_tdp_mmu_map(self, fault: KvmPageFault, root: TdpMmuPage) -> RetPf:
         """The walk of `tdp_mmu_for_each_pte(iter, mmu, gfn, gfn + 1)`, stepped by hand:
@@ -241,6 +298,8 @@ class TdpMmu(TdpHuge):
                     gen=get_mmio_spte_generation(new_spte),
                 )
             return RetPf.EMULATE
+        if fault.map_writable and slot.flags & KVM_MEM_LOG_DIRTY_PAGES:
+            mark_page_dirty_in_slot(self, slot, fault.gfn)  # make_spte()
         if self._listener is not None:
             spte = it.pt.spt[it.index]
             self._emit(

@@ -87,6 +87,14 @@ class TdpRoots(TdpMmuCore):
         self.roots[vcpu] = root
         return root
 
+    def kvm_mmu_unload(self, vcpu: int) -> None:
+        """`kvm_mmu_reset_context()` → `kvm_mmu_unload()`: the vCPU puts its root (a
+        role change, e.g. entering or leaving SMM); its next entry loads the root of its
+        new role (`root`)."""
+        root = self.roots.pop(vcpu, None)
+        if root is not None:
+            self.kvm_tdp_mmu_put_root(root)
+
     def _each_root(self, only_valid: bool) -> list[TdpMmuPage]:
         """`for_each_tdp_mmu_root_yield_safe`: each root, held while the body runs
         (the caller puts it after)."""

@@ -8,10 +8,14 @@ and only matter under the NX huge page mitigation.  Workloads:
 - `kernbench`, `netperf`, `churn`: as on `MmuSession`;
 - `dirty`: kernbench, with dirty logging turned on for the largest RAM slot every
   `DIRTY_EVERY` accesses and off again the next time (eager page split and write
-  protection when it starts, huge pages collapsing back when it stops).
+  protection when it starts, huge pages collapsing back when it stops);
+- `migrate`: dirty logging passes over a working set (`FastPathControls`): with PML
+  (EPT) the CPU logs the writes, without it (NPT) `fast_page_fault()` fixes them.
 An access exits when the CPU's walk of the vCPU's root finds no leaf that allows it (not
 present, MMIO, not writable for a write, not executable for a fetch).  A fault that
 returns RET_PF_RETRY lets the vCPU run again, and it faults again if it must.
+`smi_every` sends the last vCPU an SMI every that many accesses; it leaves SMM (RSM) half
+way to the next, so its accesses run in address space 1 (SMRAM) on a root of its own.
 `race_rate` makes another vCPU fault on the same gfn inside the spte's cmpxchg window
 that often, so `tdp_mmu_set_spte_atomic` loses the race (tests, and the screen's races).
 """
@@ -21,13 +25,15 @@ from __future__ import annotations
 import random
 from typing import NamedTuple
 
-from ..constants import KVM_MEM_LOG_DIRTY_PAGES
 from ..layouts.layout import Layout
-from .guest_session import ACCESS_NS, FETCH_RATE, PFERR_WRITE, GuestSession
+from .dirty_log import DirtyLogging
+from .fast_session import GET_DIRTY_EVERY, FastPathControls
+from .guest_session import ACCESS_NS, PFERR_WRITE, GuestSession
 from .mmu_pages import KvmMmuPage
 from .session import CHURN_EVERY, LAPIC_EOI, NIC_DOORBELL, churn_update
 from .spte import (
     PT_PAGE_SIZE_MASK,
+    PT_PRESENT_MASK,
     PT_WRITABLE_MASK,
     SPTE_BASE_ADDR_MASK,
     SPTE_CONFIGS,
@@ -43,9 +49,11 @@ from .tdp_params import TdpMmuParams
 PAGE_SHIFT = 12
 PFERR_FETCH = 1 << 4
 DIRTY_EVERY = 400
-TDP_WORKLOADS = ("kernbench", "netperf", "churn", "dirty")
+FETCH_RATE = 0.1
+TDP_WORKLOADS = ("kernbench", "netperf", "churn", "dirty", "migrate")
 ZAP_KINDS = ("fast", "slow", "roots")
 MAX_RETRIES = 4
+SMBASE = 0x30000  # the default SMBASE (SDM: SMRAM at 0x30000 + 0x8000 entry)
 
 
 class TdpAccess(NamedTuple):
@@ -66,7 +74,7 @@ class TdpStep(NamedTuple):
     update: str = ""
 
 
-class TdpSession(GuestSession[TdpStep]):
+class TdpSession(GuestSession[TdpStep], FastPathControls):
     """A guest (a `Layout`), its TDP MMU and a workload; deterministic for a seed."""
 
     paging = "tdp"
@@ -84,11 +92,19 @@ class TdpSession(GuestSession[TdpStep]):
         params: TdpMmuParams | None = None,
         race_rate: float = 0.0,
         walk_cache: bool = True,
+        smi_every: int = 0,
     ) -> None:
         super().__init__(layout, workload, seed, nr_vcpus)
+        if smi_every < 0 or (smi_every and not self.vm.memslots(1)):
+            raise ValueError(
+                f"SMIs every {smi_every} accesses need a guest with SMRAM (address space 1"
+                " memslots, e.g. --layout q35-16g)"
+            )
+        self.smi_every = smi_every
         self.mmu = TdpMmu(self.vm, SPTE_CONFIGS[spte_config], params)
         self.mmu._listener = self._forward_fields
         self._ram = [s for s in self.vm.memslots(0) if not s.readonly]
+        self.dirty_log = DirtyLogging(self.mmu)
         self._fetch_rng = random.Random(seed ^ 0x7D9)
         self._race_rng = random.Random(seed ^ 0xACE)
         self.race_rate = race_rate
@@ -111,6 +127,9 @@ class TdpSession(GuestSession[TdpStep]):
         if self.workload == "netperf" and rng.random() < 0.7:
             gpa = NIC_DOORBELL if rng.random() < 0.8 else LAPIC_EOI
             return TdpAccess(vcpu, gpa, write=True)
+        hot = self.hot_access(rng) if self.workload == "migrate" else None
+        if hot is not None:
+            return TdpAccess(vcpu, hot[0] << PAGE_SHIFT, hot[1])
         slot = rng.choice(self._ram)
         gfn = slot.base_gfn + rng.randrange(slot.npages)
         write = rng.random() < 0.3
@@ -126,19 +145,20 @@ class TdpSession(GuestSession[TdpStep]):
             return churn_update(self.vm)
         if self.workload == "dirty" and self.steps and not self.steps % DIRTY_EVERY:
             return self.toggle_dirty_logging()
-        return ""
+        return self.migrate_update(self.steps) if self.workload == "migrate" else ""
 
-    def toggle_dirty_logging(self) -> str:
-        """KVM_MEM_LOG_DIRTY_PAGES on the largest RAM slot, on or off (flags only)."""
-        slot = max(self._ram, key=lambda s: s.npages)
-        slot = self.vm.slot(slot.as_id, slot.id) or slot
-        flags = slot.flags ^ KVM_MEM_LOG_DIRTY_PAGES
-        self.vm.set_user_memory_region(
-            slot.uapi_slot, flags, slot.base_gfn << PAGE_SHIFT, slot.npages << PAGE_SHIFT,
-            slot.userspace_addr,
-        )  # fmt: skip
-        self._ram = [s for s in self.vm.memslots(0) if not s.readonly]
-        return f"dirty logging {'on' if flags & KVM_MEM_LOG_DIRTY_PAGES else 'off'}"
+    def kvm_smm_changed(self, vcpu: int) -> str:
+        """An SMI (enter_smm) or RSM for `vcpu`: `kvm_smm_transition`, HF_SMM_MASK (its
+        memslots become address space 1's, `kvm_arch_vcpu_memslots_id`), and
+        `kvm_mmu_reset_context`, so its next entry loads a root with `role.smm`
+        (arch/x86/kvm/smm.c `kvm_smm_changed`, ≈6.10)."""
+        state = self.vm.vcpu(vcpu)
+        entering = not state.as_id
+        self._vcpu = vcpu
+        self._emit("kvm_smm_transition", vcpu_id=vcpu, entering=entering, smbase=SMBASE)
+        state.as_id = 1 if entering else 0
+        self.mmu.kvm_mmu_unload(vcpu)
+        return f"vcpu {vcpu} {'entered' if entering else 'left'} SMM"
 
     # -- running ------------------------------------------------------------------------
 
@@ -176,10 +196,13 @@ class TdpSession(GuestSession[TdpStep]):
         nr_vcpus, workload = self.nr_vcpus, self.workload
         netperf = workload == "netperf"
         every = CHURN_EVERY if workload == "churn" else DIRTY_EVERY if workload == "dirty" else 0
+        migrate = workload == "migrate"
+        every = GET_DIRTY_EVERY if migrate else every
         x_mask, x_nx_mask = mmu.cfg.shadow_x_mask, mmu.cfg.shadow_x_mask | mmu.cfg.shadow_nx_mask
         ram = self._ram_draws()
         nram, kram = len(ram), len(ram).bit_length()
         next_recovery = self._next_recovery
+        smi_half = max(1, self.smi_every // 2) if self.smi_every else 0
         walk_cache, walk_root = self.walk_cache, None
         walks: dict[int, tuple[TdpMmuPage, int]] = {}
         update, exited, ret = "", False, None
@@ -195,8 +218,13 @@ class TdpSession(GuestSession[TdpStep]):
             if every and not steps % every:
                 update = self._update()
                 ram = self._ram_draws()
+            if smi_half and steps and not steps % smi_half:
+                update = self.kvm_smm_changed(nr_vcpus - 1)
             vcpu = steps % nr_vcpus
-            if netperf and random() < 0.7:
+            hot = self.hot_access(rng) if migrate else None
+            if hot is not None:
+                gpa, write, fetch = hot[0] << PAGE_SHIFT, hot[1], False
+            elif netperf and random() < 0.7:
                 gpa = NIC_DOORBELL if random() < 0.8 else LAPIC_EOI
                 write, fetch = True, False
             else:
@@ -243,6 +271,7 @@ class TdpSession(GuestSession[TdpStep]):
                 not spte & SPTE_MMU_PRESENT_MASK
                 or (write and not spte & PT_WRITABLE_MASK)
                 or (fetch and spte & x_nx_mask != x_mask)
+                or not (spte & PT_PRESENT_MASK or write or fetch)  # access-tracked
             )
             ret = None
             if exited:
@@ -277,14 +306,15 @@ class TdpSession(GuestSession[TdpStep]):
         if self.race_rate:
             self._racing = access
             mmu.race = self._race
+            mmu.fast_pf.race = self._fast_race
         try:
             ret = mmu.page_fault(access.vcpu, access.gpa, access.write, access.fetch)
         finally:
-            mmu.race = None
+            mmu.race = mmu.fast_pf.race = None
             self._racing = None
         return self._result(ret)
 
-    def _race(self, it: TdpIter) -> None:
+    def _race(self, it: TdpIter | None) -> None:
         """Another vCPU faults on the same gfn first (inside the cmpxchg window)."""
         access = self._racing
         if access is None or self.nr_vcpus < 2 or self._race_rng.random() >= self.race_rate:
@@ -296,6 +326,10 @@ class TdpSession(GuestSession[TdpStep]):
             self.mmu.page_fault(other, access.gpa, access.write, access.fetch)
         finally:
             self._vcpu = access.vcpu
+
+    def _fast_race(self, sp: KvmMmuPage, index: int) -> None:
+        """Another vCPU faults on the same gfn inside the fast path's cmpxchg window."""
+        self._race(None)
 
     def zap(self, kind: str) -> int:
         """`fast`: kvm_mmu_zap_all_fast; `roots`: only invalidate and zap the roots (no
@@ -324,6 +358,8 @@ class TdpSession(GuestSession[TdpStep]):
             return True  # not present, or an MMIO spte (never MMU-present)
         if access.write and not spte & PT_WRITABLE_MASK:
             return True
+        if not access.write and not access.fetch and not spte & PT_PRESENT_MASK:
+            return True  # an access-tracked spte (RWX cleared)
         return access.fetch and not is_executable_pte(self.mmu.cfg, spte)
 
     def leaf_spte(self, vcpu: int, gfn: int) -> int:

@@ -30,9 +30,25 @@ What each event does to the model:
   its gfn and level L-1 vanishes (``tdp_freed``); ≈6.x kernels then emit
   ``kvm_mmu_prepare_zap_page`` for it from ``handle_removed_pt``, which is not a second
   zap (``last_tdp_freed``).  Roots freed when their last user puts them leave no trace;
-  a new TDP root with the key of a live one replaces it (``tdp_roots_replaced``: valid
-  roots of one role are shared, so the old one was invalidated).
-* ``fast_page_fault``, ``kvm_page_fault``, ``kvm_exit``, ``kvm_entry`` — counted per vCPU.
+  a new TDP root with the key of a live one of its address space replaces it
+  (``tdp_roots_replaced``: valid roots of one role are shared, so the old one was
+  invalidated).
+* TDP MMU pages and address spaces — ``tdp_mmu_init_sp`` traces ``kvm_mmu_get_page`` before
+  the page is linked, and a lost ``tdp_mmu_set_spte_atomic`` race frees it again without a
+  tracepoint (``tdp_mmu_free_sp``, then RET_PF_RETRY).  So a new TDP child page is
+  *pending* until the next event of its CPU: the ``kvm_tdp_mmu_spte_changed`` that links it
+  (its gfn, one level up, a table spte) keeps it, anything else means it was freed
+  (``tdp_unlinked``; only in a trace with TDP spte changes: the shadow MMU links its pages
+  without a tracepoint).  KVM_MMU_PAGE_PRINTK does not print ``role.smm``, so the page's
+  address space is the ``as id`` of that link; a root's, that of the next change on its
+  CPU (``tdp_pending_roots``: a vCPU's faults walk its own root).  Pages of address
+  space 1 (SMM) are keyed apart, with ``("as_id", 1)`` after the printed role.
+* ``fast_page_fault`` — counted per vCPU (fixed, spurious), and its ``new_spte`` (the
+  spte after the lockless cmpxchg, ``*sptep``) replaces the leaf the model knows at
+  ``cr2_or_gpa``'s gfn: the one holding ``old_spte`` (else the only leaf there); the fast
+  path changes no other spte and emits nothing else (fast_pf.py).  ``%p`` hashes the
+  sptep, so the gfn finds the leaf.  ``fast_sptes`` counts the changes applied.
+* ``kvm_page_fault``, ``kvm_exit``, ``kvm_entry`` — counted per vCPU.
 * every event — counted per (name, cpu, pid), so kvm_stat's table can be rebuilt for any
   CPU or pid filter at any position.
 
@@ -73,15 +89,17 @@ from .records import (
     page_key,
 )
 
-_TABLES = ("pages", "by_gfn", "mmio", "tdp", "counts", "vcpus", "exit_reasons")
+_TABLES: tuple[str, ...] = ("pages", "by_gfn", "mmio", "tdp", "counts", "vcpus")
+_TABLES += ("exit_reasons", "tdp_pending", "tdp_pending_roots")
 _SCALARS = (
     *("events", "seq", "version", "mmu_valid_gen", "memslots_gen", "max_gen_seen"),
     *("flips", "flips_total", "created", "adopted", "zapped", "duplicate_creates"),
     *("unknown_zaps", "unkeyed_zaps", "evicted_pages", "evicted_sptes", "tdp_freed"),
     *("mmio_checks_ok", "mmio_checks_stale"),
-    *("set_sptes", "tdp_changes", "first_ts", "last_ts", "min_ts", "max_ts"),
-    *("last_change", "last_tdp", "last_tdp_freed", "tdp_roots_replaced"),
+    *("set_sptes", "tdp_changes", "fast_sptes", "first_ts", "last_ts", "min_ts", "max_ts"),
+    *("last_change", "last_tdp", "last_tdp_freed", "tdp_roots_replaced", "tdp_unlinked"),
 )
+SMM_KEY = ("as_id", 1)  # appended to the role of a page of address space 1
 
 
 class ReplayModel:
@@ -116,7 +134,7 @@ class ReplayModel:
         self.evicted_pages = self.evicted_sptes = 0  # dropped by the caps (page copies)
         self.tdp_freed = 0  # pages whose TDP table spte was cleared
         self.mmio_checks_ok = self.mmio_checks_stale = 0
-        self.set_sptes = self.tdp_changes = 0
+        self.set_sptes = self.tdp_changes = self.fast_sptes = 0
         self.first_ts: float | None = None  # of the first event replayed
         self.last_ts: float | None = None  # of the last one
         self.min_ts: float | None = None  # timestamps need not rise (CPUs' clocks, merges)
@@ -128,6 +146,11 @@ class ReplayModel:
         #: which ≈6.x kernels emit in handle_removed_pt right after, is not a second zap)
         self.last_tdp_freed: PageKey | None = None
         self.tdp_roots_replaced = 0  # TDP roots whose successor with the same role appeared
+        #: cpu -> the TDP child page it created and has not linked yet
+        self.tdp_pending: dict[int, PageKey] = {}
+        #: cpu -> the TDP root it made last, whose address space no change has shown yet
+        self.tdp_pending_roots: dict[int, PageKey] = {}
+        self.tdp_unlinked = 0  # TDP child pages freed unlinked (a lost race)
 
     # -- state --------------------------------------------------------------------------
 
@@ -194,12 +217,16 @@ class ReplayModel:
             self.max_ts = ts
         self.last_ts = ts
         self._count(event)
+        settled = False
+        if event.cpu in self.tdp_pending:
+            settled = self._settle_child(event, self.tdp_pending.pop(event.cpu))
+        if event.name == "kvm_tdp_mmu_spte_changed" and event.cpu in self.tdp_pending_roots:
+            root = self.tdp_pending_roots.pop(event.cpu)
+            settled = self._settle_root(event, root) or settled
         if event.name != "kvm_mmu_prepare_zap_page":
             self.last_tdp_freed = None
         handler = _HANDLERS.get(event.name)
-        if handler is None or not event.fields:
-            return False
-        if handler(self, event):
+        if (handler is not None and event.fields and handler(self, event)) or settled:
             self.version += 1
             return True
         return False
@@ -225,12 +252,11 @@ class ReplayModel:
             self.created += 1
             if gen is not None and not self.flips_total:
                 self.mmu_valid_gen = gen  # a new page carries the VM's generation
-        if page is not None and created and self._tdp_root_successor(page):
-            # kvm_tdp_mmu_alloc_root() shares a valid root of the same role, so a new one
-            # means the old was invalidated; the TDP MMU frees it without a tracepoint.
-            self.tdp_roots_replaced += 1
-            self._drop_page(page)
-            page = None
+        if created and fields.get("direct") is True and isinstance(fields.get("level"), int):
+            if _is_tdp_root(key[0], _int(fields, "level")):
+                self.tdp_pending_roots[event.cpu] = key
+            else:
+                self.tdp_pending[event.cpu] = key
         if page is not None:
             if created:
                 self.duplicate_creates += 1
@@ -243,12 +269,60 @@ class ReplayModel:
         self.last_change = ("appeared", f"{verb}: {_page_words(self.pages[key])}")
         return True
 
-    def _tdp_root_successor(self, page: ReplayPage) -> bool:
-        """A TDP MMU trace (it has TDP spte changes) creating a root (gfn 0, direct, level
-        4 or 5) whose key a live root has.  SMM and non-SMM roots print alike, so a VM
-        with vCPUs in SMM would be misread (an assumption: rare in traces)."""
-        level = page.level or 0
-        return bool(self.tdp_changes) and page.gfn == 0 and page.direct and level >= 4
+    def _settle_child(self, event: Event, key: PageKey) -> bool:
+        """The next event of the CPU that made TDP child page `key`: its link keeps it (in
+        the address space the link shows), anything else in a TDP trace freed it."""
+        page = self.pages.get(key)
+        if page is None or page.level is None:
+            return False
+        fields = event.fields
+        if event.name == "kvm_tdp_mmu_spte_changed" and _int(fields, "level") == page.level + 1:
+            new, gfn = _int(fields, "new_spte"), _int(fields, "gfn")
+            if new is not None and gfn == page.gfn and classify(new, page.level + 1) == TABLE:
+                return self._move_to_as(page, _int(fields, "as_id") or 0, replaces=False)
+        if not self.tdp_changes and event.name != "kvm_tdp_mmu_spte_changed":
+            return False  # no TDP spte change seen: the shadow MMU's page, linked untraced
+        self.tdp_unlinked += 1
+        self._remove_copy(page, "freed unlinked (TDP, a lost race)")
+        return True
+
+    def _settle_root(self, event: Event, key: PageKey) -> bool:
+        """The first spte change of the CPU that made TDP root `key` (a vCPU's faults walk
+        its own root): the root's address space.  A live root of the same key and address
+        space was invalidated before this one was made (valid roots of one role are
+        shared): it is gone."""
+        page = self.pages.get(key)
+        if page is None:
+            return False
+        return self._move_to_as(page, _int(event.fields, "as_id") or 0, replaces=True)
+
+    def _move_to_as(self, page: ReplayPage, as_id: int, replaces: bool) -> bool:
+        """One copy of `page` (keyed as printed) to the key of its address space; with
+        `replaces`, a live page already there is replaced instead of copied."""
+        key = page.key
+        target = (*key[:2], (*key[2], SMM_KEY)) if as_id == 1 else key
+        there = self.pages.get(target)
+        if target == key:
+            if not replaces or page.copies < 2:
+                return False
+            self.tdp_roots_replaced += 1
+            self.pages[key] = replace(page, copies=page.copies - 1)
+            return True
+        self._remove_copy(page, "")
+        if there is not None:
+            if replaces:
+                self.tdp_roots_replaced += 1
+            else:
+                self.pages[there.key] = replace(there, copies=there.copies + 1)
+            return True
+        self.seq += 1
+        moved = replace(page, key=target, copies=1, seq=self.seq)
+        self.pages[moved.key] = moved
+        if moved.level is not None:
+            where = (moved.gfn, moved.level)
+            self.by_gfn[where] = (*self.by_gfn.get(where, ()), moved.key)
+        self.last_change = ("appeared", f"address space {as_id}: {_page_words(moved)}")
+        return True
 
     def _add_page(
         self, key: PageKey, fields: Mapping[str, FieldValue], ts: float, adopted: bool
@@ -351,19 +425,20 @@ class ReplayModel:
         self.tdp_changes += 1
         self._set_tdp((as_id, level, gfn), new, old or 0, event.ts)
         if level > 1 and classify(old or 0, level) == TABLE and classify(new, level) != TABLE:
-            self._free_child(gfn, level - 1)
+            self._free_child(gfn, level - 1, as_id)
         return True
 
-    def _free_child(self, gfn: int, level: int) -> None:
-        """A TDP MMU table spte went away: the page it pointed to is freed (the TDP MMU
-        emits no kvm_mmu_prepare_zap_page; its child page has the spte's gfn, one level
-        down, and is direct)."""
-        for key in self.by_gfn.get((gfn, level), ()):
+    def _free_child(self, gfn: int, level: int, as_id: int) -> None:
+        """A TDP MMU table spte went away: the page it pointed to is freed (its child page
+        has the spte's gfn, one level down, its address space, and is direct; ≈6.x
+        kernels trace its kvm_mmu_prepare_zap_page next, keyed as printed)."""
+        keys = self.by_gfn.get((gfn, level), ())
+        for key in sorted(keys, key=lambda k: (SMM_KEY in k[2]) != (as_id == 1)):
             page = self.pages[key]
             if page.direct:
                 self.tdp_freed += 1
                 self._remove_copy(page, "freed (TDP)")
-                self.last_tdp_freed = key
+                self.last_tdp_freed = _printed(key)
                 return
 
     def _set_spte(self, event: Event) -> bool:
@@ -372,6 +447,12 @@ class ReplayModel:
         if gfn is None or level is None or spte is None:
             return False
         self.set_sptes += 1
+        if self.tdp_changes and self.last_tdp is not None:
+            _, last_level, last_gfn = self.last_tdp
+            if last_level == level and last_gfn == gfn - gfn % gfns_per_spte(level):
+                # tdp_mmu_map_handle_target_level's trace of the change just seen, which
+                # printed its address space (this tracepoint has none)
+                return False
         key = (0, level, gfn)
         before = self.tdp.get(key)
         return self._set_tdp(key, spte, before.spte if before else 0, event.ts)
@@ -389,6 +470,27 @@ class ReplayModel:
         self.last_tdp = key
         self.last_change = ("tdp", f"as {as_id} l{level} gfn {gfn:#x}: {old:#x} → {new:#x}")
         return True
+
+    def _fast_page_fault(self, event: Event) -> bool:
+        self._vcpu_event(event)
+        fields = event.fields
+        gpa, old, new = (_int(fields, k) for k in ("cr2_or_gpa", "old_spte", "new_spte"))
+        if gpa is None or old is None or new is None:
+            return False
+        gfn = gpa >> 12
+        known = [
+            key
+            for level in range(1, 6)
+            for as_id in (0, 1)
+            if (key := (as_id, level, gfn - gfn % gfns_per_spte(level))) in self.tdp
+            and self.tdp[key].kind != TABLE
+        ]
+        same = [key for key in known if self.tdp[key].spte == old]
+        where = same or (known if len(known) == 1 else [])
+        if not where or self.tdp[where[0]].spte == new:
+            return False
+        self.fast_sptes += 1
+        return self._set_tdp(where[0], new, self.tdp[where[0]].spte, event.ts)
 
     def _vcpu_event(self, event: Event) -> bool:
         vcpu = _int(event.fields, "vcpu_id")
@@ -430,7 +532,7 @@ class ReplayModel:
             assert 0 <= page.epoch <= self.flips_total, page
             copies += page.copies
         live = self.created + self.adopted - self.zapped - self.tdp_freed - self.evicted_pages
-        live -= self.tdp_roots_replaced
+        live -= self.tdp_roots_replaced + self.tdp_unlinked
         assert copies == live, (copies, live)
         indexed = [key for keys in self.by_gfn.values() for key in keys]
         assert len(indexed) == len(set(indexed)), "a page indexed twice"
@@ -456,6 +558,19 @@ class ReplayModel:
             assert self.mmu_valid_gen is not None
 
 
+def _is_tdp_root(gfn: int, level: int | None) -> bool:
+    """A direct page at gfn 0 of level 4 or 5: what a TDP MMU root prints (a level-4 child
+    at gfn 0 under a 5-level root is taken for one: an assumption)."""
+    return gfn == 0 and level is not None and level >= 4
+
+
+def _printed(key: PageKey) -> PageKey:
+    """The key as the page's tracepoints print it (without the address space)."""
+    if SMM_KEY not in key[2]:
+        return key
+    return key[0], key[1], tuple(f for f in key[2] if f != SMM_KEY)
+
+
 def _page_words(page: ReplayPage) -> str:
     level = f"l{page.level}" if page.level is not None else "l?"
     gen = f" gen {page.gen}" if page.gen is not None else ""
@@ -470,7 +585,7 @@ _HANDLERS: dict[str, Callable[[ReplayModel, Event], bool]] = {
     "check_mmio_spte": ReplayModel._check_mmio,
     "kvm_tdp_mmu_spte_changed": ReplayModel._tdp_changed,
     "kvm_mmu_set_spte": ReplayModel._set_spte,
-    "fast_page_fault": ReplayModel._vcpu_event,
+    "fast_page_fault": ReplayModel._fast_page_fault,
     "kvm_page_fault": ReplayModel._vcpu_event,
     "kvm_exit": ReplayModel._vcpu_event,
     "kvm_entry": ReplayModel._vcpu_event,

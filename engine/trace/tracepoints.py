@@ -329,6 +329,10 @@ _KVM: dict[str, dict[str, str]] = {
     "vcpu_match_mmio": _eras("gva {gva:#x} gpa {gpa:#x} {write?Write|Read} {gpa_match?GPA|GVA}"),
     # "vcpu %u need_flush_tlb %s" with "true"/"false" (record_steal_time)
     "kvm_pv_tlb_flush": _eras("vcpu {vcpu_id:u} need_flush_tlb {need_flush_tlb?true|false}"),
+    # "vcpu %u: %s SMM, smbase 0x%llx", "entering"/"leaving" (enter_smm, emulator RSM)
+    "kvm_smm_transition": _eras(
+        "vcpu {vcpu_id:u}: {entering?entering|leaving} SMM, smbase 0x{smbase:x}"
+    ),
 }
 _DEFAULTS: dict[str, dict[str, FieldValue]] = {
     "kvm_page_fault": {"guest_rip": 0},

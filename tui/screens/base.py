@@ -13,7 +13,7 @@ from textual.containers import Horizontal
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Header, Static
+from textual.widgets import Static
 
 from engine.events import Event
 from engine.pacing import Pacer
@@ -21,6 +21,7 @@ from engine.stats import compile_filter
 
 from ..widgets.caption import Caption
 from ..widgets.events import EventPanel
+from ..widgets.header import MmuHeader
 from ..widgets.key_bar import KeyBar
 
 MIN_WIDTH, MIN_HEIGHT = 80, 24
@@ -76,7 +77,7 @@ class MmuScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         """The frame every screen shares: header, the screen's own widgets in `#main`,
         the event panel, the footer, and the too-small message."""
-        yield Header()
+        yield MmuHeader()
         yield Caption(id="caption")
         with Horizontal(id="main"):
             yield from self.compose_main()

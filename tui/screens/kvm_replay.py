@@ -99,11 +99,6 @@ class KvmReplayScreen(ReplayScreen):
         self.finished = False
         self._read = 0
 
-    DEFAULT_CSS = """
-    KvmReplayScreen #kvm-side { width: 48; }
-    KvmReplayScreen.-narrow #kvm-side { width: 36; }
-    """
-
     def compose_main(self) -> ComposeResult:
         yield from super().compose_main()
         with Vertical(id="kvm-side"):

@@ -24,6 +24,7 @@ from ..widgets.lookup_bar import LookupBar
 from ..widgets.path_panel import PathPanel
 from ..widgets.slot_table import SlotTable
 from ..widgets.structure import StructureView
+from ..widgets.titles import fit_title
 from .memslot_updates import MemslotUpdates
 
 if TYPE_CHECKING:
@@ -272,11 +273,22 @@ class MemslotsScreen(MemslotUpdates):
             self._show_record(self.record, self.highlight.shown if self.highlight else None)
 
     def _title_structure(self) -> None:
+        """The strategy, its era and what it is; where that does not fit the drawing's
+        border whole, the era goes first, then the description (the window stays)."""
         cls = STRATEGY_CLASSES[self.explorer.lookup]
-        title = f"{cls.name} ({cls.era}): {cls.title}"
-        self.query_one(StructureView).border_title = (
-            f"{self.window} · {title}" if self.window else title
-        )
+        versions = [
+            f"{cls.name} ({cls.era}): {cls.title}",
+            f"{cls.name}: {cls.title}",
+            f"{cls.name} ({cls.era})",
+            cls.name,
+        ]
+        if self.window:
+            versions = [f"{self.window} · {version}" for version in versions]
+        view = self.query_one(StructureView)
+        view.border_title = fit_title(versions, view.outer_size.width)
+
+    def on_resize(self) -> None:  # Textual runs MmuScreen.on_resize as well
+        self.call_after_refresh(self._title_structure)  # once the drawing has its width
 
     @on(WindowMoved)
     def show_window(self, moved: WindowMoved) -> None:

@@ -47,8 +47,6 @@ class PowerScreen(PlayerScreen):
 
     DEFAULT_CSS = """
     PowerScreen #hpt { height: 1fr; }
-    PowerScreen #power-right { width: 44; }
-    PowerScreen.-narrow #power-right { width: 36; }
     PowerScreen #power-counters { height: 18; }
     PowerScreen #fault-steps { height: 1fr; }
     PowerScreen.-short #power-counters, PowerScreen.-captioned #power-counters { height: 1fr; }

@@ -77,11 +77,9 @@ class ReplayScreen(PlayerScreen):
     DEFAULT_CSS = """
     ReplayScreen #replay-body { width: 1fr; }
     ReplayScreen #replay-panels { height: 1fr; }
-    ReplayScreen #replay-left { width: 1fr; }
     ReplayScreen #replay-pages { height: 1fr; min-height: 4; }
     ReplayScreen #replay-grid { height: 19; }
-    ReplayScreen #replay-state { width: 46; height: 1fr; }
-    ReplayScreen.-narrow #replay-state { width: 34; }
+    ReplayScreen #replay-state { height: 1fr; }
     ReplayScreen.-short #replay-grid { height: 7; }
     """
 

@@ -24,6 +24,7 @@ from engine.pacing import Pacer
 
 from ..widgets.lookup_bar import LookupBar
 from ..widgets.mmu_panels import GuestPanel, MmuCounters, PageLevels, SptGrid
+from ..widgets.titles import fit_title
 from .base import PlayerScreen
 from .shadow_mmu_actions import GuestActions
 from .shadow_mmu_modes import PAGING_MODES, PagingModes, Session, Step, era_2011
@@ -168,9 +169,10 @@ class ShadowMmuScreen(ZapReplay, PagingModes, GuestActions, PlayerScreen):
         pending = rcu_page(session) if selected is None else None
         if pending is not None:
             grid.show(spt_cells(mmu.pages, pending, mmu.cfg, 0), None)  # type: ignore[arg-type]
-            grid.border_title = (
-                f"spt of sp gfn {pending.gfn:#x} l{pending.role.level}: RCU pending, "
-                "its sptes frozen until the grace period ends"
+            page = f"spt of sp gfn {pending.gfn:#x} l{pending.role.level}: RCU pending"
+            grid.border_title = fit_title(
+                [f"{page}, its sptes frozen until the grace period ends", f"{page}, frozen"],
+                grid.outer_size.width,
             )
         elif selected is None:
             grid.show_text(grid.empty_text())
@@ -179,12 +181,11 @@ class ShadowMmuScreen(ZapReplay, PagingModes, GuestActions, PlayerScreen):
             gen = session.vm.generation(selected.role.smm)
             grid.show(spt_cells(mmu.pages, selected, mmu.cfg, gen), marked)  # type: ignore[arg-type]
             obsolete = " (obsolete)" if mmu.pages.is_obsolete(selected) else ""
-            if selected.unsync:
-                obsolete += " (unsync: stale until the next CR3 load or INVLPG)"
             gen = "" if era_2011(self.paging) else f" gen {selected.mmu_valid_gen}"
-            grid.border_title = (
-                f"spt of sp gfn {selected.gfn:#x} l{selected.role.level}{gen}{obsolete}"
-            )
+            page = f"spt of sp gfn {selected.gfn:#x} l{selected.role.level}{gen}{obsolete}"
+            unsync = [" (unsync: stale until the next CR3 load or INVLPG)", " (unsync)"]
+            versions = [page + why for why in unsync] if selected.unsync else [page]
+            grid.border_title = fit_title(versions, grid.outer_size.width)
         words = fault_words(self.last, self.shown, len(self.path))
         self.query_one(LookupBar).show_content(words)
         lines = counter_lines(session, self.last, self.paging)

@@ -43,9 +43,8 @@ class TlbScreen(PlayerScreen):
     ]  # fmt: skip
 
     DEFAULT_CSS = """
-    TlbScreen #lanes { width: 1fr; height: 1fr; }
-    TlbScreen #tlb-side { width: 42; height: 1fr; }
-    TlbScreen.-narrow #tlb-side { width: 34; }
+    TlbScreen #lanes { height: 1fr; }
+    TlbScreen #tlb-side { height: 1fr; }
     """
 
     view_name = "tlb"
@@ -203,8 +202,8 @@ class TlbScreen(PlayerScreen):
         if gid in flush.mask:
             target = self.sim.vcpus[gid]
             if target.visible == VIS_PREEMPTED:
-                return name + "… preempted, owes its ack", "waiting"
-            return name + "… ack owed", "label"
+                return name + "○ preempted, owes its ack", "waiting"
+            return name + "○ ack owed", "label"
         return name + "(mask overwritten)", "label"
 
     # -- export -------------------------------------------------------------------------

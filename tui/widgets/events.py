@@ -22,7 +22,9 @@ from typing import NamedTuple
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal
+from textual.geometry import Size
 from textual.markup import escape
+from textual.reactive import Reactive
 from textual.widgets import Log
 
 from engine.events import Event
@@ -114,6 +116,15 @@ class EventLog(Log):
         scrollbar-gutter: stable; overflow-x: hidden; }
     EventLog:focus { border: round $primary; }
     """
+
+    #: A log that grows changes its own scroll range only: `Widget.virtual_size` asks the
+    #: screen for a layout of every widget on each write (the frame's biggest cost at 512
+    #: slots); here it repaints and updates the scrollbar (a scrollbar that appears or
+    #: goes still asks for the layout, `show_vertical_scrollbar`).
+    virtual_size: Reactive[Size] = Reactive(Size(0, 0), layout=False)
+
+    def watch_virtual_size(self, size: Size) -> None:
+        self._scroll_update(size)
 
 
 def counters_table(rows: list[CounterRow], width: int = 48) -> Text:

@@ -11,13 +11,20 @@ from .panel import TextPanel
 
 
 class LookupBar(TextPanel):
+    """Wraps onto a second row (and a third) where the panel is too narrow for it;
+    below 120 columns two rows at most (the drawing below needs them more)."""
+
     DEFAULT_CSS = """
-    LookupBar { height: 1; padding: 0 1; background: $panel; color: $foreground; }
+    LookupBar { height: auto; max-height: 3; padding: 0 1; background: $panel;
+        color: $foreground; text-wrap: nowrap; }
+    .-narrow LookupBar { max-height: 2; }
     """
+
+    WRAP = True
 
     def show(self, highlight: Highlight | None, vcpu: int, strategy: str, name: str) -> None:
         if highlight is None:
-            self.show_content("no lookup yet: space plays, s steps, g looks up a gfn")
+            self.show_content(Text("no lookup yet: space plays, s steps, g looks up a gfn"))
             return
         text = Text()
         text.append(f"vcpu {vcpu} ", style="bold")

@@ -18,6 +18,8 @@ from engine.mmu.dag import RootReach
 from engine.mmu.mmu_pages import KvmMmuPage
 from engine.mmu.views import LevelSummary, SpteCell
 
+from .wrap import WrapCache
+
 GRID_COLUMNS = 32  # 512 sptes = 16 rows of 32
 PAGES_PER_LEVEL = 6  # chips shown per level around the path
 MAX_ROOT_LINES = 3
@@ -26,7 +28,11 @@ UNSYNC_MARK = "~"  # after a page chip: unsync (kvm_mmu_unsync_page), synced at 
 
 
 class MmuDrawing(Widget):
-    """Shared styling for the panels (component classes → Rich styles)."""
+    """Shared styling for the panels (component classes → Rich styles); lines too long
+    for the panel wrap under their value column (`WRAP`; grids and one-line bars that
+    size themselves to the panel turn it off)."""
+
+    WRAP = True
 
     COMPONENT_CLASSES = {
         "mmu--page",
@@ -66,12 +72,15 @@ class MmuDrawing(Widget):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.content = Text()
+        self._wrapped = WrapCache()
 
     def style_of(self, component: str) -> Style:
         return self.get_component_rich_style(f"mmu--{component}")
 
     def render(self) -> Text:
-        return self.content
+        if not self.WRAP:
+            return self.content
+        return self._wrapped.wrap(self.content, self.content_size.width)
 
     def show_text(self, text: Text) -> None:
         self.content = text
@@ -176,8 +185,13 @@ class SptGrid(MmuDrawing):
             component = "selected" if cell.index == marked else cell.state
             text.append(self.SYMBOL[cell.state], style=self.style_of(component))
             text.append("\n" if cell.index % columns == columns - 1 else gap)
-        text.append(LEGEND, style=self.style_of("label"))
+        text.append(self.legend(), style=self.style_of("label"))
         self.show_text(text)
+
+    def legend(self) -> str:
+        """The legend on one row: its items one space apart when two do not fit."""
+        width = self.content_size.width
+        return LEGEND if not width or len(LEGEND) <= width else LEGEND.replace("  ", " ")
 
     def _shape(self) -> tuple[int, str]:
         """32 spaced cells a row when they fit (16 rows); when the panel is short, 64
@@ -190,7 +204,7 @@ class SptGrid(MmuDrawing):
 
     def empty_text(self) -> Text:
         return Text(
-            "the sptes of the page a fault walked through appear here\n\n" + LEGEND,
+            "the sptes of the page a fault walked through appear here\n\n" + self.legend(),
             style=self.style_of("label"),
         )
 

@@ -12,6 +12,7 @@ from engine.memslot import MemorySlot
 
 from .highlight import Highlight
 from .panel import TextPanel
+from .wrap import wrap_text, wrapped_height
 
 MAX_LINES = 12
 
@@ -24,7 +25,9 @@ def cache_words(cache: CacheProbe) -> str:
 
 
 class PathPanel(TextPanel):
-    """Cache checks, then each revealed probe with its decision; long scans are elided."""
+    """Cache checks, then each revealed probe with its decision; long scans are elided.
+    A probe's line wraps under its slot when the panel is narrow, and the earliest
+    probes give way to keep the latest and the verdict in the panel."""
 
     DEFAULT_CSS = """
     PathPanel { height: 10; padding: 0 1; border: round $panel;
@@ -32,41 +35,64 @@ class PathPanel(TextPanel):
         text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
+    _shown: tuple[Highlight, tuple[CacheProbe, ...], Callable[[MemorySlot], str]] | None = None
+
     def show(
         self,
         highlight: Highlight | None,
         caches: tuple[CacheProbe, ...],
         name_of: Callable[[MemorySlot], str],
     ) -> None:
-        if highlight is None:
-            self.show_content("")
-            return
-        text = Text(no_wrap=True, overflow="ellipsis")
+        self._shown = None if highlight is None else (highlight, caches, name_of)
+        self.refresh()
+
+    def render(self) -> Text:
+        """The lookup laid out for the panel's size now (it wraps and elides by width)."""
+        if self._shown is None:
+            return Text("")
+        highlight, caches, name_of = self._shown
+        width = self.content_size.width
+        text = Text()
         for cache in caches:
-            text.append(f"   {cache_words(cache)}\n", style="italic")
+            text.append_text(wrap_text(Text(f"   {cache_words(cache)}\n", style="italic"), width))
+        verdict = wrap_text(Text(f"   {highlight.verdict()}", style="bold"), width)
         if not highlight.cache_hit:
-            budget = self._line_budget() - len(caches) - 1  # the verdict takes a line
-            for line in self._probe_lines(highlight, name_of, max(budget, 1)):
-                text.append(line + "\n")
-        text.append(f"   {highlight.verdict()}", style="bold")
-        self.show_content(text)
+            budget = self._line_budget() - text.plain.count("\n") - wrapped_height(verdict, width)
+            for line in self._probe_lines(highlight, name_of, max(budget, 1), width):
+                text.append_text(line)
+                text.append("\n")
+        text.append_text(verdict)
+        return text
 
     def _line_budget(self) -> int:
-        """Lines of text the panel shows (its height less the border)."""
+        """Rows of text the panel shows (its height less the border)."""
+        if self.content_size.height:
+            return self.content_size.height
         height = self.styles.height
         return int(height.value) - 2 if height is not None and height.is_cells else MAX_LINES
 
     def _probe_lines(
-        self, highlight: Highlight, name_of: Callable[[MemorySlot], str], budget: int
-    ) -> list[str]:
+        self, highlight: Highlight, name_of: Callable[[MemorySlot], str], budget: int, width: int
+    ) -> list[Text]:
+        """The latest probes that fit in `budget` rows once wrapped to `width`, after a
+        row that counts the earlier ones."""
         shown = min(highlight.shown, highlight.visits)
         if highlight.probes is None:
-            return [f"   scanned entries 0..{shown - 1} in order ({shown} of {highlight.visits})"]
-        first = max(0, shown - budget + 1) if shown > budget else 0  # only what fits
-        lines = [
-            f"{k + 1:>3} {describe_probe(p, name_of, 14)}"
-            for k, p in enumerate(highlight.probes[first:shown], start=first)
-        ]
+            line = f"   scanned entries 0..{shown - 1} in order ({shown} of {highlight.visits})"
+            return [wrap_text(Text(line), width)]
+        lines: list[Text] = []
+        rows = 0
+        first = shown
+        while first > 0:
+            probe = highlight.probes[first - 1]
+            line = wrap_text(Text(f"{first:>3} {describe_probe(probe, name_of, 14)}"), width)
+            height = wrapped_height(line, width)
+            earlier = 1 if first > 1 else 0  # the row saying how many are left out
+            if lines and rows + height + earlier > budget:
+                break
+            lines.insert(0, line)
+            rows += height
+            first -= 1
         if first:
-            lines.insert(0, f"   ... {first} earlier probes")
+            lines.insert(0, Text(f"   ... {first} earlier probes"))
         return lines

@@ -20,6 +20,8 @@ from engine.ppc.hpte import ABSENT, EMPTY, HPTES_PER_GROUP, MMIO, SWAPPED, VALID
 from engine.ppc.keys import PpcEra
 from engine.ppc.machine import PpcCounters
 
+from .wrap import WrapCache
+
 GLYPH = {VALID: "■", ABSENT: "□", MMIO: "◆", SWAPPED: "▣", EMPTY: "·"}
 LEGEND = "■ guest  □ absent  ◆ MMIO k31  ▣ swapped k30  · empty"
 OUTCOME_STYLE = {FORWARDED: "forwarded", EMULATED: "emulated"}
@@ -72,6 +74,7 @@ class PowerDrawing(Widget):
         super().__init__(id=id)
         self.content = Text()
         self._styles: dict[tuple[str, str], Style] = {}
+        self._wrapped = WrapCache()
 
     def style_of(self, component: str) -> Style:
         """The component's Rich style, cached until the theme or the CSS changes."""
@@ -86,7 +89,8 @@ class PowerDrawing(Widget):
         super().notify_style_update()
 
     def render(self) -> Text:
-        return self.content
+        """Lines too long for the panel wrap under their value column."""
+        return self._wrapped.wrap(self.content, self.content_size.width)
 
     def show_text(self, text: Text) -> None:
         if text == self.content:
@@ -235,7 +239,8 @@ class FaultSteps(PowerDrawing):
             if not mine:
                 continue
             hit = any(p.match for p in mine)
-            verdict = "match" if hit else ("no match" if len(mine) == HPTES_PER_GROUP else "…")
+            searched = len(mine) == HPTES_PER_GROUP
+            verdict = "match" if hit else ("no match" if searched else "searching")
             text.append(f"  {name}: {len(mine)}/8 examined, {verdict}\n",
                         style=self.style_of("found" if hit else "label"))  # fmt: skip
 

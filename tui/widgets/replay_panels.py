@@ -33,6 +33,8 @@ def seconds(value: float) -> str:
 class TimelineBar(MmuDrawing):
     """One line: play state, time and event position, a bar, speed and filters."""
 
+    WRAP = False  # the bar takes the room the words leave
+
     DEFAULT_CSS = """
     TimelineBar { height: 1; border: none; padding: 0 1; background: $boost; }
     """

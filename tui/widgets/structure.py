@@ -16,7 +16,6 @@ from rich.style import Style
 from textual import events
 from textual.geometry import Region, Size
 from textual.reactive import reactive
-from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from engine.lookup.base import ArrayView, Shape, TreeNodeView, TreeView
@@ -24,6 +23,7 @@ from engine.lookup.window import TreeIndex, TreeWindow, follow_root, layout_wind
 
 from ..messages import WindowMoved
 from .highlight import CACHE_HIT, COMPARE, HIT_STATE, IDLE, Highlight
+from .line_diff import LineDiffView
 from .tree_geometry import (
     MIN_AUTO_LEVELS,
     ZOOM_LEVELS,
@@ -35,7 +35,7 @@ from .tree_geometry import (
 )
 
 
-class StructureView(ScrollView, can_focus=True):
+class StructureView(LineDiffView, can_focus=True):
     """Draws the current strategy's structure and animates the lookup on it."""
 
     COMPONENT_CLASSES = {
@@ -115,11 +115,20 @@ class StructureView(ScrollView, can_focus=True):
         self._relayout()
 
     def set_highlight(self, highlight: Highlight | None) -> None:
+        drawn_with = self._drawing()
         self.highlight = highlight
         if self.follow and highlight is not None and self.index is not None:
             self._follow(highlight)
         self._scroll_to_head()
-        self.refresh()
+        if self._drawing() == drawn_with:
+            self.refresh_changed_lines()  # the nodes and edges the lookups' paths change
+        else:
+            self.refresh()
+
+    def _drawing(self) -> tuple[object, ...]:
+        """What the drawn lines depend on besides the highlight."""
+        return (self.scroll_offset, self.size, self.shape, self._geometry, self.zoom,
+                self._cell_width, self._pad_x, self._pad_y)  # fmt: skip
 
     def watch_zoom(self) -> None:
         self._relayout()
@@ -401,7 +410,7 @@ class StructureView(ScrollView, can_focus=True):
         width = self.scrollable_content_region.width or 80
         return max(1, width // self._cell_width)
 
-    def render_line(self, y: int) -> Strip:
+    def draw_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
         width = self.scrollable_content_region.width
         base = self._base_style()

@@ -21,6 +21,8 @@ from textual.widget import Widget
 from engine.tlbflush.lanes import LaneCell, LaneHistory
 from engine.tlbflush.vcpu import Flush
 
+from .wrap import WrapCache
+
 GLYPHS = ("█", "▓", "░", "▁")
 WAITING = "▒"  # a spinning vCPU whose flush waits on a preempted one
 STATE_CLASSES = ("running", "spinning", "preempted", "halted")
@@ -188,9 +190,10 @@ class TlbSide(TlbDrawing):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.content = Text()
+        self._wrapped = WrapCache()
 
     def render(self) -> Text:
-        return self.content
+        return self._wrapped.wrap(self.content, self.content_size.width)
 
     def show(
         self,

@@ -1,0 +1,63 @@
+"""The header: the screen's title and its state (the guest, the mode, `⏸ paused 4/s`).
+
+Textual's header cuts what does not fit in one row with an ellipsis, and the part cut
+is the play state at the end.  Here, at 120 columns and wider, the header takes a second
+row instead and breaks between two of the state's `·`-separated parts, never inside one;
+below that (80×24) it keeps its one row and Textual's ellipsis.
+"""
+
+from __future__ import annotations
+
+from textual.content import Content
+from textual.widgets import Header
+from textual.widgets._header import HeaderTitle
+
+SEPARATOR = " · "
+DASH = " — "
+ICON = 3  # the command palette's icon, narrowed (Textual gives it 8 columns and the
+# clock's empty space on the right 10: mmuscope shows no clock, the state needs them)
+
+
+def split_title(title: str, sub_title: str, width: int) -> tuple[str, str]:
+    """(first row's sub-title, second row's) so that `title — first` fits in `width`;
+    the second row is empty when everything fits in one."""
+    parts = sub_title.split(SEPARATOR)
+    first: list[str] = []
+    for number, part in enumerate(parts):
+        candidate = SEPARATOR.join([*first, part])
+        if first and len(title) + len(DASH) + len(candidate) > width:
+            return SEPARATOR.join(first), SEPARATOR.join(parts[number:])
+        first.append(part)
+    return sub_title, ""
+
+
+class MmuHeader(Header):
+    """Textual's `Header`, on two rows where one would cut the state."""
+
+    DEFAULT_CSS = """
+    MmuHeader { height: auto; max-height: 2; }
+    MmuHeader HeaderTitle { height: auto; text-align: center; }
+    MmuHeader HeaderIcon { width: 3; }
+    MmuHeader HeaderClockSpace { display: none; }
+    """
+
+    def format_title(self) -> Content:
+        from ..screens.base import WIDE  # the screens import this module
+
+        title, sub_title = self.screen_title, self.screen_sub_title
+        width = self.size.width - ICON
+        if not sub_title or self.app.size.width < WIDE:
+            return super().format_title()
+        first, second = split_title(title, sub_title, width)
+        if not second:
+            return super().format_title()
+        return Content.assemble(
+            Content(title),
+            (DASH, "dim"),
+            Content(first).stylize("dim"),
+            "\n",
+            Content(second).stylize("dim"),
+        )
+
+    def on_resize(self) -> None:
+        self.query_one(HeaderTitle).update(self.format_title())
