@@ -20,7 +20,6 @@ from itertools import pairwise
 from pathlib import Path
 from typing import NamedTuple
 
-import pytest
 from rich.cells import cell_len
 
 from tests.test_tui_sizes import SIZES, keys_for, screen_app, screen_text
@@ -95,23 +94,19 @@ def check_highlighted_row(app: MmuscopeApp, svg: str) -> None:
     assert drawn[costs.x : costs.right].rstrip() == row[costs.x : costs.right].rstrip()
 
 
-@pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
-async def test_the_highlighted_cost_row_is_drawn_once_per_cell(size: tuple[int, int]) -> None:
-    app = screen_app("memslots")
-    async with app.run_test(size=size) as pilot:
-        await keys_for("memslots")(pilot)
-        for theme in BUILTIN_THEMES:
-            app.theme = theme
-            await pilot.pause()
-            check_highlighted_row(app, app.export_screenshot(title="mmuscope: memslots"))
-
-
-async def test_the_screenshot_key_writes_the_same_cells(tmp_path: Path) -> None:
+async def test_the_highlighted_cost_row_is_drawn_once_per_cell(tmp_path: Path) -> None:
     app = screen_app("memslots")
     app.export_dir = tmp_path
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=SIZES[0]) as pilot:
         await keys_for("memslots")(pilot)
-        await pilot.press("S")
+        for size in SIZES:
+            await pilot.resize_terminal(*size)
+            await pilot.pause()
+            for theme in BUILTIN_THEMES:
+                app.theme = theme
+                await pilot.pause()
+                check_highlighted_row(app, app.export_screenshot(title="mmuscope: memslots"))
+        await pilot.press("S")  # the screenshot key's file, in the last theme and size
         for _ in range(50):
             written = list(tmp_path.glob("*.svg"))
             if written:

@@ -47,7 +47,7 @@ class PowerScreen(PlayerScreen):
 
     DEFAULT_CSS = """
     PowerScreen #hpt { height: 1fr; }
-    PowerScreen #power-counters { height: 18; }
+    PowerScreen #power-counters { height: auto; max-height: 24; }
     PowerScreen #fault-steps { height: 1fr; }
     PowerScreen.-short #power-counters, PowerScreen.-captioned #power-counters { height: 1fr; }
     PowerScreen.-short #fault-steps, PowerScreen.-captioned #fault-steps { display: none; }

@@ -118,6 +118,7 @@ class PageLevels(MmuDrawing):
             more = len(reach) - MAX_ROOT_LINES
             text.append(f"... {more} more roots\n", style=self.style_of("label"))
         for summary in levels:
+            row = len(text)
             text.append(f"L{summary.level} ", style=self.style_of("label"))
             text.append(f"{len(summary.pages):>6} ", style=self.style_of("page"))
             if summary.obsolete:
@@ -125,7 +126,8 @@ class PageLevels(MmuDrawing):
             unsync = sum(sp.unsync for sp in summary.pages)
             if unsync:
                 text.append(f"({unsync} unsync{UNSYNC_MARK}) ", style=self.style_of("unsync"))
-            for sp in _around(summary.pages, on_path):
+            room = self.content_size.width - (len(text) - row)
+            for sp in _fitting(summary.pages, on_path, room):
                 component = "path" if sp.seq in on_path else "page"
                 if selected is not None and sp is selected:
                     component = "selected"
@@ -165,11 +167,23 @@ class PageLevels(MmuDrawing):
         text.append(f"{shared}\n", style=self.style_of("label"))
 
 
-def _around(pages: tuple[KvmMmuPage, ...], on_path: set[int]) -> list[KvmMmuPage]:
-    """Up to PAGES_PER_LEVEL pages, centred on the one on the path."""
+def _around(
+    pages: tuple[KvmMmuPage, ...], on_path: set[int], count: int = PAGES_PER_LEVEL
+) -> list[KvmMmuPage]:
+    """Up to `count` pages, centred on the one on the path."""
     at = next((i for i, sp in enumerate(pages) if sp.seq in on_path), 0)
-    start = max(0, min(at - PAGES_PER_LEVEL // 2, len(pages) - PAGES_PER_LEVEL))
-    return list(pages[start : start + PAGES_PER_LEVEL])
+    start = max(0, min(at - count // 2, len(pages) - count))
+    return list(pages[start : start + count])
+
+
+def _fitting(pages: tuple[KvmMmuPage, ...], on_path: set[int], room: int) -> list[KvmMmuPage]:
+    """The pages around the path whose chips fit in `room` columns (fewer chips rather
+    than a level's row on two: the chips are a sample); all when the width is unknown."""
+    for count in range(PAGES_PER_LEVEL, 0, -1):
+        chosen = _around(pages, on_path, count)
+        if room <= 0 or sum(len(f"[{sp.gfn:#x}]") + 1 for sp in chosen) <= room:
+            return chosen
+    return _around(pages, on_path, 1)
 
 
 class SptGrid(MmuDrawing):
@@ -177,6 +191,8 @@ class SptGrid(MmuDrawing):
 
     SYMBOL = {"none": "·", "nonleaf": "▸", "leaf": "■", "large": "█", "mmio": "◆",
               "mmio-stale": "◇", "frozen": "✱"}  # fmt: skip
+
+    _grid: tuple[list[SpteCell], int | None] | None = None
 
     def show(self, cells: list[SpteCell], marked: int | None) -> None:
         columns, gap = self._shape()
@@ -187,6 +203,16 @@ class SptGrid(MmuDrawing):
             text.append("\n" if cell.index % columns == columns - 1 else gap)
         text.append(self.legend(), style=self.style_of("label"))
         self.show_text(text)
+        self._grid = (cells, marked)
+
+    def show_text(self, text: Text) -> None:
+        self._grid = None
+        super().show_text(text)
+
+    def on_resize(self) -> None:
+        """The grid's shape follows the panel (a scenario's caption changes its height)."""
+        if self._grid is not None:
+            self.show(*self._grid)
 
     def legend(self) -> str:
         """The legend on one row: its items one space apart when two do not fit."""

@@ -20,7 +20,7 @@ from engine.ppc.hpte import ABSENT, EMPTY, HPTES_PER_GROUP, MMIO, SWAPPED, VALID
 from engine.ppc.keys import PpcEra
 from engine.ppc.machine import PpcCounters
 
-from .wrap import WrapCache
+from .wrap import WrapCache, wrapped_height
 
 GLYPH = {VALID: "■", ABSENT: "□", MMIO: "◆", SWAPPED: "▣", EMPTY: "·"}
 LEGEND = "■ guest  □ absent  ◆ MMIO k31  ▣ swapped k30  · empty"
@@ -95,16 +95,33 @@ class PowerDrawing(Widget):
     def show_text(self, text: Text) -> None:
         if text == self.content:
             return  # no repaint for an unchanged panel (most frames between two faults)
+        before = self._rows(self.content)
         self.content = text
-        self.refresh()
+        self.refresh(layout=self._rows(text) != before)  # an auto-height panel grows
+
+    def _rows(self, text: Text) -> int:
+        """The rows `text` takes wrapped, for a panel whose height follows its text."""
+        height = self.styles.height
+        if height is None or not height.is_auto:
+            return 0
+        return wrapped_height(text, self.content_size.width)
 
 
 class HptGroups(PowerDrawing):
     """Two windows of groups: around the fault's primary group and its secondary."""
 
+    _shown: tuple[HashPageTable, FaultRecord | None, list[Phase], int] | None = None
+
+    def on_resize(self) -> None:
+        """The windows hold as many groups as the panel's height has rows for (a
+        scenario's caption changes it)."""
+        if self._shown is not None:
+            self.show(*self._shown)
+
     def show(
         self, hpt: HashPageTable, record: FaultRecord | None, phases: list[Phase], shown: int
     ) -> None:
+        self._shown = (hpt, record, phases, shown)
         text = Text(no_wrap=True, overflow="ellipsis")
         rows = max(1, (self.content_region.height - 3) // 2) if self.is_mounted else 3
         if record is None:
