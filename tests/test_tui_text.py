@@ -176,3 +176,32 @@ async def test_no_explanation_is_cut_and_nothing_overlaps(name: str) -> None:
                 problems += cut_explanations(app, name)
             problems += overlapping(app)
         assert not problems, "\n".join(problems)
+
+
+async def test_the_kernel_comparison_puts_a_long_name_on_its_own_row() -> None:
+    """The `mmuscope kvm` side panel (it needs a guest on /dev/kvm, so here alone in a
+    narrow app): a quantity's name too long for the column is shown whole."""
+    from textual.app import App, ComposeResult
+
+    from tui.screens.kvm_replay import ComparePanel
+
+    long_name = "kvm_mmu_prepare_zap_page calls under mmu_lock"
+    rows = [
+        {"what": "pages_4k (stat)", "kernel": 8, "model": 8, "explained": None},
+        {"what": long_name, "kernel": 12, "model": 11, "explained": "batching"},
+    ]
+
+    class Side(App[None]):
+        CSS = "ComparePanel { width: 40; }"
+
+        def compose(self) -> ComposeResult:
+            yield ComparePanel()
+
+    app = Side()
+    async with app.run_test(size=(60, 12)) as pilot:
+        app.query_one(ComparePanel).show(rows)
+        await pilot.pause()
+        lines = screen_text(app).splitlines()  # type: ignore[arg-type]
+        assert not missing_lines(app, lines)  # type: ignore[arg-type]
+        shown = words(region_text(lines, app.query_one(ComparePanel).content_region))
+        assert f"{long_name} 12 11 ≠" in shown and "pages_4k 8 8 =" in shown  # wrapped whole

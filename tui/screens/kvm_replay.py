@@ -38,6 +38,8 @@ FIRST = ("pf_taken", "pf_fixed", "pf_emulate", "mmio_exits", "insn_emulation",
 
 
 class KernelStats(TextPanel):
+    WRAP = True  # the status line is a sentence
+
     DEFAULT_CSS = """
     KernelStats { height: 1fr; padding: 0 1; border: round $panel;
         border-title-color: $text-muted; }
@@ -56,7 +58,11 @@ class KernelStats(TextPanel):
 
 
 class ComparePanel(TextPanel):
-    """The kernel against the model so far, one row per quantity (engine.kvm.compare)."""
+    """The kernel against the model so far, one row per quantity (engine.kvm.compare);
+    a quantity's name too long for its column goes on a row of its own above its
+    figures, never cut."""
+
+    WRAP = True
 
     DEFAULT_CSS = """
     ComparePanel { height: 1fr; padding: 0 1; border: round $panel;
@@ -69,14 +75,18 @@ class ComparePanel(TextPanel):
             text.append("the comparison comes after the first slice\n(shadow-paging hosts)")
             self.show_content(text)
             return
-        width = max(8, (self.content_region.width or 44) - 17)
+        room = max(8, (self.content_region.width or 44) - 17)
+        names = [str(row["what"]).split(" (")[0] for row in rows]
+        width = min(room, max(len(name) for name in names) + 1)
         unequal = [r for r in rows if r["explained"] is not None]
         text.append(f"{len(rows) - len(unequal)} equal · {len(unequal)} differ\n", style="bold")
         for row in sorted(rows, key=lambda r: r["explained"] is None):
             what = str(row["what"]).split(" (")[0]
-            what = what if len(what) <= width else what[: width - 1] + "…"
             mark = "=" if row["explained"] is None else "≠"
             style = "" if row["explained"] is None else "bold"
+            if len(what) >= width:  # its own row, then the figures under the column
+                text.append(f"{what}\n", style=style)
+                what = ""
             text.append(f"{what:<{width}}{_n(row['kernel']):>7}{_n(row['model']):>7} {mark}\n",
                         style=style)  # fmt: skip
         self.show_content(text)
