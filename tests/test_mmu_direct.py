@@ -20,7 +20,13 @@ from engine.mmu.rmap import (
     rmap_val_sptes,
 )
 from engine.mmu.role import ACC_ALL, PG_LEVEL_1G, PG_LEVEL_2M, PG_LEVEL_4K
-from engine.mmu.spte import SPTE_CONFIGS, RetPf, is_mmio_spte, make_spte
+from engine.mmu.spte import (
+    SPTE_CONFIGS,
+    RetPf,
+    is_empty_spte,
+    is_shadow_present_pte,
+    make_spte,
+)
 
 MiB, GiB = 1 << 20, 1 << 30
 LAPIC = 0xFEE0_0000
@@ -37,12 +43,14 @@ def test_a_ram_fault_maps_a_leaf_and_rmaps_it() -> None:
     assert mmu.page_fault(0, 0x1234_5000) == RetPf.FIXED
     assert mmu.page_fault(0, 0x1234_5000) == RetPf.SPURIOUS  # already there
     heads = mmu.rmaps[(0, 1, PG_LEVEL_4K)]  # slot 1 = ram-1m-to-hole
-    assert sum(h.count() for h in heads.values()) == 1
+    # the fault's leaf and, by direct_pte_prefetch(), the other 7 of its aligned group
+    assert sum(h.count() for h in heads.values()) == 8
     names = [e.name for e in events]
     assert names.count("kvm_mmu_get_page") == 4  # root, then levels 3, 2, 1
     # direct_map() traces the request first, the spurious second fault too
     assert names[1] == "kvm_mmu_spte_requested"
     assert names[-2:] == ["kvm_mmu_set_spte", "kvm_mmu_spte_requested"]
+    assert names.count("kvm_mmu_set_spte") == 8 and mmu.stat["pf_fixed"] == 1
     mmu.audit()
 
 
@@ -217,7 +225,7 @@ def test_every_installed_leaf_is_make_spte(cfg: str) -> None:
     """Bare faults, reads and writes, RO and dirty-logged slots, 4K and 2M: each leaf in
     the tables is what `make_spte()` makes for its gfn's pfn."""
     vm = build_vm(preset("pc-4g"))
-    mmu = DirectMmu(vm, SPTE_CONFIGS[cfg])
+    mmu = DirectMmu(vm, SPTE_CONFIGS[cfg], pte_prefetch=False)  # fault leaves only
     expected: dict[int, int] = {}  # sptep -> spte
     for n, slot in enumerate(vm.memslots()):
         for gfn in (slot.base_gfn, slot.base_gfn + 1, slot.end_gfn - 1, slot.base_gfn + 777):
@@ -244,7 +252,7 @@ def test_every_installed_leaf_is_make_spte(cfg: str) -> None:
         sp.sptep(i): spte
         for sp in mmu.pages.pages()
         for i, spte in enumerate(sp.spt)
-        if spte and mmu.pages.child_at(sp, i) is None and not is_mmio_spte(mmu.cfg, spte)
+        if is_shadow_present_pte(spte) and mmu.pages.child_at(sp, i) is None
     }
     assert found == expected
     mmu.audit()
@@ -336,7 +344,7 @@ def test_the_level1_hint_follows_zaps() -> None:
     walk reaches: after any zap the next fault goes the long way."""
     vm = Vm()
     vm.set_user_memory_region(0, 0, 0, 64 * MiB, 0x7F00_0000_0000)
-    mmu = DirectMmu(vm, huge_pages=False)
+    mmu = DirectMmu(vm, huge_pages=False, pte_prefetch=False)  # the neighbours fault
     assert mmu.page_fault(0, 0x1000) == RetPf.FIXED
     used = mmu.pages.n_used_mmu_pages
     assert mmu.page_fault(0, 0x2000) == RetPf.FIXED
@@ -345,7 +353,8 @@ def test_the_level1_hint_follows_zaps() -> None:
     mmu.pages.prepare_zap(l1)  # its leaves go, its parent no longer points at it
     assert mmu.page_fault(0, 0x2000) == RetPf.FIXED  # not into the zapped page
     (new,) = [sp for sp in mmu.pages.pages() if sp.role.level == PG_LEVEL_4K]
-    assert new is not l1 and new.spt[2] and not any(l1.spt)
+    assert new is not l1 and is_shadow_present_pte(new.spt[2])
+    assert all(is_empty_spte(s) for s in l1.spt)
     mmu.audit()
     mmu.zap_all_fast()
     assert mmu.page_fault(0, 0x3000) == RetPf.FIXED
@@ -359,7 +368,7 @@ def test_the_level1_hint_follows_zaps() -> None:
         child = mmu.pages.child_at(sp, (0x4 >> (9 * (sp.role.level - 1))) & 511)
         assert child is not None and not mmu.pages.is_obsolete(child)
         sp = child
-    assert sp.spt[4]
+    assert is_shadow_present_pte(sp.spt[4])
     mmu.audit()
 
 
@@ -376,7 +385,8 @@ def test_a_2m_leaf_over_a_page_table_unlinks_it() -> None:
     assert mmu.page_fault(0, 0x201 << 12) == RetPf.FIXED  # the hint, same page
     vm.set_user_memory_region(1, 0, slot.gpa, slot.size, slot.userspace_addr)
     assert mmu.page_fault(0, 0x202 << 12) == RetPf.FIXED
-    assert not l1.parent_ptes and l1.spt[0] and l1.spt[1]
+    assert not l1.parent_ptes and is_shadow_present_pte(l1.spt[0])
+    assert is_shadow_present_pte(l1.spt[1])
     assert (0, 1, PG_LEVEL_2M) in mmu.rmaps
     assert mmu.page_fault(0, 0x203 << 12) == RetPf.SPURIOUS  # under the 2M leaf
     mmu.audit()

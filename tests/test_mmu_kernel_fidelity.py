@@ -23,6 +23,7 @@ from engine.mmu.spte import (
     SPTE_MMU_PRESENT_MASK,
     VMX_EPT_ACCESS_BIT,
     RetPf,
+    is_empty_spte,
     is_shadow_present_pte,
     make_nonleaf_spte,
 )
@@ -70,7 +71,7 @@ def test_nonleaf_sptes_are_make_nonleaf_spte(cfg: str) -> None:
     _, mmu, _ = direct(cfg)
     mmu.page_fault(0, 0x1234_5000)
     root = mmu.roots[0]
-    spte = next(s for s in root.spt if s)
+    spte = next(s for s in root.spt if not is_empty_spte(s))
     child = mmu.pages.child_at(root, root.spt.index(spte))
     assert child is not None and is_shadow_present_pte(spte)
     assert spte == make_nonleaf_spte(mmu.cfg, child.spt_pa, bool(child.role.ad_disabled))
@@ -325,7 +326,7 @@ def test_a_store_to_a_level_1_table_unsyncs_it_and_a_cr3_load_syncs_it() -> None
     mmu.cr3_load(0, p)  # KVM_REQ_MMU_SYNC: kvm_mmu_sync_roots()
     assert [e.fields["gfn"] for e in events if e.name == "kvm_mmu_sync_page"] == [table]
     assert not sp.unsync and mmu.pages.stat["mmu_unsync"] == 0
-    assert sp.spt[index] and not sp.spt[index] & gpt.PT_WRITABLE
+    assert is_shadow_present_pte(sp.spt[index]) and not sp.spt[index] & gpt.PT_WRITABLE
     mmu.audit()
 
 
@@ -334,9 +335,9 @@ def test_invlpg_syncs_the_one_spte_and_leaves_the_page_unsync() -> None:
     _p, table, index = _mapped(mmu)
     mmu.guest.write_pte(table, index, 0)  # munmap's store, INVLPG below
     sp = mmu.shadow_pages_of(table)[0]
-    assert sp.spt[index]
+    assert is_shadow_present_pte(sp.spt[index])
     mmu.invlpg(0, GVA)
-    assert sp.unsync and not sp.spt[index] and mmu.rmap_count(0x1000) == 0
+    assert sp.unsync and is_empty_spte(sp.spt[index]) and mmu.rmap_count(0x1000) == 0
     mmu.audit()
 
 
@@ -348,7 +349,8 @@ def test_an_upper_level_store_is_emulated_and_zaps_one_spte_until_it_floods() ->
     assert mmu.pages.stat["mmu_pte_write"] == 1 and mmu.pages.stat["mmu_unsync"] == 0
     pd_page = next(sp for sp in mmu.shadow_pages_of(pd) if sp.role.level == 2)
     linked = pd_page.spt[gpt.pt_index(GVA, 2)]
-    assert linked  # the store at another index zapped nothing it did not write
+    # the store at another index zapped nothing it did not write
+    assert is_shadow_present_pte(linked)
     for _ in range(2):
         mmu.guest.write_pte(pd, 7, 0)
     assert mmu.pages.stat["mmu_flooded"] == 1 and not mmu.shadow_pages_of(pd)
@@ -377,7 +379,7 @@ def test_before_unsync_every_shadowed_table_store_is_tracked() -> None:
     _p, table, index = _mapped(mmu)
     mmu.guest.write_pte(table, index, 0)
     assert mmu.pages.stat["mmu_pte_write"] == 1 and mmu.pages.stat["mmu_unsync"] == 0
-    assert not mmu.shadow_pages_of(table)[0].spt[index]  # zapped at once
+    assert is_empty_spte(mmu.shadow_pages_of(table)[0].spt[index])  # zapped at once
     mmu.audit()
 
 

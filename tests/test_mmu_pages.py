@@ -23,6 +23,7 @@ from engine.mmu.mmu_pages import (
     hash_64,
 )
 from engine.mmu.role import ACC_ALL, KvmMmuPageRole, tdp_root_role
+from engine.mmu.spte import is_empty_spte
 
 
 def test_role_word_packs_the_kernel_bit_order() -> None:
@@ -182,7 +183,7 @@ def test_random_operations_keep_the_invariants(
             elif op == "link" and len(live) >= 2:
                 parent = max(live, key=lambda sp: sp.role.level)
                 child = live[a % len(live)]
-                fits = child.role.level < parent.role.level and not parent.spt[b]
+                fits = child.role.level < parent.role.level and is_empty_spte(parent.spt[b])
                 if fits and not pages.is_obsolete(parent) and not pages.is_obsolete(child):
                     pages.link(parent, b, child)
             elif op == "zap" and live:

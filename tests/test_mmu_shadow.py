@@ -16,7 +16,7 @@ from engine.mmu import guest_pt as gpt
 from engine.mmu.guest_pt import GuestOutOfMemoryError, GuestPageTables
 from engine.mmu.rmaps_stat import bucket_labels, format_mmu_rmaps_stat
 from engine.mmu.shadow import ShadowMmu
-from engine.mmu.spte import PT_WRITABLE_MASK, SPTE_CONFIGS, RetPf
+from engine.mmu.spte import PT_WRITABLE_MASK, SPTE_CONFIGS, RetPf, is_empty_spte
 from engine.mmu.vtlb import Vtlb
 
 MiB, GiB = 1 << 20, 1 << 30
@@ -36,7 +36,8 @@ def leaf(mmu: ShadowMmu, vcpu: int, gva: int) -> int:
     sp = mmu.roots[vcpu]
     while (child := mmu.pages.child_at(sp, gpt.pt_index(gva, sp.role.level))) is not None:
         sp = child
-    return sp.spt[gpt.pt_index(gva, 1)] if sp.role.level == 1 else 0
+    spte = sp.spt[gpt.pt_index(gva, 1)] if sp.role.level == 1 else 0
+    return 0 if is_empty_spte(spte) else spte
 
 
 def test_one_fault_walks_four_levels_then_sets_the_leaf() -> None:

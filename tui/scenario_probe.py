@@ -98,6 +98,8 @@ def _mmu(screen: Any) -> Probe:
     for name in ("EMULATE", "FIXED", "INVALID", "RETRY", "SPURIOUS"):
         values.setdefault(f"results.{name}", 0)
     values.update({f"stat.{n}": v for n, v in session.mmu.stat.items()})
+    values["prefetched"] = getattr(session.mmu, "prefetched", 0)  # direct_pte_prefetch
+    values["prefetch.lookups"] = getattr(session.mmu, "prefetch_lookups", 0)
     gen = session.vm.generation() & MMIO_SPTE_GEN_MASK
     mmio = [s for sp in pages.pages() for s in sp.spt if s and is_mmio_spte(cfg, s)]
     values["mmio_sptes"] = len(mmio)

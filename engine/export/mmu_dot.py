@@ -8,6 +8,7 @@ from collections.abc import Iterable
 
 from ..mmu.mmu_pages import SPTES_PER_PAGE, KvmMmuPage, MmuPages
 from ..mmu.rmap import KvmRmapHead
+from ..mmu.spte import is_empty_spte
 from .dot import EMPTY_FONT, FONT, VISIT_FILL, VISIT_LINE, format_attrs, graph_label, quote
 
 
@@ -16,7 +17,7 @@ def page_id(sp: KvmMmuPage) -> str:
 
 
 def page_label(pages: MmuPages, sp: KvmMmuPage) -> str:
-    used = sum(1 for spte in sp.spt if spte)
+    used = sum(1 for spte in sp.spt if not is_empty_spte(spte))
     role = sp.role
     return (
         f"gfn {sp.gfn:#x}\nl{role.level} {'direct' if role.direct else 'indirect'} "

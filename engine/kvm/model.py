@@ -25,7 +25,13 @@ from dataclasses import dataclass, field
 from ..events import Event
 from ..mmu.dirty_log import DirtyLogging
 from ..mmu.shadow import ShadowMmu
-from ..mmu.spte import PT_USER_MASK, PT_WRITABLE_MASK, RetPf, SpteConfig, is_mmio_spte
+from ..mmu.spte import (
+    PT_USER_MASK,
+    PT_WRITABLE_MASK,
+    RetPf,
+    SpteConfig,
+    is_shadow_present_pte,
+)
 from ..mmu.views import last_on_path
 from ..vm import Vm
 from .asm import READ, RMW, WRITE
@@ -64,8 +70,8 @@ class _Cpu:
         if root is None or self.mmu.pages.is_obsolete(root):
             return False
         sp, index = last_on_path(self.mmu.pages, root, gva >> 12)
-        spte = sp.spt[index] if sp.role.level == 1 else 0
-        if spte == 0 or is_mmio_spte(self.mmu.cfg, spte):
+        spte = sp.spt[index] if sp.role.level == 1 else self.mmu.pages.nonpresent
+        if not is_shadow_present_pte(spte):  # empty or an MMIO spte
             return False
         return bool(spte & PT_USER_MASK) and (not write or bool(spte & PT_WRITABLE_MASK))
 

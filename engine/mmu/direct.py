@@ -7,11 +7,14 @@ sptes and rmaps (kvm-reference §3-§6).
   (RET_PF_EMULATE, no memslot search); otherwise RET_PF_INVALID and the real fault path
   rebuilds it;
 - the real path looks up the memslot (the vCPU's `last_used_slot`, then the gfn tree),
-  picks the leaf level (2M when the slot covers the whole aligned 2M range and does not
-  log dirty pages, else 4K), walks from the vCPU's root creating direct child pages
-  (`kvm_mmu_get_child_sp`) and installs the leaf: an MMIO spte (`mark_mmio_spte`,
-  RET_PF_EMULATE) when no slot holds the gfn, else a present spte added to the slot's
-  rmap of that level (RET_PF_FIXED);
+  picks the leaf level (`kvm_mmu_hugepage_adjust()`, mapping_level.py: 4K, 2M or 1G as
+  the slot, the host's backing and the NX huge page mitigation allow), walks from the
+  vCPU's root creating direct child pages (`kvm_mmu_get_child_sp`; one made for a
+  disallowed NX huge page is `account_nx_huge_page()`d, nx_huge_pages.py, and a later
+  fault keeps below it: `disallowed_hugepage_adjust()`) and installs the leaf: an MMIO
+  spte (`mark_mmio_spte`, RET_PF_EMULATE) when no slot holds the gfn, else a present
+  spte added to the slot's rmap of that level (RET_PF_FIXED), then
+  `direct_pte_prefetch()` maps the free neighbours of a 4K leaf (direct_prefetch.py);
 - a memslot DELETE or MOVE zaps everything fast (`kvm_arch_flush_shadow_memslot`), and a
   generation whose 19 MMIO bits wrap zaps fast too (`kvm_mmu_invalidate_mmio_sptes`).
 
@@ -27,9 +30,7 @@ result, stats and events as the long way, and tests compare them):
   same and no huge leaf was zapped; only a 4K leaf in an empty slot of that page uses it;
 - the vCPU's `last_used_slot` is read here, and only a miss goes to
   `Vm.vcpu_gfn_to_memslot()` (which resets and refills it exactly as before);
-- rmaps hold `kvm_rmap_head.val` as the kernel does (`rmap.RmapVal`): one sptep is a bare
-  int in the per-slot, per-level dict; the second sptep of a gfn makes a `KvmRmapHead`
-  (1 -> many), which keeps its desc down to one entry.  `rmaps` decodes them into heads.
+- rmaps: direct_rmap.py.
 """
 
 from __future__ import annotations
@@ -37,75 +38,67 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY
-from ..errors import AuditError
 from ..events import Event, FieldValue
 from ..memslot import MemorySlot
 from ..vm import Vm
-from .direct_tables import RmapsView, _spte_key, spte_constants
+from .direct_huge import DirectHuge
+from .direct_mmio import DirectMmio
+from .direct_prefetch import direct_pte_prefetch
+from .direct_rmap import DirectRmaps, RmapKey
+from .direct_rmap import gfn_to_index as gfn_to_index  # re-exported (public before)
 from .direct_tables import SlotRmaps as SlotRmaps  # re-exported (public before)
+from .direct_tables import _spte_key, level_shift, spte_constants
 from .fast_pf import (
     FastPageFault,
     fast_pf_get_last_sptep,
     fault_error_code,
     mark_page_dirty_in_slot,
 )
+from .mapping_level import KvmPageFault, MappingLevels
 from .mmio_info import VcpuMmioInfo
 from .mmu_pages import KvmMmuPage, MmuPages, default_mmu_pages
-from .rmap import (
-    ERAS,
-    KvmRmapHead,
-    RmapVal,
-    check_sptep,
-    rmap_val_add,
-    rmap_val_remove,
-    rmap_val_sptes,
+from .nx_huge_pages import account_nx_huge_page
+from .rmap import ERAS, RmapVal
+from .role import (
+    ACC_ALL,
+    ACC_EXEC_MASK,
+    PG_LEVEL_4K,
+    KvmMmuPageRole,
+    tdp_root_role,
 )
-from .role import ACC_ALL, PG_LEVEL_2M, PG_LEVEL_4K, KvmMmuPageRole, tdp_root_role
 from .spte import (
     KVM_PFN_NOSLOT,
     SPTE_CONFIGS,
     RetPf,
     SpteConfig,
-    check_mmio_spte,
-    check_mmio_spte_traced,
-    get_mmio_spte_access,
-    get_mmio_spte_generation,
     is_mmio_spte,
     is_shadow_present_pte,
-    kvm_mmio_fields,
-    make_mmio_spte,
     make_spte,
     memslot_update_zaps,
     spte_requested_fields,
     spte_to_pfn,
 )
+from .tdp_params import TdpMmuParams
 from .vcpu_memslot import VcpuMemslotCache
 
 PAGE_SHIFT = 12
 LEVEL_BITS = 9
-_PFN_BITS = 40  # bits 12-51 of an spte
 _FIXED = RetPf.FIXED
 
-RmapKey = tuple[int, int, int]  # (as_id, slot id, level)
 _L1Hint = tuple[KvmMmuPage, int, KvmMmuPage, int]  # root, gfn >> 9, level-1 page, zapped
-
-
-def level_shift(level: int) -> int:
-    """gfn bits below one entry of a page table of `level` (0 for 4K leaves)."""
-    return LEVEL_BITS * (level - 1)
 
 
 def spte_index(gfn: int, level: int) -> int:
     return (gfn >> level_shift(level)) & 511
 
 
-def gfn_to_index(gfn: int, base_gfn: int, level: int) -> int:
-    """`gfn_to_index()`: the rmap slot of `gfn` at `level` within a memslot."""
-    return (gfn >> level_shift(level)) - (base_gfn >> level_shift(level))
+class DirectMmu(DirectMmio, DirectHuge, DirectRmaps):
+    """One VM's direct-paging MMU: roots per vCPU, shadow pages, leaves, rmaps.
 
-
-class DirectMmu:
-    """One VM's direct-paging MMU: roots per vCPU, shadow pages, leaves, rmaps."""
+    `params` are the kvm module parameters and host backing the TDP MMU takes too
+    (`nx_huge_pages`, its recovery ratio, `host_level`); `huge_pages=False` caps the
+    level at 4K; `pte_prefetch=False` turns `direct_pte_prefetch()` off (the kernel has
+    no switch: the model before issue 15)."""
 
     def __init__(
         self,
@@ -118,12 +111,18 @@ class DirectMmu:
         emit: Callable[[Event], None] | None = None,
         mmio_info_cache: bool = True,
         fast_pf: bool = True,
+        params: TdpMmuParams | None = None,
+        pte_prefetch: bool = True,
     ) -> None:
         self.vm = vm
         self.mmio_info = VcpuMmioInfo(mmio_info_cache)  # False: before 3.1
         self.cfg = cfg or SPTE_CONFIGS["ept"]
         self.era = ERAS[pte_list_era]
         self.huge_pages = huge_pages
+        self.params = params or TdpMmuParams(tdp_mmu=False)
+        self.nx = self.params.nx_huge_page_workaround_enabled  # is_nx_huge_page_enabled()
+        self.levels = MappingLevels(self.params.host_level, self.nx)
+        self.pte_prefetch = pte_prefetch
         self._listener = emit
         self.pages = MmuPages(
             default_mmu_pages(vm.nr_memslot_pages),
@@ -141,18 +140,16 @@ class DirectMmu:
         self.mark_page_dirty: Callable[[MemorySlot, int], None] | None = None  # dirty_log
         # fast_page_fault() (since 3.6, 2012; False: the 2011 era), fast_pf.py
         self.fast_pf = FastPageFault(self, self._fast_pf_last_sptep) if fast_pf else None
+        self.prefetched = 0  # sptes set by direct_pte_prefetch() (no kernel stat)
+        self.prefetch_lookups = 0  # its gfn_to_memslot_dirty_bitmap() calls
         self._spte_bits = spte_constants(self.cfg)
         self._l1_hint: dict[int, _L1Hint] = {}
         self._child_roles: dict[KvmMmuPageRole, KvmMmuPageRole] = {}
         self._vcpu_gfn_to_memslot = VcpuMemslotCache(vm).lookup
         self._rmap4k_slot: MemorySlot | None = None  # the slot whose 4K vals come next
         self._rmap4k_vals: dict[int, RmapVal] = {}
+        self._prefetch_vcpu = 0
         vm.subscribe(self._memslots_changed)
-
-    @property
-    def rmaps(self) -> RmapsView:
-        """The rmaps as heads, (as_id, slot id, level) -> gfn_to_index -> KvmRmapHead."""
-        return RmapsView(self.rmap_vals, self.era)
 
     # -- events ---------------------------------------------------------------------
 
@@ -201,7 +198,12 @@ class DirectMmu:
     # -- the fault --------------------------------------------------------------------
 
     def page_fault(
-        self, vcpu: int, gpa: int, write: bool = False, error_code: int | None = None
+        self,
+        vcpu: int,
+        gpa: int,
+        write: bool = False,
+        exec_: bool = False,
+        error_code: int | None = None,
     ) -> RetPf:
         """`kvm_mmu_page_fault()` (6.18 mmu.c) for a guest-physical address.
 
@@ -222,22 +224,30 @@ class DirectMmu:
             and hint[1] == gfn >> LEVEL_BITS
             and hint[0] is root
             and hint[3] == pages.stat["mmu_shadow_zapped"]
-            and not hint[2].spt[gfn & 511]  # nothing there: not an MMIO spte either
+            and hint[2].spt[gfn & 511] == pages.nonpresent  # not an MMIO spte either
         ):
             # The walk from the root ends at this level-1 page, as when the hint was taken.
             self.stat["pf_taken"] += 1
             slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
             fast = self.fast_pf
             if fast is not None and not fast.kvm_ad_enabled:  # a not-present entry
-                code = fault_error_code(self.cfg, 0, write) if error_code is None else error_code
+                code = (
+                    fault_error_code(self.cfg, 0, write, exec_)
+                    if error_code is None
+                    else error_code
+                )
                 fast.page_fault(vcpu, gpa, slot, code)  # RET_PF_INVALID: it is not present
             if (
                 slot is not None
                 and not (write and slot.flags & KVM_MEM_READONLY)
                 and (not self.huge_pages or self.max_level(slot, gfn) == PG_LEVEL_4K)
             ):
-                return self._set_leaf(hint[2], gfn & 511, gfn, slot, PG_LEVEL_4K, write)
-            return self._slow_path(vcpu, root, gfn, slot, write)
+                sp, index = hint[2], gfn & 511
+                ret = self._set_leaf(sp, index, gfn, slot, PG_LEVEL_4K, write)
+                if self.pte_prefetch:
+                    self._prefetch(vcpu, sp, index)
+                return ret
+            return self._slow_path(vcpu, root, gfn, slot, write, exec_)
         leaf_page, index = self._walk_existing(root, gfn)
         if (
             leaf_page is not None
@@ -249,52 +259,30 @@ class DirectMmu:
         slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
         fast = self.fast_pf
         if fast is not None:
-            spte = 0 if leaf_page is None else leaf_page.spt[index]
+            spte = pages.nonpresent if leaf_page is None else leaf_page.spt[index]
             if fast.wants(write, spte):
-                code = fault_error_code(self.cfg, spte, write) if error_code is None else error_code
+                code = (
+                    fault_error_code(self.cfg, spte, write, exec_)
+                    if error_code is None
+                    else error_code
+                )
                 ret = fast.page_fault(vcpu, gpa, slot, code)
                 if ret is not RetPf.INVALID:
                     return ret
-        return self._slow_path(vcpu, root, gfn, slot, write)
+        return self._slow_path(vcpu, root, gfn, slot, write, exec_)
 
     def _fast_pf_last_sptep(self, vcpu: int, gfn: int) -> tuple[KvmMmuPage, int]:
         """`fast_pf_get_last_sptep()` from the vCPU's root (fast_pf.py)."""
         return fast_pf_get_last_sptep(self.pages.child_at, self.roots[vcpu], gfn)
 
-    def _handle_mmio_page_fault(
-        self, vcpu: int, root: KvmMmuPage, gfn: int, spte: int, write: bool
-    ) -> bool:
-        """`handle_mmio_page_fault(vcpu, addr, direct=true)`: True (RET_PF_EMULATE) when
-        the vCPU's MMIO info holds this gpa (`vcpu_match_mmio_gpa`), or the MMIO spte's
-        generation is current.  The trace prints `addr` 0 (direct) and
-        `get_mmio_spte_access(spte)` = spte & shadow_mmio_access_mask (0 on EPT)."""
-        gen = self.vm.generation(root.role.smm)
-        if self.mmio_info.match_gpa(vcpu, gfn << PAGE_SHIFT, gen) is not None:
-            if self._listener is not None:
-                self._emit_mmio(gfn << PAGE_SHIFT, write)
-            return True
-        if self._listener is None:
-            if not check_mmio_spte(self.cfg, spte, gen):
-                return False
-        else:
-            valid, fields = check_mmio_spte_traced(self.cfg, spte, gen)
-            if fields is not None:
-                self._emit("check_mmio_spte", **fields)
-            if not valid:
-                return False
-            access = get_mmio_spte_access(self.cfg, spte)
-            self._emit("handle_mmio_page_fault", addr=0, gfn=gfn, access=access)
-        self.mmio_info.cache(vcpu, 0, gfn, get_mmio_spte_access(self.cfg, spte), gen)
-        if self._listener is not None:
-            self._emit_mmio(gfn << PAGE_SHIFT, write)
-        return True
-
-    def max_gfn(self) -> int:
-        """`kvm_mmu_max_gfn()` with TDP on: the host's MAXPHYADDR."""
-        return (1 << (self.cfg.host_phys_bits - PAGE_SHIFT)) - 1
-
     def _slow_path(
-        self, vcpu: int, root: KvmMmuPage, gfn: int, slot: MemorySlot | None, write: bool
+        self,
+        vcpu: int,
+        root: KvmMmuPage,
+        gfn: int,
+        slot: MemorySlot | None,
+        write: bool,
+        exec_: bool = False,
     ) -> RetPf:
         """`direct_page_fault()` after the memslot lookup: `kvm_mmu_faultin_pfn()` may end
         the fault before any page table is touched, otherwise `direct_map()`.
@@ -312,10 +300,7 @@ class DirectMmu:
             if self._listener is not None:
                 self._emit_mmio(gfn << PAGE_SHIFT, write)
             return RetPf.EMULATE
-        return self._direct_map(vcpu, root, gfn, slot, write)
-
-    def _emit_mmio(self, gpa: int, write: bool) -> None:
-        self._emit("kvm_mmio", **kvm_mmio_fields(gpa, write))
+        return self._direct_map(vcpu, root, gfn, slot, write, exec_)
 
     def _walk_existing(self, root: KvmMmuPage, gfn: int) -> tuple[KvmMmuPage | None, int]:
         """The lockless walk of `get_mmio_spte()`: the last page reached and the index."""
@@ -324,43 +309,32 @@ class DirectMmu:
             index = spte_index(gfn, sp.role.level)
             child = self.pages.child_at(sp, index)
             if child is None:
-                return (sp, index) if sp.spt[index] else (None, 0)
+                return (sp, index) if sp.spt[index] != self.pages.nonpresent else (None, 0)
             sp = child
-
-    def max_level(self, slot: MemorySlot | None, gfn: int) -> int:
-        """2M when the slot maps the whole aligned 2M range, logs no dirty pages, and its
-        gfns and host addresses are aligned alike (`kvm_alloc_memslot_metadata()` disallows
-        large pages when `(base_gfn ^ (userspace_addr >> PAGE_SHIFT))` is misaligned)."""
-        if slot is None or not self.huge_pages or slot.dirty_logging:
-            return PG_LEVEL_4K
-        pages = 1 << LEVEL_BITS
-        if (slot.base_gfn ^ (slot.userspace_addr >> PAGE_SHIFT)) & (pages - 1):
-            return PG_LEVEL_4K
-        start = gfn & ~(pages - 1)
-        if slot.base_gfn <= start and start + pages <= slot.end_gfn:
-            return PG_LEVEL_2M
-        return PG_LEVEL_4K
 
     def _direct_map(
-        self, vcpu: int, root: KvmMmuPage, gfn: int, slot: MemorySlot | None, write: bool
+        self,
+        vcpu: int,
+        root: KvmMmuPage,
+        gfn: int,
+        slot: MemorySlot | None,
+        write: bool,
+        exec_: bool = False,
     ) -> RetPf:
-        # Once per fault, after faultin and with mmu_lock held, before the walk
-        # (`direct_page_fault()`): freeing pages in the walk could zap the parent.
+        """`direct_map()` (6.18 mmu.c), after `make_mmu_pages_available()`: once per
+        fault, after faultin and with mmu_lock held, before the walk (freeing pages in
+        the walk could zap the parent)."""
         self.pages.make_mmu_pages_available()
-        level = self.max_level(slot, gfn)
+        fault = KvmPageFault(gfn, write, exec_, slot, self._max_level())
+        self.levels.kvm_mmu_hugepage_adjust(fault)
         if self._listener is not None:
-            pfn = KVM_PFN_NOSLOT if slot is None else self._pfn(slot, gfn, level)
-            self._emit("kvm_mmu_spte_requested", **spte_requested_fields(gfn, pfn, level))
+            pfn = KVM_PFN_NOSLOT if slot is None else self._pfn(slot, gfn, fault.goal_level)
+            self._emit(
+                "kvm_mmu_spte_requested", **spte_requested_fields(gfn, pfn, fault.goal_level)
+            )
         zapped = self.pages.stat["mmu_shadow_zapped"]
-        sp = root
-        while sp.role.level > level:
-            index = spte_index(gfn, sp.role.level)
-            child = self.pages.child_at(sp, index)
-            if child is None:
-                if sp.spt[index]:
-                    self._zap_leaf(sp, index)  # a huge leaf in the way
-                child = self._child(sp, gfn, index)
-            sp = child
+        sp = self._walk_to_goal(root, fault)
+        level = fault.goal_level
         if sp.role.level == PG_LEVEL_4K and self.pages.stat["mmu_shadow_zapped"] == zapped:
             self._l1_hint[vcpu] = (root, gfn >> LEVEL_BITS, sp, zapped)
         index = spte_index(gfn, level)
@@ -371,30 +345,62 @@ class DirectMmu:
                 # unlink the parent of the now unreachable PTE" (`drop_parent_pte`), e.g.
                 # 4K leaves made while the slot logged dirty pages.
                 child.parent_ptes.discard(sp.sptep(index))
-                sp.spt[index] = 0
+                sp.spt[index] = self.pages.nonpresent
                 self._l1_hint.clear()
         if slot is not None and self._same_leaf(sp, index, slot, gfn, level):
             self.stat["pf_spurious"] += 1
             return RetPf.SPURIOUS  # `mmu_set_spte()`: already mapped (another vCPU won)
-        if sp.spt[index]:
+        if sp.spt[index] != self.pages.nonpresent:
             self._zap_leaf(sp, index)
         if slot is None:  # caching on (else _slow_path emulated): mark_mmio_spte()
-            self.stat["pf_emulate"] += 1
-            gen = self.vm.generation(root.role.smm)
-            sp.spt[index] = spte = make_mmio_spte(self.cfg, gfn, ACC_ALL, gen)
-            self.stat["pf_mmio_spte_created"] += 1
-            if self._listener is not None:
-                # trace_mark_mmio_spte(): access = spte & ACC_ALL, gen read back (19 bits)
-                self._emit(
-                    "mark_mmio_spte",
-                    sptep=sp.sptep(index),
-                    gfn=gfn,
-                    access=spte & ACC_ALL,
-                    gen=get_mmio_spte_generation(spte),
+            return self._mark_mmio_spte(root, sp, index, gfn, write)
+        ret = self._set_leaf(sp, index, gfn, slot, level, write)
+        if self.pte_prefetch:
+            self._prefetch(vcpu, sp, index)
+        return ret
+
+    def _walk_to_goal(self, root: KvmMmuPage, fault: KvmPageFault) -> KvmMmuPage:
+        """`for_each_shadow_entry()` down to `fault.goal_level`: under the NX mitigation
+        `disallowed_hugepage_adjust()` first; a missing table is made
+        (`kvm_mmu_get_child_sp`), a huge leaf in the way dropped (`drop_large_spte`), and
+        a table made for a disallowed NX huge page accounted (`account_nx_huge_page`)."""
+        gfn, pages, sp = fault.gfn, self.pages, root
+        while True:
+            level = sp.role.level
+            index = spte_index(gfn, level)
+            if self.nx:
+                self.levels.disallowed_hugepage_adjust(
+                    fault, sp.spt[index], level, self._nx_disallowed
                 )
-                self._emit_mmio(gfn << PAGE_SHIFT, write)
-            return RetPf.EMULATE
-        return self._set_leaf(sp, index, gfn, slot, level, write)
+            if level == fault.goal_level:
+                break
+            child = pages.child_at(sp, index)
+            if child is None:
+                if sp.spt[index] != pages.nonpresent:
+                    self._zap_leaf(sp, index)  # a huge leaf in the way
+                child = self._child(sp, gfn, index)
+                if fault.huge_page_disallowed:
+                    possible = fault.req_level >= level
+                    account_nx_huge_page(pages.possible_nx_huge_pages, pages.stat, child, possible)
+            sp = child
+        return sp
+
+    def _prefetch(self, vcpu: int, sp: KvmMmuPage, index: int) -> None:
+        """`direct_pte_prefetch(vcpu, sptep)` (direct_prefetch.py)."""
+        self._prefetch_vcpu = vcpu
+        self.prefetched += direct_pte_prefetch(
+            sp, index, self._prefetch_memslot, self.set_prefetched_spte
+        )
+
+    def _prefetch_memslot(self, gfn: int) -> MemorySlot | None:
+        self.prefetch_lookups += 1
+        return self._vcpu_gfn_to_memslot(self._prefetch_vcpu, gfn)
+
+    def set_prefetched_spte(
+        self, sp: KvmMmuPage, index: int, gfn: int, access: int, slot: MemorySlot
+    ) -> None:
+        """`mmu_set_spte(vcpu, slot, sptep, access, gfn, pfn, NULL)`: a prefetch."""
+        self._set_leaf(sp, index, gfn, slot, sp.role.level, False, prefetch=True)
 
     def spte_for(self, pfn: int, level: int, writable: bool, dirty: bool) -> int:
         """The leaf `make_spte(cfg, pfn, ACC_ALL, level, writable=, accessed=True, dirty=)`
@@ -407,13 +413,24 @@ class DirectMmu:
         return const | pfn << PAGE_SHIFT
 
     def _set_leaf(
-        self, sp: KvmMmuPage, index: int, gfn: int, slot: MemorySlot, level: int, write: bool
+        self,
+        sp: KvmMmuPage,
+        index: int,
+        gfn: int,
+        slot: MemorySlot,
+        level: int,
+        write: bool,
+        *,
+        prefetch: bool = False,
     ) -> RetPf:
         """`mmu_set_spte()` for RAM: the leaf, its rmap entry, the tracepoint.
 
         `make_spte()` (6.18 spte.c) sets the dirty mask with every writable spte, read
         fault or write (`spte |= spte_shadow_dirty_mask(spte)` under ACC_WRITE_MASK):
-        `write` only decides the fault's path, not the spte."""
+        `write` only decides the fault's path, not the spte.  A prefetch
+        (`prefetch=true`) leaves the Accessed bit clear (`mark_spte_for_access_track()`)
+        and is no fault (not in pf_fixed); under the NX mitigation a huge leaf is not
+        executable (`make_spte()` drops ACC_EXEC_MASK above 4K)."""
         writable = not slot.flags & KVM_MEM_READONLY
         if level == PG_LEVEL_4K:
             base = gfn
@@ -422,32 +439,20 @@ class DirectMmu:
             base = gfn & ~((1 << level_shift(level)) - 1)
             const, forbidden = self._spte_bits[_spte_key(level, writable, True)]
         pfn = (slot.userspace_addr >> PAGE_SHIFT) + (base - slot.base_gfn)
-        if pfn & forbidden:
-            spte = make_spte(self.cfg, pfn, ACC_ALL, level, writable=writable, accessed=True)
+        if prefetch or pfn & forbidden or (self.nx and level > PG_LEVEL_4K):
+            access = ACC_ALL & ~ACC_EXEC_MASK if self.nx and level > PG_LEVEL_4K else ACC_ALL
+            spte = make_spte(self.cfg, pfn, access, level, writable=writable, accessed=not prefetch)
         else:
             spte = const | pfn << PAGE_SHIFT
         sp.spt[index] = spte
         sptep = sp.spt_pa + 8 * index
-        if level == PG_LEVEL_4K:
-            if slot is self._rmap4k_slot:
-                vals = self._rmap4k_vals
-            else:
-                vals = self.rmap_vals.setdefault((slot.as_id, slot.id, level), {})
-                self._rmap4k_slot, self._rmap4k_vals = slot, vals
-            key = gfn - slot.base_gfn
-        else:
-            vals = self.rmap_vals.setdefault((slot.as_id, slot.id, level), {})
-            key = gfn_to_index(gfn, slot.base_gfn, level)
-        old = vals.get(key)
-        if old is None:
-            vals[key] = sptep  # pte_list_add 0 -> 1: val is the sptep itself
-        else:
-            vals[key] = rmap_val_add(old, sptep, self.era)
+        self.rmap_add(slot, gfn, level, sptep)
         if self._listener is not None:
             self._emit("kvm_mmu_set_spte", gfn=base, spte=spte, level=level, sptep=sptep)
         if writable and slot.flags & KVM_MEM_LOG_DIRTY_PAGES:
             mark_page_dirty_in_slot(self, slot, gfn)  # make_spte()
-        self.stat["pf_fixed"] += 1
+        if not prefetch:
+            self.stat["pf_fixed"] += 1
         return _FIXED
 
     def _pfn(self, slot: MemorySlot, gfn: int, level: int) -> int:
@@ -479,68 +484,8 @@ class DirectMmu:
         self.pages.link(parent, index, child)
         return child
 
-    # -- rmaps --------------------------------------------------------------------
-
     def _zap_leaf(self, sp: KvmMmuPage, index: int) -> None:
         if sp.role.level > PG_LEVEL_4K:
             self._l1_hint.clear()  # the walk below this entry changes
         self._drop_leaf(sp, index, sp.spt[index])
-        sp.spt[index] = 0
-
-    def _drop_leaf(self, sp: KvmMmuPage, index: int, spte: int) -> None:
-        """A present leaf goes away: take it off its gfn's rmap (`drop_spte`)."""
-        if is_mmio_spte(self.cfg, spte):
-            return
-        gfn = sp.gfn + (index << level_shift(sp.role.level))
-        as_id, level = sp.role.smm, sp.role.level
-        slot = self.vm.memslot_set(as_id).gfn_tree.search(gfn)
-        if slot is None:
-            raise AuditError(f"present leaf {sp.sptep(index):#x} maps gfn {gfn:#x} of no slot")
-        vals = self.rmap_vals.get((as_id, slot.id, level), {})
-        key = gfn_to_index(gfn, slot.base_gfn, level)
-        sptep = sp.spt_pa + 8 * index
-        old = vals.get(key)
-        if type(old) is int and old == sptep:
-            del vals[key]  # pte_list_remove 1 -> 0
-            return
-        if rmap_val_remove(old, sptep) is None:
-            del vals[key]
-
-    def audit(self) -> None:
-        """Pages consistent; every rmap entry is a present leaf of its gfn and level, and
-        every present leaf is in exactly one rmap; rmap vals encoded as the kernel's."""
-        self.pages.audit()
-        leaves: dict[int, KvmMmuPage] = {}
-        for sp in self.pages.pages():
-            for index, spte in enumerate(sp.spt):
-                leaf = spte and self.pages.child_at(sp, index) is None
-                if leaf and not is_mmio_spte(self.cfg, spte):
-                    leaves[sp.sptep(index)] = sp
-        seen: set[int] = set()
-        for (as_id, slot_id, level), vals in self.rmap_vals.items():
-            for key, val in vals.items():
-                if isinstance(val, KvmRmapHead):
-                    val.audit()
-                    if val.era is not self.era or not val.is_many:
-                        raise AuditError(f"rmap val of {key} is a head without descs")
-                else:
-                    try:
-                        check_sptep(val)
-                    except ValueError as err:
-                        raise AuditError(f"rmap val {val:#x} of {key}: {err}") from None
-                for sptep in rmap_val_sptes(val):
-                    holder = leaves.get(sptep)
-                    if holder is None or holder.role.level != level or sptep in seen:
-                        raise AuditError(f"rmap entry {sptep:#x} is not a present leaf once")
-                    gfn = holder.gfn + (((sptep & 0xFFF) >> 3) << level_shift(level))
-                    slot = self.vm.memslot_set(as_id).gfn_tree.search(gfn)
-                    if (
-                        holder.role.smm != as_id
-                        or slot is None
-                        or slot.id != slot_id
-                        or gfn_to_index(gfn, slot.base_gfn, level) != key
-                    ):
-                        raise AuditError(f"rmap entry {sptep:#x} is in the rmap of another gfn")
-                    seen.add(sptep)
-        if seen != set(leaves):
-            raise AuditError(f"{len(set(leaves) - seen)} present leaves are in no rmap")
+        sp.spt[index] = self.pages.nonpresent

@@ -55,6 +55,7 @@ from .spte import (
     RetPf,
     SpteConfig,
     is_access_track_spte,
+    is_empty_spte,
     is_executable_pte,
     is_last_spte,
     is_mmio_spte,
@@ -197,7 +198,7 @@ class FastPageFault:
     def wants(self, write: bool, spte: int) -> bool:
         """A cheap `page_fault_can_be_fast()` for the caller's hot path: False only where
         it is certainly false (a read, or a write to a not-present entry, with A/D bits)."""
-        return not self.kvm_ad_enabled or (write and bool(spte))
+        return not self.kvm_ad_enabled or (write and not is_empty_spte(spte))
 
     def page_fault(self, vcpu: int, gpa: int, slot: MemorySlot | None, error_code: int) -> RetPf:
         """`fast_page_fault(vcpu, fault)`; FIXED and SPURIOUS are counted as

@@ -16,6 +16,7 @@ from .spte import RetPf
 from .views import fault_path, last_on_path
 
 ACCESS_NS = 1000  # virtual time between two guest accesses, for event timestamps
+FETCH_RATE = 0.1  # share of RAM reads that are instruction fetches (EPT sessions)
 PFERR_WRITE = 1 << 1  # the error code bits of the emitted kvm_page_fault
 PFERR_USER = 1 << 2
 StepT = TypeVar("StepT")

@@ -48,8 +48,9 @@ import errno
 from collections.abc import Callable, Iterator
 
 from ..errors import AuditError, KvmError
+from .nx_huge_pages import audit_nx_huge_pages, unaccount_nx_huge_page
 from .role import KvmMmuPageRole
-from .spte import SPTE_CONFIGS, SpteConfig, make_nonleaf_spte
+from .spte import SPTE_CONFIGS, SPTE_MMU_PRESENT_MASK, SpteConfig, make_nonleaf_spte
 
 GOLDEN_RATIO_64 = 0x61C8864680B583EB  # include/linux/hash.h
 KVM_MMU_HASH_SHIFT = 12
@@ -91,6 +92,7 @@ class KvmMmuPage:
     __slots__ = (
         "gfn",
         "mmu_valid_gen",
+        "nx_huge_page_disallowed",
         "parent_ptes",
         "role",
         "root_count",
@@ -101,15 +103,18 @@ class KvmMmuPage:
         "write_flooding_count",
     )
 
-    def __init__(self, gfn: int, role: KvmMmuPageRole, gen: int, seq: int) -> None:
+    def __init__(
+        self, gfn: int, role: KvmMmuPageRole, gen: int, seq: int, nonpresent: int = 0
+    ) -> None:
         self.gfn = gfn
         self.role = role
         self.mmu_valid_gen = gen
         self.seq = seq  # creation order (the kernel's list position)
-        self.spt = [0] * SPTES_PER_PAGE
+        self.spt = [nonpresent] * SPTES_PER_PAGE  # mmu_shadow_page_cache.init_value
         self.spt_pa = SPT_BASE + seq * 4096
         self.root_count = 0
         self.unsync = False
+        self.nx_huge_page_disallowed = False  # made because an NX huge page was not allowed
         self.write_flooding_count = 0  # emulated writes since a fault walked through it
         self.parent_ptes: set[int] = set()
 
@@ -138,6 +143,8 @@ class MmuPages:
             raise ValueError(f"unknown mmu_valid_gen era {gen_era!r}: {', '.join(GEN_ERAS)}")
         self.gen_era = gen_era
         self.cfg = cfg or SPTE_CONFIGS["ept"]
+        # what a non-present spte holds: SHADOW_NONPRESENT_VALUE (6.10+) or 0 (before)
+        self.nonpresent = self.cfg.shadow_nonpresent_value
         self.defer_obsolete_zap = defer_obsolete_zap
         self.mmu_lock_contended = mmu_lock_contended
         self.n_requested_mmu_pages = 0  # KVM_SET_NR_MMU_PAGES; 0: the default budget
@@ -147,6 +154,7 @@ class MmuPages:
         self.mmu_page_hash: list[list[KvmMmuPage]] = [[] for _ in range(KVM_NUM_MMU_PAGES)]
         self.active_mmu_pages: dict[int, KvmMmuPage] = {}  # by seq: oldest first
         self.invalid_roots: dict[int, KvmMmuPage] = {}  # zapped while a vCPU used them
+        self.possible_nx_huge_pages: dict[int, KvmMmuPage] = {}  # by seq: nx_huge_pages.py
         self.rezap_freed_roots = True  # put_root(): mmu_free_root_page zaps (traces) again
         self._by_pa: dict[int, KvmMmuPage] = {}
         self._seq = 0
@@ -155,7 +163,7 @@ class MmuPages:
             (
                 *("mmu_cache_miss", "mmu_shadow_zapped", "mmu_recycled"),
                 *("max_mmu_page_hash_collisions", "mmu_unsync", "mmu_pte_write"),
-                *("mmu_flooded", "mmu_pde_zapped"),
+                *("mmu_flooded", "mmu_pde_zapped", "nx_lpage_splits"),
             ),
             0,
         )
@@ -197,7 +205,7 @@ class MmuPages:
         return sp, created
 
     def _alloc(self, gfn: int, role: KvmMmuPageRole) -> KvmMmuPage:
-        sp = KvmMmuPage(gfn, role, self.mmu_valid_gen, self._seq)
+        sp = KvmMmuPage(gfn, role, self.mmu_valid_gen, self._seq, self.nonpresent)
         self._seq += 1
         self.active_mmu_pages[sp.seq] = sp
         self.mmu_page_hash[kvm_page_table_hashfn(gfn)].insert(0, sp)  # hlist_add_head
@@ -208,6 +216,10 @@ class MmuPages:
     def page_of_sptep(self, sptep: int) -> KvmMmuPage:
         """`sptep_to_sp()`."""
         return self._by_pa[sptep & ~0xFFF]
+
+    def page_by_pa(self, pa: int) -> KvmMmuPage | None:
+        """The page whose spt is at host-physical `pa` (`spte_to_child_sp()`), if any."""
+        return self._by_pa.get(pa)
 
     def link(self, parent: KvmMmuPage, index: int, child: KvmMmuPage) -> None:
         """`link_shadow_page()`: parent's spte points at the child page, built by
@@ -221,7 +233,7 @@ class MmuPages:
     def child_at(self, parent: KvmMmuPage, index: int) -> KvmMmuPage | None:
         """The page a non-leaf spte points at (None for leaves: 4K, or PT_PAGE_SIZE)."""
         spte = parent.spt[index]
-        if not spte or parent.role.level == 1 or spte & PT_PAGE_SIZE_MASK:
+        if not spte & SPTE_MMU_PRESENT_MASK or parent.role.level == 1 or spte & PT_PAGE_SIZE_MASK:
             return None
         return self._by_pa.get(spte & SPTE_BASE_ADDR_MASK)
 
@@ -242,22 +254,25 @@ class MmuPages:
             self.n_used_mmu_pages -= 1
             del self._by_pa[sp.spt_pa]
             return 1
+        if sp.nx_huge_page_disallowed:
+            unaccount_nx_huge_page(self.possible_nx_huge_pages, self.stat, sp)
         if sp.unsync:  # kvm_unlink_unsync_page()
             sp.unsync = False
             self.stat["mmu_unsync"] -= 1
         for sptep in list(sp.parent_ptes):
             parent = self.page_of_sptep(sptep)
-            parent.spt[(sptep & 0xFFF) // 8] = 0
+            parent.spt[(sptep & 0xFFF) // 8] = self.nonpresent
         sp.parent_ptes.clear()
+        nonpresent = self.nonpresent
         for index, spte in enumerate(sp.spt):
-            if not spte:
+            if spte == nonpresent:
                 continue
             child = self.child_at(sp, index)
             if child is not None:
                 child.parent_ptes.discard(sp.sptep(index))
             else:
                 self._on_leaf_zapped(sp, index, spte)
-            sp.spt[index] = 0
+            sp.spt[index] = nonpresent
         self._unlink(sp)
         sp.role = sp.role.invalidated()
         if sp.root_count:
@@ -425,6 +440,11 @@ class MmuPages:
             raise AuditError("mmu: n_used_mmu_pages is off")
         if any(not sp.root_count or not sp.role.invalid for sp in self.invalid_roots.values()):
             raise AuditError("mmu: a zapped root nobody uses is still accounted")
+        nx_wrong = audit_nx_huge_pages(self.possible_nx_huge_pages, self.stat)
+        if nx_wrong is not None or any(
+            seq not in self.active_mmu_pages for seq in self.possible_nx_huge_pages
+        ):
+            raise AuditError(f"mmu: {nx_wrong or 'a zapped page is on possible_nx_huge_pages'}")
         if list(self.active_mmu_pages) != sorted(self.active_mmu_pages):
             raise AuditError("mmu: active_mmu_pages out of creation order")
         seen_valid = False

@@ -8,15 +8,24 @@ prefetch; so does a gfn with no memslot, or a write to a dirty-logged slot
 (`gfn_to_memslot_dirty_bitmap`).  Otherwise `mmu_set_spte(..., prefetch=true)` with
 `sp->role.access & FNAME(gpte_access)(gpte)`, write removed from a clean gpte
 (`FNAME(protect_clean_gpte)`).  Prefetched sptes are traced by `kvm_mmu_set_spte` and
-join the rmaps like any other, but are no fault: `pf_fixed` does not count them.  Direct
-pages (`__direct_pte_prefetch`) are not modelled: the shadow MMU here maps 4K only.
+join the rmaps like any other, but are no fault: `pf_fixed` does not count them; their
+Accessed bit is clear (`make_spte(prefetch=true)` → `mark_spte_for_access_track()`), so
+the guest's first access shows.  A direct last-level page (below a guest huge page) goes
+to `__direct_pte_prefetch()` (direct_prefetch.py, shared with the direct MMU).
+
+The gfn side, shared with `direct_prefetch.py`: `gfn_to_memslot_dirty_bitmap()` (no slot,
+or a dirty-logged slot for a writable mapping: none) and `kvm_prefetch_pages()` (6.13+,
+formerly `gfn_to_page_many_atomic()`): `gfn_to_hva_many(slot, gfn, &entry)` asks for a
+writable hva, so a read-only slot prefetches nothing, and fewer than the wanted pages
+left in the slot give 0; `get_user_pages_fast_only()` then pins what the host has
+mapped: the model's host memory is all populated, so every page.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..constants import KVM_MEM_LOG_DIRTY_PAGES
+from ..memslot import MemorySlot
 from .guest_pt import PT_ACCESSED, PT_DIRTY, PT_PRESENT, gpte_access, pte_gfn
 from .role import ACC_WRITE_MASK
 from .spte import is_shadow_present_pte
@@ -28,10 +37,36 @@ if TYPE_CHECKING:
 PTE_PREFETCH_NUM = 8
 
 
+def gfn_to_memslot_dirty_bitmap(slot: MemorySlot | None, no_dirty_log: bool) -> MemorySlot | None:
+    """`gfn_to_memslot_dirty_bitmap(vcpu, gfn, no_dirty_log)` (mmu.c) on the slot the
+    lookup found (KVM_MEMSLOT_INVALID is not modelled)."""
+    if slot is None or (no_dirty_log and slot.dirty_logging):
+        return None
+    return slot
+
+
+def kvm_prefetch_pages(slot: MemorySlot, gfn: int, nr_pages: int) -> int:
+    """`kvm_prefetch_pages()` (kvm_main.c 6.13+): -1 for a read-only slot
+    (`KVM_HVA_ERR_RO_BAD`), 0 when fewer than `nr_pages` are left in the slot, else the
+    pages `get_user_pages_fast_only()` pins (all of them: the host memory is populated)."""
+    if slot.readonly:
+        return -1
+    if slot.base_gfn + slot.npages - gfn < nr_pages:
+        return 0
+    return nr_pages
+
+
 def pte_prefetch(mmu: ShadowMmu, sp: KvmMmuPage, index: int) -> int:
     """Prefetch around `sp.spt[index]`; returns how many sptes were set."""
-    if sp.role.level != 1 or sp.role.direct:
+    if sp.role.level != 1:
         return 0
+    if sp.role.direct:
+        from .direct_prefetch import direct_pte_prefetch_around
+
+        def lookup(gfn: int) -> MemorySlot | None:
+            return mmu.vm.gfn_to_memslot(gfn, sp.role.smm)
+
+        return direct_pte_prefetch_around(sp, index, lookup, mmu.set_prefetched_spte)
     start = index & ~(PTE_PREFETCH_NUM - 1)
     done = 0
     for i in range(start, start + PTE_PREFETCH_NUM):
@@ -45,7 +80,8 @@ def pte_prefetch(mmu: ShadowMmu, sp: KvmMmuPage, index: int) -> int:
         if not gpte & PT_DIRTY:
             access &= ~ACC_WRITE_MASK  # FNAME(protect_clean_gpte)
         slot = mmu.vm.gfn_to_memslot(gfn, sp.role.smm)
-        if slot is None or (access & ACC_WRITE_MASK and slot.flags & KVM_MEM_LOG_DIRTY_PAGES):
+        slot = gfn_to_memslot_dirty_bitmap(slot, bool(access & ACC_WRITE_MASK))
+        if slot is None or kvm_prefetch_pages(slot, gfn, 1) != 1:
             break
         mmu.set_prefetched_spte(sp, i, gfn, access, slot)
         done += 1

@@ -15,10 +15,16 @@ Workloads (issue 4, seeds 000 and 003):
 - `migrate`: a live migration's dirty logging passes over a guest's working set
   (`FastPathControls.migrate_update`).
 `fork` and `pfault` need guest page tables: shadow paging, `shadow_session.py`.
+As in the TDP session, a tenth of the RAM reads are instruction fetches (a separate
+random stream, so the accesses are those of before): under `nx_huge_pages` they split
+huge pages, and the NX recovery worker runs every `recovery_period_ns` of guest time.
+An access that needs no exit sets the spte's Accessed bit, as the CPU's EPT walk does
+with A/D bits on: a prefetched spte (A clear) shows when the guest first touches it.
 """
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 from ..errors import KvmError
@@ -27,16 +33,18 @@ from ..vm import Vm
 from .direct import DirectMmu
 from .dirty_log import DirtyLogging
 from .fast_session import FastPathControls
-from .guest_session import PFERR_WRITE, GuestSession
+from .guest_session import ACCESS_NS, FETCH_RATE, PFERR_WRITE, GuestSession
 from .mmu_pages import KvmMmuPage
 from .spte import (
     PT_PRESENT_MASK,
     PT_WRITABLE_MASK,
     SPTE_CONFIGS,
     RetPf,
+    is_executable_pte,
     is_mmio_spte,
     is_shadow_present_pte,
 )
+from .tdp_params import TdpMmuParams
 
 PAGE_SHIFT = 12
 CHURN_EVERY = 50
@@ -44,10 +52,10 @@ CHURN_SLOT = 500  # the slot id the churn workload creates and deletes
 NIC_DOORBELL, LAPIC_EOI = 0xFEBF_1000, 0xFEE0_00B0
 # The EPT violation exit qualification (asm/vmx.h): the access, the RWX the entries grant,
 # and a guest linear address that was valid and translated (a data access of the guest).
-EPT_VIOLATION_ACC_READ, EPT_VIOLATION_ACC_WRITE = 1 << 0, 1 << 1
+EPT_VIOLATION_ACC_READ, EPT_VIOLATION_ACC_WRITE, EPT_VIOLATION_ACC_INSTR = 1, 1 << 1, 1 << 2
 EPT_VIOLATION_RWX_SHIFT = 3
 EPT_VIOLATION_GVA_IS_VALID, EPT_VIOLATION_GVA_TRANSLATED = 1 << 7, 1 << 8
-PFERR_PRESENT, PFERR_RSVD = 1 << 0, 1 << 3
+PFERR_PRESENT, PFERR_RSVD, PFERR_FETCH = 1 << 0, 1 << 3, 1 << 4
 MMU_WORKLOADS = ("kernbench", "netperf", "churn", "dirty", "migrate")
 DIRTY_EVERY = 400  # the dirty workload toggles dirty logging this often (as TdpSession)
 
@@ -57,10 +65,11 @@ class MmuAccess:
     vcpu: int
     gpa: int
     write: bool
+    fetch: bool = False
 
     @property
     def label(self) -> str:
-        return f"gpa {self.gpa:#x}"
+        return f"gpa {self.gpa:#x}" + (" (fetch)" if self.fetch else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +100,8 @@ class MmuSession(GuestSession[MmuStep], FastPathControls):
         pte_list_era: str = "6.4",
         gen_era: str = "2019",
         huge_pages: bool = True,
+        params: TdpMmuParams | None = None,
+        pte_prefetch: bool = True,
     ) -> None:
         super().__init__(layout, workload, seed, nr_vcpus)
         self.mmu = DirectMmu(
@@ -102,9 +113,14 @@ class MmuSession(GuestSession[MmuStep], FastPathControls):
             emit=self._forward,
             mmio_info_cache=not spte_config.startswith("2011"),  # cache mmio info: 3.1
             fast_pf=not spte_config.startswith("2011"),  # fast_page_fault: 3.6
+            params=params,
+            pte_prefetch=pte_prefetch,
         )
         self._ram = [s for s in self.vm.memslots(0) if not s.readonly]
         self.dirty_log = DirtyLogging(self.mmu)
+        self._fetch_rng = random.Random(seed ^ 0x7D9)
+        period = self.mmu.params.recovery_period_ns
+        self._next_recovery = period if period else -1
 
     # -- the workload -------------------------------------------------------------------
 
@@ -119,28 +135,46 @@ class MmuSession(GuestSession[MmuStep], FastPathControls):
             return MmuAccess(vcpu, hot[0] << PAGE_SHIFT, write=hot[1])
         slot = rng.choice(self._ram)
         gfn = slot.base_gfn + rng.randrange(slot.npages)
-        return MmuAccess(vcpu, gfn << PAGE_SHIFT, write=rng.random() < 0.3)
+        write = rng.random() < 0.3
+        fetch = not write and self._fetch_rng.random() < FETCH_RATE
+        return MmuAccess(vcpu, gfn << PAGE_SHIFT, write, fetch)
 
     def set_workload(self, workload: str) -> None:
         self.check_workload(workload)
         self.workload = workload
 
+    def _tick(self) -> None:
+        """The NX recovery worker wakes when its period of guest time is up."""
+        now = self.steps * ACCESS_NS
+        if 0 <= self._next_recovery <= now:
+            self.mmu.kvm_recover_nx_huge_pages()
+            self._next_recovery = now + self.mmu.params.recovery_period_ns
+
     def step(self) -> MmuStep:
+        self._tick()
         update = self._update()
         access = self.next_access()
         self.steps += 1
         self._vcpu = access.vcpu
         self.mmu.root(access.vcpu)  # kvm_mmu_reload() before VM entry
         if not self.needs_exit(access):
+            self._cpu_sets_accessed(access)
             return MmuStep(access, False, None, update)
         spte = self.leaf_spte(access.vcpu, access.gpa >> PAGE_SHIFT)
         misconfig = is_mmio_spte(self.mmu.cfg, spte)
-        code = self.exit_code(spte, access.write)
+        code = self.exit_code(spte, access.write, access.fetch)
         self._vm_exit(access.vcpu, access.gpa, code, traced=not (misconfig and self.mmu.cfg.ept))
-        ret = self._result(self.mmu.page_fault(access.vcpu, access.gpa, access.write))
+        fault = self.mmu.page_fault(access.vcpu, access.gpa, access.write, access.fetch)
+        ret = self._result(fault)
         return MmuStep(access, True, ret, update)
 
-    def exit_code(self, spte: int, write: bool) -> int:
+    def _cpu_sets_accessed(self, access: MmuAccess) -> None:
+        """The CPU's walk sets the leaf's Accessed bit (EPT with A/D bits, or NPT)."""
+        leaf = self._leaf(access.vcpu, access.gpa >> PAGE_SHIFT)
+        if leaf is not None and not leaf[0].role.ad_disabled:
+            leaf[0].spt[leaf[1]] |= self.mmu.cfg.shadow_accessed_mask
+
+    def exit_code(self, spte: int, write: bool, fetch: bool = False) -> int:
         """What `kvm_page_fault` prints as its code: under EPT the exit qualification
         (`handle_ept_violation()`, 6.18 vmx.c: `trace_kvm_page_fault(vcpu, gpa,
         exit_qualification)`); under NPT the #NPF error code, RSVD|P on an MMIO spte."""
@@ -148,8 +182,9 @@ class MmuSession(GuestSession[MmuStep], FastPathControls):
             if is_mmio_spte(self.mmu.cfg, spte):
                 return PFERR_RSVD | PFERR_PRESENT | (PFERR_WRITE if write else 0)
             present = PFERR_PRESENT if is_shadow_present_pte(spte) else 0
-            return present | (PFERR_WRITE if write else 0)
+            return present | (PFERR_WRITE if write else 0) | (PFERR_FETCH if fetch else 0)
         qual = EPT_VIOLATION_ACC_WRITE if write else EPT_VIOLATION_ACC_READ
+        qual = EPT_VIOLATION_ACC_INSTR if fetch else qual
         if is_shadow_present_pte(spte):
             qual |= (spte & 0x7) << EPT_VIOLATION_RWX_SHIFT
         return qual | EPT_VIOLATION_GVA_IS_VALID | EPT_VIOLATION_GVA_TRANSLATED
@@ -158,16 +193,19 @@ class MmuSession(GuestSession[MmuStep], FastPathControls):
         """False when the CPU's own walk finds a present, non-MMIO leaf that allows the
         access (no VM exit); a write to a read-only leaf exits (a read-only slot)."""
         spte = self.leaf_spte(access.vcpu, access.gpa >> PAGE_SHIFT)
-        if spte == 0 or is_mmio_spte(self.mmu.cfg, spte):
+        if not is_shadow_present_pte(spte):  # empty or an MMIO spte
             return True
         if not spte & PT_PRESENT_MASK:
             return True  # access-tracked (A/D bits off, aged): RWX cleared
+        if access.fetch and not is_executable_pte(self.mmu.cfg, spte):
+            return True  # an NX huge page (the mitigation keeps huge leaves not executable)
         return access.write and not spte & PT_WRITABLE_MASK
 
     def leaf_spte(self, vcpu: int, gfn: int) -> int:
-        """The leaf spte the vCPU's current root maps `gfn` with (0 when none)."""
+        """The leaf spte the vCPU's current root maps `gfn` with (the non-present value
+        when none)."""
         leaf = self._leaf(vcpu, gfn)
-        return 0 if leaf is None else leaf[0].spt[leaf[1]]
+        return self.mmu.pages.nonpresent if leaf is None else leaf[0].spt[leaf[1]]
 
     def path_of(self, step: MmuStep) -> list[tuple[KvmMmuPage, int]]:
         """The pages the access's gfn walks through, root first."""

@@ -69,6 +69,7 @@ from .spte import (
     get_mmio_spte_access,
     get_mmio_spte_generation,
     get_mmio_spte_gfn,
+    is_empty_spte,
     is_mmio_spte,
     is_shadow_present_pte,
     kvm_mmio_fields,
@@ -349,7 +350,7 @@ class ShadowMmu(ShadowRmaps):
         while (child := self.pages.child_at(sp, pt_index(gva, sp.role.level))) is not None:
             sp = child
         index = pt_index(gva, sp.role.level)
-        spte = sp.spt[index] if sp.role.level == 1 else 0
+        spte = sp.spt[index] if sp.role.level == 1 else self.pages.nonpresent
         if is_mmio_spte(self.cfg, spte) and self._mmio_hit(vcpu, root, gva, spte, write):
             return RetPf.EMULATE
         self.stat["pf_taken"] += 1
@@ -507,7 +508,7 @@ class ShadowMmu(ShadowRmaps):
 
     def _set_mmio_spte(self, sp: KvmMmuPage, index: int, gfn: int, access: int) -> RetPf:
         """`mark_mmio_spte()`: cache the miss with the memslots generation."""
-        if sp.spt[index]:
+        if not is_empty_spte(sp.spt[index]):
             self._zap_leaf(sp, index)
         gen = self.vm.generation(sp.role.smm)
         sp.spt[index] = spte = make_mmio_spte(self.cfg, gfn, access, gen)
@@ -554,15 +555,17 @@ class ShadowMmu(ShadowRmaps):
         if present and spte_to_pfn(spte) == pfn and spte & needs == needs:
             self.stat["pf_spurious"] += 1
             return RetPf.SPURIOUS
-        if spte:
+        if not is_empty_spte(spte):
             self._zap_leaf(sp, index)
-        sp.spt[index] = spte = make_spte(self.cfg, pfn, access, writable=not slot.readonly)
+        sp.spt[index] = spte = make_spte(
+            self.cfg, pfn, access, writable=not slot.readonly, accessed=not prefetch
+        )
         key = gfn - slot.base_gfn
         self.shadowed_translation[sptep] = Translation(as_id, slot.id, gfn, key)
         heads = self._rmap(as_id, slot.id)
         recycled = rmap_add(heads.setdefault(key, KvmRmapHead(self.era)), sptep)
         for old in recycled:  # over RMAP_RECYCLE_THRESHOLD: the whole rmap was zapped
-            self.pages.page_of_sptep(old).spt[_spte_index(old)] = 0
+            self.pages.page_of_sptep(old).spt[_spte_index(old)] = self.pages.nonpresent
             del self.shadowed_translation[old]
         if recycled:
             del heads[key]

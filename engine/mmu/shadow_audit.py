@@ -16,6 +16,7 @@ from .spte import (
     PT_WRITABLE_MASK,
     check_mmio_spte,
     get_mmio_spte_gfn,
+    is_empty_spte,
     is_mmio_spte,
     spte_to_pfn,
 )
@@ -89,11 +90,11 @@ def _audit_page(mmu: ShadowMmu, sp: KvmMmuPage, leaves: set[int]) -> None:
         raise AuditError(f"shadowed gfn {sp.gfn:#x} has a writable leaf")
     if sp.unsync:  # stale until the next sync: only the rmap side must hold
         for index, spte in enumerate(sp.spt):
-            if spte and not is_mmio_spte(mmu.cfg, spte):
+            if not is_empty_spte(spte) and not is_mmio_spte(mmu.cfg, spte):
                 leaves.add(sp.sptep(index))
         return
     for index, spte in enumerate(sp.spt):
-        if not spte:
+        if is_empty_spte(spte):
             continue
         where = f"{sp} index {index}"
         gpte = 0 if direct else mmu.guest.pte(sp.gfn, index)
@@ -139,10 +140,10 @@ def _audit_walks(mmu: ShadowMmu, sp: KvmMmuPage, cr3: int, gva: int) -> None:
     """Each leaf reachable from a loaded root maps what the guest walk says."""
     for index, spte in enumerate(sp.spt):
         address = gva | index << (PAGE_SHIFT + 9 * (sp.role.level - 1))
-        child = mmu.pages.child_at(sp, index) if spte else None
+        child = mmu.pages.child_at(sp, index)
         if child is not None:
             _audit_walks(mmu, child, cr3, address)
-        elif spte and not sp.unsync:
+        elif not is_empty_spte(spte) and not sp.unsync:
             tr = mmu.shadowed_translation.get(sp.sptep(index))
             gfn = get_mmio_spte_gfn(mmu.cfg, spte) if tr is None else tr.gfn
             if mmu.guest.translate(cr3, address).gfn != gfn:

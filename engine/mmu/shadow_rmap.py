@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 from ..errors import AuditError
 from ..vm import Vm
-from .mmu_pages import KvmMmuPage
+from .mmu_pages import KvmMmuPage, MmuPages
 from .rmap import KvmRmapHead
 from .rmaps_stat import KVM_LPAGE_STR, RmapHistogram
 from .spte import SpteConfig, is_mmio_spte
@@ -30,6 +30,7 @@ class ShadowRmaps:
     cfg: SpteConfig
     rmaps: dict[tuple[int, int, int], dict[int, KvmRmapHead]]
     shadowed_translation: dict[int, Translation]
+    pages: MmuPages
 
     def _rmap(self, as_id: int, slot_id: int) -> dict[int, KvmRmapHead]:
         return self.rmaps.setdefault((as_id, slot_id, 1), {})
@@ -61,7 +62,7 @@ class ShadowRmaps:
 
     def _zap_leaf(self, sp: KvmMmuPage, index: int) -> None:
         self._drop_leaf(sp, index, sp.spt[index])
-        sp.spt[index] = 0
+        sp.spt[index] = self.pages.nonpresent
 
     def _drop_leaf(self, sp: KvmMmuPage, index: int, spte: int) -> None:
         """`drop_spte()`: a present leaf leaves its gfn's rmap."""

@@ -38,7 +38,13 @@ from .guest_session import PFERR_USER, PFERR_WRITE, GuestSession
 from .mmu_pages import KvmMmuPage
 from .session import CHURN_EVERY, LAPIC_EOI, NIC_DOORBELL, churn_update
 from .shadow import ShadowMmu
-from .spte import PT_USER_MASK, PT_WRITABLE_MASK, SPTE_CONFIGS, RetPf, is_mmio_spte
+from .spte import (
+    PT_USER_MASK,
+    PT_WRITABLE_MASK,
+    SPTE_CONFIGS,
+    RetPf,
+    is_shadow_present_pte,
+)
 
 PAGE = 4096
 HEAP = 0x40_0000  # 4 MiB: where every process's data starts
@@ -197,7 +203,7 @@ class ShadowSession(GuestSession[ShadowStep]):
         """False when the CPU's walk of the shadow tables finds a present leaf that
         allows the access (no VM exit)."""
         spte = self.leaf_spte(access.vcpu, access.gva)
-        if spte == 0 or is_mmio_spte(self.mmu.cfg, spte):
+        if not is_shadow_present_pte(spte):  # empty or an MMIO spte
             return True
         return (access.write and not spte & PT_WRITABLE_MASK) or (
             access.user and not spte & PT_USER_MASK
@@ -205,10 +211,11 @@ class ShadowSession(GuestSession[ShadowStep]):
 
     def leaf_spte(self, vcpu: int, gva: int) -> int:
         leaf = self._leaf(vcpu, gva >> 12)
+        nonpresent = self.mmu.pages.nonpresent
         if leaf is None:
-            return 0
+            return nonpresent
         sp, index = leaf
-        return sp.spt[index] if sp.role.level == 1 else 0
+        return sp.spt[index] if sp.role.level == 1 else nonpresent
 
     def path_of(self, step: ShadowStep) -> list[tuple[KvmMmuPage, int]]:
         """The shadow pages the access's gva walks through, root first."""

@@ -42,6 +42,7 @@ from .spte import (
     PT_WRITABLE_MASK,
     get_mmio_spte_access,
     get_mmio_spte_gfn,
+    is_empty_spte,
     is_mmio_spte,
     make_spte,
     spte_to_pfn,
@@ -115,7 +116,7 @@ def track_write(mmu: ShadowMmu, sps: list[KvmMmuPage], index: int, gentry: int) 
             mmu.pages.prepare_zap(sp)
             stat["mmu_flooded"] += 1
             continue
-        if sp.spt[index]:
+        if not is_empty_spte(sp.spt[index]):
             zap_spte(mmu, sp, index)
             if gentry and sp.role.level != PG_LEVEL_4K:
                 stat["mmu_pde_zapped"] += 1
@@ -135,9 +136,9 @@ def zap_spte(mmu: ShadowMmu, sp: KvmMmuPage, index: int) -> None:
     child = mmu.pages.child_at(sp, index)
     if child is not None:
         child.parent_ptes.discard(sp.sptep(index))
-    elif sp.spt[index]:
+    elif not is_empty_spte(sp.spt[index]):
         mmu._drop_leaf(sp, index, sp.spt[index])
-    sp.spt[index] = 0
+    sp.spt[index] = mmu.pages.nonpresent
 
 
 # -- sync ------------------------------------------------------------------------------
@@ -182,7 +183,7 @@ def sync_page(mmu: ShadowMmu, sp: KvmMmuPage) -> None:
     """`kvm_sync_page()`: the tracepoint, then `FNAME(sync_spte)` of every spte."""
     mmu.pages.emit_sp("kvm_mmu_sync_page", sp)
     for index, spte in enumerate(sp.spt):
-        if spte:
+        if not is_empty_spte(spte):
             sync_spte(mmu, sp, index)
     mmu.stat["synced_pages"] += 1
 
@@ -190,7 +191,7 @@ def sync_page(mmu: ShadowMmu, sp: KvmMmuPage) -> None:
 def sync_spte(mmu: ShadowMmu, sp: KvmMmuPage, index: int) -> None:
     """`FNAME(sync_spte)`: make a level-1 spte agree with the gpte the guest wrote."""
     spte = sp.spt[index]
-    if not spte:
+    if is_empty_spte(spte):
         return
     mmu.stat["synced_sptes"] += 1
     gpte = mmu.guest.pte(sp.gfn, index)
@@ -206,7 +207,7 @@ def sync_spte(mmu: ShadowMmu, sp: KvmMmuPage, index: int) -> None:
         if get_mmio_spte_gfn(mmu.cfg, spte) != gfn or (
             get_mmio_spte_access(mmu.cfg, spte) != mmio_access
         ):
-            sp.spt[index] = 0
+            sp.spt[index] = mmu.pages.nonpresent  # mmu_spte_clear_no_track()
         return
     tr = mmu.shadowed_translation.get(sp.sptep(index))
     if tr is None or tr.gfn != gfn:

@@ -30,6 +30,11 @@ from dataclasses import replace
 from ..errors import AuditError
 from ..events import Event, FieldValue
 from ..vm import Vm
+from .nx_huge_pages import (
+    track_possible_nx_huge_page,
+    unaccount_nx_huge_page,
+    untrack_possible_nx_huge_page,
+)
 from .role import KvmMmuPageRole
 from .spte import (
     PT_PAGE_SIZE_MASK,
@@ -162,13 +167,10 @@ class TdpMmuCore:
         self.stat[_PAGE_STATS[level]] += delta
 
     def untrack_possible_nx_huge_page(self, sp: TdpMmuPage) -> None:
-        if self.pages.possible_nx_huge_pages.pop(sp.seq, None) is not None:
-            self.stat["nx_lpage_splits"] -= 1
+        untrack_possible_nx_huge_page(self.pages.possible_nx_huge_pages, self.stat, sp)
 
     def track_possible_nx_huge_page(self, sp: TdpMmuPage) -> None:
-        if sp.seq not in self.pages.possible_nx_huge_pages:
-            self.pages.possible_nx_huge_pages[sp.seq] = sp
-            self.stat["nx_lpage_splits"] += 1
+        track_possible_nx_huge_page(self.pages.possible_nx_huge_pages, self.stat, sp)
 
     # -- spte changes -------------------------------------------------------------------
 
@@ -261,8 +263,7 @@ class TdpMmuCore:
         pages.tdp_mmu_pages -= 1  # tdp_mmu_unlink_sp()
         pages.removed_pt += 1
         if sp.nx_huge_page_disallowed:
-            sp.nx_huge_page_disallowed = False
-            self.untrack_possible_nx_huge_page(sp)
+            unaccount_nx_huge_page(pages.possible_nx_huge_pages, self.stat, sp)
         spt, step = sp.spt, kvm_pages_per_hpage(level)
         for i in range(SPTE_ENT_PER_PAGE):
             old = spt[i]

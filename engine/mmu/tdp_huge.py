@@ -5,7 +5,8 @@ logging's write protection, collapsing back to huge pages, and NX huge page reco
 torvalds/linux ≈6.10 (commit 0089c055) `tdp_mmu.c`, `mmu.c`, `spte.c`, `x86.c`:
 - `kvm_mmu_max_mapping_level()`: the largest level whose aligned range lies inside the
   memslot with gfn and host address aligned alike (`lpage_info.disallow_lpage`), capped
-  by the host's own mapping (`host_pfn_mapping_level`: `TdpMmuParams.host_level`).
+  by the host's own mapping (`host_pfn_mapping_level`: `TdpMmuParams.host_level`); one
+  implementation for every MMU, `mapping_level.py`.
 - `tdp_mmu_split_huge_page()`: a new page table filled with
   `make_huge_page_split_spte()` (the huge spte plus the offset of each part; 4K parts
   lose PT_PAGE_SIZE and, under the NX mitigation, become executable), linked in place of
@@ -18,13 +19,15 @@ torvalds/linux ≈6.10 (commit 0089c055) `tdp_mmu.c`, `mmu.c`, `spte.c`, `x86.c`
   replace, so the next faults map huge pages again.
 - `kvm_recover_nx_huge_pages()`: zaps ceil(nx_lpage_splits / ratio) of the page tables
   made for disallowed executable huge pages (`kvm_tdp_mmu_zap_sp`), oldest first; a slot
-  that logs dirty pages only loses the tracking.
+  that logs dirty pages only loses the tracking (`nx_huge_pages.py`, shared).
 """
 
 from __future__ import annotations
 
 from ..constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY
 from ..memslot import MemorySlot
+from .mapping_level import MappingLevels
+from .nx_huge_pages import recover_nx_huge_pages
 from .role import ACC_EXEC_MASK, PG_LEVEL_2M, PG_LEVEL_4K, KvmMmuPageRole
 from .spte import (
     KVM_MAX_HUGEPAGE_LEVEL,
@@ -42,46 +45,13 @@ from .tdp_roots import TdpRoots
 PAGE_SHIFT = 12
 
 
-def _lpage_limits(slot: MemorySlot) -> tuple[tuple[int, int], tuple[int, int]]:
-    """`lpage_info.disallow_lpage` as gfn ranges: per level (2M, 1G), the gfns whose
-    aligned range lies inside the slot, empty when gfn and host address are aligned
-    differently (`kvm_alloc_memslot_metadata`)."""
-    ugfn = slot.userspace_addr >> PAGE_SHIFT
-    out = []
-    for level in (PG_LEVEL_2M, KVM_MAX_HUGEPAGE_LEVEL):
-        pages = kvm_pages_per_hpage(level)
-        if (slot.base_gfn ^ ugfn) & (pages - 1):
-            out.append((0, 0))
-            continue
-        lo = -(-slot.base_gfn // pages) * pages
-        hi = (slot.base_gfn + slot.npages) // pages * pages
-        out.append((lo, hi))
-    return out[0], out[1]
-
-
 class TdpHuge(TdpRoots):
-    _lpage_limits: dict[int, tuple[MemorySlot, tuple[tuple[int, int], tuple[int, int]]]]
-    _host_max_level: int
+    levels: MappingLevels
     # -- mapping levels -------------------------------------------------------------------
 
     def kvm_mmu_max_mapping_level(self, slot: MemorySlot, gfn: int, max_level: int) -> int:
-        level = self._host_max_level  # min(KVM_MAX_HUGEPAGE_LEVEL, host_level)
-        if max_level < level:
-            level = max_level
-        if level == PG_LEVEL_4K:
-            return PG_LEVEL_4K
-        entry = self._lpage_limits.get(id(slot))  # slots are immutable values
-        if entry is None or entry[0] is not slot:
-            if len(self._lpage_limits) > 256:
-                self._lpage_limits.clear()  # slots replaced by memslot updates
-            entry = self._lpage_limits[id(slot)] = (slot, _lpage_limits(slot))
-        limits = entry[1]
-        while level > PG_LEVEL_4K:
-            lo, hi = limits[level - 2]
-            if lo <= gfn < hi:
-                return level
-            level -= 1
-        return PG_LEVEL_4K
+        """`kvm_mmu_max_mapping_level()` (mapping_level.py, shared with the shadow MMU)."""
+        return self.levels.kvm_mmu_max_mapping_level(slot, gfn, max_level)
 
     # -- splitting ----------------------------------------------------------------------
 
@@ -245,18 +215,16 @@ class TdpHuge(TdpRoots):
         return True
 
     def kvm_recover_nx_huge_pages(self) -> int:
-        """One run of the recovery worker; page tables zapped."""
-        ratio = self.params.nx_huge_pages_recovery_ratio
-        to_zap = -(-self.stat["nx_lpage_splits"] // ratio) if ratio else 0
-        zapped = 0
-        for _ in range(to_zap):
-            if not self.pages.possible_nx_huge_pages:
-                break
-            sp = next(iter(self.pages.possible_nx_huge_pages.values()))
+        """One run of the recovery worker (nx_huge_pages.py); page tables zapped."""
+
+        def dirty_tracked(sp: TdpMmuPage) -> bool:
             slot = self.vm.memslot_set(sp.as_id).gfn_tree.search(sp.gfn)
-            if slot is not None and slot.dirty_logging:
-                sp.nx_huge_page_disallowed = False  # unaccount_nx_huge_page()
-                self.untrack_possible_nx_huge_page(sp)
-            elif self.kvm_tdp_mmu_zap_sp(sp):
-                zapped += 1
-        return zapped
+            return slot is not None and slot.dirty_logging
+
+        return recover_nx_huge_pages(
+            self.pages.possible_nx_huge_pages,
+            self.stat,
+            self.params.nx_huge_pages_recovery_ratio,
+            dirty_tracked,
+            self.kvm_tdp_mmu_zap_sp,
+        )

@@ -34,9 +34,10 @@ from ..events import Event
 from ..memslot import MemorySlot
 from ..vm import Vm
 from .fast_pf import FastPageFault, fault_error_code, mark_page_dirty_in_slot
+from .mapping_level import KvmPageFault as KvmPageFault
+from .mapping_level import MappingLevels
 from .role import ACC_ALL, ACC_EXEC_MASK, PG_LEVEL_4K
 from .spte import (
-    KVM_MAX_HUGEPAGE_LEVEL,
     PT_PAGE_SIZE_MASK,
     REMOVED_SPTE,
     SPTE_BASE_ADDR_MASK,
@@ -46,7 +47,6 @@ from .spte import (
     check_mmio_spte,
     get_mmio_spte_access,
     get_mmio_spte_generation,
-    is_large_pte,
     is_last_spte,
     is_mmio_spte,
     is_shadow_present_pte,
@@ -67,34 +67,6 @@ KVM_PFN_NOSLOT = 1 << 63  # include/linux/kvm_host.h (6.x); earlier kernels diff
 _PFN_LIMIT = 1 << 40  # pfns that fit bits 12-51 of an spte
 
 
-class KvmPageFault:
-    """`struct kvm_page_fault`, the parts the TDP fault path reads and writes."""
-
-    __slots__ = (
-        "exec",
-        "gfn",
-        "goal_level",
-        "huge_page_disallowed",
-        "map_writable",
-        "max_level",
-        "pfn",
-        "req_level",
-        "slot",
-        "write",
-    )
-
-    def __init__(self, gfn: int, write: bool, exec_: bool, slot: MemorySlot | None) -> None:
-        self.gfn, self.write, self.exec, self.slot = gfn, write, exec_, slot
-        self.max_level = KVM_MAX_HUGEPAGE_LEVEL
-        self.req_level = self.goal_level = PG_LEVEL_4K
-        self.huge_page_disallowed = False
-        self.map_writable = False
-        self.pfn = KVM_PFN_NOSLOT
-        if slot is not None:
-            self.pfn = (slot.userspace_addr >> PAGE_SHIFT) + gfn - slot.base_gfn
-            self.map_writable = not slot.readonly
-
-
 class TdpMmu(TdpHuge):
     """One VM's TDP MMU (tdp_mmu=Y)."""
 
@@ -107,10 +79,9 @@ class TdpMmu(TdpHuge):
     ) -> None:
         super().__init__(vm, cfg, params, emit)
         self.roots: dict[int, TdpMmuPage] = {}
-        self._lpage_limits = {}
         self._vcpu_gfn_to_memslot = VcpuMemslotCache(vm).lookup
-        self._host_max_level = min(KVM_MAX_HUGEPAGE_LEVEL, self.params.host_level)
         self._nx = self.params.nx_huge_page_workaround_enabled  # is_nx_huge_page_enabled()
+        self.levels = MappingLevels(self.params.host_level, self._nx)
         self._leaf_bits: dict[tuple[int, bool, int], tuple[int, int]] = {}
         self.mark_page_dirty: Callable[[MemorySlot, int], None] | None = None  # dirty_log
         self.fast_pf = FastPageFault(self, self.kvm_tdp_mmu_fast_pf_get_last_sptep)
@@ -211,28 +182,15 @@ class TdpMmu(TdpHuge):
         return RetPf.EMULATE
 
     def kvm_mmu_hugepage_adjust(self, fault: KvmPageFault) -> None:
-        fault.huge_page_disallowed = fault.exec and self._nx
-        slot = fault.slot
-        if fault.max_level == PG_LEVEL_4K or slot is None or slot.dirty_logging:
-            return
-        fault.req_level = self.kvm_mmu_max_mapping_level(slot, fault.gfn, fault.max_level)
-        if fault.req_level == PG_LEVEL_4K or fault.huge_page_disallowed:
-            return
-        fault.goal_level = fault.req_level
-        fault.pfn &= ~(kvm_pages_per_hpage(fault.goal_level) - 1)
+        """mapping_level.py, shared with the direct and shadow MMUs."""
+        self.levels.kvm_mmu_hugepage_adjust(fault)
 
     def disallowed_hugepage_adjust(self, fault: KvmPageFault, spte: int, cur_level: int) -> None:
         """Go one level below a table made for a disallowed NX huge page."""
-        if (
-            cur_level > PG_LEVEL_4K
-            and cur_level == fault.goal_level
-            and is_shadow_present_pte(spte)
-            and not is_large_pte(spte)
-            and self.pages.by_pa[spte & SPTE_BASE_ADDR_MASK].nx_huge_page_disallowed
-        ):
-            mask = kvm_pages_per_hpage(cur_level) - kvm_pages_per_hpage(cur_level - 1)
-            fault.pfn |= fault.gfn & mask
-            fault.goal_level -= 1
+        self.levels.disallowed_hugepage_adjust(fault, spte, cur_level, self._nx_disallowed)
+
+    def _nx_disallowed(self, spte: int) -> bool:
+        return self.pages.by_pa[spte & SPTE_BASE_ADDR_MASK].nx_huge_page_disallowed
 
     def kvm_tdp_mmu_map(self, fault: KvmPageFault, root: TdpMmuPage) -> RetPf:
         """The walk of `tdp_mmu_for_each_pte(iter, mmu, gfn, gfn + 1)`, stepped by hand:

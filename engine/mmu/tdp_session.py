@@ -28,7 +28,7 @@ from typing import NamedTuple
 from ..layouts.layout import Layout
 from .dirty_log import DirtyLogging
 from .fast_session import GET_DIRTY_EVERY, FastPathControls
-from .guest_session import ACCESS_NS, PFERR_WRITE, GuestSession
+from .guest_session import ACCESS_NS, FETCH_RATE, PFERR_WRITE, GuestSession
 from .mmu_pages import KvmMmuPage
 from .session import CHURN_EVERY, LAPIC_EOI, NIC_DOORBELL, churn_update
 from .spte import (
@@ -49,7 +49,6 @@ from .tdp_params import TdpMmuParams
 PAGE_SHIFT = 12
 PFERR_FETCH = 1 << 4
 DIRTY_EVERY = 400
-FETCH_RATE = 0.1
 TDP_WORKLOADS = ("kernbench", "netperf", "churn", "dirty", "migrate")
 ZAP_KINDS = ("fast", "slow", "roots")
 MAX_RETRIES = 4

@@ -16,6 +16,7 @@ from .spte import (
     SpteConfig,
     check_mmio_spte,
     get_mmio_spte_generation,
+    is_empty_spte,
     is_mmio_spte,
 )
 
@@ -73,8 +74,8 @@ def spt_cells(
 def _cell(
     pages: MmuPages, sp: KvmMmuPage, index: int, spte: int, cfg: SpteConfig, gen: int
 ) -> SpteCell:
-    if not spte:
-        return SpteCell(index, NONE, 0, None)
+    if is_empty_spte(spte):  # SHADOW_NONPRESENT_VALUE (6.10+) or 0
+        return SpteCell(index, NONE, spte, None)
     if spte == REMOVED_SPTE:
         return SpteCell(index, FROZEN, spte, None)
     if is_mmio_spte(cfg, spte):
