@@ -77,7 +77,7 @@ class MmuScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         """The frame every screen shares: header, the screen's own widgets in `#main`,
         the event panel, the footer, and the too-small message."""
-        yield MmuHeader()
+        yield MmuHeader(one_row_below=WIDE)
         yield Caption(id="caption")
         with Horizontal(id="main"):
             yield from self.compose_main()

@@ -41,12 +41,14 @@ class MmuHeader(Header):
     MmuHeader HeaderClockSpace { display: none; }
     """
 
-    def format_title(self) -> Content:
-        from ..screens.base import WIDE  # the screens import this module
+    def __init__(self, *, one_row_below: int = 0) -> None:
+        super().__init__()
+        self.one_row_below = one_row_below  # terminal widths that keep one row
 
+    def format_title(self) -> Content:
         title, sub_title = self.screen_title, self.screen_sub_title
         width = self.size.width - ICON
-        if not sub_title or self.app.size.width < WIDE:
+        if not sub_title or self.app.size.width < self.one_row_below:
             return super().format_title()
         first, second = split_title(title, sub_title, width)
         if not second:
