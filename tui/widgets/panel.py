@@ -74,7 +74,9 @@ class TextPanel(Widget):
         height = self.styles.height
         if not self.WRAP or not isinstance(content, Text) or height is None or not height.is_auto:
             return 0
-        return wrapped_height(content, self.content_size.width)
+        # wrapped once: the cache's text is the one render() draws next
+        wrapped = self._wrapped.wrap(content, self.content_size.width)
+        return len(wrapped.split("\n", allow_blank=True))
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         """With `height: auto`, the rows the text takes once wrapped to `width`."""
