@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rich.console import RenderableType
 from rich.text import Text
+from textual.geometry import Size
 
 from engine.lookup.base import CacheProbe
 from engine.lookup.describe import describe_probe
@@ -36,6 +38,7 @@ class PathPanel(TextPanel):
     """
 
     _shown: tuple[Highlight, tuple[CacheProbe, ...], Callable[[MemorySlot], str]] | None = None
+    _laid_out_for = Size(0, 0)  # the content size `content` was laid out for
 
     def show(
         self,
@@ -44,9 +47,16 @@ class PathPanel(TextPanel):
         name_of: Callable[[MemorySlot], str],
     ) -> None:
         self._shown = None if highlight is None else (highlight, caches, name_of)
-        self.refresh()
+        self._laid_out_for = self.content_size
+        self.show_content(self._lay_out())  # repaints the rows that change
 
-    def render(self) -> Text:
+    def render(self) -> RenderableType:
+        if self._laid_out_for != self.content_size:  # resized: laid out again
+            self._laid_out_for = self.content_size
+            self.content = self._lay_out()
+        return self.content
+
+    def _lay_out(self) -> Text:
         """The lookup laid out for the panel's size now (it wraps and elides by width)."""
         if self._shown is None:
             return Text("")
