@@ -96,25 +96,35 @@ def seeks(trace: Path, index: TraceIndex, count: int = 20) -> dict[str, float]:
     }
 
 
-async def sample_gaps(seconds: float) -> list[float]:
-    """The delays of a 10 ms asyncio sleeper over `seconds`, sorted."""
+async def sample_gaps(seconds: float) -> tuple[list[float], list[float]]:
+    """The delays of a 10 ms asyncio sleeper over `seconds`, and the CPU time this
+    thread spent in each of its intervals (what the loop ran then, whatever the
+    machine's load: on an idle core the delay is about that minus the 10 ms), sorted."""
     gaps: list[float] = []
-    last = time.perf_counter()
+    cpu: list[float] = []
+    last, last_cpu = time.perf_counter(), time.thread_time()
     end = last + seconds
     while last < end:
         await asyncio.sleep(TICK)
-        now = time.perf_counter()
+        now, now_cpu = time.perf_counter(), time.thread_time()
         gaps.append(now - last - TICK)
-        last = now
-    return sorted(gaps)
+        cpu.append(now_cpu - last_cpu)
+        last, last_cpu = now, now_cpu
+    return sorted(gaps), sorted(cpu)
 
 
-def gap_stats(gaps: list[float], suffix: str = "") -> dict[str, float]:
-    return {
+def gap_stats(
+    gaps: list[float], suffix: str = "", cpu: list[float] | None = None
+) -> dict[str, float]:
+    found = {
         f"gap_max_ms{suffix}": 1000 * gaps[-1],
         f"gap_p99_ms{suffix}": 1000 * gaps[int(len(gaps) * 0.99)],
         f"gap_median_ms{suffix}": 1000 * gaps[len(gaps) // 2],
     }
+    if cpu:
+        found[f"loop_cpu_p99_ms{suffix}"] = 1000 * cpu[int(len(cpu) * 0.99)]
+        found[f"loop_cpu_median_ms{suffix}"] = 1000 * cpu[len(cpu) // 2]
+    return found
 
 
 async def in_app(trace: Path, playing: bool, play: float) -> dict[str, float]:
@@ -143,7 +153,8 @@ async def in_app(trace: Path, playing: bool, play: float) -> dict[str, float]:
         after: dict[str, float] = {}
         if playing and play > 0:
             before, clock = screen.timeline.position, time.perf_counter()
-            after = gap_stats(await sample_gaps(play), "_after")
+            gaps_after, cpu_after = await sample_gaps(play)
+            after = gap_stats(gaps_after, "_after", cpu_after)
             moved = screen.timeline.position - before
             after["played_per_s"] = moved / (time.perf_counter() - clock)
     gaps.sort()
@@ -183,7 +194,8 @@ def main() -> None:
         make_trace(trace, args.lines)
         rows: dict[str, float] = {"lines": args.lines, "file_mb": trace.stat().st_size / 2**20}
         rows["summary_s"] = summary_seconds(trace)
-        rows["bare_gap_p99_ms"] = gap_stats(asyncio.run(sample_gaps(args.play)))["gap_p99_ms"]
+        bare, _ = asyncio.run(sample_gaps(args.play))
+        rows["bare_gap_p99_ms"] = gap_stats(bare)["gap_p99_ms"]
         for playing in (False, True):
             found = asyncio.run(in_app(trace, playing, args.play))
             if playing:

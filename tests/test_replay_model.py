@@ -24,7 +24,7 @@ from engine.replay.live import LiveTimeline
 from engine.replay.model import ReplayModel
 from engine.replay.records import LARGE, LEAF, MMIO, NONE, TABLE, classify, page_key
 from engine.replay.stream import EventAssembler, iter_positioned
-from engine.replay.views import mmio_rows, page_levels, spte_table, vcpu_rows
+from engine.replay.views import LevelRow, mmio_rows, page_levels, spte_table, vcpu_rows
 from engine.trace.reader import iter_events
 from tests.datafiles import FIXTURES, REALDATA
 
@@ -194,6 +194,18 @@ def make_event(op: tuple[Any, ...], gen: int, ts: float) -> Event:
     return events[0]
 
 
+def walked_levels(model: ReplayModel, newest: int) -> list[LevelRow]:
+    """page_levels the plain way: every page walked (the model's tallies must agree)."""
+    rows: dict[int | None, list[Any]] = {}
+    for page in reversed(model.pages.values()):
+        row = rows.setdefault(page.level, [0, 0, []])
+        row[0] += page.copies
+        row[1] += page.copies if model.is_obsolete(page) else 0
+        row[2] += [page] if len(row[2]) < newest else []
+    order = sorted(rows, key=lambda level: -1 if level is None else level, reverse=True)
+    return [LevelRow(lv, rows[lv][0], rows[lv][1], tuple(rows[lv][2])) for lv in order]
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(OPS, min_size=8, max_size=60))
 def test_the_model_tracks_pages_like_a_multiset_and_audits(ops: list[tuple[Any, ...]]) -> None:
@@ -230,6 +242,7 @@ def test_the_model_tracks_pages_like_a_multiset_and_audits(ops: list[tuple[Any, 
         assert {k: p.copies for k, p in model.pages.items()} == +pages
         assert {g: s.gen for g, s in model.mmio.items()} == mmio
         assert model.unknown_zaps == unknown
+        assert page_levels(model, 2) == walked_levels(model, 2)
     assert model.events == len(ops) == sum(model.totals().values())
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..events import Event
 from .index import Checkpoint, TraceIndex, open_for_index
-from .model import ReplayModel
+from .model import MODEL_EVENTS, ReplayModel
 from .stream import Positioned, iter_positioned
 
 TAIL = 40  # events a seek returns (the ones just before the new position, for the log)
@@ -32,11 +32,16 @@ class TraceCursor:
         self.model = ReplayModel()
         self.position = 0
         self.at_end = False
-        self._stream: Iterator[Positioned] = iter_positioned(self._handle)
+        self._stream: Iterator[Positioned] = self._read(0)
         self._next: Positioned | None = None
 
     def close(self) -> None:
         self._handle.close()
+
+    def _read(self, offset: int) -> Iterator[Positioned]:
+        """The events from `offset` on: the model's parsed at once, the others' fields
+        when first read (the log formats a few of them; most are only counted)."""
+        return iter_positioned(self._handle, offset, fields_for=MODEL_EVENTS, lazy=True)
 
     # -- what is known ------------------------------------------------------------------
 
@@ -134,7 +139,7 @@ class TraceCursor:
         else:
             self.model = ReplayModel.from_snapshot(checkpoint.state)
             self.position, offset = checkpoint.event, checkpoint.offset
-        old, self._stream = self._stream, iter_positioned(self._handle, offset)
+        old, self._stream = self._stream, self._read(offset)
         close = getattr(old, "close", None)
         if close is not None:
             close()  # the old generator reads the same handle: retire it first

@@ -63,6 +63,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from typing import TypeVar
 
 from ..events import Event, FieldValue
 from ..mmu.spte import MMIO_SPTE_GEN_MASK
@@ -89,8 +90,10 @@ from .records import (
     page_key,
 )
 
+K = TypeVar("K")
 _TABLES: tuple[str, ...] = ("pages", "by_gfn", "mmio", "tdp", "counts", "vcpus")
 _TABLES += ("exit_reasons", "tdp_pending", "tdp_pending_roots")
+_TABLES += ("level_copies", "level_epochs", "level_gens")
 _SCALARS = (
     *("events", "seq", "version", "mmu_valid_gen", "memslots_gen", "max_gen_seen"),
     *("flips", "flips_total", "created", "adopted", "zapped", "duplicate_creates"),
@@ -121,6 +124,11 @@ class ReplayModel:
         self.counts: dict[tuple[str, int, int], int] = {}
         self.vcpus: dict[int, VcpuCounts] = {}
         self.exit_reasons: dict[str, int] = {}
+        #: page copies per level, per (level, epoch) and per (level, gen): the pages panel
+        #: counts and tells obsolete ones from these, not by walking every page per frame
+        self.level_copies: dict[int | None, int] = {}
+        self.level_epochs: dict[tuple[int | None, int], int] = {}
+        self.level_gens: dict[tuple[int | None, int | None], int] = {}
         self.events = 0
         self.seq = 0
         self.version = 0  # bumped whenever something drawn changes
@@ -261,6 +269,7 @@ class ReplayModel:
             if created:
                 self.duplicate_creates += 1
                 self.pages[key] = replace(page, copies=page.copies + 1)
+                self._tally(page, 1)
             return created
         if not created:
             self.adopted += 1
@@ -307,6 +316,7 @@ class ReplayModel:
                 return False
             self.tdp_roots_replaced += 1
             self.pages[key] = replace(page, copies=page.copies - 1)
+            self._tally(page, -1)
             return True
         self._remove_copy(page, "")
         if there is not None:
@@ -314,10 +324,12 @@ class ReplayModel:
                 self.tdp_roots_replaced += 1
             else:
                 self.pages[there.key] = replace(there, copies=there.copies + 1)
+                self._tally(there, 1)
             return True
         self.seq += 1
         moved = replace(page, key=target, copies=1, seq=self.seq)
         self.pages[moved.key] = moved
+        self._tally(moved, 1)
         if moved.level is not None:
             where = (moved.gfn, moved.level)
             self.by_gfn[where] = (*self.by_gfn.get(where, ()), moved.key)
@@ -335,6 +347,7 @@ class ReplayModel:
         self.pages[key] = ReplayPage(
             key, level, bool(direct), access, self.seq, ts, 1, adopted, self.flips_total
         )
+        self._tally(self.pages[key], 1)
         if level is not None:
             self.by_gfn[key[0], level] = (*self.by_gfn.get((key[0], level), ()), key)
         if len(self.pages) > self.limits[0]:
@@ -342,8 +355,28 @@ class ReplayModel:
             self.evicted_pages += oldest.copies
             self._drop_page(oldest)
 
+    def _tally(self, page: ReplayPage, copies: int) -> None:
+        """`copies` more (or fewer) copies of `page` in the per-level counts."""
+        _bump(self.level_copies, page.level, copies)
+        _bump(self.level_epochs, (page.level, page.epoch), copies)
+        _bump(self.level_gens, (page.level, page.gen), copies)
+
+    def level_obsolete(self, level: int | None) -> int:
+        """Copies at `level` that `is_obsolete` (counted, not walked)."""
+        if self.flips_total:
+            current = self.level_epochs.get((level, self.flips_total), 0)
+            return self.level_copies.get(level, 0) - current
+        if self.mmu_valid_gen is None:
+            return 0
+        return sum(
+            n
+            for (lv, gen), n in self.level_gens.items()
+            if lv == level and gen is not None and gen != self.mmu_valid_gen
+        )
+
     def _drop_page(self, page: ReplayPage) -> None:
         del self.pages[page.key]
+        self._tally(page, -page.copies)
         if page.level is None:
             return
         where = (page.gfn, page.level)
@@ -356,6 +389,7 @@ class ReplayModel:
     def _remove_copy(self, page: ReplayPage, how: str) -> None:
         if page.copies > 1:
             self.pages[page.key] = replace(page, copies=page.copies - 1)
+            self._tally(page, -1)
         else:
             self._drop_page(page)
         self.last_change = ("vanished", f"{how}: {_page_words(page)}")
@@ -522,40 +556,19 @@ class ReplayModel:
     # -- invariants ---------------------------------------------------------------------
 
     def audit(self) -> None:
-        """Raise AssertionError when the model contradicts itself."""
-        max_pages, max_tdp, max_mmio = self.limits
-        assert len(self.pages) <= max_pages and len(self.tdp) <= max_tdp
-        assert len(self.mmio) <= max_mmio and len(self.flips) <= MAX_FLIPS
-        copies = 0
-        for key, page in self.pages.items():
-            assert page.key == key and page.copies >= 1 and 0 < page.seq <= self.seq, page
-            assert 0 <= page.epoch <= self.flips_total, page
-            copies += page.copies
-        live = self.created + self.adopted - self.zapped - self.tdp_freed - self.evicted_pages
-        live -= self.tdp_roots_replaced + self.tdp_unlinked
-        assert copies == live, (copies, live)
-        indexed = [key for keys in self.by_gfn.values() for key in keys]
-        assert len(indexed) == len(set(indexed)), "a page indexed twice"
-        assert set(indexed) == {k for k, p in self.pages.items() if p.level is not None}
-        for (gfn, level), keys in self.by_gfn.items():
-            assert keys and all(
-                self.pages[k].gfn == gfn and self.pages[k].level == level for k in keys
-            )
-        for (as_id, level, gfn), tdp in self.tdp.items():
-            assert tdp.kind != NONE and tdp.kind == classify(tdp.spte, level), (gfn, tdp)
-            assert gfn % gfns_per_spte(level) == 0 and as_id >= 0, (as_id, level, gfn)
-        for gfn, spte in self.mmio.items():
-            assert spte.gfn == gfn and 0 <= spte.gen <= MMIO_SPTE_GEN_MASK
-            assert 0 <= spte.epoch <= self.flips_total
-        assert sum(self.counts.values()) == self.events
-        assert len(self.counts) <= MAX_COUNT_KEYS + len({k[0] for k in self.counts})
-        totals = self.totals()
-        for name, attr in (("kvm_exit", "exits"), ("kvm_entry", "entries")):
-            per_vcpu = sum(getattr(v, attr) for v in self.vcpus.values())
-            assert per_vcpu <= totals.get(name, 0), (name, per_vcpu)
-        assert self.flips_total >= len(self.flips)
-        if self.flips:
-            assert self.mmu_valid_gen is not None
+        """Raise AssertionError when the model contradicts itself (engine.replay.audit)."""
+        from .audit import audit_model
+
+        audit_model(self)
+
+
+def _bump(table: dict[K, int], key: K, by: int) -> None:
+    """table[key] += by, the key gone at 0 (snapshots stay small)."""
+    left = table.get(key, 0) + by
+    if left:
+        table[key] = left
+    else:
+        del table[key]
 
 
 def _is_tdp_root(gfn: int, level: int | None) -> bool:

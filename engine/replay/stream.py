@@ -12,7 +12,8 @@ case the event it belongs to started a line earlier, or the line is skipped; so 
 event's first line on, a fresh reader and the continuing one agree.
 
 `fields_for` lets a pass that only needs some events' fields (the timeline index) skip
-parsing the printk of the others: they come out with no fields.  Files are read as bytes
+parsing the printk of the others: they come out with no fields, or (`lazy`, the replay
+cursor) with fields parsed when first read.  Files are read as bytes
 (for exact offsets) and split at ``\\n`` only; a lone ``\\r`` does not end a line here.
 """
 
@@ -39,8 +40,9 @@ class EventAssembler:
     """`iter_events`' loop as an object: `feed` lines one by one (live tails need this),
     `flush` at the end (or when no line came for a while)."""
 
-    def __init__(self, fields_for: frozenset[str] | None = None) -> None:
+    def __init__(self, fields_for: frozenset[str] | None = None, *, lazy: bool = False) -> None:
         self.fields_for = fields_for
+        self.lazy = lazy  # the others' fields parsed when read (LazyFields), not left empty
         self._held: Positioned | None = None  # parsed, not handed out yet
         self._before: str | None = None  # the line before, if a wrap may continue it
         self._before_offset = 0
@@ -53,8 +55,8 @@ class EventAssembler:
         if m is None:
             return None
         name = m["event"]
-        if name in self.fields_for:
-            return event_of(m)
+        if name in self.fields_for or self.lazy:
+            return event_of(m, lazy=name not in self.fields_for)
         return Event(
             name,
             {},
@@ -86,11 +88,17 @@ class EventAssembler:
 
 
 def iter_positioned(
-    handle: BinaryIO, start: int = 0, *, fields_for: frozenset[str] | None = None
+    handle: BinaryIO,
+    start: int = 0,
+    *,
+    fields_for: frozenset[str] | None = None,
+    lazy: bool = False,
 ) -> Iterator[Positioned]:
-    """The events of a binary trace file from byte `start` (an event's first line, or 0)."""
+    """The events of a binary trace file from byte `start` (an event's first line, or 0);
+    with `fields_for`, only those events' fields are parsed now, the others' never or,
+    with `lazy`, when first read."""
     handle.seek(start)
-    assembler = EventAssembler(fields_for)
+    assembler = EventAssembler(fields_for, lazy=lazy)
     offset = start
     feed = assembler.feed
     for raw in handle:

@@ -38,20 +38,22 @@ class SpteTable:
 
 def page_levels(model: ReplayModel, newest: int = 8) -> list[LevelRow]:
     """Per level (highest first, unknown last): how many pages, how many obsolete, and
-    the `newest` latest to appear."""
-    count: dict[int | None, int] = {}
-    obsolete: dict[int | None, int] = {}
-    latest: dict[int | None, list[ReplayPage]] = {}
+    the `newest` latest to appear.  The counts are the model's own tallies; only the
+    newest pages are looked for, from the newest on, until each level has its share."""
+    count = model.level_copies
+    latest: dict[int | None, list[ReplayPage]] = {level: [] for level in count}
+    wanted = {level: min(newest, copies) for level, copies in count.items()}
+    missing = sum(wanted.values())
     for page in reversed(model.pages.values()):  # newest first (dicts keep insertion order)
-        level = page.level
-        count[level] = count.get(level, 0) + page.copies
-        if model.is_obsolete(page):
-            obsolete[level] = obsolete.get(level, 0) + page.copies
-        shown = latest.setdefault(level, [])
+        if not missing:
+            break
+        shown = latest[page.level]
         if len(shown) < newest:
             shown.append(page)
+            if len(shown) <= wanted[page.level]:
+                missing -= 1
     order = sorted(count, key=lambda level: -1 if level is None else level, reverse=True)
-    return [LevelRow(lv, count[lv], obsolete.get(lv, 0), tuple(latest[lv])) for lv in order]
+    return [LevelRow(lv, count[lv], model.level_obsolete(lv), tuple(latest[lv])) for lv in order]
 
 
 def spte_table(model: ReplayModel, key: TdpKey | None = None) -> SpteTable | None:

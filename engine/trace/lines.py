@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ..events import Event
+from ..events import Event, FieldValue
 from .tracepoints import CURRENT, TRACEPOINTS
 
 FTRACE = "ftrace"
@@ -97,13 +98,14 @@ def parse_line(line: str, *, variant: str | None = None) -> Event | None:
     return event_of(m, variant=variant)
 
 
-def event_of(m: re.Match[str], *, variant: str | None = None) -> Event:
-    """The event of a `_LINE_RE` match of a whole line (`parse_line` without the match)."""
+def event_of(m: re.Match[str], *, variant: str | None = None, lazy: bool = False) -> Event:
+    """The event of a `_LINE_RE` match of a whole line (`parse_line` without the match);
+    with `lazy`, its printk is parsed only when a field is first read (`LazyFields`)."""
     text = m["text"].lstrip(" ")  # one space, or trace-cmd's name padding
     name = m["event"]
-    tracepoint = TRACEPOINTS.get(name)
-    found = None if tracepoint is None else tracepoint.try_match(text, variant)
-    fields = found[1] if found is not None else {TEXT: text.rstrip()}
+    fields: Mapping[str, FieldValue] = (
+        LazyFields(name, text, variant) if lazy else printk_fields(name, text, variant)
+    )
     return Event(
         name,
         fields,
@@ -112,6 +114,41 @@ def event_of(m: re.Match[str], *, variant: str | None = None) -> Event:
         pid=int(m["pid"]),
         comm=m["comm"].strip(),
     )
+
+
+def printk_fields(name: str, text: str, variant: str | None = None) -> dict[str, FieldValue]:
+    """The fields of event `name`'s printk `text`: its tracepoint's, or the raw text."""
+    tracepoint = TRACEPOINTS.get(name)
+    found = None if tracepoint is None else tracepoint.try_match(text, variant)
+    return found[1] if found is not None else {TEXT: text.rstrip()}
+
+
+class LazyFields(Mapping[str, FieldValue]):
+    """An event's fields, parsed from its printk text when first read: a replay reads
+    the fields of the events its model applies, and of the few its log shows."""
+
+    __slots__ = ("_fields", "_name", "_text", "_variant")
+
+    def __init__(self, name: str, text: str, variant: str | None = None) -> None:
+        self._name, self._text, self._variant = name, text, variant
+        self._fields: dict[str, FieldValue] | None = None
+
+    def _parsed(self) -> dict[str, FieldValue]:
+        if self._fields is None:
+            self._fields = printk_fields(self._name, self._text, self._variant)
+        return self._fields
+
+    def __getitem__(self, key: str) -> FieldValue:
+        return self._parsed()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._parsed())
+
+    def __len__(self) -> int:
+        return len(self._parsed())
+
+    def __repr__(self) -> str:
+        return repr(self._parsed())
 
 
 def parse_trace(text: str, *, variant: str | None = None) -> tuple[list[Event], int, int]:

@@ -28,7 +28,6 @@ from engine.replay.filters import EventFilter, parse_ids
 from engine.replay.index import TraceIndex
 from engine.replay.live import LiveTimeline
 from engine.replay.seek import SeekTarget, parse_seek
-from engine.replay.views import page_levels, spte_table
 from engine.words import count
 
 from ..widgets.replay_panels import (
@@ -37,22 +36,21 @@ from ..widgets.replay_panels import (
     ReplayState,
     SpteGrid,
     TimelineBar,
-    seconds,
 )
-from .base import PlayerScreen
 from .replay_dialogs import CpuDialog, GotoDialog, PidDialog, ids_text
+from .replay_drawing import ReplayDrawing, Timeline
 from .replay_sources import index_trace, tail_pipe
 
-Timeline = TraceCursor | LiveTimeline
 REPLAY_SPEED = 100.0  # events a second to start with
 MAX_PER_FRAME = 1000  # events replayed in one frame at most (the Pacer caps at 10000/s)
 FRAME_BUDGET = 0.006  # seconds of parsing a frame may spend (the rest waits a frame)
 NEXT_CHANGE_LIMIT = 200_000  # events `n` reads looking for a change
-REDRAW_EVERY = 0.1  # seconds between redraws of the model's panels while playing
 SEEK_STEP = 0.10  # [ and ]: a tenth of the trace's time
 
 
-class ReplayScreen(PlayerScreen):
+class ReplayScreen(ReplayDrawing):
+    FRAME = 1 / 60  # seconds between frames: ~170 events a frame at 10,000 events/s
+
     BINDINGS = [
         Binding("space", "play_pause", "Play/Pause", tooltip="Play the trace (live: follow it)"),
         Binding("s", "step", "Step", tooltip="Replay one event"),
@@ -112,18 +110,11 @@ class ReplayScreen(PlayerScreen):
         trace: Path | None = None,
         pipe: Path | None = None,
     ) -> None:
-        super().__init__(pacer)
-        self.timeline: Timeline = timeline
-        self.source = source
+        super().__init__(timeline, pacer, source)
         self.trace = trace
         self.pipe = pipe
-        self.filters = EventFilter()
-        self._drawn: tuple[int, int, int] | None = None  # (model id, version, width)
-        self._drawn_at = 0.0
         self._index_started = 0.0
         self._scanned = False  # the index's scan is done (and was announced)
-        #: a seek beyond the checkpoints, done once they reach it
-        self.pending: SeekTarget | None = None
 
     @classmethod
     def for_trace(cls, path: Path, pacer: Pacer) -> ReplayScreen:
@@ -292,13 +283,6 @@ class ReplayScreen(PlayerScreen):
 
     # -- seeking ----------------------------------------------------------------------
 
-    def _times(self) -> tuple[float, float]:
-        """(first timestamp, the span known) of the trace."""
-        first, last = self.timeline.first_ts, self.timeline.last_ts
-        if first is None or last is None:
-            return 0.0, 0.0
-        return first, max(0.0, last - first)
-
     def seek_time(self, ts: float) -> None:
         self.pause()
         first, span = self._times()
@@ -413,68 +397,6 @@ class ReplayScreen(PlayerScreen):
         panel.counters.totals = self.timeline.model.totals(filters.cpus, filters.pids)
         panel.show_counters()
         self.redraw(force=True)
-
-    # -- drawing ----------------------------------------------------------------------
-
-    def show_state(self) -> None:
-        self.redraw(force=True)
-
-    def show_timeline(self) -> None:
-        timeline = self.timeline
-        first, span = self._times()
-        now = timeline.model.last_ts
-        elapsed = now - first if now is not None and timeline.position else 0.0
-        elapsed = max(0.0, min(elapsed, span))
-        if timeline.live:
-            state = "● live" if self.pacer.playing else "⏸ live"
-            complete = True
-        else:
-            state = "▶" if self.pacer.playing else "⏸"
-            complete = timeline.scanned or timeline.at_end
-        following = timeline.live and self.pacer.playing
-        speed = "following" if following else f"{self.pacer.speed:g}/s"
-        target = self.pending
-        if target is not None:  # a seek waiting for the checkpoints
-            where = f"#{target.event:,}" if target.event is not None else ""
-            where = where or f"{seconds((target.ts or first) - first)} s"
-            speed = f"seeking {where}…"
-        self.query_one(TimelineBar).show(
-            state=state,
-            elapsed=elapsed,
-            span=span,
-            position=timeline.position,
-            total=timeline.total,
-            complete=complete,
-            speed=speed,
-            filters=self.filters,
-            earliest=timeline.earliest,
-        )
-
-    def redraw(self, force: bool = False) -> None:
-        """The timeline every time; the model's panels when the model changed (while
-        playing, at most every REDRAW_EVERY seconds: the next frames catch up)."""
-        self.show_timeline()
-        model = self.timeline.model
-        key = (id(model), model.version, self.size.width)
-        now = time.monotonic()
-        if not force and key == self._drawn:
-            return
-        if not force and self.pacer.playing and now - self._drawn_at < REDRAW_EVERY:
-            return
-        self._drawn, self._drawn_at = key, now
-        pages = self.query_one(ReplayPages)
-        gen = "?" if model.mmu_valid_gen is None else model.mmu_valid_gen
-        pages.border_title = f"shadow pages by level · mmu_valid_gen {gen}"
-        pages.show(page_levels(model), model)
-        self.query_one(SpteGrid).show(spte_table(model))
-        self.query_one(ReplayState).show(model, self._times()[0] if model.events else None)
-        self._update_header()
-
-    def _update_header(self) -> None:
-        kind = "live" if self.timeline.live else "replay"
-        self.title = f"mmuscope · {kind} · {self.source}"
-        _, span = self._times()
-        self.sub_title = f"{count(self.timeline.total, 'event')} over {seconds(span)} s"
 
     # -- export -----------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ touches a widget."""
 
 from __future__ import annotations
 
+import gc
 import sys
 import time
 from collections.abc import Callable
@@ -23,6 +24,14 @@ LIVE_BATCH = 0.05  # seconds the live reader gathers events before handing them 
 INDEX_SWITCH_INTERVAL = 0.001
 
 
+# FREEZE.  The checkpoints' snapshots are the biggest long-lived heap the app has (up to
+# SNAPSHOT_BUDGET dict entries, each a dataclass): every full collection walked them, a
+# 30 ms pause in the app's thread while it played.  `gc.freeze()` moves what is alive
+# to the permanent generation, as the app does after its first frame (tui/app.py):
+# frozen objects are still freed by reference counting (a thinned-out snapshot holds
+# no cycle), only cyclic garbage alive at that moment waits for the app's unfreeze.
+
+
 def index_trace(
     path: Path,
     index: TraceIndex,
@@ -33,9 +42,13 @@ def index_trace(
     every PROGRESS_EVERY seconds, at the scan's end and at the end."""
     posted = 0.0
     scanned = False
+    kept = 0
 
     def progress(_: TraceIndex) -> None:
-        nonlocal posted, scanned
+        nonlocal posted, scanned, kept
+        if len(index.checkpoints) != kept or index.done:
+            kept = len(index.checkpoints)
+            gc.freeze()  # new checkpoints: out of the collector's way (see FREEZE)
         now = time.monotonic()
         turn = index.scan.done and not scanned
         if index.done or turn or now - posted >= PROGRESS_EVERY:

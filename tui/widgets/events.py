@@ -22,16 +22,14 @@ from typing import NamedTuple
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal
-from textual.geometry import Size
 from textual.markup import escape
-from textual.reactive import Reactive
-from textual.widgets import Log
 
 from engine.events import Event
 from engine.stats import CounterRow, EventCounters
 from engine.trace import VARIANTS, TracepointError, format_line
 from engine.trace.lines import TRACE_CMD
 
+from .event_log import EventLog
 from .panel import TextPanel
 
 #: events the model emits that no kernel has a tracepoint for: marked `*` wherever shown
@@ -108,23 +106,6 @@ def event_rows(entry: LogEntry, width: int, t0: float = 0.0) -> list[str]:
     last = rows[-1].removesuffix(glued).rstrip()
     rows[-1] = last + tail.rjust(width - len(last))
     return rows
-
-
-class EventLog(Log):
-    DEFAULT_CSS = """
-    EventLog { width: 1fr; border: round $panel; border-title-color: $text-muted;
-        scrollbar-gutter: stable; overflow-x: hidden; }
-    EventLog:focus { border: round $primary; }
-    """
-
-    #: A log that grows changes its own scroll range only: `Widget.virtual_size` asks the
-    #: screen for a layout of every widget on each write (the frame's biggest cost at 512
-    #: slots); here it repaints and updates the scrollbar (a scrollbar that appears or
-    #: goes still asks for the layout, `show_vertical_scrollbar`).
-    virtual_size: Reactive[Size] = Reactive(Size(0, 0), layout=False)
-
-    def watch_virtual_size(self, size: Size) -> None:
-        self._scroll_update(size)
 
 
 def counters_table(rows: list[CounterRow], width: int = 48) -> Text:

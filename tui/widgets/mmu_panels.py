@@ -73,9 +73,19 @@ class MmuDrawing(Widget):
         super().__init__(id=id)
         self.content = Text()
         self._wrapped = WrapCache()
+        self._styles: dict[str, Style] = {}
 
     def style_of(self, component: str) -> Style:
-        return self.get_component_rich_style(f"mmu--{component}")
+        """The component's style, kept until the CSS changes (Textual forgets its own on
+        every refresh, and finding it again walks the DOM: ~0.3 ms a call)."""
+        style = self._styles.get(component)
+        if style is None:
+            style = self._styles[component] = self.get_component_rich_style(f"mmu--{component}")
+        return style
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._styles = {}
 
     def render(self) -> Text:
         if not self.WRAP:
@@ -83,6 +93,9 @@ class MmuDrawing(Widget):
         return self._wrapped.wrap(self.content, self.content_size.width)
 
     def show_text(self, text: Text) -> None:
+        """Draw `text`; nothing to repaint when it is what is drawn already."""
+        if text == self.content:
+            return
         self.content = text
         self.refresh()
 

@@ -1,0 +1,115 @@
+"""The event log's widget: a line-API list of the last `max_lines` rows, drawn one
+visible row at a time (`render_line`), so that appending costs the rows appended and
+never lays the screen out again.
+
+Why not Textual's `Log`: each `write_lines` changes its `virtual_size` (a reactive
+that lays the whole screen out: 10-25 ms a time with the replay screen's panels), starts
+a thread worker to measure the new lines' width, and prunes with a list `del` and a
+rebuilt cache.  Here the rows are cut to the log's width by the panel (`event_rows`
+wraps them), so the width is the widget's, the rows sit in a bounded deque, and the
+scroll range follows the row count without a layout (the vertical scrollbar is always
+shown, so no layout is needed to show it).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Iterable
+
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.selection import Selection
+from textual.strip import Strip
+from textual.widget import Widget
+
+_CONTROL = re.compile("[\u0000-\u0014]")  # as Log: control codes are drawn as U+FFFD
+
+
+class EventLog(ScrollView, can_focus=True):
+    """The last `max_lines` rows of the event log, the newest at the bottom."""
+
+    ALLOW_SELECT = True
+    DEFAULT_CSS = """
+    EventLog { background: $surface; color: $text; overflow: scroll;
+        &:focus { background-tint: $foreground 5%; } }
+    EventLog { width: 1fr; border: round $panel; border-title-color: $text-muted;
+        scrollbar-gutter: stable; overflow-x: hidden; }
+    EventLog:focus { border: round $primary; }
+    """
+
+    def __init__(
+        self, *, max_lines: int = 1000, auto_scroll: bool = True, id: str | None = None
+    ) -> None:
+        super().__init__(id=id)
+        self.max_lines = max_lines
+        self.auto_scroll = auto_scroll
+        self._rows: deque[str] = deque(maxlen=max_lines)
+
+    @property
+    def allow_select(self) -> bool:
+        return True
+
+    @property
+    def lines(self) -> list[str]:
+        """The rows kept, oldest first (a copy)."""
+        return list(self._rows)
+
+    @property
+    def line_count(self) -> int:
+        return len(self._rows)
+
+    def write_lines(self, lines: Iterable[str]) -> None:
+        """Append rows (the oldest beyond `max_lines` drop out); follow the end if the
+        view was at the end."""
+        at_end = self.is_vertical_scroll_end
+        self._rows.extend(_CONTROL.sub("\ufffd", line.expandtabs()) for line in lines)
+        self._resized()
+        if self.auto_scroll and at_end and not self.is_vertical_scrollbar_grabbed:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+        self.refresh()
+
+    def clear(self) -> None:
+        self._rows.clear()
+        self._resized()
+        self.refresh()
+
+    def _resized(self) -> None:
+        """The scroll range for the rows now, without a layout (as Widget._size_updated
+        does when told not to lay out)."""
+        size = Size(self.scrollable_content_region.width, len(self._rows))
+        if size != self.virtual_size:
+            self.set_reactive(Widget.virtual_size, size)
+            self._scroll_update(size)
+
+    def render_line(self, y: int) -> Strip:
+        row = round(self.scroll_offset.y) + y
+        width = self.size.width
+        style = self.rich_style
+        if not 0 <= row < len(self._rows):
+            return Strip.blank(width, style)
+        text = self._rows[row]
+        selection = self.text_selection
+        if selection is None:
+            strip = Strip([Segment(text, style)])
+        else:
+            strip = self._selected(text, row, style, selection)
+        return strip.crop_extend(0, width, style).apply_offsets(0, row)
+
+    def _selected(self, text: str, row: int, style: Style, selection: Selection) -> Strip:
+        line = Text(text, no_wrap=True, style=style)
+        span = selection.get_span(row)
+        if span is not None:
+            start, end = span
+            selected = self.screen.get_component_rich_style("screen--selection")
+            line.stylize(selected, start, len(text) if end == -1 else end)
+        return Strip(line.render(self.app.console))
+
+    def get_selection(self, selection: Selection) -> tuple[str, str] | None:
+        return selection.extract("\n".join(self._rows)), "\n"
+
+    def selection_updated(self, selection: Selection | None) -> None:
+        self.refresh()
