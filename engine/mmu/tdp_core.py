@@ -185,12 +185,13 @@ class TdpMmuCore:
                 race(it)
             finally:
                 self.race = race
-        current = it.pt.spt[it.index]
+        spt, index = it.pt.spt, it.index
+        current = spt[index]
         if current != it.old_spte:
             it.old_spte = current
             self.stat["lost_races"] += 1
             return EBUSY
-        it.pt.spt[it.index] = new_spte
+        spt[index] = new_spte
         return 0
 
     def tdp_mmu_set_spte_atomic(self, it: TdpIter, new_spte: int) -> int:

@@ -27,6 +27,7 @@ No rmap is kept: the TDP MMU finds a gfn's sptes by walking the roots.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 from ..constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY, KVM_MR_FLAGS_ONLY
 from ..errors import AuditError
@@ -80,6 +81,8 @@ class TdpMmu(TdpHuge):
         super().__init__(vm, cfg, params, emit)
         self.roots: dict[int, TdpMmuPage] = {}
         self._vcpu_gfn_to_memslot = VcpuMemslotCache(vm).lookup
+        #: root seq -> 2M region -> the iterator's pt_path when a fault reached its goal
+        self._walks: dict[int, dict[int, list[TdpMmuPage | None]]] = {}
         self._nx = self.params.nx_huge_page_workaround_enabled  # is_nx_huge_page_enabled()
         self.levels = MappingLevels(self.params.host_level, self._nx)
         self._leaf_bits: dict[tuple[int, bool, int], tuple[int, int]] = {}
@@ -209,6 +212,7 @@ class TdpMmu(TdpHuge):
         nx, goal = self._nx, fault.goal_level
         it = TdpIter(self.pages.by_pa, root, PG_LEVEL_4K, fault.gfn)
         if not nx:  # nothing to adjust on the way: down through the tables there are
+            self._resume_walk(it, root, goal)
             it.step_down_through_tables(goal)
         while True:
             old, level = it.old_spte, it.level
@@ -218,6 +222,9 @@ class TdpMmu(TdpHuge):
             if old == REMOVED_SPTE:
                 return RetPf.RETRY  # frozen by another thread: let the vCPU fault again
             if level == goal:
+                if not nx and level < it.root_level:
+                    path = cast("list[TdpMmuPage | None]", it.pt_path[:])  # a TDP root's
+                    self._walks.setdefault(root.seq, {})[fault.gfn >> 9] = path
                 return self.tdp_mmu_map_handle_target_level(fault, it)
             if not (old & SPTE_MMU_PRESENT_MASK and not old & PT_PAGE_SIZE_MASK):
                 sp = self.tdp_mmu_init_child_sp(it)
@@ -233,6 +240,26 @@ class TdpMmu(TdpHuge):
                     self.track_possible_nx_huge_page(sp)
             if not it.try_step_down():
                 return RetPf.RETRY  # the walk ended above the goal level
+
+    def _resume_walk(self, it: TdpIter, root: TdpMmuPage, goal: int) -> None:
+        """Start the fault's walk at the deepest table an earlier fault's walk of this root
+        and 2M region reached, not below the goal level, while that table is linked (not
+        RCU pending): tables never move, and unlinking one unlinks all below it, so the
+        steps down reach it again.  Model-only (a memo; the direct MMU's `_l1_hint`)."""
+        walks = self._walks.get(root.seq)
+        path = walks.get(it.next_last_level_gfn >> 9) if walks is not None else None
+        if path is None:
+            if walks is None and len(self._walks) > len(self.pages.tdp_mmu_roots):
+                live = {r.seq for r in self.pages.tdp_mmu_roots}  # freed roots' memos go
+                self._walks = {seq: w for seq, w in self._walks.items() if seq in live}
+            return
+        level = goal if goal > PG_LEVEL_4K else PG_LEVEL_4K
+        pt = path[level - 1]
+        while pt is None and level < it.root_level:
+            level += 1
+            pt = path[level - 1]
+        if pt is not None and pt.rcu_queued_ns < 0 and level < it.root_level:
+            it.start_at(pt, path)
 
     def tdp_mmu_map_handle_target_level(self, fault: KvmPageFault, it: TdpIter) -> RetPf:
         slot = fault.slot
