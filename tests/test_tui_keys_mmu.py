@@ -8,8 +8,9 @@ from pathlib import Path
 
 from textual.pilot import Pilot
 
+from engine.mmu.mapping_level import MappingLevels
 from engine.mmu.mmu_pages import BATCH_ZAP_PAGES
-from engine.mmu.session import MMU_WORKLOADS, MmuSession
+from engine.mmu.session import MMU_WORKLOADS, MmuAccess, MmuSession
 from engine.mmu.shadow_session import SHADOW_WORKLOADS, ShadowSession
 from engine.mmu.spte import REMOVED_SPTE, SPTE_CONFIGS
 from engine.mmu.tdp_session import TDP_WORKLOADS, TdpSession
@@ -314,3 +315,44 @@ async def test_shadow_paging_shows_an_unsync_page_and_its_sync(tmp_path: Path) -
                 break
         assert "kvm_mmu_sync_page ×" in str(mmu.query_one(LookupBar).content)
         assert session.mmu.stat["synced_pages"] > 0
+
+
+async def test_direct_pages_show_prefetch_levels_and_nx_splits(tmp_path: Path) -> None:
+    """Issue 15 on the screen: with direct pages (tdp_mmu=N) a fault's prefetched
+    neighbours are □ (A clear), the counters give the level and the kernel's reason,
+    `B` changes the host backing and `X` turns nx_huge_pages on (a fetch splits)."""
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f2")
+        mmu = shadow(app)
+        await pilot.press("p")  # EPT, direct pages
+        session = mmu.session
+        assert isinstance(session, MmuSession) and session.mmu.pte_prefetch
+        await pilot.press("H")  # 4K leaves only: every RAM fault prefetches
+        mmu.action_next_result("FIXED")
+        await pilot.pause()
+        counters = str(mmu.query_one(MmuCounters).content)
+        assert "prefetched (A clear)" in counters and "level (why)" in counters
+        assert "4K: huge pages off" in counters
+        mmu.action_select(10)  # the last level: the 4K page with the fault's leaf
+        await pilot.pause()
+        assert "□" in str(mmu.query_one(SptGrid).content)
+        await pilot.press("H", "B")  # huge pages back, the host in hugetlbfs 1G pages
+        assert isinstance(mmu.session, MmuSession)
+        assert mmu.session.mmu.params.host_level == 3 and mmu.session.mmu.levels.host_level == 3
+        await pilot.press("X")
+        session = mmu.session
+        assert isinstance(session, MmuSession) and session.mmu.nx
+        mmu._run_until(lambda step: bool(getattr(step.access, "fetch", False)))
+        await pilot.pause()
+        counters = str(mmu.query_one(MmuCounters).content)
+        assert "nx_huge_pages=on" in counters
+        assert mmu.last is not None and isinstance(mmu.last.access, MmuAccess)
+        gfn = mmu.last.access.gpa >> 12
+        slot = session.vm.memslot_set(0).gfn_tree.search(gfn)
+        huge, _ = MappingLevels(3, nx_huge_pages=False).why(slot, gfn)  # without the mitigation
+        if huge > 1:
+            assert (
+                "4K: NX huge page (fetch" in counters and session.mmu.pages.stat["nx_lpage_splits"]
+            )
+        session.audit()

@@ -162,32 +162,33 @@ class MappingLevels:
         max_level: int = KVM_MAX_HUGEPAGE_LEVEL,
         nx_split: bool = False,
     ) -> tuple[int, str]:
-        """The level a fault on `gfn` maps at and the kernel's reason, for the screens;
-        `nx_split`: the table at that level was made for a disallowed NX huge page."""
+        """The level a fault on `gfn` maps at and the kernel's reason in a few words (a
+        counter panel's line), for the screens; `nx_split`: the table at that level was
+        made for a disallowed NX huge page."""
         if slot is None:
-            return PG_LEVEL_4K, "no memslot: MMIO spte at 4K"
+            return PG_LEVEL_4K, "4K: no memslot (MMIO)"
         if max_level == PG_LEVEL_4K:
-            return PG_LEVEL_4K, "4K: huge pages off (max_level 4K)"
+            return PG_LEVEL_4K, "4K: huge pages off"
         if slot.dirty_logging:
-            return PG_LEVEL_4K, "4K: the slot logs dirty pages (kvm_slot_dirty_track_enabled)"
+            return PG_LEVEL_4K, "4K: dirty logging"
         level = min(max_level, KVM_MAX_HUGEPAGE_LEVEL)
         capped = ""
         while level > PG_LEVEL_4K and not self.lpage_allowed(slot, gfn, level):
             size, ugfn = LEVEL_NAMES[level], slot.userspace_addr >> PAGE_SHIFT
-            capped = (
-                f"the slot's gfn and host address are not {size}-aligned alike (disallow_lpage)"
+            capped = (  # lpage_info's disallow_lpage
+                f"gfn/hva not {size}-aligned alike"
                 if (slot.base_gfn ^ ugfn) & (kvm_pages_per_hpage(level) - 1)
-                else f"the {size} range is not all in the slot (disallow_lpage)"
+                else f"{size} range not all in slot"
             )
             level -= 1
         host = self.host_pfn_mapping_level(slot, gfn)
         if level > host:
             level = host
-            capped = f"the host maps it with {LEVEL_NAMES[host]} pages (host_pfn_mapping_level)"
+            capped = f"host {LEVEL_NAMES[host]} pages"  # host_pfn_mapping_level()
         name = LEVEL_NAMES[level]
         if level > PG_LEVEL_4K and exec_ and self.nx:
-            return PG_LEVEL_4K, f"4K: NX huge page disallowed (fetch; req_level {name})"
+            return PG_LEVEL_4K, f"4K: NX huge page (fetch, req {name})"
         if level > PG_LEVEL_4K and nx_split:
             lower = LEVEL_NAMES[level - 1]
-            return level - 1, f"{lower}: an NX-split table is there (disallowed_hugepage_adjust)"
-        return level, f"{name}: {capped or 'the slot and the host allow it'}"
+            return level - 1, f"{lower}: NX-split table below"  # disallowed_hugepage_adjust
+        return level, f"{name}: {capped or 'slot and host allow'}"

@@ -20,9 +20,10 @@ from .spte import (
     is_mmio_spte,
 )
 
-# spte states, one colour each on screen
-NONE, NONLEAF, LEAF, LARGE_LEAF, MMIO, MMIO_STALE, FROZEN = (
-    "none", "nonleaf", "leaf", "large", "mmio", "mmio-stale", "frozen"
+# spte states, one colour each on screen; UNACCESSED: a leaf whose Accessed bit is clear
+# (a prefetch, `make_spte(prefetch=true)`, the guest has not touched since)
+NONE, NONLEAF, LEAF, LARGE_LEAF, MMIO, MMIO_STALE, FROZEN, UNACCESSED = (
+    "none", "nonleaf", "leaf", "large", "mmio", "mmio-stale", "frozen", "unaccessed"
 )  # fmt: skip
 PT_PAGE_SIZE_MASK = 1 << 7
 
@@ -83,6 +84,9 @@ def _cell(
         return SpteCell(index, state, spte, get_mmio_spte_generation(spte))
     if pages.child_at(sp, index) is not None:
         return SpteCell(index, NONLEAF, spte, None)
+    accessed = cfg.shadow_accessed_mask
+    if accessed and not sp.role.ad_disabled and not spte & accessed:
+        return SpteCell(index, UNACCESSED, spte, None)
     return SpteCell(index, LARGE_LEAF if spte & PT_PAGE_SIZE_MASK else LEAF, spte, None)
 
 

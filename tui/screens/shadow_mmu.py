@@ -53,6 +53,12 @@ class ShadowMmuScreen(ZapReplay, PagingModes, GuestActions, PlayerScreen):
         Binding("H", "toggle_huge_pages", "Huge pages", show=False,
                 tooltip="EPT: 2M leaves where the slot allows, or 4K only (as while "
                 "dirty logging)"),
+        Binding("B", "next_host_pages", "Host pages", show=False,
+                tooltip="EPT: the host backs guest memory with THP 2M, hugetlbfs 1G or 4K "
+                "pages (host_pfn_mapping_level)"),
+        Binding("X", "toggle_nx_huge_pages", "NX huge pages", show=False,
+                tooltip="EPT: kvm.nx_huge_pages on or off: a fetch splits a huge page, "
+                "the recovery worker rejoins it"),
         Binding("V", "toggle_vtlb", "vtlb", show=False,
                 tooltip="Shadow paging: the 16-entry vtlb of seed 000 on or off"),
         Binding("z", "fast_zap", "Fast zap", tooltip="kvm_mmu_zap_all_fast: new generation"),
@@ -72,6 +78,8 @@ class ShadowMmuScreen(ZapReplay, PagingModes, GuestActions, PlayerScreen):
         self.paging = {"tdp": 0, "ept": 1}.get(session.paging, 2)
         self.vtlb = True
         self.huge_pages = True
+        self.host_level = 2  # THP 2M, as TdpMmuParams
+        self.nx_huge_pages = False  # nx_huge_pages=auto on a CPU without ITLB multihit
         self.reach: list[RootReach] = []
         self._reach_at = -REACH_SECONDS
         self._reach_key: object = None

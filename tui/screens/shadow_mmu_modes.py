@@ -1,8 +1,10 @@
 """The shadow-MMU screen's paging modes (`p`): which MMU the guest faults on — EPT with
 the TDP MMU (today's default, `tdp_mmu=Y`), EPT with direct shadow pages (`tdp_mmu=N`),
 shadow paging (EPT off: the guest's own page tables shadowed), and the 2011 eras without
-MMIO sptes — plus the EPT huge-page (`H`) and shadow-paging vtlb (`V`) switches; each
-change starts a new guest (seeds 000, 002, kvm-reference §4-§6)."""
+MMIO sptes — plus the EPT huge-page (`H`), host backing (`B`: 4K pages, THP 2M,
+hugetlbfs 1G; `host_pfn_mapping_level`), NX huge pages (`X`: the `nx_huge_pages` module
+parameter) and shadow-paging vtlb (`V`) switches; each change starts a new guest (seeds
+000, 002, kvm-reference §4-§6)."""
 
 from __future__ import annotations
 
@@ -47,6 +49,8 @@ class PagingModes:
     paging: int
     vtlb: bool
     huge_pages: bool
+    host_level: int  # the host's backing: 1 (4K), 2 (THP 2M), 3 (hugetlbfs 1G)
+    nx_huge_pages: bool
     last: Step | None
     path: list[tuple[KvmMmuPage, int]]
     shown: int
@@ -82,8 +86,11 @@ class PagingModes:
             return ShadowSession(
                 layout, workload=workload, seed=self.seed, spte_config=config, vtlb=self.vtlb
             )
+        nx = "on" if self.nx_huge_pages else "off"
         if kind == "tdp":
-            params = TdpMmuParams(host_level=2 if self.huge_pages else 1)
+            params = TdpMmuParams(
+                host_level=self.host_level if self.huge_pages else 1, nx_huge_pages=nx
+            )
             return TdpSession(
                 layout, workload=workload, seed=self.seed, spte_config=config, params=params
             )
@@ -93,6 +100,7 @@ class PagingModes:
             seed=self.seed,
             spte_config=config,
             huge_pages=self.huge_pages,
+            params=TdpMmuParams(tdp_mmu=False, host_level=self.host_level, nx_huge_pages=nx),
         )
 
     def action_next_paging(self) -> None:
@@ -115,6 +123,30 @@ class PagingModes:
         self._replace_session(self._new_session(self.session.workload))
         size = "2M leaves where the slot allows" if self.huge_pages else "4K leaves only"
         self.notify(f"{size}: a new guest", timeout=3)
+        self.redraw()
+
+    def action_next_host_pages(self) -> None:
+        """`B`: the host backs guest memory with THP 2M pages, hugetlbfs 1G, or 4K."""
+        if isinstance(self.session, ShadowSession):
+            self.notify(
+                "the host backing is an EPT setting here: press p first", severity="warning"
+            )
+            return
+        self.host_level = {2: 3, 3: 1, 1: 2}[self.host_level]
+        self._replace_session(self._new_session(self.session.workload))
+        name = {1: "4K pages", 2: "THP 2M pages", 3: "hugetlbfs 1G pages"}[self.host_level]
+        self.notify(f"host memory in {name} (host_pfn_mapping_level): a new guest", timeout=3)
+        self.redraw()
+
+    def action_toggle_nx_huge_pages(self) -> None:
+        """`X`: kvm.nx_huge_pages on or off (fetches split huge pages, recovery rejoins)."""
+        if isinstance(self.session, ShadowSession):
+            self.notify("NX huge pages need EPT huge pages here: press p first", severity="warning")
+            return
+        self.nx_huge_pages = not self.nx_huge_pages
+        self._replace_session(self._new_session(self.session.workload))
+        state = "on" if self.nx_huge_pages else "off"
+        self.notify(f"nx_huge_pages={state}: a new guest", timeout=3)
         self.redraw()
 
     def action_toggle_vtlb(self) -> None:

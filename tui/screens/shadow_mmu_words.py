@@ -1,12 +1,16 @@
 """What the shadow-MMU screen's side panels say: the fault bar (the last VM exit, how
 much of its walk is revealed, its `RET_PF_*`), the counters of `kvm->arch` and
 `kvm->stat` (mmu_valid_gen and its era, memslot lookups and generation, the MMIO info
-cache, shadow paging's guest walks, unsync pages and `prev_roots`), and the guest walk
-with the per-vCPU vtlb (seeds 000, 002, 003, kvm-reference §4-§6)."""
+cache, shadow paging's guest walks, unsync pages and `prev_roots`; with direct pages the
+level of the last fault and why, the sptes `direct_pte_prefetch` mapped with A clear and
+the NX huge page splits), and the guest walk with the per-vCPU vtlb (seeds 000, 002, 003,
+kvm-reference §4-§6)."""
 
 from __future__ import annotations
 
+from engine.mmu.mapping_level import LEVEL_NAMES
 from engine.mmu.role import ACC_EXEC_MASK, ACC_USER_MASK, ACC_WRITE_MASK
+from engine.mmu.session import MmuSession, MmuStep
 from engine.mmu.shadow_session import ShadowSession, ShadowStep
 from engine.mmu.tdp_session import TdpSession
 
@@ -62,6 +66,8 @@ def counter_lines(session: Session, last: Step | None, paging: int) -> list[tupl
             ("unsync/pte_wr/flooded", " · ".join(str(pages.stat[n]) for n in _PT_WRITES)),
             (f"prev_roots vcpu {vcpu}", _prev_roots(session, vcpu)),
         ]
+    if isinstance(session, MmuSession):  # (shadow paging here: 4K host pages, 4K leaves)
+        lines += fault_level_lines(session, last)
     lines += [
         ("memslot lookups", str(session.vm.memslot_lookups)),
         ("memslots generation", str(session.vm.generation())),
@@ -74,6 +80,26 @@ def counter_lines(session: Session, last: Step | None, paging: int) -> list[tupl
         (f"mmio info vcpu {vcpu}", info.describe(vcpu, session.vm.generation())),
         ("mmio info hits", f"gva {info.gva_hits} gpa {info.gpa_hits}"),
     ]
+    return lines
+
+
+def fault_level_lines(session: MmuSession, last: Step | None) -> list[tuple[str, str]]:
+    """The direct MMU's fault levels (mapping_level.py): the host's backing, the level of
+    the last fault and the kernel's reason, NX huge pages, and direct_pte_prefetch."""
+    mmu = session.mmu
+    params = mmu.params
+    nx = f"{mmu.pages.stat['nx_lpage_splits']} · nx_huge_pages={'on' if mmu.nx else 'off'}"
+    lines = [
+        ("host pages", f"{LEVEL_NAMES[params.host_level]} (host_pfn_mapping_level)"),
+        ("nx_lpage_splits", nx),
+        ("prefetched (A clear)", str(mmu.prefetched) if mmu.pte_prefetch else "off"),
+    ]
+    if isinstance(last, MmuStep) and last.exited:
+        access = last.access
+        gfn = access.gpa >> 12
+        as_id = session.vm.vcpu(access.vcpu).as_id  # the tree itself: no lookup counted
+        slot = session.vm.memslot_set(as_id).gfn_tree.search(gfn)
+        lines.append(("level (why)", mmu.why_level(slot, gfn, access.fetch)))
     return lines
 
 

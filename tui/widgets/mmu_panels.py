@@ -23,7 +23,7 @@ from .wrap import WrapCache
 GRID_COLUMNS = 32  # 512 sptes = 16 rows of 32
 PAGES_PER_LEVEL = 6  # chips shown per level around the path
 MAX_ROOT_LINES = 3
-LEGEND = "· none  ▸ table  ■ 4K leaf  █ 2M leaf  ◆ MMIO  ◇ stale MMIO  ✱ frozen"
+LEGEND = "· none ▸ table ■ 4K □ A clear █ 2M ◆ MMIO ◇ stale MMIO ✱ frozen"
 UNSYNC_MARK = "~"  # after a page chip: unsync (kvm_mmu_unsync_page), synced at CR3 load
 
 
@@ -43,6 +43,7 @@ class MmuDrawing(Widget):
         "mmu--nonleaf",
         "mmu--leaf",
         "mmu--large",
+        "mmu--unaccessed",
         "mmu--mmio",
         "mmu--mmio-stale",
         "mmu--frozen",
@@ -62,6 +63,7 @@ class MmuDrawing(Widget):
     MmuDrawing > .mmu--nonleaf { color: $edge-path; }
     MmuDrawing > .mmu--leaf { color: $slot-ram; }
     MmuDrawing > .mmu--large { color: $node-hit; text-style: bold; }
+    MmuDrawing > .mmu--unaccessed { color: $slot-ram; text-style: dim; }
     MmuDrawing > .mmu--mmio { color: $node-cache-hit; text-style: bold; }
     MmuDrawing > .mmu--mmio-stale { color: $node-miss; text-style: bold; }
     MmuDrawing > .mmu--frozen { color: $node-miss; text-style: reverse; }
@@ -203,7 +205,7 @@ class SptGrid(MmuDrawing):
     """The 512 sptes of one page, 32 to a row; the fault's entry is marked."""
 
     SYMBOL = {"none": "·", "nonleaf": "▸", "leaf": "■", "large": "█", "mmio": "◆",
-              "mmio-stale": "◇", "frozen": "✱"}  # fmt: skip
+              "mmio-stale": "◇", "frozen": "✱", "unaccessed": "□"}  # fmt: skip
 
     _grid: tuple[list[SpteCell], int | None] | None = None
 
