@@ -157,6 +157,7 @@ def test_shadow_paging(snap_compare: SnapCompare, theme: str) -> None:
         await pilot.press("f2", "p", "p")  # past the TDP MMU and direct pages (tdp_mmu=N)
         await pilot.pause()
         await pilot.press(*["n"] * 9)
+        pilot.app.clear_notifications()  # "a new guest" lasts 3 s: under load it had gone
         await pilot.pause()
 
     assert snap_compare(snapshot_app(theme), terminal_size=(120, 40), run_before=run)
