@@ -212,6 +212,9 @@ async def test_p_switches_to_shadow_paging_with_guest_walks_and_the_vtlb(tmp_pat
         await pilot.press("p")
         assert mmu.session.mmu.cfg == SPTE_CONFIGS["2011-no-mmio-cache"]
         assert isinstance(mmu.session, MmuSession)
+        await pilot.press("p")  # EPT without A/D bits (kvm_intel.eptad=0): the TDP MMU
+        assert mmu.session.mmu.cfg == SPTE_CONFIGS["ept-no-ad"]
+        assert isinstance(mmu.session, TdpSession)
         await pilot.press("p")
         assert mmu.session.mmu.cfg == SPTE_CONFIGS["ept"]
         assert isinstance(mmu.session, TdpSession)

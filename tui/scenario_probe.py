@@ -94,6 +94,7 @@ def _mmu(screen: Any) -> Probe:
     }
     values["mmu"] = PAGING_MODES[screen.paging][2]  # tdp, direct or shadow
     values.update(_tdp(session))
+    values.update(_fast(session))
     values.update({f"results.{n}": c for n, c in session.results.items()})
     for name in ("EMULATE", "FIXED", "INVALID", "RETRY", "SPURIOUS"):
         values.setdefault(f"results.{name}", 0)
@@ -107,6 +108,7 @@ def _mmu(screen: Any) -> Probe:
     last = screen.last
     values["last.gpa"] = getattr(last.access, "gpa", -1) if last is not None else -1
     values["last.ret"] = last.ret.name if last is not None and last.ret is not None else ""
+    values["last.fast"] = bool(getattr(last, "fast", ""))
     if isinstance(session, ShadowSession):
         vtlbs = session.mmu.vtlbs
         each = list(vtlbs.by_vcpu.values()) if vtlbs is not None else []
@@ -140,6 +142,24 @@ def _tdp(session: Any) -> Probe:
         "tdp.pages": pages.tdp_mmu_pages,
         "tdp.rcu_pending": len(pages.rcu_pending),
         "tdp.frozen": pages.rcu_frozen,
+    }
+
+
+def _fast(session: Any) -> Probe:
+    """fast_page_fault and dirty logging (fast_pf.py), as the counters panel shows them:
+    the logged slot's dirty pages, lost cmpxchgs, access-tracked sptes restored."""
+    fast = getattr(session.mmu, "fast_pf", None)
+    if fast is None:
+        return {"fast.on": False}
+    slot = session.logged_slot()
+    bits = session.dirty_log.dirty.get((slot.as_id, slot.id), set())
+    return {
+        "fast.on": True,
+        "fast.lost_cmpxchg": fast.lost_cmpxchg,
+        "fast.restored": fast.restored,
+        "dirty.logging": slot.dirty_logging,
+        "dirty.slot": slot.id,
+        "dirty.pages": len(bits),
     }
 
 

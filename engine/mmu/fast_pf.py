@@ -193,6 +193,8 @@ class FastPageFault:
         self.lost_cmpxchg = 0  # model-only: exchanges another CPU made fail
         self.restored = 0  # model-only: access-tracked sptes restored
         self.warned = False  # pr_warn_once("Fast #PF retrying more than 4 times.")
+        #: the last call that got past page_fault_can_be_fast: (gfn, old, new, result)
+        self.last: tuple[int, int, int, RetPf] | None = None
         mmu.stat.setdefault("pf_fast", 0)
 
     def wants(self, write: bool, spte: int) -> bool:
@@ -208,6 +210,7 @@ class FastPageFault:
         if not page_fault_can_be_fast(self.kvm_ad_enabled, fault):
             return RetPf.INVALID
         ret, sp, index, spte = self._loop(fault)
+        self.last = (fault.gfn, spte, sp.spt[index], ret)
         mmu = self.mmu
         if mmu._listener is not None:
             mmu._emit(
@@ -276,6 +279,21 @@ class FastPageFault:
         if is_writable_pte(new_spte) and not is_writable_pte(old_spte):
             mark_page_dirty_in_slot(self.mmu, fault.slot, fault.gfn)
         return True
+
+
+def fast_words(cfg: SpteConfig, last: tuple[int, int, int, RetPf] | None) -> str:
+    """What the last fast path did, for the screen: '' unless FIXED or SPURIOUS."""
+    if last is None or last[3] is RetPf.INVALID:
+        return ""
+    _gfn, old, new, ret = last
+    if ret is RetPf.SPURIOUS:
+        return f"fast_page_fault: spurious, spte {old:#x} already allows it"
+    how = []
+    if is_access_track_spte(cfg, old):
+        how.append("access tracking undone")
+    if new & PT_WRITABLE_MASK and not old & PT_WRITABLE_MASK:
+        how.append("W set, gfn marked dirty")
+    return f"fast_page_fault, no mmu_lock: spte {old:#x} → {new:#x} ({', '.join(how)})"
 
 
 def mark_page_dirty_in_slot(mmu: FastPfMmu, slot: MemorySlot | None, gfn: int) -> None:

@@ -32,6 +32,7 @@ from ..layouts.layout import Layout
 from ..vm import Vm
 from .direct import DirectMmu
 from .dirty_log import DirtyLogging
+from .fast_pf import fast_words
 from .fast_session import FastPathControls
 from .guest_session import ACCESS_NS, FETCH_RATE, PFERR_WRITE, GuestSession
 from .mmu_pages import KvmMmuPage
@@ -80,6 +81,7 @@ class MmuStep:
     exited: bool
     ret: RetPf | None
     update: str = ""  # a memslot update made before the access (churn)
+    fast: str = ""  # what fast_page_fault did, when it fixed the fault (fast_pf.fast_words)
 
 
 class MmuSession(GuestSession[MmuStep], FastPathControls):
@@ -164,9 +166,14 @@ class MmuSession(GuestSession[MmuStep], FastPathControls):
         misconfig = is_mmio_spte(self.mmu.cfg, spte)
         code = self.exit_code(spte, access.write, access.fetch)
         self._vm_exit(access.vcpu, access.gpa, code, traced=not (misconfig and self.mmu.cfg.ept))
+        fast = self.mmu.fast_pf
+        before = self.mmu.stat.get("pf_fast", 0)
         fault = self.mmu.page_fault(access.vcpu, access.gpa, access.write, access.fetch)
         ret = self._result(fault)
-        return MmuStep(access, True, ret, update)
+        words = ""
+        if fast is not None and self.mmu.stat["pf_fast"] != before:
+            words = fast_words(self.mmu.cfg, fast.last)
+        return MmuStep(access, True, ret, update, words)
 
     def _cpu_sets_accessed(self, access: MmuAccess) -> None:
         """The CPU's walk sets the leaf's Accessed bit (EPT with A/D bits, or NPT)."""

@@ -101,6 +101,12 @@ class TdpHuge(TdpRoots):
 
     # -- dirty logging ------------------------------------------------------------------
 
+    @property
+    def pml_logs_dirty_pages(self) -> bool:
+        """Page Modification Logging in use: `enable_pml` on EPT, which needs EPT A/D
+        bits (vmx.c `hardware_setup()`: "if (!enable_ept_ad_bits ...) enable_pml = 0")."""
+        return self.params.enable_pml and self.cfg.ept and not self.cfg.ad_disabled
+
     def wrprot_gfn_range(self, root: TdpMmuPage, start: int, end: int, min_level: int) -> bool:
         spte_set = False
         for it in for_each_tdp_pte_min_level(self.pages.by_pa, root, min_level, start, end):
@@ -147,7 +153,7 @@ class TdpHuge(TdpRoots):
     def kvm_tdp_mmu_clear_dirty_pt_masked(self, slot: MemorySlot, gfns: set[int]) -> int:
         """KVM_GET_DIRTY_LOG (`clear_dirty_pt_masked`, 6.18): the reported gfns' 4K
         leaves lose W (D with PML and A/D bits) again; how many changed."""
-        wrprot = self.cfg.ad_disabled or not (self.params.enable_pml and self.cfg.ept)
+        wrprot = not self.pml_logs_dirty_pages
         dbit = PT_WRITABLE_MASK if wrprot else self.cfg.shadow_dirty_mask
         changed = 0
         for root in self._each_root(only_valid=True):
@@ -193,7 +199,7 @@ class TdpHuge(TdpRoots):
         if self.params.eager_page_split:
             end = slot.base_gfn + slot.npages
             self.kvm_tdp_mmu_try_split_huge_pages(slot, slot.base_gfn, end, PG_LEVEL_4K)
-        if self.params.enable_pml and self.cfg.ept:
+        if self.pml_logs_dirty_pages:
             self.kvm_tdp_mmu_clear_dirty_slot(slot)
             self.kvm_tdp_mmu_wrprot_slot(slot, PG_LEVEL_2M)
         else:

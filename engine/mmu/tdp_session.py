@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 from ..layouts.layout import Layout
 from .dirty_log import DirtyLogging
+from .fast_pf import fast_words
 from .fast_session import GET_DIRTY_EVERY, FastPathControls
 from .guest_session import ACCESS_NS, FETCH_RATE, PFERR_WRITE, GuestSession
 from .mmu_pages import KvmMmuPage
@@ -71,6 +72,7 @@ class TdpStep(NamedTuple):
     exited: bool
     ret: RetPf | None
     update: str = ""
+    fast: str = ""  # what fast_page_fault did, when it fixed the fault (fast_pf.fast_words)
 
 
 class TdpSession(GuestSession[TdpStep], FastPathControls):
@@ -204,7 +206,7 @@ class TdpSession(GuestSession[TdpStep], FastPathControls):
         smi_half = max(1, self.smi_every // 2) if self.smi_every else 0
         walk_cache, walk_root = self.walk_cache, None
         walks: dict[int, tuple[TdpMmuPage, int]] = {}
-        update, exited, ret = "", False, None
+        update, exited, ret, fast = "", False, None, ""
         vcpu = gpa = 0
         write = fetch = False
         for _ in range(count):
@@ -272,10 +274,13 @@ class TdpSession(GuestSession[TdpStep], FastPathControls):
                 or (fetch and spte & x_nx_mask != x_mask)
                 or not (spte & PT_PRESENT_MASK or write or fetch)  # access-tracked
             )
-            ret = None
+            ret, fast = None, ""
             if exited:
+                before = mmu.stat["pf_fast"]
                 ret = self._exit(TdpAccess(vcpu, gpa, write, fetch))
-        return TdpStep(TdpAccess(vcpu, gpa, write, fetch), exited, ret, update)
+                if mmu.stat["pf_fast"] != before:
+                    fast = fast_words(mmu.cfg, mmu.fast_pf.last)
+        return TdpStep(TdpAccess(vcpu, gpa, write, fetch), exited, ret, update, fast)
 
     def _walks_of(self, root: TdpMmuPage) -> dict[int, tuple[TdpMmuPage, int]]:
         walks = self._walks.get(root.seq)

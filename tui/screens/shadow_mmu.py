@@ -5,7 +5,8 @@ replayed batch by batch with its lock breaks, the slow one in a single hold (see
 002, 003 and 004, kvm-reference §4-§6).
 
 Its parts: the paging modes and the switches that start a new guest (shadow_mmu_modes),
-the keys that drive the guest (shadow_mmu_actions), the side panels' words
+the keys that drive the guest (shadow_mmu_actions), dirty logging and aging, which make
+fast_page_fault fire (shadow_mmu_fast), the side panels' words
 (shadow_mmu_words), the zaps replayed (zap_replay) and the TDP MMU's roots (tdp_view)."""
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ..widgets.mmu_panels import GuestPanel, MmuCounters, PageLevels, SptGrid
 from ..widgets.titles import fit_title
 from .base import PlayerScreen
 from .shadow_mmu_actions import GuestActions
+from .shadow_mmu_fast import FastPathActions
 from .shadow_mmu_modes import PAGING_MODES, PagingModes, Session, Step, era_2011
 from .shadow_mmu_words import counter_lines, fault_words, show_guest, valid_gen_text
 from .tdp_view import rcu_page, tdp_notes
@@ -38,7 +40,7 @@ ENGINE_BUDGET = 0.008
 REACH_SECONDS = 0.5  # the roots' reach (a networkx pass over every page) at most this often
 
 
-class ShadowMmuScreen(ZapReplay, PagingModes, GuestActions, PlayerScreen):
+class ShadowMmuScreen(ZapReplay, PagingModes, GuestActions, FastPathActions, PlayerScreen):
     BINDINGS = [
         Binding("space", "play_pause", "Play/Pause", tooltip="Play or pause the guest"),
         Binding("s", "step", "Step", tooltip="Reveal the next level of the fault (or run on)"),
@@ -46,10 +48,11 @@ class ShadowMmuScreen(ZapReplay, PagingModes, GuestActions, PlayerScreen):
         Binding("plus,equals_sign", "faster", "Faster", key_display="+"),
         Binding("minus", "slower", "Slower", key_display="-"),
         Binding("w", "next_workload", "Workload",
-                tooltip="kernbench, netperf, churn; with shadow paging also fork, pfault"),
+                tooltip="kernbench, netperf, churn; EPT also dirty, migrate (dirty logging "
+                "passes: fast_page_fault); shadow paging also fork, pfault"),
         Binding("p", "next_paging", "Paging",
                 tooltip="EPT with the TDP MMU (today), EPT with direct pages (tdp_mmu=N), "
-                "shadow paging, and 2011 without MMIO sptes"),
+                "shadow paging, 2011 without MMIO sptes, EPT without A/D bits"),
         Binding("H", "toggle_huge_pages", "Huge pages", show=False,
                 tooltip="EPT: 2M leaves where the slot allows, or 4K only (as while "
                 "dirty logging)"),
@@ -66,6 +69,15 @@ class ShadowMmuScreen(ZapReplay, PagingModes, GuestActions, PlayerScreen):
         Binding("i", "invalidate_roots", "Roots", show=False,
                 tooltip="TDP MMU: kvm_tdp_mmu_invalidate_all_roots and the zap of the invalid "
                 "roots, without the generation flip"),
+        Binding("L", "toggle_dirty_logging", "Dirty log", show=False,
+                tooltip="KVM_MEM_LOG_DIRTY_PAGES on the largest RAM slot: its sptes lose W, "
+                "and fast_page_fault fixes the next write to each without mmu_lock"),
+        Binding("G", "get_dirty_log", "Get log", show=False,
+                tooltip="KVM_GET_DIRTY_LOG: the dirty bitmap returned and cleared, its pages "
+                "write-protected again (a live migration's next pass)"),
+        Binding("A", "age_memory", "Age", show=False,
+                tooltip="kvm_age_gfn over guest RAM (page reclaim's clear_young): without A/D "
+                "bits sptes become access-tracked, restored by fast_page_fault"),
         Binding("left_square_bracket", "select(-1)", "Up a level", show=False, key_display="["),
         Binding("right_square_bracket", "select(1)", "Down a level", show=False,
                 key_display="]"),

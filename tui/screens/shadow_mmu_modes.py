@@ -1,10 +1,10 @@
 """The shadow-MMU screen's paging modes (`p`): which MMU the guest faults on — EPT with
 the TDP MMU (today's default, `tdp_mmu=Y`), EPT with direct shadow pages (`tdp_mmu=N`),
 shadow paging (EPT off: the guest's own page tables shadowed), and the 2011 eras without
-MMIO sptes — plus the EPT huge-page (`H`), host backing (`B`: 4K pages, THP 2M,
-hugetlbfs 1G; `host_pfn_mapping_level`), NX huge pages (`X`: the `nx_huge_pages` module
-parameter) and shadow-paging vtlb (`V`) switches; each change starts a new guest (seeds
-000, 002, kvm-reference §4-§6)."""
+MMIO sptes, and EPT without A/D bits (access tracking, no PML) — plus the EPT huge-page
+(`H`), host backing (`B`: 4K pages, THP 2M, hugetlbfs 1G; `host_pfn_mapping_level`), NX
+huge pages (`X`: the `nx_huge_pages` module parameter) and shadow-paging vtlb (`V`)
+switches; each change starts a new guest (seeds 000, 002, kvm-reference §4-§6)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ PAGING_MODES = (
     ("shadow paging (EPT off)", "shadow", "shadow"),
     ("shadow paging, 2011: no MMIO sptes", "2011-shadow-no-mmio-cache", "shadow"),
     ("EPT, 2011: no MMIO sptes (direct pages, tdp_mmu=N)", "2011-no-mmio-cache", "direct"),
+    # no PML without EPT A/D bits: dirty logging and aging both go through fast_page_fault
+    ("EPT without A/D bits (kvm_intel.eptad=0), TDP MMU", "ept-no-ad", "tdp"),
 )
 SESSION_KINDS = {"tdp": TdpSession, "direct": MmuSession, "shadow": ShadowSession}
 Session = MmuSession | ShadowSession | TdpSession

@@ -12,9 +12,10 @@ from engine.mmu.mapping_level import LEVEL_NAMES
 from engine.mmu.role import ACC_EXEC_MASK, ACC_USER_MASK, ACC_WRITE_MASK
 from engine.mmu.session import MmuSession, MmuStep
 from engine.mmu.shadow_session import ShadowSession, ShadowStep
-from engine.mmu.tdp_session import TdpSession
+from engine.mmu.tdp_session import TdpSession, TdpStep
 
 from ..widgets.mmu_panels import GuestPanel
+from .shadow_mmu_fast import fast_path_lines
 from .shadow_mmu_modes import Session, Step, era_2011
 from .tdp_view import tdp_counter_lines
 
@@ -33,6 +34,8 @@ def fault_words(step: Step | None, shown: int, path_len: int) -> str:
     words = f"vcpu {access.vcpu} {kind} {access.label}: {walked} → {ret}"
     if isinstance(step, ShadowStep) and step.guest:
         words += f", #PF injected: guest {step.guest}"
+    if isinstance(step, (MmuStep, TdpStep)) and step.fast:
+        words += f" · {step.fast}"
     return words + (f" · {step.update}" if step.update else "")
 
 
@@ -49,6 +52,7 @@ def counter_lines(session: Session, last: Step | None, paging: int) -> list[tupl
     if isinstance(session, TdpSession):
         lines = tdp_counter_lines(session)
         lines += [(f"RET_PF_{n}", str(c)) for n, c in sorted(session.results.items())]
+        lines += fast_path_lines(session)
         return lines + [(name, str(v)) for name, v in session.mmu.stat.items() if v]
     vcpu = last.access.vcpu if last is not None else 0
     lines = [
@@ -74,6 +78,7 @@ def counter_lines(session: Session, last: Step | None, paging: int) -> list[tupl
         ("pages used / max", f"{pages.n_used_mmu_pages} / {pages.n_max_mmu_pages}"),
     ]
     lines += [(f"RET_PF_{name}", str(count)) for name, count in sorted(session.results.items())]
+    lines += fast_path_lines(session)
     lines += [(name, str(value)) for name, value in session.mmu.stat.items() if value]
     info = session.mmu.mmio_info
     lines += [
