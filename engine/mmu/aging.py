@@ -14,8 +14,9 @@ torvalds/linux 6.18 `arch/x86/kvm/mmu/mmu.c` (`kvm_age_gfn`, `kvm_rmap_age_gfn_r
   a plain `cmpxchg64` (no tracepoint); the TDP MMU walks its valid roots
   (`tdp_root_for_each_leaf_pte`), and each change emits `kvm_tdp_mmu_spte_changed`
   (`__tdp_mmu_set_spte_atomic`; a lost exchange leaves the spte young).
-The model's CPU does not set Accessed bits, so an aged A/D spte stays old until it is
-made again: only the A/D-off case changes what faults.
+With A/D bits an aged spte costs no fault: the CPU sets A again on its next access
+(`MmuSession` models that; the TDP session's CPU does not, so there an aged A/D spte
+stays old until it is made again).  Only the A/D-off case changes what faults.
 """
 
 from __future__ import annotations
