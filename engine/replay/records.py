@@ -149,3 +149,10 @@ class ModelSnapshot:
     def size(self) -> int:
         """Entries held (what a checkpoint costs)."""
         return sum(len(table) for table in self.tables.values())
+
+
+def page_words(page: ReplayPage) -> str:
+    """A page in a few words, as the replay's last-change line tells it."""
+    level = f"l{page.level}" if page.level is not None else "l?"
+    gen = f" gen {page.gen}" if page.gen is not None else ""
+    return f"gfn {page.gfn:#x} {level}{' direct' if page.direct else ''}{gen}"
