@@ -38,6 +38,8 @@ class FastPathControls:
     """Dirty logging, KVM_GET_DIRTY_LOG and aging for a session's guest."""
 
     vm: Vm
+    workload: str
+    steps: int
     mmu: DirectMmu | TdpMmu
     dirty_log: DirtyLogging
     _ram: list[MemorySlot]

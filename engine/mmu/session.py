@@ -154,7 +154,7 @@ class MmuSession(GuestSession[MmuStep], FastPathControls):
 
     def step(self) -> MmuStep:
         self._tick()
-        update = self._update()
+        update = workload_update(self)
         access = self.next_access()
         self.steps += 1
         self._vcpu = access.vcpu
@@ -218,17 +218,21 @@ class MmuSession(GuestSession[MmuStep], FastPathControls):
         """The pages the access's gfn walks through, root first."""
         return self._path(step.access.vcpu, step.access.gpa >> PAGE_SHIFT)
 
-    def _update(self) -> str:
-        """The workload's memslot update before this access, if any."""
-        if self.workload == "churn" and not self.steps % CHURN_EVERY:
-            return churn_update(self.vm)
-        if self.workload == "dirty" and self.steps and not self.steps % DIRTY_EVERY:
-            return self.toggle_dirty_logging()
-        return self.migrate_update(self.steps) if self.workload == "migrate" else ""
-
     def audit(self) -> None:
         self.mmu.audit()
         self.vm.audit()
+
+
+def workload_update(session: FastPathControls) -> str:
+    """The workload's memslot update before access `session.steps`, if any, for both MMUs
+    with a fast path (`MmuSession`, `TdpSession`): churn's BAR, dirty's logging toggle,
+    migrate's KVM_GET_DIRTY_LOG passes."""
+    workload, steps = session.workload, session.steps
+    if workload == "churn" and not steps % CHURN_EVERY:
+        return churn_update(session.vm)
+    if workload == "dirty" and steps and not steps % DIRTY_EVERY:
+        return session.toggle_dirty_logging()
+    return session.migrate_update(steps) if workload == "migrate" else ""
 
 
 def churn_update(vm: Vm) -> str:

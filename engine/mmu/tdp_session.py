@@ -31,7 +31,7 @@ from .fast_pf import fast_words
 from .fast_session import GET_DIRTY_EVERY, FastPathControls
 from .guest_session import ACCESS_NS, FETCH_RATE, PFERR_WRITE, GuestSession
 from .mmu_pages import KvmMmuPage
-from .session import CHURN_EVERY, LAPIC_EOI, NIC_DOORBELL, churn_update
+from .session import CHURN_EVERY, DIRTY_EVERY, LAPIC_EOI, NIC_DOORBELL, workload_update
 from .spte import (
     PT_PAGE_SIZE_MASK,
     PT_PRESENT_MASK,
@@ -49,7 +49,6 @@ from .tdp_params import TdpMmuParams
 
 PAGE_SHIFT = 12
 PFERR_FETCH = 1 << 4
-DIRTY_EVERY = 400
 TDP_WORKLOADS = ("kernbench", "netperf", "churn", "dirty", "migrate")
 ZAP_KINDS = ("fast", "slow", "roots")
 MAX_RETRIES = 4
@@ -141,13 +140,6 @@ class TdpSession(GuestSession[TdpStep], FastPathControls):
         self.check_workload(workload)
         self.workload = workload
 
-    def _update(self) -> str:
-        if self.workload == "churn" and not self.steps % CHURN_EVERY:
-            return churn_update(self.vm)
-        if self.workload == "dirty" and self.steps and not self.steps % DIRTY_EVERY:
-            return self.toggle_dirty_logging()
-        return self.migrate_update(self.steps) if self.workload == "migrate" else ""
-
     def kvm_smm_changed(self, vcpu: int) -> str:
         """An SMI (enter_smm) or RSM for `vcpu`: `kvm_smm_transition`, HF_SMM_MASK (its
         memslots become address space 1's, `kvm_arch_vcpu_memslots_id`), and
@@ -217,7 +209,7 @@ class TdpSession(GuestSession[TdpStep], FastPathControls):
                 next_recovery = self._next_recovery
             update = ""
             if every and not steps % every:
-                update = self._update()
+                update = workload_update(self)
                 ram = self._ram_draws()
             if smi_half and steps and not steps % smi_half:
                 update = self.kvm_smm_changed(nr_vcpus - 1)
