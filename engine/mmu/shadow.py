@@ -20,15 +20,13 @@
   2M/1G page, direct level-1 pages keyed by its base gfn (the host backs guest memory
   with 4K pages here: `host_pfn_mapping_level` is 4K).  A new indirect page is
   `account_shadowed()`: the leaves mapping its gfn are write-protected;
-- the leaf (`mmu_set_spte`): an MMIO spte with the generation (`mark_mmio_spte`), or a 4K
-  spte of the slot's host page, read-only on a read while the gpte is clean
-  (`FNAME(protect_clean_gpte)`); a writable spte unsyncs the gfn's level-1 pages or,
-  for a write-tracked gfn, stays read-only (`mmu_try_to_unsync_pages()`); it goes on the
-  rmap of (slot, 4K, gfn) by `rmap_add` (RMAP_RECYCLE_THRESHOLD included).
+- the leaf, `mmu_set_spte` (shadow_leaf.py): an MMIO spte or a 4K spte of the slot's
+  host page, on the gfn's rmap.
 A guest pte store into a shadowed table unsyncs a level-1 table or is
 `kvm_mmu_track_write()` (write flooding included); a CR3 load syncs the root's unsync
 pages, INVLPG one spte (`shadow_sync`).  `cr3_load` = `kvm_mmu_new_pgd()` +
-`kvm_mmu_load()` (ref-counted roots, no prev_roots cache); `invlpg` = `kvm_mmu_invlpg()`.
+`kvm_mmu_load()` (ref-counted roots; the `prev_roots` cache: shadow_roots.py);
+`invlpg` = `kvm_mmu_invlpg()`.
 
 `pte_prefetch=True` adds `FNAME(pte_prefetch)` (prefetch.py); dirty logging is
 `dirty_log.DirtyLogging`.
@@ -55,29 +53,25 @@ from . import shadow_sync
 from .guest_pt import GuestPageTables, GuestWalk, pt_index
 from .mmio_info import VcpuMmioInfo
 from .mmu_pages import KvmMmuPage, MmuPages, default_mmu_pages, kvm_page_table_hashfn
-from .rmap import ERAS, KvmRmapHead, rmap_add
+from .rmap import ERAS, KvmRmapHead
 from .role import ACC_ALL, ACC_WRITE_MASK, PT64_ROOT_4LEVEL, KvmMmuPageRole
+from .shadow_leaf import set_mmio_spte, set_spte, spte_index
 from .shadow_rmap import ShadowRmaps, Translation
+from .shadow_roots import fast_pgd_switch
 from .spte import (
     KVM_PFN_NOSLOT,
-    PT_USER_MASK,
     PT_WRITABLE_MASK,
     SPTE_CONFIGS,
     RetPf,
     SpteConfig,
     check_mmio_spte_traced,
     get_mmio_spte_access,
-    get_mmio_spte_generation,
     get_mmio_spte_gfn,
-    is_empty_spte,
     is_mmio_spte,
     is_shadow_present_pte,
     kvm_mmio_fields,
-    make_mmio_spte,
-    make_spte,
     memslot_update_zaps,
     spte_requested_fields,
-    spte_to_pfn,
 )
 from .vtlb import VcpuVtlbs
 
@@ -87,11 +81,6 @@ STATS = (
     *("wrprot_sptes", "unprotect_zapped", "rmap_recycled", "synced_pages", "synced_sptes"),
     "prev_roots_hits",
 )
-KVM_MMU_NUM_PREV_ROOTS = 3
-
-
-def _spte_index(sptep: int) -> int:
-    return (sptep & 0xFFF) // 8
 
 
 class ShadowMmu(ShadowRmaps):
@@ -181,7 +170,7 @@ class ShadowMmu(ShadowRmaps):
         `prev_roots` if usable for `cr3` (`fast_pgd_switch()`), else a new one; flush the
         vtlb and sync the root's unsync pages (KVM_REQ_MMU_SYNC → `kvm_mmu_sync_roots()`)."""
         self.cr3s[vcpu] = cr3
-        self._fast_pgd_switch(vcpu, cr3)
+        fast_pgd_switch(self, vcpu, cr3)
         if self.vtlbs is not None:
             self.vtlbs[vcpu].flush()
         self.pages.make_mmu_pages_available()
@@ -214,39 +203,6 @@ class ShadowMmu(ShadowRmaps):
                 shadow_sync.invalidate_addr(self, root, gva)
         if self.vtlbs is not None:
             self.vtlbs.guest_flush(vcpus, gva)
-
-    def _fast_pgd_switch(self, vcpu: int, cr3: int) -> None:
-        """`cached_root_find_and_keep_current()` (6.18): keep a usable current root, else
-        swap through `prev_roots` (an LRU of KVM_MMU_NUM_PREV_ROOTS, since 4.19) and free
-        the one left over when none is usable."""
-        current = self.roots.pop(vcpu, None)
-        if not self.prev_roots_enabled:
-            if current is not None:
-                self.pages.put_root(current)
-            return
-        as_id = self.vm.vcpu(vcpu).as_id
-
-        def usable(root: KvmMmuPage | None) -> bool:
-            return (
-                root is not None
-                and root.gfn == cr3
-                and root.role.word == self._root_role(as_id).word
-                and not self.pages.is_obsolete(root)
-            )
-
-        if not usable(current):
-            cached = self.prev_roots.setdefault(vcpu, [None] * KVM_MMU_NUM_PREV_ROOTS)
-            for i in range(KVM_MMU_NUM_PREV_ROOTS):
-                current, cached[i] = cached[i], current
-                if usable(current):
-                    self.stat["prev_roots_hits"] += 1
-                    break
-            else:
-                if current is not None:
-                    self.pages.put_root(current)  # kvm_mmu_free_roots(ROOT_CURRENT)
-                current = None
-        if current is not None:
-            self.roots[vcpu] = current
 
     def _root_role(self, as_id: int) -> KvmMmuPageRole:
         return KvmMmuPageRole(level=PT64_ROOT_4LEVEL, direct=0, access=ACC_ALL, smm=as_id)
@@ -307,7 +263,7 @@ class ShadowMmu(ShadowRmaps):
         """`kvm_mmu_slot_gfn_write_protect()`: clear W on every leaf mapping `gfn`."""
         wrprot = 0
         for sptep in self._rmap_of(as_id, gfn):
-            holder, index = self.pages.page_of_sptep(sptep), _spte_index(sptep)
+            holder, index = self.pages.page_of_sptep(sptep), spte_index(sptep)
             if holder.spt[index] & PT_WRITABLE_MASK:
                 holder.spt[index] &= ~(PT_WRITABLE_MASK | self.cfg.shadow_mmu_writable_mask)
                 wrprot += 1
@@ -386,10 +342,10 @@ class ShadowMmu(ShadowRmaps):
             pfn += 0 if slot is None else gfn - slot.base_gfn
             self._emit("kvm_mmu_spte_requested", **spte_requested_fields(gfn, pfn, 1))
         if slot is None:
-            ret = self._set_mmio_spte(sp, index, gfn, access)
+            ret = set_mmio_spte(self, sp, index, gfn, access)
             self._emit_mmio(gfn, gva, write)
             return ret
-        ret = self._set_spte(sp, index, gfn, access, slot, write, user)
+        ret = set_spte(self, sp, index, gfn, access, slot, write, user)
         if ret is RetPf.FIXED and self.pte_prefetch:
             from .prefetch import pte_prefetch
 
@@ -400,7 +356,7 @@ class ShadowMmu(ShadowRmaps):
         self, sp: KvmMmuPage, index: int, gfn: int, access: int, slot: MemorySlot
     ) -> None:
         """`mmu_set_spte(..., prefetch=true)`: a leaf no fault asked for."""
-        self._set_spte(sp, index, gfn, access, slot, False, False, prefetch=True)
+        set_spte(self, sp, index, gfn, access, slot, False, False, prefetch=True)
 
     def _write_protected(self) -> RetPf:
         """RET_PF_WRITE_PROTECTED → `kvm_mmu_write_protect_fault()`: emulate the store
@@ -505,77 +461,6 @@ class ShadowMmu(ShadowRmaps):
             sp = child
         sp.write_flooding_count = 0
         return sp
-
-    def _set_mmio_spte(self, sp: KvmMmuPage, index: int, gfn: int, access: int) -> RetPf:
-        """`mark_mmio_spte()`: cache the miss with the memslots generation."""
-        if not is_empty_spte(sp.spt[index]):
-            self._zap_leaf(sp, index)
-        gen = self.vm.generation(sp.role.smm)
-        sp.spt[index] = spte = make_mmio_spte(self.cfg, gfn, access, gen)
-        # trace_mark_mmio_spte(): access = spte & ACC_ALL, gen read back from the spte
-        self._emit(
-            "mark_mmio_spte",
-            sptep=sp.sptep(index),
-            gfn=gfn,
-            access=spte & ACC_ALL,
-            gen=get_mmio_spte_generation(spte),
-        )
-        self.stat["pf_mmio_spte_created"] += 1
-        self.stat["pf_emulate"] += 1
-        return RetPf.EMULATE
-
-    def _set_spte(
-        self,
-        sp: KvmMmuPage,
-        index: int,
-        gfn: int,
-        access: int,
-        slot: MemorySlot,
-        write: bool,
-        user: bool,
-        *,
-        prefetch: bool = False,
-    ) -> RetPf:
-        """`mmu_set_spte()` for a RAM gfn (`prefetch`: no fault, not in pf_fixed): a
-        writable spte unsyncs the gfn's level-1 pages, or stays read-only for a
-        write-tracked gfn (or, prefetched, a gfn with a page still in sync), and a write
-        fault then is RET_PF_WRITE_PROTECTED, emulated (`mmu_try_to_unsync_pages()`)."""
-        as_id, spte, sptep = sp.role.smm, sp.spt[index], sp.sptep(index)
-        wrprot = False
-        if (
-            access & ACC_WRITE_MASK
-            and not spte & PT_WRITABLE_MASK  # an old writable spte: already unsync
-            and shadow_sync.try_to_unsync(self, gfn, as_id, prefetch=prefetch)
-        ):
-            access &= ~ACC_WRITE_MASK
-            wrprot = True
-        pfn = (slot.userspace_addr >> PAGE_SHIFT) + (gfn - slot.base_gfn)
-        needs = (PT_WRITABLE_MASK if write else 0) | (PT_USER_MASK if user else 0)
-        present = is_shadow_present_pte(spte) and not is_mmio_spte(self.cfg, spte)
-        if present and spte_to_pfn(spte) == pfn and spte & needs == needs:
-            self.stat["pf_spurious"] += 1
-            return RetPf.SPURIOUS
-        if not is_empty_spte(spte):
-            self._zap_leaf(sp, index)
-        sp.spt[index] = spte = make_spte(
-            self.cfg, pfn, access, writable=not slot.readonly, accessed=not prefetch
-        )
-        key = gfn - slot.base_gfn
-        self.shadowed_translation[sptep] = Translation(as_id, slot.id, gfn, key)
-        heads = self._rmap(as_id, slot.id)
-        recycled = rmap_add(heads.setdefault(key, KvmRmapHead(self.era)), sptep)
-        for old in recycled:  # over RMAP_RECYCLE_THRESHOLD: the whole rmap was zapped
-            self.pages.page_of_sptep(old).spt[_spte_index(old)] = self.pages.nonpresent
-            del self.shadowed_translation[old]
-        if recycled:
-            del heads[key]
-            self.stat["rmap_recycled"] += len(recycled)
-        self._emit("kvm_mmu_set_spte", gfn=gfn, spte=spte, level=1, sptep=sptep)
-        if wrprot and write:
-            return self._write_protected()
-        if not prefetch:
-            self.stat["pf_fixed"] += 1
-        return RetPf.FIXED
 
     # -- audit ------------------------------------------------------------------------
 
