@@ -12,8 +12,9 @@ from engine import KVM_MEM_LOG_DIRTY_PAGES, Vm
 from engine.events import Event
 from engine.layouts import preset
 from engine.mmu.spte import (
+    FROZEN_SPTE,
     PT_WRITABLE_MASK,
-    REMOVED_SPTE,
+    SHADOW_NONPRESENT_VALUE,
     RetPf,
     is_executable_pte,
     is_last_spte,
@@ -64,7 +65,7 @@ def test_a_fault_links_tables_then_the_leaf_with_the_kernels_events() -> None:
     root = events[0].fields
     assert root["level"] == 4 and root["root_count"] == 0 and root["gen"] == 0
     leaf = events[-2].fields
-    assert leaf["old_spte"] == 0 and leaf["level"] == 1 and leaf["gfn"] == 0x12345
+    assert leaf["old_spte"] == SHADOW_NONPRESENT_VALUE and leaf["level"] == 1 and leaf["gfn"] == 0x12345
     assert spte_to_pfn(int(leaf["new_spte"])) == (UA >> 12) + 0x12345
     assert int(leaf["new_spte"]) & PT_WRITABLE_MASK
     assert mmu.stat["pages_4k"] == 1 and mmu.pages.tdp_mmu_pages == 3
@@ -95,7 +96,7 @@ def test_roots_are_shared_counted_invalidated_and_freed_after_rcu() -> None:
     freed = mmu.kvm_mmu_zap_all_fast()
     assert root.role.invalid and root.root_count == 2  # the TDP MMU's own is put
     assert freed == len(mmu.pages.rcu_pending) == 3  # the L3 and two L2 tables (2M leaves)
-    assert all(spte == REMOVED_SPTE for sp in mmu.pages.rcu_pending.values() for spte in sp.spt)
+    assert all(spte == FROZEN_SPTE for sp in mmu.pages.rcu_pending.values() for spte in sp.spt)
     mmu.audit()
     mmu.now_ns = RCU_GRACE_PERIOD_NS
     mmu.page_fault(0, 0x1000)  # vCPU 0 puts the old root and loads a new one
@@ -116,8 +117,8 @@ def test_fast_zap_traces_the_old_generation_and_zaps_in_passes() -> None:
     mmu.kvm_mmu_zap_all_fast()
     assert events[0].name == "kvm_mmu_zap_all_fast" and events[0].fields["mmu_valid_gen"] == 0
     changed = [e.fields for e in events if e.name == "kvm_tdp_mmu_spte_changed"]
-    assert changed[0]["level"] == 1 and changed[0]["new_spte"] == 0  # the 4K pass first
-    removed = [f for f in changed if f["new_spte"] == REMOVED_SPTE]
+    assert changed[0]["level"] == 1 and changed[0]["new_spte"] == SHADOW_NONPRESENT_VALUE  # 4K first
+    removed = [f for f in changed if f["new_spte"] == FROZEN_SPTE]
     assert len(removed) == 3 * 512  # mmu_lock shared: every entry of each removed table
     zaps = [e for e in events if e.name == "kvm_mmu_prepare_zap_page"]
     assert len(zaps) == 3 and mmu.pages.mmu_valid_gen == 1

@@ -12,7 +12,7 @@ from engine.mmu.mapping_level import MappingLevels
 from engine.mmu.mmu_pages import BATCH_ZAP_PAGES
 from engine.mmu.session import MMU_WORKLOADS, MmuAccess, MmuSession
 from engine.mmu.shadow_session import SHADOW_WORKLOADS, ShadowSession
-from engine.mmu.spte import REMOVED_SPTE, SPTE_CONFIGS
+from engine.mmu.spte import FROZEN_SPTE, SPTE_CONFIGS
 from engine.mmu.tdp_session import TDP_WORKLOADS, TdpSession
 from tests.tui_pilot import SIZE, build, memslots, press_export
 from tui.app import MmuscopeApp
@@ -287,7 +287,7 @@ async def test_z_under_the_tdp_mmu_invalidates_roots_and_frees_tables_through_rc
             "RCU pending" in str(mmu.query_one(SptGrid).border_title) and grid.count("✱") == 512 + 1
         )  # and the legend
         assert all(
-            s == REMOVED_SPTE for sp in session.mmu.pages.rcu_pending.values() for s in sp.spt
+            s == FROZEN_SPTE for sp in session.mmu.pages.rcu_pending.values() for s in sp.spt
         )
         await pilot.press("n", "n")  # both vCPUs load a new root; the old one is put for good
         assert root not in session.mmu.pages.tdp_mmu_roots

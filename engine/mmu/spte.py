@@ -125,6 +125,11 @@ FROZEN_SPTE = SHADOW_NONPRESENT_VALUE | REMOVED_SPTE
 NONPRESENT_ERAS: Mapping[str, int] = MappingProxyType(
     {"6.10": SHADOW_NONPRESENT_VALUE, "before-6.10": 0}
 )
+# What the TDP MMU freezes an spte to, by the same era: REMOVED_SPTE became
+# SHADOW_NONPRESENT_VALUE | 0x5a0 with 6.10 and was renamed FROZEN_SPTE (spte.h, 6.11+).
+FROZEN_ERAS: Mapping[str, int] = MappingProxyType(
+    {"6.10": FROZEN_SPTE, "before-6.10": REMOVED_SPTE}
+)
 
 assert MMIO_SPTE_GEN_LOW_BITS == 8 and MMIO_SPTE_GEN_HIGH_BITS == 11  # spte.h static_assert
 assert not SPTE_MMU_PRESENT_MASK & (MMIO_SPTE_GEN_LOW_MASK | MMIO_SPTE_GEN_HIGH_MASK)
@@ -173,6 +178,7 @@ class SpteConfig:
     ept_exec_only: bool = True
     nonpresent_era: str = "6.10"
     shadow_nonpresent_value: int = field(init=False, repr=False)
+    frozen_spte: int = field(init=False, repr=False)
     shadow_present_mask: int = field(init=False, repr=False)
     shadow_user_mask: int = field(init=False, repr=False)
     shadow_x_mask: int = field(init=False, repr=False)
@@ -199,7 +205,11 @@ class SpteConfig:
             object.__setattr__(self, name, value)
 
     def _masks(self) -> dict[str, int]:
-        m: dict[str, int] = {"shadow_nonpresent_value": NONPRESENT_ERAS[self.nonpresent_era]}
+        era = self.nonpresent_era
+        m: dict[str, int] = {
+            "shadow_nonpresent_value": NONPRESENT_ERAS[era],
+            "frozen_spte": FROZEN_ERAS[era],
+        }
         # kvm_mmu_reset_all_pte_masks(): L1TF mask = the top 5 bits below x86_cache_bits.
         low_phys_bits = self.host_phys_bits
         m["shadow_nonpresent_or_rsvd_mask"] = 0

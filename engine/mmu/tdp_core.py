@@ -6,14 +6,16 @@ torvalds/linux `arch/x86/kvm/mmu/tdp_mmu.c` (commit 0089c055, ≈6.10):
   first the exchange fails (-EBUSY), `old_spte` is refreshed, and the caller retries or
   gives up (the fault returns RET_PF_RETRY).  `race`, when set, runs "another CPU" just
   before the exchange (tests and the session use it to lose races on purpose).
-- `tdp_mmu_zap_spte_atomic()`: the spte is first *frozen* (`REMOVED_SPTE`, 0x5a0 in the
-  layout `spte.py` models; FROZEN_SPTE = BIT(63) | 0x5a0 in later kernels) while remote TLBs
-  are flushed, so that no other CPU installs a present spte in its place; then cleared.
+- `tdp_mmu_zap_spte_atomic()`: the spte is first *frozen* (`FROZEN_SPTE` =
+  SHADOW_NONPRESENT_VALUE | 0x5a0, 6.10+; `REMOVED_SPTE` = 0x5a0 before: `cfg.frozen_spte`)
+  while remote TLBs are flushed, so that no other CPU installs a present spte in its
+  place; then cleared to `SHADOW_NONPRESENT_VALUE` (BIT(63) from 6.10, 0 before:
+  `cfg.shadow_nonpresent_value`), which `kvm_tdp_mmu_spte_changed` prints as new_spte.
 - `tdp_mmu_set_spte()` (mmu_lock held for write): a plain write.
 - `handle_changed_spte()`, after each: `kvm_tdp_mmu_spte_changed` (as id, gfn, level,
   old, new) unless nothing changed, the page stats (`pages_4k/2m/1g`), and when a table
   spte went away or became a leaf, `handle_removed_pt()` on the table it pointed at:
-  `kvm_mmu_prepare_zap_page`, unaccount, every entry set to REMOVED_SPTE (with mmu_lock
+  `kvm_mmu_prepare_zap_page`, unaccount, every entry frozen (FROZEN_SPTE; with mmu_lock
   shared, all 512 of them, each one a `handle_changed_spte`; held for write, only the
   present ones), recursively, then `call_rcu()`.
 - `tdp_mmu_init_sp()` emits `kvm_mmu_get_page` (new; gen 0, root 0: the kernel never sets
@@ -38,7 +40,6 @@ from .nx_huge_pages import (
 from .role import KvmMmuPageRole
 from .spte import (
     PT_PAGE_SIZE_MASK,
-    REMOVED_SPTE,
     SPTE_BASE_ADDR_MASK,
     SPTE_CONFIGS,
     SPTE_MMU_PRESENT_MASK,
@@ -51,7 +52,6 @@ from .tdp_iter import TdpIter, kvm_pages_per_hpage
 from .tdp_pages import SPTE_ENT_PER_PAGE, TdpMmuPage, TdpMmuPages, spte_to_child_pa
 from .tdp_params import TdpMmuParams
 
-SHADOW_NONPRESENT_VALUE = 0  # 0 in the layout modelled; BIT(63) once TDX arrived
 EBUSY = -errno.EBUSY
 _PAGE_STATS = {1: "pages_4k", 2: "pages_2m", 3: "pages_1g"}
 Race = Callable[[TdpIter], None]
@@ -79,7 +79,9 @@ class TdpMmuCore:
         self.vm = vm
         self.cfg = cfg or SPTE_CONFIGS["ept"]
         self.params = params or TdpMmuParams()
-        self.pages = TdpMmuPages()
+        self.pages = TdpMmuPages(self.cfg)
+        self.nonpresent = self.cfg.shadow_nonpresent_value  # SHADOW_NONPRESENT_VALUE or 0
+        self.frozen = self.cfg.frozen_spte  # FROZEN_SPTE or REMOVED_SPTE, by era
         #: (name, fields) of each event, or None: nobody listens, no event is built
         self._listener: FieldsListener | None = fields_listener(emit)
         self.now_ns = 0  # guest time, for RCU grace periods (the session sets it)
@@ -176,7 +178,7 @@ class TdpMmuCore:
 
     def _tdp_mmu_set_spte_atomic(self, it: TdpIter, new_spte: int) -> int:
         """`__tdp_mmu_set_spte_atomic()`: the cmpxchg; -EBUSY when another CPU won."""
-        if it.yielded or it.old_spte == REMOVED_SPTE:
+        if it.yielded or it.old_spte == self.frozen:
             raise AuditError(f"tdp: atomic change of a frozen spte at gfn {it.gfn:#x}")
         race = self.race
         if race is not None:
@@ -203,19 +205,21 @@ class TdpMmuCore:
 
     def tdp_mmu_zap_spte_atomic(self, it: TdpIter) -> int:
         """Freeze, flush remote TLBs, clear, then handle the old spte."""
-        ret = self._tdp_mmu_set_spte_atomic(it, REMOVED_SPTE)
+        ret = self._tdp_mmu_set_spte_atomic(it, self.frozen)
         if ret:
             return ret
         self.frozen_seen += 1  # kvm_flush_remote_tlbs_gfn() runs while it is frozen
-        it.pt.spt[it.index] = SHADOW_NONPRESENT_VALUE
-        self.handle_changed_spte(it.as_id, it.gfn, it.old_spte, 0, it.level, True)
+        nonpresent = self.nonpresent
+        it.pt.spt[it.index] = nonpresent
+        self.handle_changed_spte(it.as_id, it.gfn, it.old_spte, nonpresent, it.level, True)
         return 0
 
     def tdp_mmu_set_spte(
         self, as_id: int, sp: TdpMmuPage, index: int, old: int, new: int, gfn: int, level: int
     ) -> int:
-        if old == REMOVED_SPTE or new == REMOVED_SPTE:
-            raise AuditError("tdp: tdp_mmu_set_spte() to or from REMOVED_SPTE")
+        frozen = self.frozen
+        if old == frozen or new == frozen:
+            raise AuditError("tdp: tdp_mmu_set_spte() to or from FROZEN_SPTE")
         old = sp.spt[index]
         sp.spt[index] = new
         self.handle_changed_spte(as_id, gfn, old, new, level, False)
@@ -248,7 +252,7 @@ class TdpMmuCore:
             )
         if not was_present and not is_present:
             cfg = self.cfg
-            if not (is_mmio_spte(cfg, old) or is_mmio_spte(cfg, new) or new == REMOVED_SPTE):
+            if not (is_mmio_spte(cfg, old) or is_mmio_spte(cfg, new) or new == self.frozen):
                 raise AuditError(f"tdp: non-present {old:#x} -> {new:#x} at gfn {gfn:#x}")
             return
         if is_leaf != was_leaf:
@@ -265,11 +269,11 @@ class TdpMmuCore:
         pages.removed_pt += 1
         if sp.nx_huge_page_disallowed:
             unaccount_nx_huge_page(pages.possible_nx_huge_pages, self.stat, sp)
-        spt, step = sp.spt, kvm_pages_per_hpage(level)
+        spt, step, frozen = sp.spt, kvm_pages_per_hpage(level), self.frozen
         for i in range(SPTE_ENT_PER_PAGE):
             old = spt[i]
             if not shared and not is_shadow_present_pte(old):
                 continue
-            spt[i] = REMOVED_SPTE
-            self.handle_changed_spte(as_id, base_gfn + i * step, old, REMOVED_SPTE, level, shared)
+            spt[i] = frozen
+            self.handle_changed_spte(as_id, base_gfn + i * step, old, frozen, level, shared)
         pages.call_rcu(sp, self.now_ns)

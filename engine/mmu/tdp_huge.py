@@ -37,7 +37,6 @@ from .spte import (
     is_last_spte,
     is_shadow_present_pte,
 )
-from .tdp_core import SHADOW_NONPRESENT_VALUE
 from .tdp_iter import TdpIter, for_each_tdp_pte, for_each_tdp_pte_min_level, kvm_pages_per_hpage
 from .tdp_pages import SPTE_ENT_PER_PAGE, TdpMmuPage
 from .tdp_roots import TdpRoots
@@ -216,7 +215,7 @@ class TdpHuge(TdpRoots):
         if not is_shadow_present_pte(old):
             return False
         self.tdp_mmu_set_spte(
-            sp.as_id, parent, index, old, SHADOW_NONPRESENT_VALUE, sp.gfn, sp.role.level + 1
+            sp.as_id, parent, index, old, self.nonpresent, sp.gfn, sp.role.level + 1
         )
         return True
 

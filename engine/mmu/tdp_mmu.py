@@ -40,7 +40,6 @@ from .mapping_level import MappingLevels
 from .role import ACC_ALL, ACC_EXEC_MASK, PG_LEVEL_4K
 from .spte import (
     PT_PAGE_SIZE_MASK,
-    REMOVED_SPTE,
     SPTE_BASE_ADDR_MASK,
     SPTE_MMU_PRESENT_MASK,
     RetPf,
@@ -219,7 +218,7 @@ class TdpMmu(TdpHuge):
             if nx:
                 self.disallowed_hugepage_adjust(fault, old, level)
                 goal = fault.goal_level
-            if old == REMOVED_SPTE:
+            if old == self.frozen:
                 return RetPf.RETRY  # frozen by another thread: let the vCPU fault again
             if level == goal:
                 if not nx and level < it.root_level:

@@ -12,8 +12,11 @@ torvalds/linux `arch/x86/kvm/mmu/tdp_mmu.c` (commit 0089c055, ≈6.10), `mmu_int
   (roots are not counted); `tdp_mmu_unlink_sp()` uncounts them;
 - a page table taken out of the paging structure is freed by `call_rcu()`
   (`tdp_mmu_free_sp_rcu_callback`): lockless walkers in an RCU read-side section may
-  still read it, so it is *RCU pending* (its sptes all `REMOVED_SPTE`) until a grace
-  period ends; here a grace period ends `RCU_GRACE_PERIOD_NS` of guest time later.
+  still read it, so it is *RCU pending* (its sptes all frozen: `FROZEN_SPTE`, 6.10+, or
+  `REMOVED_SPTE` before) until a grace period ends; here a grace period ends
+  `RCU_GRACE_PERIOD_NS` of guest time later.
+- a new page table (`tdp_mmu_alloc_sp()`: `mmu_shadow_page_cache`, whose `init_value` is
+  `SHADOW_NONPRESENT_VALUE` from 6.10 on, 0 before) starts with every entry non-present.
 - `possible_nx_huge_pages`: page tables made because an executable huge page was not
   allowed (`track_possible_nx_huge_page`), oldest first, for NX huge page recovery.
 
@@ -29,8 +32,9 @@ from ..errors import AuditError
 from .mmu_pages import KvmMmuPage
 from .role import KvmMmuPageRole
 from .spte import (
-    REMOVED_SPTE,
     SPTE_BASE_ADDR_MASK,
+    SPTE_CONFIGS,
+    SpteConfig,
     is_large_pte,
     is_shadow_present_pte,
 )
@@ -50,8 +54,10 @@ class TdpMmuPage(KvmMmuPage):
         "tdp_root",
     )
 
-    def __init__(self, gfn: int, role: KvmMmuPageRole, seq: int, ptep: int) -> None:
-        super().__init__(gfn, role, 0, seq)  # tdp_mmu_init_sp() never sets mmu_valid_gen
+    def __init__(
+        self, gfn: int, role: KvmMmuPageRole, seq: int, ptep: int, nonpresent: int = 0
+    ) -> None:
+        super().__init__(gfn, role, 0, seq, nonpresent)  # tdp_mmu_init_sp(): gen never set
         self.ptep = ptep  # 0 for a root (no parent spte)
         if ptep:
             self.parent_ptes.add(ptep)
@@ -83,12 +89,15 @@ class TdpMmuPages:
     gen_era = "2019"
     n_max_mmu_pages = 0  # the page budget is the shadow MMU's; TDP pages are not in it
 
-    def __init__(self) -> None:
+    def __init__(self, cfg: SpteConfig | None = None) -> None:
+        cfg = cfg or SPTE_CONFIGS["ept"]
+        self.nonpresent = cfg.shadow_nonpresent_value  # a new table's entries
+        self.frozen = cfg.frozen_spte  # FROZEN_SPTE (6.10+) or REMOVED_SPTE (before)
         self.by_pa: dict[int, TdpMmuPage] = {}  # sptep_to_sp(): every page not yet freed
         self.tdp_mmu_roots: list[TdpMmuPage] = []  # newest first
         self.tdp_mmu_pages = 0
         self.rcu_pending: dict[int, TdpMmuPage] = {}  # by seq, in call_rcu order
-        self.rcu_frozen = 0  # REMOVED_SPTE entries in the RCU-pending page tables
+        self.rcu_frozen = 0  # frozen entries in the RCU-pending page tables
         self.possible_nx_huge_pages: dict[int, TdpMmuPage] = {}  # by seq, oldest first
         self.mmu_valid_gen = 0  # kvm->arch.mmu_valid_gen (for the shadow MMU's pages)
         self.lock_holds: list[int] = []  # last zap: page tables freed per root zapped
@@ -100,7 +109,7 @@ class TdpMmuPages:
 
     def alloc(self, gfn: int, role: KvmMmuPageRole, ptep: int) -> TdpMmuPage:
         """`tdp_mmu_alloc_sp()` + `tdp_mmu_init_sp()`."""
-        sp = TdpMmuPage(gfn, role, self._seq, ptep)
+        sp = TdpMmuPage(gfn, role, self._seq, ptep, self.nonpresent)
         self._seq += 1
         self.by_pa[sp.spt_pa] = sp
         return sp
@@ -109,13 +118,13 @@ class TdpMmuPages:
         """`tdp_mmu_free_sp()`: a page never linked, or one whose grace period ended."""
         del self.by_pa[sp.spt_pa]
         if self.rcu_pending.pop(sp.seq, None) is not None:
-            self.rcu_frozen -= sp.spt.count(REMOVED_SPTE)
+            self.rcu_frozen -= sp.spt.count(self.frozen)
         self.freed += 1
 
     def call_rcu(self, sp: TdpMmuPage, now_ns: int) -> None:
         sp.rcu_queued_ns = now_ns
         self.rcu_pending[sp.seq] = sp
-        self.rcu_frozen += sp.spt.count(REMOVED_SPTE)
+        self.rcu_frozen += sp.spt.count(self.frozen)
 
     def rcu_advance(self, now_ns: int) -> int:
         """Run the RCU callbacks whose grace period has ended; how many pages were freed."""
@@ -165,7 +174,7 @@ class TdpMmuPages:
     def audit(self) -> None:
         """Every live page hangs under exactly one root on the list, through a parent spte
         that points at it; accounted pages are the linked non-roots; RCU-pending pages are
-        unreachable and hold only REMOVED_SPTE or non-present sptes."""
+        unreachable and hold only frozen or non-present sptes."""
         reached: dict[int, TdpMmuPage] = {}
         for root in self.tdp_mmu_roots:
             if root.ptep or root.root_count <= 0:
@@ -198,7 +207,7 @@ class TdpMmuPages:
             for index, spte in enumerate(sp.spt):
                 pa = spte_to_child_pa(spte, sp.role.level)
                 if not pa:
-                    if spte == REMOVED_SPTE and not self.is_obsolete(sp):
+                    if spte == self.frozen and not self.is_obsolete(sp):
                         raise AuditError(f"tdp: frozen spte left in {sp}[{index}] at rest")
                     continue
                 child = self.by_pa.get(pa)

@@ -28,7 +28,7 @@ from dataclasses import replace
 from ..errors import AuditError
 from .role import PG_LEVEL_1G, PG_LEVEL_2M, PG_LEVEL_4K, KvmMmuPageRole, tdp_root_role
 from .spte import is_last_spte, is_shadow_present_pte
-from .tdp_core import SHADOW_NONPRESENT_VALUE, TdpMmuCore
+from .tdp_core import TdpMmuCore
 from .tdp_iter import for_each_tdp_pte_min_level
 from .tdp_pages import TdpMmuPage
 
@@ -141,9 +141,9 @@ class TdpRoots(TdpMmuCore):
         for it in for_each_tdp_pte_min_level(self.pages.by_pa, root, zap_level, 0, end):
             while is_shadow_present_pte(it.old_spte) and it.level <= zap_level:
                 if not shared:
-                    self.tdp_mmu_iter_set_spte(it, SHADOW_NONPRESENT_VALUE)
+                    self.tdp_mmu_iter_set_spte(it, self.nonpresent)
                     break
-                if not self.tdp_mmu_set_spte_atomic(it, SHADOW_NONPRESENT_VALUE):
+                if not self.tdp_mmu_set_spte_atomic(it, self.nonpresent):
                     break  # else another CPU changed it: retry with the new old_spte
 
     def kvm_tdp_mmu_zap_all(self) -> int:
@@ -170,7 +170,7 @@ class TdpRoots(TdpMmuCore):
         for root in self._each_root(only_valid=True):
             for it in for_each_tdp_pte_min_level(self.pages.by_pa, root, PG_LEVEL_4K, start, end):
                 if is_shadow_present_pte(it.old_spte) and is_last_spte(it.old_spte, it.level):
-                    self.tdp_mmu_iter_set_spte(it, SHADOW_NONPRESENT_VALUE)
+                    self.tdp_mmu_iter_set_spte(it, self.nonpresent)
                     flush = True
             self.kvm_tdp_mmu_put_root(root)
         return flush

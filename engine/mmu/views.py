@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from .mmu_pages import KvmMmuPage, MmuPages
 from .spte import (
+    FROZEN_SPTE,
     REMOVED_SPTE,  # a TDP MMU spte frozen while its table is replaced or freed
     SpteConfig,
     check_mmio_spte,
@@ -77,7 +78,7 @@ def _cell(
 ) -> SpteCell:
     if is_empty_spte(spte):  # SHADOW_NONPRESENT_VALUE (6.10+) or 0
         return SpteCell(index, NONE, spte, None)
-    if spte == REMOVED_SPTE:
+    if spte in (FROZEN_SPTE, REMOVED_SPTE):
         return SpteCell(index, FROZEN, spte, None)
     if is_mmio_spte(cfg, spte):
         state = MMIO if check_mmio_spte(cfg, spte, gen) else MMIO_STALE

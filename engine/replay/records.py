@@ -44,7 +44,8 @@ def classify(spte: int, level: int) -> str:
     bit 51 + P) unless MMU-present (bit 11); not present when neither bit 11 nor an
     R/W/X (P) bit is set; else a 4K leaf, a huge leaf or a table by level and bit 7.
     Sptes of kernels before the MMU-present bit count as present when they carry an
-    R/W/X or P bit (an assumption)."""
+    R/W/X or P bit (an assumption).  `SHADOW_NONPRESENT_VALUE` (BIT(63), 6.10+) and
+    `FROZEN_SPTE` (BIT(63) | 0x5a0) are not present: neither bit 11 nor an R/W/X bit."""
     present = bool(spte & SPTE_MMU_PRESENT_MASK)
     if not present and (is_mmio_spte(_EPT, spte) or is_mmio_spte(_LEGACY, spte)):
         return MMIO
