@@ -65,7 +65,8 @@ def test_a_fault_links_tables_then_the_leaf_with_the_kernels_events() -> None:
     root = events[0].fields
     assert root["level"] == 4 and root["root_count"] == 0 and root["gen"] == 0
     leaf = events[-2].fields
-    assert leaf["old_spte"] == SHADOW_NONPRESENT_VALUE and leaf["level"] == 1 and leaf["gfn"] == 0x12345
+    assert leaf["old_spte"] == SHADOW_NONPRESENT_VALUE  # the page cache's init_value (6.10+)
+    assert leaf["level"] == 1 and leaf["gfn"] == 0x12345
     assert spte_to_pfn(int(leaf["new_spte"])) == (UA >> 12) + 0x12345
     assert int(leaf["new_spte"]) & PT_WRITABLE_MASK
     assert mmu.stat["pages_4k"] == 1 and mmu.pages.tdp_mmu_pages == 3
@@ -117,7 +118,8 @@ def test_fast_zap_traces_the_old_generation_and_zaps_in_passes() -> None:
     mmu.kvm_mmu_zap_all_fast()
     assert events[0].name == "kvm_mmu_zap_all_fast" and events[0].fields["mmu_valid_gen"] == 0
     changed = [e.fields for e in events if e.name == "kvm_tdp_mmu_spte_changed"]
-    assert changed[0]["level"] == 1 and changed[0]["new_spte"] == SHADOW_NONPRESENT_VALUE  # 4K first
+    assert changed[0]["level"] == 1  # the 4K pass first, its spte set to the non-present value
+    assert changed[0]["new_spte"] == SHADOW_NONPRESENT_VALUE
     removed = [f for f in changed if f["new_spte"] == FROZEN_SPTE]
     assert len(removed) == 3 * 512  # mmu_lock shared: every entry of each removed table
     zaps = [e for e in events if e.name == "kvm_mmu_prepare_zap_page"]

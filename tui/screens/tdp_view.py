@@ -1,11 +1,13 @@
 """What the shadow-MMU screen shows of the TDP MMU (EPT, tdp_mmu=Y) beyond the pages by
 level: the roots on `tdp_mmu_roots` with their reference counts and validity, the page
-tables waiting for an RCU grace period (their sptes frozen at REMOVED_SPTE), the counters
+tables waiting for an RCU grace period (their sptes frozen at FROZEN_SPTE, 6.10+, or
+REMOVED_SPTE before: named by the config's era), the counters
 of `kvm->arch` and `kvm->stat` the TDP MMU keeps, and the words for a zap of today (roots
 invalidated, then zapped one by one with mmu_lock held for read)."""
 
 from __future__ import annotations
 
+from engine.mmu.spte import FROZEN_SPTE
 from engine.mmu.tdp_pages import RCU_GRACE_PERIOD_NS, TdpMmuPage
 from engine.mmu.tdp_session import TdpSession
 
@@ -29,9 +31,10 @@ def tdp_notes(session: object) -> list[str]:
     pending = list(pages.rcu_pending.values())
     if pending:
         frozen = pages.rcu_frozen
+        name = "FROZEN_SPTE" if pages.frozen == FROZEN_SPTE else "REMOVED_SPTE"
         left = max(0, RCU_GRACE_PERIOD_NS - (session.mmu.now_ns - pending[0].rcu_queued_ns))
         lines.append(
-            f"RCU pending: {len(pending)} page tables, {frozen} sptes frozen (REMOVED_SPTE); "
+            f"RCU pending: {len(pending)} page tables, {frozen} sptes frozen ({name}); "
             f"grace period ends in {left // 1000} us of guest time"
         )
     return lines
