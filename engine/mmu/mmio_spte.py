@@ -2,12 +2,15 @@
 generation, so a repeated access is emulated without a memslot search (kvm-reference §6.3;
 seed 000).  `make_mmio_spte()` / `check_mmio_spte()` / `get_mmio_spte_gfn()` (spte.c,
 mmu.c 6.17/6.18), the generation wrap that zaps everything
-(`kvm_mmu_invalidate_mmio_sptes()`), and the tracepoint fields of `kvm_mmio` and
+(`kvm_mmu_invalidate_mmio_sptes()`) and the shadow MMU's answer to a memslot update
+(`shadow_mmu_memslot_update`), and the tracepoint fields of `kvm_mmio` and
 `kvm_mmu_spte_requested`.  The layout constants and `is_mmio_spte()` live in spte.py,
 which re-exports all of this.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from ..constants import PAGE_SHIFT
 from .spte import (
@@ -22,6 +25,11 @@ from .spte import (
     SpteConfig,
     is_mmio_spte,
 )
+
+if TYPE_CHECKING:  # annotations only: spte.py imports this module, mmu_pages.py imports spte
+    from ..events import Event
+    from ..vm import Vm
+    from .mmu_pages import MmuPages
 
 
 class MmioCachingDisabledError(ValueError):
@@ -140,3 +148,18 @@ def memslot_update_zaps(name: str, gen: int, nr_address_spaces: int) -> bool:
     if name == "kvm_arch_flush_shadow_memslot":
         return True
     return name == "kvm_arch_memslots_updated" and mmio_gen_wraps(gen, nr_address_spaces)
+
+
+def shadow_mmu_memslot_update(event: Event, vm: Vm, pages: MmuPages) -> None:
+    """The shadow MMU's (direct or indirect pages) answer to a memslot event: a DELETE/MOVE
+    flush (`kvm_arch_flush_shadow_memslot`) or an MMIO generation wrap
+    (`kvm_mmu_invalidate_mmio_sptes`) zaps everything, fast (`memslot_update_zaps`); a
+    CREATE or DELETE that went through resizes the page budget
+    (`kvm_arch_commit_memory_region`)."""
+    fields = event.fields
+    if event.name == "kvm_set_user_memory_region":
+        if fields.get("ret") == 0:
+            pages.commit_memory_region(str(fields.get("change", "")), vm.nr_memslot_pages)
+        return
+    if memslot_update_zaps(event.name, int(fields.get("gen", 0)), vm.address_spaces):
+        pages.zap_all_fast()

@@ -52,6 +52,7 @@ from . import guest_pt as gpt
 from . import shadow_sync
 from .guest_pt import GuestPageTables, GuestWalk, pt_index
 from .mmio_info import VcpuMmioInfo
+from .mmio_spte import shadow_mmu_memslot_update
 from .mmu_pages import KvmMmuPage, MmuPages, default_mmu_pages, kvm_page_table_hashfn
 from .rmap import ERAS, KvmRmapHead
 from .role import ACC_ALL, ACC_WRITE_MASK, PT64_ROOT_4LEVEL, KvmMmuPageRole
@@ -70,7 +71,6 @@ from .spte import (
     is_mmio_spte,
     is_shadow_present_pte,
     kvm_mmio_fields,
-    memslot_update_zaps,
     spte_requested_fields,
 )
 from .vtlb import VcpuVtlbs
@@ -136,17 +136,7 @@ class ShadowMmu(ShadowRmaps):
             self._listener(Event(name, fields))
 
     def _memslots_changed(self, event: Event) -> None:
-        """DELETE/MOVE flush (`kvm_arch_flush_shadow_memslot`) or an MMIO generation wrap
-        (`kvm_mmu_invalidate_mmio_sptes`): zap everything, fast.  A CREATE or DELETE that
-        went through resizes the page budget (`kvm_arch_commit_memory_region`)."""
-        if event.name == "kvm_set_user_memory_region":
-            if event.fields.get("ret") == 0:
-                change = str(event.fields.get("change", ""))
-                self.pages.commit_memory_region(change, self.vm.nr_memslot_pages)
-            return
-        gen = int(event.fields.get("gen", 0))
-        if memslot_update_zaps(event.name, gen, self.vm.address_spaces):
-            self.zap_all_fast()
+        shadow_mmu_memslot_update(event, self.vm, self.pages)
 
     def free_obsolete_roots(self) -> int:
         """KVM_REQ_MMU_FREE_OBSOLETE_ROOTS as each vCPU handles it at its next entry
