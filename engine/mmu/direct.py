@@ -51,7 +51,6 @@ from .direct_tables import _spte_key, level_shift, spte_constants
 from .fast_pf import (
     FastPageFault,
     fast_pf_get_last_sptep,
-    fault_error_code,
     mark_page_dirty_in_slot,
 )
 from .mapping_level import KvmPageFault, MappingLevels
@@ -220,13 +219,8 @@ class DirectMmu(DirectMmio, DirectHuge, DirectRmaps):
             self.stat["pf_taken"] += 1
             slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
             fast = self.fast_pf
-            if fast is not None and not fast.kvm_ad_enabled:  # a not-present entry
-                code = (
-                    fault_error_code(self.cfg, 0, write, exec_)
-                    if error_code is None
-                    else error_code
-                )
-                fast.page_fault(vcpu, gpa, slot, code)  # RET_PF_INVALID: it is not present
+            if fast is not None and not fast.kvm_ad_enabled:  # RET_PF_INVALID: not present
+                fast.try_fast_page_fault(vcpu, gpa, slot, 0, write, exec_, error_code)
             if (
                 slot is not None
                 and not (write and slot.flags & KVM_MEM_READONLY)
@@ -250,15 +244,9 @@ class DirectMmu(DirectMmio, DirectHuge, DirectRmaps):
         fast = self.fast_pf
         if fast is not None:
             spte = pages.nonpresent if leaf_page is None else leaf_page.spt[index]
-            if fast.wants(write, spte):
-                code = (
-                    fault_error_code(self.cfg, spte, write, exec_)
-                    if error_code is None
-                    else error_code
-                )
-                ret = fast.page_fault(vcpu, gpa, slot, code)
-                if ret is not RetPf.INVALID:
-                    return ret
+            ret = fast.try_fast_page_fault(vcpu, gpa, slot, spte, write, exec_, error_code)
+            if ret is not RetPf.INVALID:
+                return ret
         return self._slow_path(vcpu, root, gfn, slot, write, exec_)
 
     def _fast_pf_last_sptep(self, vcpu: int, gfn: int) -> tuple[KvmMmuPage, int]:

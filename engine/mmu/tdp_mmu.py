@@ -34,7 +34,7 @@ from ..errors import AuditError
 from ..events import Event
 from ..memslot import MemorySlot
 from ..vm import Vm
-from .fast_pf import FastPageFault, fault_error_code, mark_page_dirty_in_slot
+from .fast_pf import FastPageFault, mark_page_dirty_in_slot
 from .mapping_level import KvmPageFault as KvmPageFault
 from .mapping_level import MappingLevels
 from .role import ACC_ALL, ACC_EXEC_MASK, PG_LEVEL_4K
@@ -158,11 +158,10 @@ class TdpMmu(TdpHuge):
                 self._emit("handle_mmio_page_fault", addr=0, gfn=gfn, access=access)
                 return self._emulate(gpa, write)
         slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
-        fast = self.fast_pf  # kvm_tdp_mmu_page_fault(): fast_page_fault() first
-        if fast.wants(write, spte):
-            ret = fast.page_fault(vcpu, gpa, slot, fault_error_code(cfg, spte, write, exec_))
-            if ret is not RetPf.INVALID:
-                return ret
+        # kvm_tdp_mmu_page_fault(): fast_page_fault() first
+        ret = self.fast_pf.try_fast_page_fault(vcpu, gpa, slot, spte, write, exec_)
+        if ret is not RetPf.INVALID:
+            return ret
         if slot is None and not cfg.mmio_caching_enabled:
             return self._emulate(gpa, write)  # kvm_handle_noslot_fault(), caching off
         if slot is not None and write and slot.flags & KVM_MEM_READONLY:
