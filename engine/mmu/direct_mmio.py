@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from ..events import Event, FieldValue
 from ..vm import Vm
 from .mmio_info import VcpuMmioInfo
+from .mmio_spte import mark_mmio_spte_fields
 from .mmu_pages import KvmMmuPage
 from .role import ACC_ALL
 from .spte import (
@@ -21,7 +22,6 @@ from .spte import (
     check_mmio_spte,
     check_mmio_spte_traced,
     get_mmio_spte_access,
-    get_mmio_spte_generation,
     kvm_mmio_fields,
     make_mmio_spte,
 )
@@ -83,13 +83,6 @@ class DirectMmio:
         sp.spt[index] = spte = make_mmio_spte(self.cfg, gfn, ACC_ALL, gen)
         self.stat["pf_mmio_spte_created"] += 1
         if self._listener is not None:
-            # trace_mark_mmio_spte(): access = spte & ACC_ALL, gen read back (19 bits)
-            self._emit(
-                "mark_mmio_spte",
-                sptep=sp.sptep(index),
-                gfn=gfn,
-                access=spte & ACC_ALL,
-                gen=get_mmio_spte_generation(spte),
-            )
+            self._emit("mark_mmio_spte", **mark_mmio_spte_fields(sp.sptep(index), gfn, spte))
             self._emit_mmio(gfn << PAGE_SHIFT, write)
         return RetPf.EMULATE

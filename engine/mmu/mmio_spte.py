@@ -3,9 +3,9 @@ generation, so a repeated access is emulated without a memslot search (kvm-refer
 seed 000).  `make_mmio_spte()` / `check_mmio_spte()` / `get_mmio_spte_gfn()` (spte.c,
 mmu.c 6.17/6.18), the generation wrap that zaps everything
 (`kvm_mmu_invalidate_mmio_sptes()`) and the shadow MMU's answer to a memslot update
-(`shadow_mmu_memslot_update`), and the tracepoint fields of `kvm_mmio` and
-`kvm_mmu_spte_requested`.  The layout constants and `is_mmio_spte()` live in spte.py,
-which re-exports all of this.
+(`shadow_mmu_memslot_update`), and the tracepoint fields of `kvm_mmio`, `mark_mmio_spte`
+and `kvm_mmu_spte_requested`.  The layout constants and `is_mmio_spte()` live in spte.py,
+which re-exports the spte helpers here.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..constants import PAGE_SHIFT
+from .role import ACC_ALL
 from .spte import (
     KVM_MEMSLOT_GEN_UPDATE_IN_PROGRESS,
     MMIO_SPTE_GEN_HIGH_MASK,
@@ -132,6 +133,17 @@ def kvm_mmio_fields(gpa: int, write: bool) -> dict[str, int | str]:
     """`trace_kvm_mmio()` of an emulated MMIO access: KVM_TRACE_MMIO_WRITE, or a read
     that userspace completes (KVM_TRACE_MMIO_READ_UNSATISFIED); the value is not modelled."""
     return {"type": "write" if write else "unsatisfied-read", "len": 4, "gpa": gpa, "val": 0}
+
+
+def mark_mmio_spte_fields(sptep: int, gfn: int, spte: int) -> dict[str, int]:
+    """`trace_mark_mmio_spte(sptep, gfn, spte)`: access = spte & ACC_ALL, gen read back
+    from the spte (19 bits)."""
+    return {
+        "sptep": sptep,
+        "gfn": gfn,
+        "access": spte & ACC_ALL,
+        "gen": get_mmio_spte_generation(spte),
+    }
 
 
 def updates_until_mmio_wrap(memslots_gen: int, nr_address_spaces: int = 2) -> int:

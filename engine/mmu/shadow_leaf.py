@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING
 from ..constants import PAGE_SHIFT
 from ..memslot import MemorySlot
 from . import shadow_sync
+from .mmio_spte import mark_mmio_spte_fields
 from .mmu_pages import KvmMmuPage
 from .rmap import KvmRmapHead, rmap_add
-from .role import ACC_ALL, ACC_WRITE_MASK
+from .role import ACC_WRITE_MASK
 from .shadow_rmap import Translation
 from .spte import (
     PT_USER_MASK,
     PT_WRITABLE_MASK,
     RetPf,
-    get_mmio_spte_generation,
     is_empty_spte,
     is_mmio_spte,
     is_shadow_present_pte,
@@ -46,14 +46,7 @@ def set_mmio_spte(mmu: ShadowMmu, sp: KvmMmuPage, index: int, gfn: int, access: 
         mmu._zap_leaf(sp, index)
     gen = mmu.vm.generation(sp.role.smm)
     sp.spt[index] = spte = make_mmio_spte(mmu.cfg, gfn, access, gen)
-    # trace_mark_mmio_spte(): access = spte & ACC_ALL, gen read back from the spte
-    mmu._emit(
-        "mark_mmio_spte",
-        sptep=sp.sptep(index),
-        gfn=gfn,
-        access=spte & ACC_ALL,
-        gen=get_mmio_spte_generation(spte),
-    )
+    mmu._emit("mark_mmio_spte", **mark_mmio_spte_fields(sp.sptep(index), gfn, spte))
     mmu.stat["pf_mmio_spte_created"] += 1
     mmu.stat["pf_emulate"] += 1
     return RetPf.EMULATE
