@@ -68,6 +68,7 @@ from .records import (
 from .tdp_events import SMM_KEY as SMM_KEY  # the key of address space 1's pages
 
 K = TypeVar("K")
+V = TypeVar("V")
 _TABLES: tuple[str, ...] = ("pages", "by_gfn", "mmio", "tdp", "counts", "vcpus")
 _TABLES += ("exit_reasons", "tdp_pending", "tdp_pending_roots")
 _TABLES += ("level_copies", "level_epochs", "level_gens")
@@ -346,15 +347,21 @@ class ReplayModel:
         if gfn is None or gen is None:
             return False
         gen &= MMIO_SPTE_GEN_MASK
-        self.mmio.pop(gfn, None)  # re-inserted last: the dict stays oldest-first
         access = _int(event.fields, "access") or 0
-        self.mmio[gfn] = MmioSpte(gfn, gen, access, event.ts, self.flips_total)
-        if len(self.mmio) > self.limits[2]:
-            del self.mmio[next(iter(self.mmio))]
-            self.evicted_sptes += 1
+        spte = MmioSpte(gfn, gen, access, event.ts, self.flips_total)
+        self._keep_spte(self.mmio, gfn, spte, self.limits[2])
         self.memslots_gen = gen
         self.last_change = ("mmio", f"MMIO spte cached: gfn {gfn:#x} gen {gen:#x}")
         return True
+
+    def _keep_spte(self, table: dict[K, V], key: K, spte: V, limit: int) -> None:
+        """Put `spte` last (the dict stays oldest-first); past `limit` sptes the oldest is
+        dropped (`evicted_sptes`).  The MMIO and the TDP spte tables."""
+        table.pop(key, None)
+        table[key] = spte
+        if len(table) > limit:
+            del table[next(iter(table))]
+            self.evicted_sptes += 1
 
     def _check_mmio(self, event: Event) -> bool:
         kvm_gen = _int(event.fields, "kvm_gen")

@@ -164,12 +164,10 @@ def set_tdp(model: ReplayModel, key: TdpKey, new: int, old: int, ts: float) -> b
     as_id, level, gfn = key
     key = (as_id, level, gfn - gfn % gfns_per_spte(level))  # the spte's first gfn
     kind = classify(new, level)
-    model.tdp.pop(key, None)
-    if kind != NONE:
-        model.tdp[key] = TdpSpte(new, kind, old, ts)
-        if len(model.tdp) > model.limits[1]:
-            del model.tdp[next(iter(model.tdp))]
-            model.evicted_sptes += 1
+    if kind == NONE:
+        model.tdp.pop(key, None)
+    else:
+        model._keep_spte(model.tdp, key, TdpSpte(new, kind, old, ts), model.limits[1])
     model.last_tdp = key
     model.last_change = ("tdp", f"as {as_id} l{level} gfn {gfn:#x}: {old:#x} → {new:#x}")
     return True
