@@ -140,3 +140,20 @@ def test_round_trip_gives_the_simulations_live_pages(options: SimulateOptions) -
     # tracepoint shows them: compare the sptes the trace does show
     shown = {key: tdp.spte for key, tdp in model.tdp.items()}
     assert {k: v for k, v in sptes.items() if k in shown} == shown
+
+
+def test_simulate_imports_only_the_chosen_mmu_and_no_tui() -> None:
+    """`simulate --mmu tdp` starts without the Textual app, the direct or shadow MMU."""
+    code = (
+        "import sys, io, contextlib\n"
+        "from tui.cli import main\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n"
+        "    main(['simulate', '--mmu', 'tdp', '--workload', 'kernbench', '--accesses', '50'])\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'rich')"
+        " or m in ('engine.mmu.direct', 'engine.mmu.shadow', 'tui.app')]\n"
+        "print(bad)\n"
+        "sys.exit(1 if bad or 'kvm_page_fault' not in out.getvalue() else 0)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr

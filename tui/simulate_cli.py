@@ -30,7 +30,7 @@ import json
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from engine.events import Event, FieldValue
 
@@ -120,11 +120,9 @@ def run_simulate(args: argparse.Namespace) -> int:
 
 
 def make_session(options: SimulateOptions) -> GuestSession[object]:
-    """The guest of these options, checked first (SimulateError/ValueError on bad ones)."""
+    """The guest of these options, checked first (SimulateError/ValueError on bad ones);
+    only the chosen MMU's modules are imported."""
     from engine.layouts import preset
-    from engine.mmu.session import MmuSession
-    from engine.mmu.shadow_session import ShadowSession
-    from engine.mmu.tdp_session import TdpSession
 
     if (options.zap is None) != (options.at is None):
         raise SimulateError("--zap and --at go together")
@@ -132,8 +130,7 @@ def make_session(options: SimulateOptions) -> GuestSession[object]:
         raise SimulateError(f"--at {options.at} is past --accesses {options.accesses}")
     if options.zap == "roots" and options.mmu != "tdp":
         raise SimulateError("--zap roots needs --mmu tdp: only the TDP MMU has roots to zap")
-    kinds = {"tdp": TdpSession, "direct": MmuSession, "shadow": ShadowSession}
-    kind = kinds[options.mmu]
+    kind = _session_class(options.mmu)
     if options.workload not in kind.workloads:
         raise SimulateError(
             f"--workload {options.workload!r} is not one of --mmu {options.mmu}'s: "
@@ -144,19 +141,31 @@ def make_session(options: SimulateOptions) -> GuestSession[object]:
     if options.smi_every and options.mmu != "tdp":
         raise SimulateError("--smi-every needs --mmu tdp")
     if options.mmu == "tdp":
-        return TdpSession(  # type: ignore[return-value]
+        return kind(  # type: ignore[call-arg, no-any-return]
             preset(options.layout), workload=options.workload, seed=options.seed,
             race_rate=options.race_rate, smi_every=options.smi_every,
         )  # fmt: skip
     session = kind(preset(options.layout), workload=options.workload, seed=options.seed)
-    return session  # type: ignore[return-value]
+    return session  # type: ignore[no-any-return]
+
+
+def _session_class(mmu: str) -> type[GuestSession[Any]]:
+    if mmu == "tdp":
+        from engine.mmu.tdp_session import TdpSession
+
+        return TdpSession
+    if mmu == "direct":
+        from engine.mmu.session import MmuSession
+
+        return MmuSession
+    from engine.mmu.shadow_session import ShadowSession
+
+    return ShadowSession
 
 
 def zap(session: GuestSession[object], kind: str) -> None:
-    from engine.mmu.tdp_session import TdpSession
-
-    if isinstance(session, TdpSession):
-        session.zap(kind)
+    if session.paging == "tdp":
+        session.zap(kind)  # type: ignore[attr-defined]  # TdpSession.zap
     elif kind == "fast":
         session.mmu.zap_all_fast()  # type: ignore[attr-defined]
     else:

@@ -19,14 +19,16 @@ the sessions of the two MMUs that have it (`MmuSession`: direct pages, tdp_mmu=N
 from __future__ import annotations
 
 import random
+from typing import TYPE_CHECKING
 
 from ..constants import KVM_MEM_LOG_DIRTY_PAGES, PAGE_SHIFT
 from ..memslot import MemorySlot
 from ..vm import Vm
-from .aging import kvm_age_gfn
-from .direct import DirectMmu
 from .dirty_log import DirtyLogging
-from .tdp_mmu import TdpMmu
+
+if TYPE_CHECKING:
+    from .direct import DirectMmu
+    from .tdp_mmu import TdpMmu
 
 HOT_PAGES = 256
 HOT_SHARE = 0.9
@@ -69,6 +71,8 @@ class FastPathControls:
     def age_memory(self) -> int:
         """`kvm_age_gfn()` over every RAM slot, as page reclaim's `clear_young` would:
         how many sptes were young."""
+        from .aging import kvm_age_gfn  # (it imports both MMUs)
+
         return sum(kvm_age_gfn(self.mmu, s, s.base_gfn, s.end_gfn) for s in self._ram)
 
     def migrate_update(self, steps: int) -> str:

@@ -24,17 +24,19 @@ with A/D bits on: a prefetched spte (A clear) shows when the guest first touches
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 
-from ..errors import KvmError
 from ..layouts.layout import Layout
-from ..vm import Vm
 from .direct import DirectMmu
-from .dirty_log import DirtyLogging
+from .ept_session import CHURN_EVERY as CHURN_EVERY
+from .ept_session import CHURN_SLOT as CHURN_SLOT
+from .ept_session import DIRTY_EVERY as DIRTY_EVERY
+from .ept_session import EPT_WORKLOADS, EptSession, workload_update
+from .ept_session import LAPIC_EOI as LAPIC_EOI
+from .ept_session import NIC_DOORBELL as NIC_DOORBELL
+from .ept_session import churn_update as churn_update
 from .fast_pf import fast_words
-from .fast_session import FastPathControls
-from .guest_session import ACCESS_NS, FETCH_RATE, PFERR_WRITE, GuestSession
+from .guest_session import ACCESS_NS, PFERR_WRITE
 from .mmu_pages import KvmMmuPage
 from .spte import (
     PT_PRESENT_MASK,
@@ -48,17 +50,13 @@ from .spte import (
 from .tdp_params import TdpMmuParams
 
 PAGE_SHIFT = 12
-CHURN_EVERY = 50
-CHURN_SLOT = 500  # the slot id the churn workload creates and deletes
-NIC_DOORBELL, LAPIC_EOI = 0xFEBF_1000, 0xFEE0_00B0
 # The EPT violation exit qualification (asm/vmx.h): the access, the RWX the entries grant,
 # and a guest linear address that was valid and translated (a data access of the guest).
 EPT_VIOLATION_ACC_READ, EPT_VIOLATION_ACC_WRITE, EPT_VIOLATION_ACC_INSTR = 1, 1 << 1, 1 << 2
 EPT_VIOLATION_RWX_SHIFT = 3
 EPT_VIOLATION_GVA_IS_VALID, EPT_VIOLATION_GVA_TRANSLATED = 1 << 7, 1 << 8
 PFERR_PRESENT, PFERR_RSVD, PFERR_FETCH = 1 << 0, 1 << 3, 1 << 4
-MMU_WORKLOADS = ("kernbench", "netperf", "churn", "dirty", "migrate")
-DIRTY_EVERY = 400  # the dirty workload toggles dirty logging this often (as TdpSession)
+MMU_WORKLOADS = EPT_WORKLOADS
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +82,7 @@ class MmuStep:
     fast: str = ""  # what fast_page_fault did, when it fixed the fault (fast_pf.fast_words)
 
 
-class MmuSession(GuestSession[MmuStep], FastPathControls):
+class MmuSession(EptSession[MmuStep]):
     """A guest (a `Layout`), its direct MMU and a workload; deterministic for a seed."""
 
     paging = "ept"
@@ -118,32 +116,12 @@ class MmuSession(GuestSession[MmuStep], FastPathControls):
             params=params,
             pte_prefetch=pte_prefetch,
         )
-        self._ram = [s for s in self.vm.memslots(0) if not s.readonly]
-        self.dirty_log = DirtyLogging(self.mmu)
-        self._fetch_rng = random.Random(seed ^ 0x7D9)
-        period = self.mmu.params.recovery_period_ns
-        self._next_recovery = period if period else -1
+        self.set_up_guest(seed)
 
     # -- the workload -------------------------------------------------------------------
 
     def next_access(self) -> MmuAccess:
-        rng = self._rng
-        vcpu = self.steps % self.nr_vcpus
-        if self.workload == "netperf" and rng.random() < 0.7:
-            gpa = NIC_DOORBELL if rng.random() < 0.8 else LAPIC_EOI
-            return MmuAccess(vcpu, gpa, write=True)
-        hot = self.hot_access(rng) if self.workload == "migrate" else None
-        if hot is not None:
-            return MmuAccess(vcpu, hot[0] << PAGE_SHIFT, write=hot[1])
-        slot = rng.choice(self._ram)
-        gfn = slot.base_gfn + rng.randrange(slot.npages)
-        write = rng.random() < 0.3
-        fetch = not write and self._fetch_rng.random() < FETCH_RATE
-        return MmuAccess(vcpu, gfn << PAGE_SHIFT, write, fetch)
-
-    def set_workload(self, workload: str) -> None:
-        self.check_workload(workload)
-        self.workload = workload
+        return self.draw_access(MmuAccess)
 
     def _tick(self) -> None:
         """The NX recovery worker wakes when its period of guest time is up."""
@@ -221,28 +199,3 @@ class MmuSession(GuestSession[MmuStep], FastPathControls):
     def audit(self) -> None:
         self.mmu.audit()
         self.vm.audit()
-
-
-def workload_update(session: FastPathControls) -> str:
-    """The workload's memslot update before access `session.steps`, if any, for both MMUs
-    with a fast path (`MmuSession`, `TdpSession`): churn's BAR, dirty's logging toggle,
-    migrate's KVM_GET_DIRTY_LOG passes."""
-    workload, steps = session.workload, session.steps
-    if workload == "churn" and not steps % CHURN_EVERY:
-        return churn_update(session.vm)
-    if workload == "dirty" and steps and not steps % DIRTY_EVERY:
-        return session.toggle_dirty_logging()
-    return session.migrate_update(steps) if workload == "migrate" else ""
-
-
-def churn_update(vm: Vm) -> str:
-    """The churn workload's memslot update: create a 1 MiB BAR-like slot, or delete it."""
-    exists = vm.slot(0, CHURN_SLOT) is not None
-    try:
-        if exists:
-            vm.set_user_memory_region(CHURN_SLOT, 0, 0, 0, 0)
-            return "delete"
-        vm.set_user_memory_region(CHURN_SLOT, 0, 0xFD00_0000, 1 << 20, 0x7E00_0000_0000)
-        return "create"
-    except KvmError as err:  # a layout that already uses that range
-        return f"refused: {err.errno_name}"

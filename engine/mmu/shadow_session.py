@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from ..events import Event
 from ..layouts.layout import Layout
 from ..words import count
+from .ept_session import CHURN_EVERY, LAPIC_EOI, NIC_DOORBELL, churn_update
 from .guest_os import GuestOs, GuestProcess
 from .guest_session import PFERR_USER, PFERR_WRITE, GuestSession
 from .mmu_pages import KvmMmuPage
-from .session import CHURN_EVERY, LAPIC_EOI, NIC_DOORBELL, churn_update
 from .shadow import ShadowMmu
 from .spte import (
     PT_USER_MASK,

@@ -26,12 +26,19 @@ import random
 from typing import NamedTuple
 
 from ..layouts.layout import Layout
-from .dirty_log import DirtyLogging
+from .ept_session import (
+    CHURN_EVERY,
+    DIRTY_EVERY,
+    EPT_WORKLOADS,
+    LAPIC_EOI,
+    NIC_DOORBELL,
+    EptSession,
+    workload_update,
+)
 from .fast_pf import fast_words
-from .fast_session import GET_DIRTY_EVERY, FastPathControls
-from .guest_session import ACCESS_NS, FETCH_RATE, PFERR_WRITE, GuestSession
+from .fast_session import GET_DIRTY_EVERY
+from .guest_session import ACCESS_NS, FETCH_RATE, PFERR_WRITE
 from .mmu_pages import KvmMmuPage
-from .session import CHURN_EVERY, DIRTY_EVERY, LAPIC_EOI, NIC_DOORBELL, workload_update
 from .spte import (
     PT_PAGE_SIZE_MASK,
     PT_PRESENT_MASK,
@@ -49,7 +56,7 @@ from .tdp_params import TdpMmuParams
 
 PAGE_SHIFT = 12
 PFERR_FETCH = 1 << 4
-TDP_WORKLOADS = ("kernbench", "netperf", "churn", "dirty", "migrate")
+TDP_WORKLOADS = EPT_WORKLOADS
 ZAP_KINDS = ("fast", "slow", "roots")
 MAX_RETRIES = 4
 SMBASE = 0x30000  # the default SMBASE (SDM: SMRAM at 0x30000 + 0x8000 entry)
@@ -74,12 +81,12 @@ class TdpStep(NamedTuple):
     fast: str = ""  # what fast_page_fault did, when it fixed the fault (fast_pf.fast_words)
 
 
-class TdpSession(GuestSession[TdpStep], FastPathControls):
+class TdpSession(EptSession[TdpStep]):
     """A guest (a `Layout`), its TDP MMU and a workload; deterministic for a seed."""
 
     paging = "tdp"
     workloads = TDP_WORKLOADS
-    mmu: TdpMmu  # type: ignore[assignment]  # TdpMmuPages reads like MmuPages
+    mmu: TdpMmu
 
     def __init__(
         self,
@@ -103,9 +110,7 @@ class TdpSession(GuestSession[TdpStep], FastPathControls):
         self.smi_every = smi_every
         self.mmu = TdpMmu(self.vm, SPTE_CONFIGS[spte_config], params)
         self.mmu._listener = self._forward_fields
-        self._ram = [s for s in self.vm.memslots(0) if not s.readonly]
-        self.dirty_log = DirtyLogging(self.mmu)
-        self._fetch_rng = random.Random(seed ^ 0x7D9)
+        self.set_up_guest(seed)
         self._race_rng = random.Random(seed ^ 0xACE)
         self.race_rate = race_rate
         self._racing: TdpAccess | None = None
@@ -116,29 +121,11 @@ class TdpSession(GuestSession[TdpStep], FastPathControls):
         #: unlinking one unlinks everything below it (`handle_removed_pt`).  Model-only,
         #: a memo of `last_spte` (`walk_cache=False`: walk from the root every time).
         self._walks: dict[int, dict[int, tuple[TdpMmuPage, int]]] = {}
-        period = self.mmu.params.recovery_period_ns
-        self._next_recovery = period if period else -1
 
     # -- the workload -------------------------------------------------------------------
 
     def next_access(self) -> TdpAccess:
-        rng = self._rng
-        vcpu = self.steps % self.nr_vcpus
-        if self.workload == "netperf" and rng.random() < 0.7:
-            gpa = NIC_DOORBELL if rng.random() < 0.8 else LAPIC_EOI
-            return TdpAccess(vcpu, gpa, write=True)
-        hot = self.hot_access(rng) if self.workload == "migrate" else None
-        if hot is not None:
-            return TdpAccess(vcpu, hot[0] << PAGE_SHIFT, hot[1])
-        slot = rng.choice(self._ram)
-        gfn = slot.base_gfn + rng.randrange(slot.npages)
-        write = rng.random() < 0.3
-        fetch = not write and self._fetch_rng.random() < FETCH_RATE
-        return TdpAccess(vcpu, gfn << PAGE_SHIFT, write, fetch)
-
-    def set_workload(self, workload: str) -> None:
-        self.check_workload(workload)
-        self.workload = workload
+        return self.draw_access(TdpAccess)
 
     def kvm_smm_changed(self, vcpu: int) -> str:
         """An SMI (enter_smm) or RSM for `vcpu`: `kvm_smm_transition`, HF_SMM_MASK (its
