@@ -139,7 +139,8 @@ def test_the_shadow_mmu_prefetches_below_a_guest_huge_page_and_clears_accessed()
     """`FNAME(pte_prefetch)` on a direct page (a guest 2M page, 4K host pages) is
     `__direct_pte_prefetch()`; every prefetched spte has A clear."""
     vm = build_vm(preset("pc-4g"))
-    mmu = ShadowMmu(vm, SPTE_CONFIGS["shadow"], pte_prefetch=True)
+    params = TdpMmuParams(tdp_mmu=False, host_level=PG_LEVEL_4K)
+    mmu = ShadowMmu(vm, SPTE_CONFIGS["shadow"], pte_prefetch=True, params=params)
     p = mmu.guest.spawn()
     gva = 0x4000_0000
     mmu.guest.map(p, gva, 0x200, level=2)

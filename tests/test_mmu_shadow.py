@@ -17,6 +17,7 @@ from engine.mmu.guest_pt import GuestOutOfMemoryError, GuestPageTables
 from engine.mmu.rmaps_stat import bucket_labels, format_mmu_rmaps_stat
 from engine.mmu.shadow import ShadowMmu
 from engine.mmu.spte import PT_WRITABLE_MASK, SPTE_CONFIGS, RetPf, is_empty_spte
+from engine.mmu.tdp_params import TdpMmuParams
 from engine.mmu.vtlb import Vtlb
 
 MiB, GiB = 1 << 20, 1 << 30
@@ -214,7 +215,8 @@ def test_a_cow_fork_write_protects_the_parent() -> None:
 
 
 def test_a_guest_huge_page_is_shadowed_by_direct_pages() -> None:
-    _, mmu, events = guest()
+    """On 4K host pages (`host_pfn_mapping_level`): a direct level-1 page below it."""
+    _, mmu, events = guest(params=TdpMmuParams(tdp_mmu=False, host_level=1))
     p = mmu.guest.spawn()
     mmu.guest.map(p, 0x4000_0000, 0x10_0000, level=2)  # 2M at 1 GiB -> gfn 0x100000 (4G)
     assert mmu.page_fault(0, p, 0x4000_0000 + 5 * 4096) == RetPf.FIXED
@@ -376,8 +378,11 @@ def _run(mmu: ShadowMmu, vm: Vm, op: Op, slot2: tuple[int, int, int]) -> None:
         elif target == -2:  # a page the allocator hands out soon: a table later, then
             target = max(guest.allocated) + 4 + c % 4  # write-protected by account_shadowed
         guest.map(proc, gva, target, writable=x, user=y)
-    elif name == "map2m":  # 0x4000_0000: a 2M page of slot 2 (or of nothing)
-        guest.map(proc, 0x4000_0000, 0x10_0000 + c % 3 * 512, x, y, level=2)
+    elif name == "map2m":  # 0x4000_0000: a 2M page of slot 2 (or of nothing, or tables)
+        target = [0x10_0000, 0x10_0200, 0x50_0000, max(guest.allocated) & ~511][c % 4]
+        guest.map(proc, 0x4000_0000, target, x, y, level=2, nx=c > 7)
+    elif name == "map1g":  # 0x80_0000_0000: a 1G page over slot 2 (2M at most)
+        guest.map(proc, 0x80_0000_0000, 0x10_0000, x, y, level=3)
     elif name == "unmap":
         guest.unmap(proc, gva)
     elif name == "protect":
@@ -390,6 +395,10 @@ def _run(mmu: ShadowMmu, vm: Vm, op: Op, slot2: tuple[int, int, int]) -> None:
         mmu.drop_process(proc)
     elif name == "fault":
         mmu.page_fault(c % 3, proc, gva, write=x, user=y)
+    elif name == "fetch":  # an instruction fetch: NX huge pages split
+        mmu.page_fault(c % 3, proc, gva, user=y, fetch=True)
+    elif name == "recover":
+        mmu.kvm_recover_nx_huge_pages()
     elif name == "invlpg":
         mmu.invlpg(c % 3, gva)
     elif name == "cr3":
@@ -414,7 +423,7 @@ OPS = st.tuples(
         ["map"] * 3
         + ["fault"] * 8
         + ["map2m", "unmap", "protect", "fork", "fork", "spawn", "exit", "invlpg", "cr3"]
-        + ["slot", "zap"]
+        + ["slot", "zap", "map1g", "fetch", "fetch", "recover"]
     ),
     st.integers(0, 3),
     st.integers(0, len(GVAS) - 1),
@@ -425,12 +434,20 @@ OPS = st.tuples(
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(OPS, min_size=10, max_size=60), st.sampled_from([None, "round-robin", "hash"]))
-def test_random_guests_keep_every_invariant(ops: list[Op], vtlb: str | None) -> None:
-    """Map/unmap/protect/fork/exit and faults (read/write, user or not) on 3 vCPUs, with
-    memslot updates and fast zaps, `audit()` after every step."""
+@given(
+    st.lists(OPS, min_size=10, max_size=60),
+    st.sampled_from([None, "round-robin", "hash"]),
+    st.sampled_from([(2, "off"), (1, "off"), (2, "on"), (3, "on")]),
+)
+def test_random_guests_keep_every_invariant(
+    ops: list[Op], vtlb: str | None, host: tuple[int, str]
+) -> None:
+    """Map (4K, 2M, 1G)/unmap/protect/fork/exit and faults (read/write/fetch, user or
+    not) on 3 vCPUs, with memslot updates, fast zaps and NX recovery, on host pages of
+    4K/2M/1G with nx_huge_pages off or on, `audit()` after every step."""
     vm = build_vm(preset("pc-4g"))
-    mmu = ShadowMmu(vm, vtlb=vtlb is not None, vtlb_policy=vtlb or "round-robin")
+    params = TdpMmuParams(tdp_mmu=False, host_level=host[0], nx_huge_pages=host[1])
+    mmu = ShadowMmu(vm, vtlb=vtlb is not None, vtlb_policy=vtlb or "round-robin", params=params)
     slot2 = vm.slot(0, 2)
     assert slot2 is not None
     first = mmu.guest.spawn()

@@ -180,7 +180,7 @@ def run_on_model(
 
 def pages_4k(run: ModelRun) -> int:
     """The 4K leaves present now (`pages_4k`)."""
-    return len(run.mmu.shadowed_translation)
+    return sum(tr.level == 1 for tr in run.mmu.shadowed_translation.values())
 
 
 def model_stats(run: ModelRun) -> dict[str, int]:

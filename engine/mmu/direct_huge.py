@@ -11,7 +11,7 @@ from ..memslot import MemorySlot
 from ..vm import Vm
 from .mapping_level import KvmPageFault, MappingLevels
 from .mmu_pages import KvmMmuPage, MmuPages
-from .nx_huge_pages import recover_nx_huge_pages
+from .nx_huge_pages import kvm_recover_mmu_nx_huge_pages
 from .role import PG_LEVEL_4K
 from .spte import KVM_MAX_HUGEPAGE_LEVEL, SPTE_BASE_ADDR_MASK
 from .tdp_params import TdpMmuParams
@@ -33,21 +33,7 @@ class DirectHuge:
     def kvm_recover_nx_huge_pages(self) -> int:
         """One run of the NX recovery worker (nx_huge_pages.py): the oldest tables made
         for a disallowed NX huge page are zapped (`kvm_mmu_prepare_zap_page()`)."""
-
-        def dirty_tracked(sp: KvmMmuPage) -> bool:
-            slot = self.vm.memslot_set(sp.role.smm).gfn_tree.search(sp.gfn)
-            return slot is not None and slot.dirty_logging
-
-        def zap(sp: KvmMmuPage) -> bool:
-            self.pages.prepare_zap(sp)
-            self._l1_hint.clear()
-            return True
-
-        pages = self.pages
-        ratio = self.params.nx_huge_pages_recovery_ratio
-        return recover_nx_huge_pages(
-            pages.possible_nx_huge_pages, pages.stat, ratio, dirty_tracked, zap
-        )
+        return kvm_recover_mmu_nx_huge_pages(self.vm, self.pages, self.params, self._l1_hint.clear)
 
     # -- the fault --------------------------------------------------------------------
 

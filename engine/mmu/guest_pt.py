@@ -115,9 +115,10 @@ class GuestWalk(NamedTuple):
         return self.steps[PT64_ROOT_LEVEL - level].table_gfn
 
 
-def access_error_code(write: bool, user: bool) -> int:
-    """The W/U bits of a #PF error code for this access."""
-    return (PFERR_WRITE_MASK if write else 0) | (PFERR_USER_MASK if user else 0)
+def access_error_code(write: bool, user: bool, fetch: bool = False) -> int:
+    """The W/U/F bits of a #PF error code for this access (F: an instruction fetch)."""
+    code = (PFERR_WRITE_MASK if write else 0) | (PFERR_USER_MASK if user else 0)
+    return code | (PFERR_FETCH_MASK if fetch else 0)
 
 
 class GuestPageTables:
@@ -342,15 +343,17 @@ class GuestPageTables:
         error_code: int | None = None,
         readable: Readable | None = None,
         emit: Emit | None = None,
+        fetch: bool = False,
     ) -> GuestWalk:
         """`FNAME(walk_addr)`: events and A/D updates as KVM's walker makes them.
 
         `error_code` is the pferr traced (default: W/U of the access); `readable` says
-        whether a table gfn is in a memslot (default: all are)."""
+        whether a table gfn is in a memslot (default: all are); `fetch`: an instruction
+        fetch, refused by a pte with NX set (EFER.NX=1)."""
         emit = emit or self._emit
-        pferr = access_error_code(write, user) if error_code is None else error_code
+        pferr = access_error_code(write, user, fetch) if error_code is None else error_code
         _send(emit, "kvm_mmu_pagetable_walk", addr=gva, pferr=pferr)
-        walk = self._walk(cr3, gva, pferr, write, user, readable)
+        walk = self._walk(cr3, gva, pferr, write, user, readable, fetch)
         for step in walk.steps:
             _send(emit, "kvm_mmu_paging_element", pte=step.pte, level=step.level)
         if walk.gfn is None:
@@ -372,10 +375,17 @@ class GuestPageTables:
         return walk._replace(steps=tuple(steps))
 
     def _walk(
-        self, cr3: int, gva: int, pferr: int, write: bool, user: bool, readable: Readable | None
+        self,
+        cr3: int,
+        gva: int,
+        pferr: int,
+        write: bool,
+        user: bool,
+        readable: Readable | None,
+        fetch: bool = False,
     ) -> GuestWalk:
         _check_gva(gva)
-        request = access_error_code(write, user)
+        request = access_error_code(write, user, fetch)
         steps: list[WalkStep] = []
         table, level = cr3, PT64_ROOT_LEVEL
         while True:
@@ -393,8 +403,10 @@ class GuestPageTables:
             table, level = pte_gfn(pte), level - 1
         offset = (gva >> 12) & ((1 << 9 * (level - 1)) - 1)
         walk = GuestWalk(pte_gfn(pte) + offset, pferr, tuple(steps))
-        if (write and not walk.access & ACC_WRITE_MASK) or (
-            user and not walk.access & ACC_USER_MASK
+        if (
+            (write and not walk.access & ACC_WRITE_MASK)
+            or (user and not walk.access & ACC_USER_MASK)
+            or (fetch and not walk.access & ACC_EXEC_MASK)
         ):  # permission_fault()
             return GuestWalk(None, PFERR_PRESENT_MASK | request, walk.steps)
         return walk

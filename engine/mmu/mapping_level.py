@@ -11,8 +11,8 @@ torvalds/linux 6.17/6.18 `arch/x86/kvm/mmu/mmu.c`:
 - `disallow_lpage` (`kvm_alloc_memslot_metadata()`, kvm_main/x86.c): a huge page at the
   slot's head or tail that the slot does not cover whole, or every one when `base_gfn` and
   `userspace_addr` are aligned differently for that size (`lpage_limits`); the shadow
-  MMU also raises it for a shadowed table's gfn (`kvm_mmu_gfn_disallow_lpage`), not
-  modelled since the shadow MMU here maps 4K only.
+  MMU also raises it for a shadowed table's gfn (`kvm_mmu_gfn_disallow_lpage`:
+  `ShadowLpageInfo` in shadow_huge.py overrides `lpage_allowed`).
 - `kvm_mmu_hugepage_adjust()`: `huge_page_disallowed = exec && nx_huge_page_workaround`;
   nothing above 4K for a max level of 4K, a fault with no slot (`is_error_noslot_pfn`) or
   a slot that logs dirty pages (`kvm_slot_dirty_track_enabled`); else `req_level` =
@@ -154,6 +154,13 @@ class MappingLevels:
             fault.pfn |= fault.gfn & mask
             fault.goal_level -= 1
 
+    def disallow_reason(self, slot: MemorySlot, gfn: int, level: int) -> str:
+        """Why `disallow_lpage` is set for `gfn` at `level`, in a few words."""
+        size, ugfn = LEVEL_NAMES[level], slot.userspace_addr >> PAGE_SHIFT
+        if (slot.base_gfn ^ ugfn) & (kvm_pages_per_hpage(level) - 1):
+            return f"gfn/hva not {size}-aligned alike"
+        return f"{size} range not all in slot"
+
     def why(
         self,
         slot: MemorySlot | None,
@@ -174,12 +181,7 @@ class MappingLevels:
         level = min(max_level, KVM_MAX_HUGEPAGE_LEVEL)
         capped = ""
         while level > PG_LEVEL_4K and not self.lpage_allowed(slot, gfn, level):
-            size, ugfn = LEVEL_NAMES[level], slot.userspace_addr >> PAGE_SHIFT
-            capped = (  # lpage_info's disallow_lpage
-                f"gfn/hva not {size}-aligned alike"
-                if (slot.base_gfn ^ ugfn) & (kvm_pages_per_hpage(level) - 1)
-                else f"{size} range not all in slot"
-            )
+            capped = self.disallow_reason(slot, gfn, level)  # lpage_info's disallow_lpage
             level -= 1
         host = self.host_pfn_mapping_level(slot, gfn)
         if level > host:

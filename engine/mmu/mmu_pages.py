@@ -169,6 +169,8 @@ class MmuPages:
         )
         self._emit = emit or (lambda name, **fields: None)
         self._on_leaf_zapped = on_leaf_zapped or (lambda sp, index, spte: None)
+        # `unaccount_shadowed()` of a zapped page with gptes (the shadow MMU sets it)
+        self.on_unaccount_shadowed: Callable[[KvmMmuPage], None] | None = None
 
     # -- lookup and creation ------------------------------------------------------
 
@@ -256,6 +258,8 @@ class MmuPages:
             return 1
         if sp.nx_huge_page_disallowed:
             unaccount_nx_huge_page(self.possible_nx_huge_pages, self.stat, sp)
+        if not sp.role.direct and self.on_unaccount_shadowed is not None:
+            self.on_unaccount_shadowed(sp)  # sp_has_gptes(): unaccount_shadowed()
         if sp.unsync:  # kvm_unlink_unsync_page()
             sp.unsync = False
             self.stat["mmu_unsync"] -= 1

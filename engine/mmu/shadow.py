@@ -15,13 +15,15 @@
   read-only slot and an MMIO gfn that cannot be cached are RET_PF_EMULATE before any
   shadow page is touched (`kvm_mmu_faultin_pfn()`, `kvm_handle_noslot_fault()`);
 - then, with mmu_lock, `make_mmu_pages_available()` and `FNAME(fetch)`: from the root
-  down, the indirect page of each guest table (`kvm_mmu_get_child_sp(table_gfn,
-  direct=0, walker->pt_access[])`), keyed by the table's gfn and role; below a guest
-  2M/1G page, direct level-1 pages keyed by its base gfn (the host backs guest memory
-  with 4K pages here: `host_pfn_mapping_level` is 4K).  A new indirect page is
-  `account_shadowed()`: the leaves mapping its gfn are write-protected;
-- the leaf, `mmu_set_spte` (shadow_leaf.py): an MMIO spte or a 4K spte of the slot's
-  host page, on the gfn's rmap.
+  down to the guest leaf's level (`walker.level`), the indirect page of each guest
+  table (`kvm_mmu_get_child_sp(table_gfn, direct=0, walker->pt_access[])`), keyed by
+  the table's gfn and role; then `kvm_mmu_hugepage_adjust()` and, below a guest 2M/1G
+  page, direct pages keyed by the base gfn down to the goal level (shadow_huge.py: the
+  host's backing, `disallow_lpage`, NX huge pages).  A new indirect page is
+  `account_shadowed()`: its gfn disallows huge pages around it and the leaves mapping
+  it are write-protected, at every level;
+- the leaf, `mmu_set_spte` (shadow_leaf.py): an MMIO spte or a spte of the slot's
+  host page at the goal level, on the gfn's rmap of that level.
 A guest pte store into a shadowed table unsyncs a level-1 table or is
 `kvm_mmu_track_write()` (write flooding included); a CR3 load syncs the root's unsync
 pages, INVLPG one spte (`shadow_sync`).  `cr3_load` = `kvm_mmu_new_pgd()` +
@@ -30,7 +32,10 @@ pages, INVLPG one spte (`shadow_sync`).  `cr3_load` = `kvm_mmu_new_pgd()` +
 
 `pte_prefetch=True` adds `FNAME(pte_prefetch)` (prefetch.py); dirty logging is
 `dirty_log.DirtyLogging`.
-Simplified: 4K leaves only; `drop_process` zaps the exited process's shadow pages at
+`params` are the kvm module parameters the direct MMU takes too (`nx_huge_pages`, its
+recovery ratio, `host_level`); `huge_pages=False` is the model before issue 15 (4K
+leaves only).
+Simplified: `drop_process` zaps the exited process's shadow pages at
 once (KVM leaves them to write flooding, reuse or recycling); guest kernel table stores
 are not counted as exits; CR0.WP=1, no SMEP/SMAP/PKU.
 No `fast_page_fault()`, as in the kernel: 6.18 `FNAME(page_fault)` (paging_tmpl.h) goes
@@ -49,18 +54,20 @@ from ..events import Event, FieldValue
 from ..memslot import MemorySlot
 from ..vm import Vm
 from . import guest_pt as gpt
-from . import shadow_sync
+from . import shadow_huge, shadow_sync
 from .guest_pt import GuestPageTables, GuestWalk, pt_index
+from .mapping_level import KvmPageFault, kvm_pages_per_hpage
 from .mmio_info import VcpuMmioInfo
 from .mmio_spte import shadow_mmu_memslot_update
 from .mmu_pages import KvmMmuPage, MmuPages, default_mmu_pages, kvm_page_table_hashfn
 from .rmap import ERAS, KvmRmapHead
-from .role import ACC_ALL, ACC_WRITE_MASK, PT64_ROOT_4LEVEL, KvmMmuPageRole
+from .role import ACC_ALL, ACC_WRITE_MASK, PG_LEVEL_4K, PT64_ROOT_4LEVEL, KvmMmuPageRole
+from .shadow_huge import ShadowHuge, ShadowLpageInfo
 from .shadow_leaf import set_mmio_spte, set_spte, spte_index
 from .shadow_rmap import ShadowRmaps, Translation
 from .shadow_roots import fast_pgd_switch
 from .spte import (
-    KVM_PFN_NOSLOT,
+    KVM_MAX_HUGEPAGE_LEVEL,
     PT_WRITABLE_MASK,
     SPTE_CONFIGS,
     RetPf,
@@ -73,6 +80,7 @@ from .spte import (
     kvm_mmio_fields,
     spte_requested_fields,
 )
+from .tdp_params import TdpMmuParams
 from .vtlb import VcpuVtlbs
 
 PAGE_SHIFT = 12
@@ -83,7 +91,7 @@ STATS = (
 )
 
 
-class ShadowMmu(ShadowRmaps):
+class ShadowMmu(ShadowHuge, ShadowRmaps):
     """One VM's shadow MMU: guest tables, indirect shadow pages, leaves, rmaps, vtlb."""
 
     def __init__(
@@ -101,8 +109,14 @@ class ShadowMmu(ShadowRmaps):
         unsync: bool = True,
         mmio_info_cache: bool = True,
         prev_roots: bool = True,
+        params: TdpMmuParams | None = None,
+        huge_pages: bool = True,
     ) -> None:
         self.vm = vm
+        self.params = params or TdpMmuParams(tdp_mmu=False)
+        self.huge_pages = huge_pages
+        self.nx = self.params.nx_huge_page_workaround_enabled  # is_nx_huge_page_enabled()
+        self.levels = ShadowLpageInfo(self.params.host_level, self.nx)
         self.cfg = cfg or SPTE_CONFIGS["shadow"]
         if self.cfg.ept:
             raise ValueError("shadow paging uses the legacy PTE format: pick a non-EPT config")
@@ -118,6 +132,7 @@ class ShadowMmu(ShadowRmaps):
             on_leaf_zapped=self._drop_leaf,
             cfg=self.cfg,
         )
+        self.pages.on_unaccount_shadowed = self.levels.unaccount
         self.rmaps: dict[tuple[int, int, int], dict[int, KvmRmapHead]] = {}
         self.shadowed_translation: dict[int, Translation] = {}  # by sptep
         self.roots: dict[int, KvmMmuPage] = {}
@@ -244,15 +259,18 @@ class ShadowMmu(ShadowRmaps):
         ]
 
     def _account_shadowed(self, sp: KvmMmuPage) -> None:
-        """`account_shadowed()`: write-protect every leaf mapping the table's gfn (an
-        upper-level page also write-tracks it: `shadow_sync.write_tracked`)."""
+        """`account_shadowed()`: `kvm_mmu_gfn_disallow_lpage()` (shadow_huge.py) and
+        write-protect every leaf mapping the table's gfn (an upper-level page also
+        write-tracks it: `shadow_sync.write_tracked`)."""
+        self.levels.account(sp)
         wrprot = self.write_protect_gfn(sp.role.smm, sp.gfn)
         self._emit("account_shadowed", gfn=sp.gfn, level=sp.role.level, wrprot=wrprot)
 
     def write_protect_gfn(self, as_id: int, gfn: int) -> int:
-        """`kvm_mmu_slot_gfn_write_protect()`: clear W on every leaf mapping `gfn`."""
+        """`kvm_mmu_slot_gfn_write_protect(kvm, slot, gfn, PG_LEVEL_4K)`: clear W on
+        every leaf mapping `gfn`, 4K up to 1G (a huge leaf over it too)."""
         wrprot = 0
-        for sptep in self._rmap_of(as_id, gfn):
+        for sptep in self._rmap_of(as_id, gfn, range(PG_LEVEL_4K, KVM_MAX_HUGEPAGE_LEVEL + 1)):
             holder, index = self.pages.page_of_sptep(sptep), spte_index(sptep)
             if holder.spt[index] & PT_WRITABLE_MASK:
                 holder.spt[index] &= ~(PT_WRITABLE_MASK | self.cfg.shadow_mmu_writable_mask)
@@ -279,7 +297,13 @@ class ShadowMmu(ShadowRmaps):
     # -- the fault ---------------------------------------------------------------------
 
     def page_fault(
-        self, vcpu: int, cr3: int, gva: int, write: bool = False, user: bool = False
+        self,
+        vcpu: int,
+        cr3: int,
+        gva: int,
+        write: bool = False,
+        user: bool = False,
+        fetch: bool = False,
     ) -> RetPf:
         """A #PF taken by the vCPU running `cr3` (a CR3 load first if it runs another).
 
@@ -288,7 +312,8 @@ class ShadowMmu(ShadowRmaps):
         whatever the access: the emulator checks permissions); then `pf_taken`, the guest
         walk, the memslot, `kvm_mmu_faultin_pfn()` (no slot with caching off, or a write to
         a read-only slot: RET_PF_EMULATE before any shadow page is touched), and only then,
-        with mmu_lock held, `make_mmu_pages_available()` and `FNAME(fetch)`."""
+        with mmu_lock held, `make_mmu_pages_available()` and `FNAME(fetch)`.  `fetch`:
+        an instruction fetch (`fault->exec`: NX huge pages)."""
         if self.cr3s.get(vcpu) != cr3:
             self.cr3_load(vcpu, cr3)
         root = self._root(vcpu)
@@ -296,13 +321,15 @@ class ShadowMmu(ShadowRmaps):
         while (child := self.pages.child_at(sp, pt_index(gva, sp.role.level))) is not None:
             sp = child
         index = pt_index(gva, sp.role.level)
-        spte = sp.spt[index] if sp.role.level == 1 else self.pages.nonpresent
+        spte = sp.spt[index]  # a 4K leaf, a huge leaf or nothing
         if is_mmio_spte(self.cfg, spte) and self._mmio_hit(vcpu, root, gva, spte, write):
             return RetPf.EMULATE
         self.stat["pf_taken"] += 1
         present = is_shadow_present_pte(spte) and not is_mmio_spte(self.cfg, spte)
-        error_code = (gpt.PFERR_PRESENT_MASK if present else 0) | gpt.access_error_code(write, user)
-        translated = self._translate(vcpu, gva, write, user, error_code, sp.role.level == 1)
+        error_code = gpt.PFERR_PRESENT_MASK if present else 0
+        error_code |= gpt.access_error_code(write, user, fetch)
+        use_vtlb = sp.role.level == 1
+        translated = self._translate(vcpu, gva, write, user, error_code, use_vtlb, fetch)
         if translated is None:
             return RetPf.RETRY
         gfn, access, walk = translated
@@ -322,20 +349,24 @@ class ShadowMmu(ShadowRmaps):
             return RetPf.EMULATE
         self.pages.make_mmu_pages_available()
         if walk is None and sp.role.invalid:  # a vtlb hit whose page the budget zapped
-            translated = self._translate(vcpu, gva, write, user, error_code, False)
+            translated = self._translate(vcpu, gva, write, user, error_code, False, fetch)
             assert translated is not None  # the vtlb agreed with the guest tables
             gfn, access, walk = translated
+        fault = KvmPageFault(gfn, write, fetch, slot, PG_LEVEL_4K)
         if walk is not None:
-            sp, index = self._fetch(root, gva, walk), pt_index(gva, 1)
-        if self._listener is not None:  # FNAME(fetch), before the leaf: 4K goal level
-            pfn = KVM_PFN_NOSLOT if slot is None else slot.userspace_addr // 4096
-            pfn += 0 if slot is None else gfn - slot.base_gfn
-            self._emit("kvm_mmu_spte_requested", **spte_requested_fields(gfn, pfn, 1))
+            fault.max_level = self.max_level(walk)
+            sp, index = shadow_huge.fetch(self, root, gva, walk, fault, access)
+        else:  # a vtlb hit: the last-level page exists, the guest leaf is 4K
+            self.emit_spte_requested(fault)
         if slot is None:
             ret = set_mmio_spte(self, sp, index, gfn, access)
             self._emit_mmio(gfn, gva, write)
             return ret
-        ret = set_spte(self, sp, index, gfn, access, slot, write, user)
+        level = fault.goal_level
+        base_gfn = gfn & ~(kvm_pages_per_hpage(level) - 1)
+        ret = set_spte(
+            self, sp, index, base_gfn, access, slot, write, user, level=level, fetch=fetch
+        )
         if ret is RetPf.FIXED and self.pte_prefetch:
             from .prefetch import pte_prefetch
 
@@ -382,13 +413,21 @@ class ShadowMmu(ShadowRmaps):
         return self.cfg.mmio_caching_enabled and not gfn >> (self.cfg.host_phys_bits - PAGE_SHIFT)
 
     def _translate(
-        self, vcpu: int, gva: int, write: bool, user: bool, error_code: int, use_vtlb: bool
+        self,
+        vcpu: int,
+        gva: int,
+        write: bool,
+        user: bool,
+        error_code: int,
+        use_vtlb: bool,
+        fetch: bool = False,
     ) -> tuple[int, int, GuestWalk | None] | None:
-        """(gfn, access, the walk or None on a vtlb hit), or None after injecting a #PF."""
+        """(gfn, access, the walk or None on a vtlb hit of a 4K guest leaf), or None
+        after injecting a #PF."""
         vtlb = self.vtlbs[vcpu] if self.vtlbs is not None else None
-        if vtlb is not None and use_vtlb:
+        if vtlb is not None and use_vtlb and not fetch:
             entry = vtlb.lookup(gva, write, user)
-            if entry is not None:
+            if entry is not None and entry.level == PG_LEVEL_4K:
                 return entry.frame_number, entry.access, None
         as_id = self.vm.vcpu(vcpu).as_id
         walk = self.guest.walk(
@@ -399,6 +438,7 @@ class ShadowMmu(ShadowRmaps):
             error_code=error_code,
             readable=lambda gfn: self.vm.gfn_to_memslot(gfn, as_id) is not None,
             emit=self._listener,
+            fetch=fetch,
         )
         if walk.gfn is None:
             self.stat["pf_guest"] += 1
@@ -428,29 +468,11 @@ class ShadowMmu(ShadowRmaps):
         )
         return None if translated is None else translated[0] << PAGE_SHIFT | gva & 0xFFF
 
-    def _fetch(self, root: KvmMmuPage, gva: int, walk: GuestWalk) -> KvmMmuPage:
-        """`FNAME(fetch)` down to the last-level page: indirect pages for guest tables,
-        direct pages below a guest huge page."""
-        assert walk.gfn is not None
-        sp = root
-        for level in range(root.role.level, 1, -1):
-            index = pt_index(gva, level)
-            if level - 1 >= walk.level:
-                gfn = walk.table_gfn(level - 1)
-                role = sp.role.child(walk.access_above(level - 1), direct=False)
-            else:
-                gfn = walk.gfn & ~((1 << 9 * (level - 1)) - 1)
-                role = sp.role.child(walk.access, direct=True)
-            sp.write_flooding_count = 0  # clear_sp_write_flooding_count()
-            child = self.pages.child_at(sp, index)
-            if child is None or child.gfn != gfn or child.role.word != role.word:
-                if child is not None:
-                    child.parent_ptes.discard(sp.sptep(index))
-                child = self._get_page(gfn, role)
-                self.pages.link(sp, index, child)
-            sp = child
-        sp.write_flooding_count = 0
-        return sp
+    def emit_spte_requested(self, fault: KvmPageFault) -> None:
+        """`trace_kvm_mmu_spte_requested(fault)`, after `kvm_mmu_hugepage_adjust()`."""
+        if self._listener is not None:
+            fields = spte_requested_fields(fault.gfn, fault.pfn, fault.goal_level)
+            self._emit("kvm_mmu_spte_requested", **fields)
 
     # -- audit ------------------------------------------------------------------------
 

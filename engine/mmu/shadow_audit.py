@@ -8,15 +8,18 @@ from typing import TYPE_CHECKING
 
 from ..errors import AuditError
 from . import guest_pt as gpt
+from .mapping_level import kvm_pages_per_hpage
 from .mmu_pages import KvmMmuPage
 from .role import ACC_USER_MASK, ACC_WRITE_MASK
 from .shadow_sync import writable_leaf_allowed
 from .spte import (
+    KVM_MAX_HUGEPAGE_LEVEL,
     PT_USER_MASK,
     PT_WRITABLE_MASK,
     check_mmio_spte,
     get_mmio_spte_gfn,
     is_empty_spte,
+    is_large_pte,
     is_mmio_spte,
     spte_to_pfn,
 )
@@ -25,6 +28,7 @@ if TYPE_CHECKING:
     from .shadow import ShadowMmu
 
 PAGE_SHIFT = 12
+ALL_LEVELS = range(1, KVM_MAX_HUGEPAGE_LEVEL + 1)
 
 
 def _spte_index(sptep: int) -> int:
@@ -42,12 +46,13 @@ def audit_shadow_mmu(mmu: ShadowMmu) -> None:
     for sp in mmu.pages.pages():
         _audit_page(mmu, sp, leaves)
     seen: set[int] = set()
-    for (as_id, slot_id, _), heads in mmu.rmaps.items():
+    for (as_id, slot_id, level), heads in mmu.rmaps.items():
         for key, head in heads.items():
             head.audit()
             for sptep in head:
                 tr = mmu.shadowed_translation.get(sptep)
-                if sptep in seen or tr is None or tr[:2] + tr[3:] != (as_id, slot_id, key):
+                where = (as_id, slot_id, key, level)
+                if sptep in seen or tr is None or (*tr[:2], *tr[3:]) != where:
                     raise AuditError(f"rmap entry {sptep:#x} is not a present leaf once")
                 seen.add(sptep)
     if seen != leaves or set(mmu.shadowed_translation) != leaves:
@@ -66,6 +71,10 @@ def audit_shadow_mmu(mmu: ShadowMmu) -> None:
     for sp in [*mmu.pages.pages(), *mmu.pages.invalid_roots.values()]:
         if sp.root_count != users.get(sp.seq, 0):
             raise AuditError(f"{sp}: root_count {sp.root_count}, {users.get(sp.seq, 0)} users")
+    expected = {sp.seq: (sp.role.smm, sp.gfn) for sp in mmu.pages.pages() if not sp.role.direct}
+    wrong = mmu.levels.audit(expected)
+    if wrong is not None:
+        raise AuditError(wrong)
     if mmu.vtlbs is not None:
         mmu.vtlbs.audit(mmu.cr3s, lambda cr3, gva: _guest_translation(mmu, cr3, gva))
 
@@ -84,7 +93,7 @@ def _audit_page(mmu: ShadowMmu, sp: KvmMmuPage, leaves: set[int]) -> None:
         and not writable_leaf_allowed(mmu, sp.gfn, as_id)
         and any(
             mmu.pages.page_of_sptep(p).spt[_spte_index(p)] & PT_WRITABLE_MASK
-            for p in mmu._rmap_of(as_id, sp.gfn)
+            for p in mmu._rmap_of(as_id, sp.gfn, ALL_LEVELS)
         )
     ):
         raise AuditError(f"shadowed gfn {sp.gfn:#x} has a writable leaf")
@@ -104,7 +113,12 @@ def _audit_page(mmu: ShadowMmu, sp: KvmMmuPage, leaves: set[int]) -> None:
             want, access = gpt.pte_gfn(gpte), sp.role.access & gpt.gpte_access(gpte)
         else:
             raise AuditError(f"{where}: an spte for a non-present gpte")
-        if level > 1:
+        if level > 1 and is_large_pte(spte):
+            if not (direct or gpte & gpt.PT_PAGE_SIZE):
+                raise AuditError(f"{where}: a huge leaf where the guest has a table")
+            _audit_leaf(mmu, sp, index, want, access, direct or bool(gpte & gpt.PT_DIRTY))
+            leaves.add(sp.sptep(index))
+        elif level > 1:
             child, huge = mmu.pages.child_at(sp, index), direct or gpte & gpt.PT_PAGE_SIZE
             if child is None or (child.gfn, bool(child.role.direct)) != (want, bool(huge)):
                 raise AuditError(f"{where} links {child}, the guest says {want:#x}")
@@ -126,8 +140,15 @@ def _audit_leaf(
     spte, where = sp.spt[index], f"{sp} index {index}"
     tr = mmu.shadowed_translation.get(sp.sptep(index))
     slot = mmu.vm.slot(sp.role.smm, tr.slot_id) if tr is not None else None
+    level = sp.role.level
     if tr is None or slot is None or tr.gfn != gfn or not slot.contains(gfn):
         raise AuditError(f"{where}: the leaf does not map gfn {gfn:#x}")
+    if tr.level != level or gfn % kvm_pages_per_hpage(level):
+        raise AuditError(f"{where}: a level-{level} leaf on the level-{tr.level} rmap")
+    if level > 1 and spte & PT_WRITABLE_MASK and mmu.levels.shadowed_in(sp.role.smm, gfn, level):
+        raise AuditError(f"{where}: a writable huge leaf over a shadowed table")
+    if level > 1 and mmu.nx and not spte & mmu.cfg.shadow_nx_mask:
+        raise AuditError(f"{where}: an executable huge leaf under nx_huge_pages")
     if spte_to_pfn(spte) != (slot.userspace_addr >> PAGE_SHIFT) + gfn - slot.base_gfn:
         raise AuditError(f"{where}: the leaf maps the wrong host page")
     if spte & PT_WRITABLE_MASK and not (access & ACC_WRITE_MASK and dirty):

@@ -1,6 +1,7 @@
-"""The shadow MMU's rmaps: each present 4K leaf on the rmap of its (slot, gfn), and its
-`shadowed_translation` (`sp->shadowed_translation`), for `ShadowMmu`; `rmap_count` is
-`pte_list_count()`, `rmaps_stat` the debugfs `mmu_rmaps_stat` histogram."""
+"""The shadow MMU's rmaps: each present leaf on the rmap of its (slot, level, gfn) (4K,
+or the 2M/1G frame of a huge leaf: `gfn_to_rmap()`), and its `shadowed_translation`
+(`sp->shadowed_translation`), for `ShadowMmu`; `rmap_count` is `pte_list_count()`,
+`rmaps_stat` the debugfs `mmu_rmaps_stat` histogram."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import NamedTuple
 
 from ..errors import AuditError
 from ..vm import Vm
+from .direct_rmap import gfn_to_index
 from .mmu_pages import KvmMmuPage, MmuPages
 from .rmap import KvmRmapHead
 from .rmaps_stat import KVM_LPAGE_STR, RmapHistogram
@@ -19,8 +21,9 @@ class Translation(NamedTuple):
 
     as_id: int
     slot_id: int
-    gfn: int
+    gfn: int  # the first gfn of a huge leaf
     rmap_index: int
+    level: int = 1
 
 
 class ShadowRmaps:
@@ -32,13 +35,21 @@ class ShadowRmaps:
     shadowed_translation: dict[int, Translation]
     pages: MmuPages
 
-    def _rmap(self, as_id: int, slot_id: int) -> dict[int, KvmRmapHead]:
-        return self.rmaps.setdefault((as_id, slot_id, 1), {})
+    def _rmap(self, as_id: int, slot_id: int, level: int = 1) -> dict[int, KvmRmapHead]:
+        return self.rmaps.setdefault((as_id, slot_id, level), {})
 
-    def _rmap_of(self, as_id: int, gfn: int) -> list[int]:
+    def _rmap_of(self, as_id: int, gfn: int, levels: range = range(1, 2)) -> list[int]:
+        """The sptes on `gfn`'s rmaps at `levels` (4K: those mapping the gfn alone;
+        2M/1G: the huge leaves whose frame holds it), one memslot lookup."""
         slot = self.vm.gfn_to_memslot(gfn, as_id)
-        head = self.rmaps.get((as_id, slot.id, 1), {}).get(gfn - slot.base_gfn) if slot else None
-        return list(head) if head is not None else []
+        if slot is None:
+            return []
+        out: list[int] = []
+        for level in levels:
+            heads = self.rmaps.get((as_id, slot.id, level), {})
+            head = heads.get(gfn_to_index(gfn, slot.base_gfn, level))
+            out += head if head is not None else []
+        return out
 
     def rmap_count(self, gfn: int, as_id: int = 0) -> int:
         """`pte_list_count()` of the gfn's 4K rmap: how many sptes map it."""
@@ -71,7 +82,7 @@ class ShadowRmaps:
         tr = self.shadowed_translation.pop(sp.sptep(index), None)
         if tr is None:
             raise AuditError(f"leaf {sp.sptep(index):#x} has no shadowed translation")
-        heads = self.rmaps[(tr.as_id, tr.slot_id, 1)]
+        heads = self.rmaps[(tr.as_id, tr.slot_id, tr.level)]
         heads[tr.rmap_index].remove(sp.sptep(index))
         if not heads[tr.rmap_index].count():
             del heads[tr.rmap_index]
