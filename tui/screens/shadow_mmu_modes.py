@@ -113,49 +113,45 @@ class PagingModes:
         self.paging = mode
         workload = self.session.workload
         names = SESSION_KINDS[PAGING_MODES[self.paging][2]].workloads
-        self._replace_session(self._new_session(workload if workload in names else names[0]))
-        self.notify(f"{PAGING_MODES[self.paging][0]}: a new guest", timeout=3)
+        self._new_guest(PAGING_MODES[self.paging][0], workload if workload in names else names[0])
+
+    def _new_guest(self, what: str, workload: str | None = None) -> None:
+        """A new session after a setting changed (the current workload unless named)."""
+        self._replace_session(self._new_session(workload or self.session.workload))
+        self.notify(f"{what}: a new guest", timeout=3)
         self.redraw()
 
+    def _refused(self, shadow: bool, what: str) -> bool:
+        """Warn and refuse when the setting is not for this paging mode (`shadow`: only
+        for shadow paging, else only for EPT)."""
+        if isinstance(self.session, ShadowSession) is shadow:
+            return False
+        self.notify(f"{what}: press p first", severity="warning")
+        return True
+
     def action_toggle_huge_pages(self) -> None:
-        if isinstance(self.session, ShadowSession):
-            self.notify("huge pages are an EPT setting here: press p first", severity="warning")
+        if self._refused(False, "huge pages are an EPT setting here"):
             return
         self.huge_pages = not self.huge_pages
-        self._replace_session(self._new_session(self.session.workload))
-        size = "2M leaves where the slot allows" if self.huge_pages else "4K leaves only"
-        self.notify(f"{size}: a new guest", timeout=3)
-        self.redraw()
+        self._new_guest("2M leaves where the slot allows" if self.huge_pages else "4K leaves only")
 
     def action_next_host_pages(self) -> None:
         """`B`: the host backs guest memory with THP 2M pages, hugetlbfs 1G, or 4K."""
-        if isinstance(self.session, ShadowSession):
-            self.notify(
-                "the host backing is an EPT setting here: press p first", severity="warning"
-            )
+        if self._refused(False, "the host backing is an EPT setting here"):
             return
         self.host_level = {2: 3, 3: 1, 1: 2}[self.host_level]
-        self._replace_session(self._new_session(self.session.workload))
         name = {1: "4K pages", 2: "THP 2M pages", 3: "hugetlbfs 1G pages"}[self.host_level]
-        self.notify(f"host memory in {name} (host_pfn_mapping_level): a new guest", timeout=3)
-        self.redraw()
+        self._new_guest(f"host memory in {name} (host_pfn_mapping_level)")
 
     def action_toggle_nx_huge_pages(self) -> None:
         """`X`: kvm.nx_huge_pages on or off (fetches split huge pages, recovery rejoins)."""
-        if isinstance(self.session, ShadowSession):
-            self.notify("NX huge pages need EPT huge pages here: press p first", severity="warning")
+        if self._refused(False, "NX huge pages need EPT huge pages here"):
             return
         self.nx_huge_pages = not self.nx_huge_pages
-        self._replace_session(self._new_session(self.session.workload))
-        state = "on" if self.nx_huge_pages else "off"
-        self.notify(f"nx_huge_pages={state}: a new guest", timeout=3)
-        self.redraw()
+        self._new_guest(f"nx_huge_pages={'on' if self.nx_huge_pages else 'off'}")
 
     def action_toggle_vtlb(self) -> None:
-        if not isinstance(self.session, ShadowSession):
-            self.notify("the vtlb is for shadow paging: press p first", severity="warning")
+        if self._refused(True, "the vtlb is for shadow paging"):
             return
         self.vtlb = not self.vtlb
-        self._replace_session(self._new_session(self.session.workload))
-        self.notify(f"vtlb {'on' if self.vtlb else 'off'}: a new guest", timeout=3)
-        self.redraw()
+        self._new_guest(f"vtlb {'on' if self.vtlb else 'off'}")
