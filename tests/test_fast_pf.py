@@ -63,6 +63,16 @@ def make(kind: str, config: str = "ept", mib: int = 8) -> tuple[Mmu, list[Event]
     return mmu, events
 
 
+def make_logged(kind: str) -> tuple[Mmu, list[Event]]:
+    """`make(kind)` with gfn 3 mapped, then write-protected by dirty logging: the next
+    write to it is the fast path's."""
+    mmu, events = make(kind)
+    DirtyLogging(mmu)
+    mmu.page_fault(0, 0x3000)
+    set_logging(mmu.vm, True)
+    return mmu, events
+
+
 def set_logging(vm: Vm, on: bool) -> None:
     slot = vm.slot(0, 0)
     assert slot is not None
@@ -154,10 +164,7 @@ def test_a_fault_on_a_spte_that_allows_the_access_is_spurious(kind: str) -> None
 
 @pytest.mark.parametrize("kind", ["direct", "tdp"])
 def test_a_lost_cmpxchg_goes_round_again(kind: str) -> None:
-    mmu, events = make(kind)
-    DirtyLogging(mmu)
-    mmu.page_fault(0, 0x3000)
-    set_logging(mmu.vm, True)
+    mmu, events = make_logged(kind)
     calls = []
 
     def other_cpu_fixes_it(sp: KvmMmuPage, index: int) -> None:
@@ -174,10 +181,7 @@ def test_a_lost_cmpxchg_goes_round_again(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", ["direct", "tdp"])
 def test_past_four_retries_the_fast_path_gives_up_to_the_slow_path(kind: str) -> None:
-    mmu, events = make(kind)
-    DirtyLogging(mmu)
-    mmu.page_fault(0, 0x3000)
-    set_logging(mmu.vm, True)
+    mmu, events = make_logged(kind)
     calls = []
 
     def always_changes_it(sp: KvmMmuPage, index: int) -> None:
@@ -383,9 +387,7 @@ def test_a_printed_run_with_fast_faults_replays_to_the_same_sptes(config: str) -
     """`mmuscope simulate`'s text of a TDP MMU run (NPT dirty logging; EPT without A/D
     bits, aged) read back by the replay model: every spte it shows is the live one, the
     fast path's among them (its new_spte applied where no other event says so)."""
-    from engine.replay.model import ReplayModel
-    from engine.replay.records import NONE, classify
-    from engine.trace.lines import parse_trace
+    from tests.tdp_replay import assert_shown_sptes_are_live, replay_audited
     from tui.simulate_cli import LinePrinter
 
     session = TdpSession(preset("pc-2g"), workload="migrate", seed=2, spte_config=config)
@@ -395,17 +397,7 @@ def test_a_printed_run_with_fast_faults_replays_to_the_same_sptes(config: str) -
     session.run(300)
     session.age_memory()
     session.run(300)
-    model = ReplayModel()
-    for event in parse_trace("cpus=2\n" + "\n".join(lines) + "\n")[0]:
-        model.apply(event)
-    model.audit()
+    model = replay_audited("cpus=2\n" + "\n".join(lines) + "\n")
     fast = sum(1 for line in lines if "fast_page_fault:" in line and "fixed 1" in line)
     assert fast > 20 and model.fast_sptes > 20
-    live = {}
-    for sp in session.mmu.pages.pages():
-        level = sp.role.level
-        for index, spte in enumerate(sp.spt):
-            if classify(spte, level) != NONE and not sp.role.invalid:
-                live[(sp.role.smm, level, sp.gfn + (index << 9 * (level - 1)))] = spte
-    shown = {key: tdp.spte for key, tdp in model.tdp.items()}
-    assert {k: v for k, v in live.items() if k in shown} == shown
+    assert_shown_sptes_are_live(model, session.mmu.pages.pages())

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from engine.events import Event
-from engine.replay.model import SMM_KEY, ReplayModel
-from engine.replay.records import NONE, classify
+from engine.replay.model import SMM_KEY
 from engine.trace.lines import TRACE_CMD, format_line, parse_line, parse_trace
+from tests.tdp_replay import assert_shown_sptes_are_live, replay_audited
 from tui.simulate_cli import SimulateOptions, make_session, run, trace_cmd_line
 
 MMUSCOPE = str(Path(sys.executable).with_name("mmuscope"))
@@ -119,10 +119,7 @@ def test_round_trip_gives_the_simulations_live_pages(options: SimulateOptions) -
     session = make_session(options)
     out = io.StringIO()
     run(session, options, out)
-    model = ReplayModel()
-    for event in parse_trace(out.getvalue())[0]:
-        model.apply(event)
-    model.audit()
+    model = replay_audited(out.getvalue())
     replayed = Counter(
         (p.gfn, p.level, int(SMM_KEY in p.key[2])) for p in model.pages.values()
         for _ in range(p.copies)
@@ -130,16 +127,7 @@ def test_round_trip_gives_the_simulations_live_pages(options: SimulateOptions) -
     mmu = session.mmu
     live = Counter((sp.gfn, sp.role.level, sp.role.smm) for sp in mmu.pages.pages())  # type: ignore[attr-defined]
     assert replayed == live and model.unknown_zaps == 0
-    sptes = {}
-    for sp in mmu.pages.pages():  # type: ignore[attr-defined]
-        level = sp.role.level
-        for index, spte in enumerate(sp.spt):
-            if classify(spte, level) != NONE and not sp.role.invalid:
-                sptes[(sp.role.smm, level, sp.gfn + (index << 9 * (level - 1)))] = spte
-    # the children of a split huge page are written before the table is linked, so no
-    # tracepoint shows them: compare the sptes the trace does show
-    shown = {key: tdp.spte for key, tdp in model.tdp.items()}
-    assert {k: v for k, v in sptes.items() if k in shown} == shown
+    assert_shown_sptes_are_live(model, mmu.pages.pages())  # type: ignore[attr-defined]
 
 
 def test_simulate_imports_only_the_chosen_mmu_and_no_tui() -> None:
