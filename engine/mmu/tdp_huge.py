@@ -24,6 +24,8 @@ torvalds/linux ≈6.10 (commit 0089c055) `tdp_mmu.c`, `mmu.c`, `spte.c`, `x86.c`
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ..constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY
 from ..memslot import MemorySlot
 from .mapping_level import MappingLevels
@@ -107,29 +109,26 @@ class TdpHuge(TdpRoots):
         return self.params.enable_pml and self.cfg.ept and not self.cfg.ad_disabled
 
     def wrprot_gfn_range(self, root: TdpMmuPage, start: int, end: int, min_level: int) -> bool:
-        spte_set = False
-        for it in for_each_tdp_pte_min_level(self.pages.by_pa, root, min_level, start, end):
-            while (
-                is_shadow_present_pte(it.old_spte)
-                and is_last_spte(it.old_spte, it.level)
-                and it.old_spte & PT_WRITABLE_MASK
-            ):
-                if not self.tdp_mmu_set_spte_atomic(it, it.old_spte & ~PT_WRITABLE_MASK):
-                    spte_set = True
-                    break
-        return spte_set
+        sptes = for_each_tdp_pte_min_level(self.pages.by_pa, root, min_level, start, end)
+        return self._clear_leaf_bit(sptes, PT_WRITABLE_MASK)
 
     def clear_dirty_gfn_range(self, root: TdpMmuPage, start: int, end: int) -> bool:
         """D bits off (write protection instead when A/D bits are off)."""
         dbit = PT_WRITABLE_MASK if self.cfg.ad_disabled else self.cfg.shadow_dirty_mask
+        return self._clear_leaf_bit(for_each_tdp_pte(self.pages.by_pa, root, start, end), dbit)
+
+    def _clear_leaf_bit(self, sptes: Iterable[TdpIter], bit: int) -> bool:
+        """The loop `wrprot_gfn_range()` and `clear_dirty_gfn_range()` share: `bit` off in
+        each present leaf that has it, by `tdp_mmu_set_spte_atomic()` (a lost exchange
+        reads the spte again: `goto retry`); True if any spte changed."""
         spte_set = False
-        for it in for_each_tdp_pte(self.pages.by_pa, root, start, end):
+        for it in sptes:
             while (
                 is_shadow_present_pte(it.old_spte)
                 and is_last_spte(it.old_spte, it.level)
-                and it.old_spte & dbit
+                and it.old_spte & bit
             ):
-                if not self.tdp_mmu_set_spte_atomic(it, it.old_spte & ~dbit):
+                if not self.tdp_mmu_set_spte_atomic(it, it.old_spte & ~bit):
                     spte_set = True
                     break
         return spte_set
