@@ -24,7 +24,7 @@ from ..widgets.lookup_bar import LookupBar
 from ..widgets.path_panel import PathPanel
 from ..widgets.slot_table import SlotTable
 from ..widgets.structure import StructureView
-from ..widgets.titles import fit_title
+from ..widgets.titles import fit_title, set_border_title
 from .memslot_updates import MemslotUpdates
 
 if TYPE_CHECKING:
@@ -173,8 +173,9 @@ class MemslotsScreen(MemslotUpdates):
             self._reveal(self.pacer.revealed(self.highlight.steps))
         self._show_progress(now)
 
-    def _run(self, count: int) -> None:
-        """Run up to `count` lookups within the engine budget; show the last one."""
+    def _run(self, count: int, whole: bool = False) -> None:
+        """Run up to `count` lookups within the engine budget; show the last one (`whole`:
+        every probe revealed at once, drawn once)."""
         deadline = time.perf_counter() + ENGINE_BUDGET
         record = None
         updated = False
@@ -191,12 +192,17 @@ class MemslotsScreen(MemslotUpdates):
         if updated:
             self._slots_changed()
         if record is not None:
-            self._show_record(record)
+            self._show_record(record, whole=whole)
 
-    def _show_record(self, record: LookupRecord, shown: int | None = None) -> None:
+    def _show_record(
+        self, record: LookupRecord, shown: int | None = None, whole: bool = False
+    ) -> None:
         self.record = record
         self.query_one(SlotTable).mark_found(record.slot.id if record.slot else None)
         highlight = self._highlight_for(record)
+        if whole:  # as revealed from probe 1 to the last in one frame, drawn once
+            self._set_highlight(highlight.with_shown(highlight.steps), highlight.with_shown(1))
+            return
         if shown is None:
             shown = self.pacer.revealed(highlight.steps) if self.pacer.playing else 1
         self._set_highlight(highlight.with_shown(shown))
@@ -212,9 +218,10 @@ class MemslotsScreen(MemslotUpdates):
         if self.highlight is not None and shown != self.highlight.shown:
             self._set_highlight(self.highlight.with_shown(shown))
 
-    def _set_highlight(self, highlight: Highlight | None) -> None:
+    def _set_highlight(self, highlight: Highlight | None, via: Highlight | None = None) -> None:
+        """Show `highlight` in every panel (`via`: see StructureView.set_highlight)."""
         self.highlight = highlight
-        self.query_one(StructureView).set_highlight(highlight)
+        self.query_one(StructureView).set_highlight(highlight, via)
         record = self.record
         name = ""
         if highlight is not None and highlight.slot is not None:
@@ -285,7 +292,7 @@ class MemslotsScreen(MemslotUpdates):
         if self.window:
             versions = [f"{self.window} · {version}" for version in versions]
         view = self.query_one(StructureView)
-        view.border_title = fit_title(versions, view.outer_size.width)
+        set_border_title(view, fit_title(versions, view.outer_size.width))
 
     def on_resize(self) -> None:  # Textual runs MmuScreen.on_resize as well
         self.call_after_refresh(self._title_structure)  # once the drawing has its width
@@ -315,7 +322,7 @@ class MemslotsScreen(MemslotUpdates):
 
     def action_next_lookup(self) -> None:
         self.pause()
-        self._run(1)
+        self._run(1, whole=True)  # drawn once, whole (not probe 1 first, then all)
         if self.highlight is not None:
             self._reveal(self.highlight.steps)
         self._show_progress(time.monotonic(), force=True)
@@ -371,7 +378,7 @@ class MemslotsScreen(MemslotUpdates):
             if record.slot is not None:
                 self._changed_hits.add(record.slot.id)
         if record is not None:
-            self._show_record(record)
+            self._show_record(record, whole=True)
             if self.highlight is not None:
                 self._reveal(self.highlight.steps)
         self._show_progress(time.monotonic(), force=True)

@@ -70,7 +70,7 @@ class EventLog(ScrollView, can_focus=True):
         self._resized()
         if self.auto_scroll and at_end and not self.is_vertical_scrollbar_grabbed:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
-        self.refresh()
+        self.refresh(self.size.region)  # the rows: the border and its titles stay
 
     def clear(self) -> None:
         self._rows.clear()

@@ -31,6 +31,7 @@ from engine.trace.lines import TRACE_CMD
 
 from .event_log import EventLog
 from .panel import TextPanel
+from .titles import set_border_subtitle
 
 #: events the model emits that no kernel has a tracepoint for: marked `*` wherever shown
 OWN_EVENTS = frozenset({"kvm_memslot_lookup"})
@@ -221,7 +222,7 @@ class EventPanel(Horizontal):
         if self._unwritten and self.query(EventLog):
             log = self.query_one(EventLog)
             if any(e.name in OWN_EVENTS for e in self._unwritten):
-                log.border_subtitle = OWN_NOTE
+                set_border_subtitle(log, OWN_NOTE)
             entries = [log_entry(e) for e in self._unwritten]
             self._unwritten.clear()
             if self._t0 is None:
@@ -273,7 +274,7 @@ class EventPanel(Horizontal):
         rows = self.counters.rows(self.pattern)
         table.show_content(counters_table(rows, table.content_region.width or 48))
         own = any(row.event in OWN_EVENTS for row in rows)
-        table.border_subtitle = OWN_NOTE if own else ""
+        set_border_subtitle(table, OWN_NOTE if own else "")
 
     def clear_log(self) -> None:
         self.query_one(EventLog).clear()

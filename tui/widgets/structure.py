@@ -114,12 +114,16 @@ class StructureView(LineDiffView, can_focus=True):
         self.highlight = None
         self._relayout()
 
-    def set_highlight(self, highlight: Highlight | None) -> None:
+    def set_highlight(self, highlight: Highlight | None, via: Highlight | None = None) -> None:
+        """Show `highlight`; `via`, when given, is an earlier stage of the same lookup
+        that the window follows and scrolls to first (a lookup shown whole at once
+        moves the window as if revealed from its first probe), drawn once, at the end."""
         drawn_with = self._drawing()
-        self.highlight = highlight
-        if self.follow and highlight is not None and self.index is not None:
-            self._follow(highlight)
-        self._scroll_to_head()
+        for stage in (via, highlight) if via is not None else (highlight,):
+            self.highlight = stage
+            if self.follow and stage is not None and self.index is not None:
+                self._follow(stage)
+            self._scroll_to_head()
         if self._drawing() == drawn_with:
             self.refresh_changed_lines()  # the nodes and edges the lookups' paths change
         else:
