@@ -1,13 +1,17 @@
 """The event log widget (tui/widgets/event_log.py): rows appended never lay the screen
 out again, the last `max_lines` are kept, the view follows the newest row (also once
-full, where Textual's Log kept drawing stale rows), and a view scrolled back stays."""
+full, where Textual's Log kept drawing stale rows), a view scrolled back stays, and the
+scrollbar repaints when its thumb moves, not at every append."""
 
 from __future__ import annotations
 
+from rich.console import RenderableType
 from textual.app import App, ComposeResult
+from textual.geometry import Region
 
 from tests.tui_pilot import drawn_lines
 from tui.widgets.event_log import EventLog
+from tui.widgets.steady_scrollbar import SteadyScrollBar
 
 
 class LogApp(App[None]):
@@ -36,3 +40,43 @@ async def test_rows_append_without_a_layout_and_the_view_follows_the_end() -> No
         log.clear()
         await pilot.pause()
         assert log.line_count == 0 and log.virtual_size.height == 0
+
+
+def _thumb_rows(log: EventLog) -> list[int]:
+    """The rows of the log's scrollbar where its thumb is drawn (as the compositor paints
+    them: the bar's cached lines, so a repaint the bar skipped would show here)."""
+    bar = log.vertical_scrollbar
+    strips = bar.render_lines(Region(0, 0, *bar.outer_size))
+    return [y for y, strip in enumerate(strips) if any(s.style and s.style.reverse for s in strip)]
+
+
+async def test_the_scrollbar_repaints_when_its_thumb_moves_and_only_then() -> None:
+    app = LogApp()
+    async with app.run_test(size=(40, 8)) as pilot:
+        log = app.query_one(EventLog)
+        await pilot.pause()
+        log.write_lines(f"row {i}" for i in range(45))
+        await pilot.pause()
+        bar = log.vertical_scrollbar
+        assert isinstance(bar, SteadyScrollBar)
+        bottom = _thumb_rows(log)
+        assert bottom and bottom[-1] == bar.size.height - 1, bottom  # following the end
+        repaints = 0
+        original = SteadyScrollBar.render
+
+        def counted(self: SteadyScrollBar) -> RenderableType:
+            nonlocal repaints
+            repaints += 1
+            return original(self)
+
+        SteadyScrollBar.render = counted  # type: ignore[method-assign]
+        try:
+            log.write_lines(["row 45", "row 46"])  # the thumb stays in the bottom cell
+            await pilot.pause()
+            assert repaints == 0 and _thumb_rows(log) == bottom
+            assert bar.position == log.scroll_y  # what a drag reads is up to date
+            log.scroll_home(animate=False, immediate=True)
+            await pilot.pause()
+            assert repaints == 1 and _thumb_rows(log)[0] == 0  # moved: drawn at the top
+        finally:
+            SteadyScrollBar.render = original  # type: ignore[method-assign]

@@ -16,15 +16,19 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Iterable
+from contextlib import AbstractContextManager, nullcontext
 
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
+from textual.scrollbar import ScrollBar
 from textual.selection import Selection
 from textual.strip import Strip
 from textual.widget import Widget
+
+from .steady_scrollbar import SteadyScrollBar, steady_vertical_scrollbar
 
 _CONTROL = re.compile("[\u0000-\u0014]")  # as Log: control codes are drawn as U+FFFD
 
@@ -50,6 +54,11 @@ class EventLog(ScrollView, can_focus=True):
         self._rows: deque[str] = deque(maxlen=max_lines)
 
     @property
+    def vertical_scrollbar(self) -> ScrollBar:
+        """Repainted only when its thumb moves by a cell (SteadyScrollBar)."""
+        return steady_vertical_scrollbar(self)
+
+    @property
     def allow_select(self) -> bool:
         return True
 
@@ -67,10 +76,15 @@ class EventLog(ScrollView, can_focus=True):
         view was at the end."""
         at_end = self.is_vertical_scroll_end
         self._rows.extend(_CONTROL.sub("\ufffd", line.expandtabs()) for line in lines)
-        self._resized()
-        if self.auto_scroll and at_end and not self.is_vertical_scrollbar_grabbed:
-            self.scroll_end(animate=False, immediate=True, x_axis=False)
+        with self._bar_holding():
+            self._resized()
+            if self.auto_scroll and at_end and not self.is_vertical_scrollbar_grabbed:
+                self.scroll_end(animate=False, immediate=True, x_axis=False)
         self.refresh(self.size.region)  # the rows: the border and its titles stay
+
+    def _bar_holding(self) -> AbstractContextManager[None]:
+        bar = self._vertical_scrollbar
+        return bar.holding() if isinstance(bar, SteadyScrollBar) else nullcontext()
 
     def clear(self) -> None:
         self._rows.clear()
