@@ -392,8 +392,7 @@ def test_a_printed_run_with_fast_faults_replays_to_the_same_sptes(config: str) -
 
     session = TdpSession(preset("pc-2g"), workload="migrate", seed=2, spte_config=config)
     lines: list[str] = []
-    line = LinePrinter().line
-    session.raw_listener = lambda name, fields, ts, cpu: lines.append(line(name, fields, ts, cpu))
+    LinePrinter().listen(session, lines.append)  # type: ignore[arg-type]
     session.run(300)
     session.age_memory()
     session.run(300)

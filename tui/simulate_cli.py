@@ -186,8 +186,7 @@ def run(session: GuestSession[object], options: SimulateOptions, out: TextIO) ->
         session.subscribe(lambda event: batch.append(_json_line(event)))
     else:
         out.write(f"cpus={session.nr_vcpus}\n")
-        append, line = batch.append, LinePrinter().line
-        session.raw_listener = lambda name, fields, ts, cpu: append(line(name, fields, ts, cpu))
+        LinePrinter().listen(session, batch.append)
     done, stop = 0, options.accesses
     while True:
         if done == options.at and options.zap is not None:
@@ -303,13 +302,47 @@ class LinePrinter:
             return format_line(Event(name, fields, ts, cpu, pid, comm), TRACE_CMD)
         if self._stamp != (ts, cpu, comm, pid):
             self._stamp = (ts, cpu, comm, pid)
-            secs, usecs = divmod(round(ts * 1_000_000), 1_000_000)
-            self._head = f"{comm:>16}-{pid:<5} [{cpu:03d}] {secs:5d}.{usecs:06d}: "
+            self._head = self.head(ts, cpu, comm, pid)
         named = self._names.get(name)
         if named is None:
             pad = " " * (_NAME_WIDTH - len(name)) if len(name) < _NAME_WIDTH else ""
             named = self._names[name] = f"{name}: {pad}"
         return self._head + named + text
+
+    def listen(self, session: GuestSession[object], append: Callable[[str], None]) -> None:
+        """`session.raw_listener`: each event's `line()` appended, stamped as the session
+        stamps it (`stamp()`), the column before the text made once per access and vCPU,
+        the name's column once per name."""
+        names: dict[str, tuple[str, Callable[[Mapping[str, FieldValue]], str] | None]] = {}
+        line, head_of = self.line, self.head
+        last_steps = last_cpu = -1
+        head = ""
+
+        def raw(name: str, fields: Mapping[str, FieldValue]) -> None:
+            nonlocal last_steps, last_cpu, head
+            entry = names.get(name)
+            if entry is None:
+                pad = " " * (_NAME_WIDTH - len(name)) if len(name) < _NAME_WIDTH else ""
+                entry = names[name] = (f"{name}: {pad}", FAST_PRINTK.get(name))
+            named, fast = entry
+            if fast is not None:
+                if session.steps != last_steps or session._vcpu != last_cpu:
+                    last_steps, last_cpu = session.steps, session._vcpu
+                    head = head_of(*session.stamp())
+                try:
+                    append(head + named + fast(fields))
+                    return
+                except KeyError:  # a field the f-string needs is missing: the template
+                    pass
+            append(line(name, fields, *session.stamp()))
+
+        session.raw_listener = raw
+
+    @staticmethod
+    def head(ts: float, cpu: int, comm: str = COMM, pid: int = 0) -> str:
+        """trace-cmd's columns before the event name."""
+        secs, usecs = divmod(round(ts * 1_000_000), 1_000_000)
+        return f"{comm:>16}-{pid:<5} [{cpu:03d}] {secs:5d}.{usecs:06d}: "
 
 
 _PRINTER = LinePrinter()

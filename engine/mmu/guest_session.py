@@ -21,7 +21,7 @@ PFERR_WRITE = 1 << 1  # the error code bits of the emitted kvm_page_fault
 PFERR_USER = 1 << 2
 StepT = TypeVar("StepT")
 _RET_NAMES = {ret: ret.name for ret in RetPf}
-RawListener = Callable[[str, Mapping[str, FieldValue], float, int], None]
+RawListener = Callable[[str, Mapping[str, FieldValue]], None]
 
 
 class RootedMmu(Protocol):
@@ -47,8 +47,7 @@ class GuestSession(Generic[StepT]):
         self.nr_vcpus = nr_vcpus
         self._rng = random.Random(seed)
         self._listeners: list[Callable[[Event], None]] = []
-        #: called with (name, fields, ts, cpu): a printer that needs no Event
-        self.raw_listener: RawListener | None = None
+        self._raw: RawListener | None = None  # raw_listener
         self._observes = type(self)._observe is not GuestSession._observe
         self.steps = self.exits = 0
         self.results: dict[str, int] = {}
@@ -71,16 +70,37 @@ class GuestSession(Generic[StepT]):
 
     def subscribe(self, listener: Callable[[Event], None]) -> Callable[[], None]:
         self._listeners.append(listener)
-        return lambda: self._listeners.remove(listener)
+        self._listeners_changed()
+
+        def unsubscribe() -> None:
+            self._listeners.remove(listener)
+            self._listeners_changed()
+
+        return unsubscribe
+
+    @property
+    def raw_listener(self) -> RawListener | None:
+        """Called with (name, fields) of each event: a printer that needs no Event and
+        reads the stamp (`stamp()`) itself.  An MMU that hands out names and fields calls
+        it directly while no Event listener or `_observe` wants the event."""
+        return self._raw
+
+    @raw_listener.setter
+    def raw_listener(self, listener: RawListener | None) -> None:
+        self._raw = listener
+        self._listeners_changed()
+
+    def _listeners_changed(self) -> None:
+        """A subclass whose MMU calls `fields_listener()` directly refreshes it here."""
 
     def _forward(self, event: Event) -> None:
         """The MMU's events (and the session's own), stamped and handed out."""
         self._observe(event)
-        ts = self.steps * ACCESS_NS / 1e9
-        if self.raw_listener is not None:
-            self.raw_listener(event.name, event.fields, ts, self._vcpu)
+        if self._raw is not None:
+            self._raw(event.name, event.fields)
         if self._listeners:
-            stamped = Event(event.name, event.fields, ts, self._vcpu, event.pid, "qemu-kvm")
+            ts, cpu = self.stamp()
+            stamped = Event(event.name, event.fields, ts, cpu, event.pid, "qemu-kvm")
             for listener in list(self._listeners):
                 listener(stamped)
 
@@ -89,8 +109,20 @@ class GuestSession(Generic[StepT]):
         only when a listener or `_observe` wants one."""
         if self._listeners or self._observes:
             self._forward(Event(name, fields))
-        elif self.raw_listener is not None:
-            self.raw_listener(name, fields, self.steps * ACCESS_NS / 1e9, self._vcpu)
+        elif self._raw is not None:
+            self._raw(name, fields)
+
+    def stamp(self) -> tuple[float, int]:
+        """The timestamp (virtual time: ACCESS_NS per access) and CPU of an event now."""
+        return self.steps * ACCESS_NS / 1e9, self._vcpu
+
+    def fields_listener(self) -> RawListener | None:
+        """What an MMU that hands out names and fields should call: `raw_listener` itself
+        while nothing needs an `Event`, else `_forward_fields`; None when nobody listens
+        (bare mode: no fields are built)."""
+        if self._listeners or self._observes:
+            return self._forward_fields
+        return self._raw
 
     def _observe(self, event: Event) -> None:
         """A subclass's look at every event before it is handed out."""
@@ -104,7 +136,8 @@ class GuestSession(Generic[StepT]):
         such tracepoint)."""
         self.exits += 1
         if traced:
-            self._emit("kvm_page_fault", vcpu_id=vcpu, fault_address=address, error_code=error_code)
+            fields = {"vcpu_id": vcpu, "fault_address": address, "error_code": error_code}
+            self._forward_fields("kvm_page_fault", fields)
 
     def _result(self, ret: RetPf) -> RetPf:
         name = _RET_NAMES[ret]  # (an enum's .name is a property)

@@ -31,7 +31,7 @@ from typing import cast
 
 from ..constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY, KVM_MR_FLAGS_ONLY
 from ..errors import AuditError
-from ..events import Event
+from ..events import Event, FieldValue
 from ..memslot import MemorySlot
 from ..vm import Vm
 from .fast_pf import FastPageFault, mark_page_dirty_in_slot
@@ -198,14 +198,14 @@ class TdpMmu(TdpHuge):
         for a one-gfn range the pre-order walk only ever steps down (the step to the side
         leaves the range), so each level's spte is visited once, after the table above
         it was linked (`try_step_down` re-reads it)."""
-        self.kvm_mmu_hugepage_adjust(fault)
-        if self._listener is not None:
-            offset = fault.gfn & (kvm_pages_per_hpage(fault.goal_level) - 1)
-            self._emit(
+        self.levels.kvm_mmu_hugepage_adjust(fault)
+        listener = self._listener
+        if listener is not None:
+            goal = fault.goal_level
+            offset = fault.gfn & ((1 << (9 * goal - 9)) - 1)  # KVM_PAGES_PER_HPAGE(goal) - 1
+            listener(
                 "kvm_mmu_spte_requested",
-                gfn=fault.gfn,
-                pfn=fault.pfn | offset,
-                level=fault.goal_level,
+                {"gfn": fault.gfn, "pfn": fault.pfn | offset, "level": goal},
             )
         nx, goal = self._nx, fault.goal_level
         it = TdpIter(self.pages.by_pa, root, PG_LEVEL_4K, fault.gfn)
@@ -283,16 +283,18 @@ class TdpMmu(TdpHuge):
             return RetPf.EMULATE
         if fault.map_writable and slot.flags & KVM_MEM_LOG_DIRTY_PAGES:
             mark_page_dirty_in_slot(self, slot, fault.gfn)  # make_spte()
-        if self._listener is not None:
-            spte = it.pt.spt[it.index]
-            self._emit(
-                "kvm_mmu_set_spte",
-                gfn=it.gfn,
-                spte=spte,
-                access_str=spte_access_str(self.cfg, spte),
-                level=it.level,
-                sptep=it.sptep,
-            )
+        listener = self._listener
+        if listener is not None:
+            pt, index = it.pt, it.index
+            spte = pt.spt[index]
+            fields: dict[str, FieldValue] = {
+                "gfn": it.gfn,
+                "spte": spte,
+                "access_str": spte_access_str(self.cfg, spte),
+                "level": it.level,
+                "sptep": pt.spt_pa + 8 * index,  # it.sptep
+            }
+            listener("kvm_mmu_set_spte", fields)
         return ret
 
     def _make_spte(self, pfn: int, level: int, writable: bool) -> int:

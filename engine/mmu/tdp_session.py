@@ -23,6 +23,7 @@ that often, so `tdp_mmu_set_spte_atomic` loses the race (tests, and the screen's
 from __future__ import annotations
 
 import random
+import sys
 from typing import NamedTuple
 
 from ..layouts.layout import Layout
@@ -51,7 +52,7 @@ from .spte import (
 )
 from .tdp_iter import TdpIter
 from .tdp_mmu import TdpMmu
-from .tdp_pages import TdpMmuPage
+from .tdp_pages import RCU_GRACE_PERIOD_NS, TdpMmuPage
 from .tdp_params import TdpMmuParams
 
 PAGE_SHIFT = 12
@@ -109,7 +110,7 @@ class TdpSession(EptSession[TdpStep]):
             )
         self.smi_every = smi_every
         self.mmu = TdpMmu(self.vm, SPTE_CONFIGS[spte_config], params)
-        self.mmu._listener = self._forward_fields
+        self.mmu._listener = self.fields_listener()
         self.set_up_guest(seed)
         self._race_rng = random.Random(seed ^ 0xACE)
         self.race_rate = race_rate
@@ -142,6 +143,11 @@ class TdpSession(EptSession[TdpStep]):
 
     # -- running ------------------------------------------------------------------------
 
+    def _listeners_changed(self) -> None:
+        """The MMU hands its names and fields to `fields_listener()` (None, bare mode:
+        no event is built while nobody listens)."""
+        self.mmu._listener = self.fields_listener()
+
     def _tick(self) -> None:
         """Guest time moves on: RCU callbacks whose grace period ended run, and the NX
         recovery worker wakes when its period is up."""
@@ -162,45 +168,125 @@ class TdpSession(EptSession[TdpStep]):
         return self._steps(count) if count > 0 else None
 
     def _steps(self, count: int) -> TdpStep:
-        """Each step: time moves on (`_tick`), the workload's update, the next access
-        (`next_access`'s draws, made inline: `random.choice`/`randrange` are
-        `_randbelow(n)`, i.e. `getrandbits(n.bit_length())` until below n), the vCPU's
-        `kvm_mmu_reload()`, and the CPU's walk of its root (`needs_exit`, inline); only
-        an access that exits builds its `TdpAccess` and takes `_exit`."""
-        mmu, pages = self.mmu, self.mmu.pages
-        # bare mode: no event is built while nobody listens
-        mmu._listener = self._forward_fields if self._listeners or self.raw_listener else None
-        roots, by_pa = mmu.roots, pages.by_pa
+        """`count` steps.  Each: time moves on (`_tick`), the workload's update, an SMI,
+        the next access (`next_access`'s draws, made inline: `random.choice`/`randrange`
+        are `_randbelow(n)`, i.e. `getrandbits(n.bit_length())` until below n), the vCPU's
+        `kvm_mmu_reload()`, and the CPU's walk of its root (`needs_exit`, inline); only an
+        access that exits builds its `TdpAccess` and takes `_exit`.  Between two accesses
+        that have anything but the walk to do (`_due`), the accesses run as the hardware
+        runs them (`_hits`): no exit, no kernel code."""
+        steps, end = self.steps, self.steps + count
+        update_at = exit_at = -1
+        update, ret, fast = "", None, ""
+        access = (0, 0, False, False)
+        ram = self._ram_draws()
+        while steps < end:
+            note = self._due(steps)
+            if note is not None:
+                update, update_at, ram = note, steps, self._ram_draws()
+            self._reload_root(steps)
+            done, access, exited = self._hits(steps, self._next_due(steps, end), ram)
+            if done > steps:  # the stamp of what comes next: the last access's vCPU
+                self._vcpu = (done - 1) % self.nr_vcpus
+            steps = done
+            if exited:
+                exit_at = steps - 1
+                before = self.mmu.stat["pf_fast"]
+                ret = self._exit(TdpAccess(*access))
+                fast = fast_words(self.mmu.cfg, self.mmu.fast_pf.last) if (
+                    self.mmu.stat["pf_fast"] != before
+                ) else ""  # fmt: skip
+        last = end - 1
+        self.steps, self._vcpu, self.mmu.now_ns = end, last % self.nr_vcpus, last * ACCESS_NS
+        if exit_at != last:
+            ret, fast = None, ""
+        return TdpStep(
+            TdpAccess(*access), exit_at == last, ret, update if update_at == last else "", fast
+        )
+
+    def _due(self, steps: int) -> str | None:
+        """What comes before access `steps` besides the access: time (`_tick`, when an
+        RCU grace period ends or the NX recovery worker wakes), the workload's memslot
+        update, an SMI or RSM; the update's words (None: no update was due)."""
+        self.steps = steps
+        now = self.mmu.now_ns = steps * ACCESS_NS
+        if steps >= self._tick_step():
+            self._tick()
+        note = None
+        every = self._update_every()
+        if every and not steps % every:
+            note = workload_update(self)
+        smi_half = max(1, self.smi_every // 2) if self.smi_every else 0
+        if smi_half and steps and not steps % smi_half:
+            note = self.kvm_smm_changed(self.nr_vcpus - 1)
+        self.mmu.now_ns = now
+        return note
+
+    def _next_due(self, steps: int, end: int) -> int:
+        """The first access after `steps` (at most `end`) that has something `_due`."""
+        stop = min(end, self._tick_step())
+        every = self._update_every()
+        if every:
+            stop = min(stop, (steps // every + 1) * every)
+        smi_half = max(1, self.smi_every // 2) if self.smi_every else 0
+        if smi_half:
+            stop = min(stop, (steps // smi_half + 1) * smi_half)
+        return max(stop, steps + 1)
+
+    def _update_every(self) -> int:
+        workload = self.workload
+        if workload == "migrate":
+            return GET_DIRTY_EVERY
+        return CHURN_EVERY if workload == "churn" else DIRTY_EVERY if workload == "dirty" else 0
+
+    def _tick_step(self) -> int:
+        """The first access at which `_tick` has work: an RCU-pending page table's grace
+        period ends (`rcu_pending` is in call_rcu order), or the NX recovery worker wakes."""
+        due = self._next_recovery
+        pending = self.mmu.pages.rcu_pending
+        if pending:
+            first = next(iter(pending.values())).rcu_queued_ns + RCU_GRACE_PERIOD_NS
+            due = first if due < 0 else min(due, first)
+        return -(-due // ACCESS_NS) if due >= 0 else sys.maxsize
+
+    def _reload_root(self, steps: int) -> None:
+        """`kvm_mmu_reload()` before access `steps`: a new root when the vCPU has none or
+        its root is invalid (its events stamped with the access)."""
+        vcpu = steps % self.nr_vcpus
+        root = self.mmu.roots.get(vcpu)
+        if root is None or root.role.invalid:
+            self.steps, self._vcpu, self.mmu.now_ns = steps + 1, vcpu, steps * ACCESS_NS
+            self.mmu.root(vcpu)
+
+    def _hits(
+        self, steps: int, stop: int, ram: list[tuple[int, int, int]]
+    ) -> tuple[int, tuple[int, int, bool, bool], bool]:
+        """Accesses `steps` up to `stop` while the CPU's walk of the vCPU's root allows
+        them; the first that exits stops there (the session's clock and vCPU set for its
+        fault), as does one whose vCPU needs `kvm_mmu_reload()`.  How far it got, the last
+        access drawn and whether it exits.  The walk (TdpMmu.last_spte) starts at the page
+        table it ended in last time in this 2M region while that is still linked, unless
+        that now points further down."""
+        mmu = self.mmu
         rng = self._rng
         getrandbits, random, fetch_random = rng.getrandbits, rng.random, self._fetch_rng.random
-        nr_vcpus, workload = self.nr_vcpus, self.workload
-        netperf = workload == "netperf"
-        every = CHURN_EVERY if workload == "churn" else DIRTY_EVERY if workload == "dirty" else 0
-        migrate = workload == "migrate"
-        every = GET_DIRTY_EVERY if migrate else every
+        nr_vcpus, netperf, migrate = self.nr_vcpus, self.workload == "netperf", False
+        migrate = self.workload == "migrate"
         x_mask, x_nx_mask = mmu.cfg.shadow_x_mask, mmu.cfg.shadow_x_mask | mmu.cfg.shadow_nx_mask
-        ram = self._ram_draws()
         nram, kram = len(ram), len(ram).bit_length()
-        next_recovery = self._next_recovery
-        smi_half = max(1, self.smi_every // 2) if self.smi_every else 0
-        walk_cache, walk_root = self.walk_cache, None
-        walks: dict[int, tuple[TdpMmuPage, int]] = {}
-        update, exited, ret, fast = "", False, None, ""
-        vcpu = gpa = 0
-        write = fetch = False
-        for _ in range(count):
-            steps = self.steps
-            now = mmu.now_ns = steps * ACCESS_NS
-            if pages.rcu_pending or 0 <= next_recovery <= now:
-                self._tick()
-                next_recovery = self._next_recovery
-            update = ""
-            if every and not steps % every:
-                update = workload_update(self)
-                ram = self._ram_draws()
-            if smi_half and steps and not steps % smi_half:
-                update = self.kvm_smm_changed(nr_vcpus - 1)
-            vcpu = steps % nr_vcpus
+        by_pa, walk_cache = mmu.pages.by_pa, self.walk_cache
+        roots: list[TdpMmuPage | None] = []
+        walks: list[dict[int, tuple[TdpMmuPage, int]]] = []
+        for v in range(nr_vcpus):
+            root = mmu.roots.get(v)
+            roots.append(None if root is None or root.role.invalid else root)
+            walks.append(self._walks_of(root) if roots[-1] is not None else {})  # type: ignore[arg-type]
+        gpa, write, fetch = 0, False, False
+        for at in range(steps, stop):
+            vcpu = at % nr_vcpus
+            root = roots[vcpu]
+            if root is None:
+                return at, (vcpu, gpa, write, fetch), False
             hot = self.hot_access(rng) if migrate else None
             if hot is not None:
                 gpa, write, fetch = hot[0] << PAGE_SHIFT, hot[1], False
@@ -218,18 +304,9 @@ class TdpSession(EptSession[TdpStep]):
                 gpa = (base_gfn + r) << PAGE_SHIFT
                 write = random() < 0.3
                 fetch = not write and fetch_random() < FETCH_RATE
-            self.steps = steps + 1
-            self._vcpu = vcpu
-            root = roots.get(vcpu)
-            if root is None or root.role.invalid:
-                root = mmu.root(vcpu)  # kvm_mmu_reload() on entry
-            # the CPU's walk (TdpMmu.last_spte): from the page table it ended in last
-            # time in this 2M region while that is still linked, unless it now points
-            # further down
-            if root is not walk_root:
-                walk_root, walks = root, self._walks_of(root)
             gfn = gpa >> PAGE_SHIFT
-            ended = walks.get(gfn >> 9)
+            memo = walks[vcpu]
+            ended = memo.get(gfn >> 9)
             spte = -1
             if ended is not None:
                 sp, shift = ended
@@ -246,20 +323,16 @@ class TdpSession(EptSession[TdpStep]):
                     sp = by_pa[spte & SPTE_BASE_ADDR_MASK]
                     level -= 1
                 if walk_cache:
-                    walks[gfn >> 9] = (sp, 9 * level - 9)
-            exited = bool(
+                    memo[gfn >> 9] = (sp, 9 * level - 9)
+            if (
                 not spte & SPTE_MMU_PRESENT_MASK
                 or (write and not spte & PT_WRITABLE_MASK)
                 or (fetch and spte & x_nx_mask != x_mask)
                 or not (spte & PT_PRESENT_MASK or write or fetch)  # access-tracked
-            )
-            ret, fast = None, ""
-            if exited:
-                before = mmu.stat["pf_fast"]
-                ret = self._exit(TdpAccess(vcpu, gpa, write, fetch))
-                if mmu.stat["pf_fast"] != before:
-                    fast = fast_words(mmu.cfg, mmu.fast_pf.last)
-        return TdpStep(TdpAccess(vcpu, gpa, write, fetch), exited, ret, update, fast)
+            ):
+                self.steps, self._vcpu, mmu.now_ns = at + 1, vcpu, at * ACCESS_NS
+                return at + 1, (vcpu, gpa, write, fetch), True
+        return stop, ((stop - 1) % nr_vcpus, gpa, write, fetch), False
 
     def _walks_of(self, root: TdpMmuPage) -> dict[int, tuple[TdpMmuPage, int]]:
         walks = self._walks.get(root.seq)
@@ -286,10 +359,11 @@ class TdpSession(EptSession[TdpStep]):
         error_code = (PFERR_WRITE if access.write else 0) | (PFERR_FETCH if access.fetch else 0)
         self._vm_exit(access.vcpu, access.gpa, error_code)
         mmu = self.mmu
-        if self.race_rate:
-            self._racing = access
-            mmu.race = self._race
-            mmu.fast_pf.race = self._fast_race
+        if not self.race_rate:
+            return self._result(mmu.page_fault(access.vcpu, access.gpa, access.write, access.fetch))
+        self._racing = access
+        mmu.race = self._race
+        mmu.fast_pf.race = self._fast_race
         try:
             ret = mmu.page_fault(access.vcpu, access.gpa, access.write, access.fetch)
         finally:

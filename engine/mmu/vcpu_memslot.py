@@ -3,8 +3,9 @@
 
 virt/kvm/kvm_main.c (≈6.10): the vCPU's own `last_used_slot` is tried first, and used
 while it holds the gfn and its `last_used_slot_gen` is the address space's generation;
-anything else goes through the search, which resets and refills it
-(`Vm.vcpu_gfn_to_memslot`, kvm-reference §1.3).  The hit is counted as a lookup too.
+anything else goes through the search, which resets and refills it (what
+`Vm.vcpu_gfn_to_memslot` does, kvm-reference §1.3, here without recording the search's
+probes).  The hit is counted as a lookup too.
 """
 
 from __future__ import annotations
@@ -29,14 +30,21 @@ class VcpuMemslotCache:
 
     def lookup(self, vcpu: int, gfn: int) -> MemorySlot | None:
         vm = self.vm
-        if vm.vcpu_cache:
-            state = self._vcpus.get(vcpu)
-            if state is None:
-                state = self._vcpus[vcpu] = vm.vcpu(vcpu)
-            cached = state.last_used_slot
-            if cached is not None and cached.base_gfn <= gfn < cached.base_gfn + cached.npages:
-                slots = self._sets.get(state.as_id)
-                if slots is not None and state.last_used_slot_gen == slots.generation:
-                    vm.memslot_lookups += 1
-                    return cached
-        return vm.vcpu_gfn_to_memslot(vcpu, gfn)
+        if not vm.vcpu_cache:  # before 2021 the vCPU path used the VM-wide cache
+            return vm.vcpu_gfn_to_memslot(vcpu, gfn)
+        state = self._vcpus.get(vcpu)
+        if state is None:
+            state = self._vcpus[vcpu] = vm.vcpu(vcpu)
+        slots = self._sets.get(state.as_id)
+        if slots is None:
+            return vm.vcpu_gfn_to_memslot(vcpu, gfn)  # (an address space that is not)
+        vm.memslot_lookups += 1
+        if state.last_used_slot_gen != slots.generation:
+            state.last_used_slot, state.last_used_slot_gen = None, slots.generation
+        cached = state.last_used_slot
+        if cached is not None and cached.base_gfn <= gfn < cached.base_gfn + cached.npages:
+            return cached
+        slot = slots.lookup.search(gfn)  # search_memslots(), as Vm.explain without probes
+        if slot is not None:
+            state.last_used_slot = slot
+        return slot
