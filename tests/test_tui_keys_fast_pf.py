@@ -10,7 +10,7 @@ from engine.mmu.session import MmuSession
 from engine.mmu.shadow_session import ShadowSession
 from engine.mmu.spte import SPTE_CONFIGS
 from engine.mmu.tdp_session import TdpSession
-from tests.tui_pilot import SIZE, build
+from tests.tui_pilot import SIZE, build, shadow_mmu
 from tui.screens.shadow_mmu import ShadowMmuScreen
 from tui.widgets.lookup_bar import LookupBar
 from tui.widgets.mmu_panels import MmuCounters
@@ -34,8 +34,8 @@ async def test_l_and_g_show_dirty_logging_writes_fixed_without_mmu_lock(tmp_path
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f2", "p")  # EPT with direct pages (tdp_mmu=N)
-        mmu = app.screen
-        assert isinstance(mmu, ShadowMmuScreen) and isinstance(mmu.session, MmuSession)
+        mmu = shadow_mmu(app)
+        assert isinstance(mmu.session, MmuSession)
         mmu.action_set_workload("migrate")  # a working set, KVM_GET_DIRTY_LOG passes
         mmu.action_run(150)  # dirty logging on at the first access
         await pilot.press("L")  # off again
@@ -59,8 +59,7 @@ async def test_a_ages_memory_and_the_fast_path_restores_access_tracked_sptes(
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f2")
-        mmu = app.screen
-        assert isinstance(mmu, ShadowMmuScreen)
+        mmu = shadow_mmu(app)
         mmu.action_set_paging(5)  # EPT without A/D bits, the TDP MMU
         session = mmu.session
         assert isinstance(session, TdpSession) and session.mmu.cfg == SPTE_CONFIGS["ept-no-ad"]
@@ -76,8 +75,8 @@ async def test_shadow_paging_has_no_fast_path_to_show(tmp_path: Path) -> None:
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f2", "p", "p")  # shadow paging (EPT off)
-        mmu = app.screen
-        assert isinstance(mmu, ShadowMmuScreen) and isinstance(mmu.session, ShadowSession)
+        mmu = shadow_mmu(app)
+        assert isinstance(mmu.session, ShadowSession)
         await pilot.press("L", "A")
         assert "shadow paging has no fast_page_fault" in notes(app)
         assert "never (FNAME(page_fault))" in str(mmu.query_one(MmuCounters).content)

@@ -14,18 +14,11 @@ from engine.mmu.session import MMU_WORKLOADS, MmuAccess, MmuSession
 from engine.mmu.shadow_session import SHADOW_WORKLOADS, ShadowSession
 from engine.mmu.spte import FROZEN_SPTE, SPTE_CONFIGS
 from engine.mmu.tdp_session import TDP_WORKLOADS, TdpSession
-from tests.tui_pilot import SIZE, build, memslots, press_export
-from tui.app import MmuscopeApp
+from tests.tui_pilot import SIZE, build, memslots, press_export, shadow_mmu
 from tui.screens.memslots import MemslotsScreen
 from tui.screens.shadow_mmu import ShadowMmuScreen
 from tui.widgets.lookup_bar import LookupBar
 from tui.widgets.mmu_panels import GuestPanel, MmuCounters, PageLevels, SptGrid
-
-
-def shadow(app: MmuscopeApp) -> ShadowMmuScreen:
-    screen = app.screen
-    assert isinstance(screen, ShadowMmuScreen), f"expected the shadow-MMU screen: {screen!r}"
-    return screen
 
 
 async def test_f2_opens_the_screen_and_f1_returns_with_state_kept(tmp_path: Path) -> None:
@@ -35,7 +28,7 @@ async def test_f2_opens_the_screen_and_f1_returns_with_state_kept(tmp_path: Path
         slots = memslots(app)
         await pilot.press("f2")
         await pilot.pause()
-        mmu = shadow(app)
+        mmu = shadow_mmu(app)
         assert not slots.pacer.playing, "the hidden memslots screen must stop playing"
         await pilot.press("n")
         await pilot.press("f1")
@@ -50,7 +43,7 @@ async def test_n_runs_to_the_next_exit_and_s_reveals_levels(tmp_path: Path) -> N
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f2")
-        mmu = shadow(app)
+        mmu = shadow_mmu(app)
         await pilot.press("n")
         assert mmu.session.exits == 1 and mmu.last is not None and mmu.last.exited
         assert mmu.shown == len(mmu.path) >= 2
@@ -65,7 +58,7 @@ async def test_space_plays_and_speed_keys(tmp_path: Path) -> None:
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f2")
-        mmu = shadow(app)
+        mmu = shadow_mmu(app)
         speed = mmu.pacer.speed
         await pilot.press("plus")
         assert mmu.pacer.speed > speed
@@ -84,7 +77,7 @@ async def test_w_cycles_the_workloads(tmp_path: Path) -> None:
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f2")
-        mmu = shadow(app)
+        mmu = shadow_mmu(app)
         seen = [mmu.session.workload]
         for _ in TDP_WORKLOADS:  # the TDP MMU's, today's default
             await pilot.press("w")
@@ -108,7 +101,7 @@ async def test_z_zaps_fast_in_batches_and_shift_z_in_one_hold(tmp_path: Path) ->
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f2", "p", "H")  # the direct MMU (tdp_mmu=N), 4K only: 2013's batches
-        mmu = shadow(app)
+        mmu = shadow_mmu(app)
         assert isinstance(mmu.session, MmuSession)
         pages = mmu.session.mmu.pages
         for _ in range(40):
@@ -148,7 +141,7 @@ async def test_brackets_select_a_level_of_the_path(tmp_path: Path) -> None:
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f2")
-        mmu = shadow(app)
+        mmu = shadow_mmu(app)
         await pilot.press("n")
         deepest, _ = mmu._selected()
         await pilot.press("left_square_bracket")
@@ -189,7 +182,7 @@ async def test_p_switches_to_shadow_paging_with_guest_walks_and_the_vtlb(tmp_pat
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f2")
-        mmu = shadow(app)
+        mmu = shadow_mmu(app)
         assert isinstance(mmu.session, TdpSession)
         assert "TDP MMU (today's default)" in str(mmu.sub_title)
         await pilot.press("p")
@@ -224,7 +217,7 @@ async def test_w_cycles_the_shadow_workloads_and_each_runs(tmp_path: Path) -> No
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f2", "p", "p")
-        mmu = shadow(app)
+        mmu = shadow_mmu(app)
         seen = []
         for _ in SHADOW_WORKLOADS:
             seen.append(mmu.session.workload)
@@ -239,7 +232,7 @@ async def test_the_roots_line_counts_pages_below_each_root(tmp_path: Path) -> No
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f2", "p", "p")
-        mmu = shadow(app)
+        mmu = shadow_mmu(app)
         for _ in range(6):
             await pilot.press("n")
         assert mmu.reach and all(r.per_level[0] == 1 for r in mmu.reach)
@@ -250,7 +243,7 @@ async def test_a_slow_zap_stalls_the_guest_while_its_one_hold_replays(tmp_path: 
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f2", "p", "H")  # tdp_mmu=N, 4K leaves: a hold of seconds
-        mmu = shadow(app)
+        mmu = shadow_mmu(app)
         mmu.action_run(300)
         await pilot.press("Z", "space")  # play: the vCPUs would run, but mmu_lock is held
         steps = mmu.session.steps
@@ -270,7 +263,7 @@ async def test_z_under_the_tdp_mmu_invalidates_roots_and_frees_tables_through_rc
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f2")
-        mmu = shadow(app)
+        mmu = shadow_mmu(app)
         session = mmu.session
         assert isinstance(session, TdpSession)
         mmu.action_run(200)
@@ -304,7 +297,7 @@ async def test_shadow_paging_shows_an_unsync_page_and_its_sync(tmp_path: Path) -
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f2")
-        mmu = shadow(app)
+        mmu = shadow_mmu(app)
         await pilot.press("p", "p")  # TDP MMU -> direct pages -> shadow paging
         session = mmu.session
         assert isinstance(session, ShadowSession)
@@ -331,7 +324,7 @@ async def test_direct_pages_show_prefetch_levels_and_nx_splits(tmp_path: Path) -
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f2")
-        mmu = shadow(app)
+        mmu = shadow_mmu(app)
         await pilot.press("p")  # EPT, direct pages
         session = mmu.session
         assert isinstance(session, MmuSession) and session.mmu.pte_prefetch

@@ -18,6 +18,7 @@ from textual.widgets import Input, Static
 
 from tui.app import MmuscopeApp, make_app
 from tui.screens.memslots import MemslotsScreen
+from tui.screens.shadow_mmu import ShadowMmuScreen
 from tui.widgets.cost_panel import CostPanel
 from tui.widgets.slot_table import SlotTable
 from tui.widgets.structure import StructureView
@@ -35,6 +36,12 @@ def build(export_dir: Path, layout: str = "pc-4g", **options: object) -> Mmuscop
 def memslots(app: MmuscopeApp) -> MemslotsScreen:
     screen = app.screen
     assert isinstance(screen, MemslotsScreen), f"expected the memslots screen, got {screen!r}"
+    return screen
+
+
+def shadow_mmu(app: MmuscopeApp) -> ShadowMmuScreen:
+    screen = app.screen
+    assert isinstance(screen, ShadowMmuScreen), f"expected the shadow-MMU screen: {screen!r}"
     return screen
 
 
