@@ -18,6 +18,7 @@ from textual.visual import Visual, visualize
 from textual.widget import Widget
 from typing_extensions import Self
 
+from .row_cache import use_row_cache
 from .wrap import WrapCache, wrapped_height
 
 
@@ -33,6 +34,7 @@ class TextPanel(Widget):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
+        use_row_cache(self)
         self.content: RenderableType = ""
         self._wrapped = WrapCache()
         self._lines: list[Strip] | None = None  # the content drawn at `_drawn_for`

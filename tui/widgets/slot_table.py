@@ -25,6 +25,8 @@ from textual.strip import Strip
 from engine.constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY
 from engine.memslot import MemorySlot
 
+from .row_cache import use_row_cache
+
 # (title, width) at the most; each column is as wide as its widest cell (and its title)
 # plus a space, and the name takes what is left.
 COLUMNS = (("id", 5), ("as", 3), ("base_gfn", 11), ("npages", 9), ("flags", 7), ("hits", 8))
@@ -76,6 +78,7 @@ class SlotTable(ScrollView, can_focus=True):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
+        use_row_cache(self)
         self._slots: list[MemorySlot] = []
         self._names: dict[tuple[int, int], str] = {}
         self._hits: dict[int, int] = {}

@@ -1,0 +1,52 @@
+"""tui/widgets/row_cache.py: the panels' rows, framed once per render, are the strips
+Textual's own styles cache draws, segment for segment (styles included), on every panel
+of the memslots screen (bordered, padded, scrolled, focused), in two themes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual._styles_cache import StylesCache
+from textual.geometry import Region
+from textual.widget import Widget
+
+from tests.tui_pilot import build, memslots
+from tui.widgets.event_log import EventLog
+from tui.widgets.row_cache import RowStylesCache
+
+
+def _both_ways(widget: Widget) -> tuple[list[object], list[object]]:
+    """The widget's rows drawn whole by its RowStylesCache and by Textual's StylesCache."""
+    crop = Region(0, 0, *widget.outer_size)
+    ours = widget._styles_cache
+    assert isinstance(ours, RowStylesCache)
+    ours.clear()
+    fast = [list(strip) for strip in widget.render_lines(crop)]
+    widget._styles_cache = StylesCache()
+    try:
+        plain = [list(strip) for strip in widget.render_lines(crop)]
+    finally:
+        widget._styles_cache = ours
+        ours.clear()
+    return fast, plain
+
+
+async def test_rows_are_textuals_own_on_every_panel(tmp_path: Path) -> None:
+    app = build(tmp_path, "assigned-devices")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause()
+        screen = memslots(app)
+        for _ in range(3):
+            screen.action_next_lookup()
+        app.screen.query_one(EventLog).focus()  # the focused border and tint
+        await pilot.pause()
+        for theme in ("textual-dark", "textual-light"):
+            app.theme = theme
+            await pilot.pause()
+            checked = 0
+            for widget in screen.walk_children(Widget):
+                if isinstance(widget._styles_cache, RowStylesCache) and widget.outer_size:
+                    fast, plain = _both_ways(widget)
+                    assert fast == plain, f"{type(widget).__name__} in {theme}"
+                    checked += 1
+            assert checked >= 7  # bar, drawing, path, slots, costs, log, counters

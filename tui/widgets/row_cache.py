@@ -1,0 +1,202 @@
+"""`RowStylesCache`: Textual's styles cache, with the frame around a content row worked
+out once per render instead of once per row.
+
+Each row Textual repaints goes through `StylesCache.render_line`, which reads the
+widget's border, outline, gutter, tint, opacity and hatch rules and builds the border's
+edge segments afresh for every row: about 65 µs a row, most of what repainting a changed
+row of a panel costs (issue 13 §4: a frame of the memslots screen repaints some thirty).
+This cache reads them once per `render()` call (one widget, one frame), and then builds a
+content row as Textual's branch (C) of `render_line` does: the content line cut or padded
+to the content width, the left and right padding, the left and right edges.  Rows of the
+border or the padding, and any widget with an outline, tint, opacity below 1, text
+opacity or hatch, take Textual's own path.  The result is the same strip, segment for
+segment (tests/test_tui_row_cache.py compares the two on every panel of a screen).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.segment import Segment
+from rich.style import Style as RichStyle
+from rich.terminal_theme import TerminalTheme
+from textual._ansi_theme import DEFAULT_TERMINAL_THEME
+from textual._border import get_box
+from textual._segment_tools import line_pad
+from textual._styles_cache import RenderLineCallback, StylesCache
+from textual.color import Color
+from textual.content import Content
+from textual.filter import LineFilter
+from textual.geometry import Region, Size, Spacing
+from textual.strip import Strip
+from textual.style import Style
+from textual.widget import Widget
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from textual.css.styles import StylesBase
+
+BorderLabel = tuple[Content, Color, Color, Style] | None
+
+
+class _Frame:
+    """What a content row of one widget is framed with, for one render."""
+
+    __slots__ = ("content", "end", "inner", "left", "pad_left", "pad_right", "right", "top")
+
+    def __init__(
+        self,
+        styles: StylesBase,
+        size: Size,
+        content_size: Size,
+        padding: Spacing,
+        inner: RichStyle,
+        edges: tuple[Segment | None, Segment | None],
+    ) -> None:
+        gutter = styles.gutter
+        self.top, self.end = gutter.top, size.height - gutter.bottom  # content rows
+        self.content = content_size
+        self.pad_left, self.pad_right = padding.left, padding.right
+        self.inner = inner
+        self.left, self.right = edges
+
+
+class RowStylesCache(StylesCache):
+    def __init__(self) -> None:
+        super().__init__()
+        self._frame: _Frame | bool | None = None  # None: not worked out; False: no fast rows
+
+    def render(
+        self,
+        styles: StylesBase,
+        size: Size,
+        base_background: Color,
+        background: Color,
+        render_content_line: RenderLineCallback,
+        filters: Sequence[LineFilter],
+        border_title: BorderLabel,
+        border_subtitle: BorderLabel,
+        content_size: Size | None = None,
+        padding: Spacing | None = None,
+        crop: Region | None = None,
+        opacity: float = 1.0,
+        ansi_theme: TerminalTheme = DEFAULT_TERMINAL_THEME,
+        native_ansi: bool = False,
+    ) -> list[Strip]:
+        self._frame = None  # worked out at the first content row this render draws
+        try:
+            return super().render(
+                styles,
+                size,
+                base_background,
+                background,
+                render_content_line,
+                filters,
+                border_title,
+                border_subtitle,
+                content_size=content_size,
+                padding=padding,
+                crop=crop,
+                opacity=opacity,
+                ansi_theme=ansi_theme,
+                native_ansi=native_ansi,
+            )
+        finally:
+            self._frame = None
+
+    def render_line(
+        self,
+        styles: StylesBase,
+        y: int,
+        size: Size,
+        content_size: Size,
+        padding: Spacing,
+        base_background: Color,
+        background: Color,
+        render_content_line: RenderLineCallback,
+        border_title: BorderLabel,
+        border_subtitle: BorderLabel,
+        opacity: float,
+        ansi_theme: TerminalTheme,
+        native_ansi: bool,
+    ) -> Strip:
+        frame = self._frame
+        if frame is None:
+            frame = self._frame = self._work_out_frame(
+                styles, size, content_size, padding, base_background, background, opacity
+            )
+        if isinstance(frame, _Frame) and frame.top <= y < frame.end:
+            return self._content_row(frame, y, size.width, render_content_line)
+        return super().render_line(
+            styles,
+            y,
+            size,
+            content_size,
+            padding,
+            base_background,
+            background,
+            render_content_line,
+            border_title,
+            border_subtitle,
+            opacity,
+            ansi_theme,
+            native_ansi,
+        )
+
+    def _work_out_frame(
+        self,
+        styles: StylesBase,
+        size: Size,
+        content_size: Size,
+        padding: Spacing,
+        base_background: Color,
+        background: Color,
+        opacity: float,
+    ) -> _Frame | bool:
+        """The frame of a content row as StylesCache.render_line builds it, or False
+        where that takes more than the frame (outline, tint, opacity, hatch)."""
+        if opacity != 1.0 or styles.tint.a or styles.text_opacity != 1.0:
+            return False
+        if styles.has_rule("hatch") and styles.hatch != "none":
+            return False
+        if any(edge for edge, _ in styles.outline):
+            return False
+        _, (border_right, right_color), _, (border_left, left_color) = styles.border
+        inner, outer = self.get_inner_outer(base_background, background)
+        left = right = None
+        if border_left or border_right:
+            left_style = Style(foreground=base_background + left_color.multiply_alpha(opacity))
+            left = get_box(border_left, inner, outer, left_style)[1][0]
+            right_style = Style(foreground=base_background + right_color.multiply_alpha(opacity))
+            right = get_box(border_right, inner, outer, right_style)[1][2]
+        edges = (left if border_left else None, right if border_right else None)
+        return _Frame(styles, size, content_size, padding, inner.rich_style, edges)
+
+    @staticmethod
+    def _content_row(
+        frame: _Frame, y: int, width: int, render_content_line: RenderLineCallback
+    ) -> Strip:
+        """Branch (C) of StylesCache.render_line with the frame worked out."""
+        content_y = y - frame.top
+        content_width, content_height = frame.content
+        inner = frame.inner
+        if content_y < content_height:
+            line = render_content_line(content_y).adjust_cell_length(content_width, inner)
+        else:
+            line = Strip.blank(content_width, inner)
+        segments: list[Segment] = []
+        if frame.left is not None:
+            segments.append(frame.left)
+        if frame.pad_left or frame.pad_right:
+            segments.extend(line_pad(line, frame.pad_left, frame.pad_right, inner))
+        else:
+            segments.extend(line)
+        if frame.right is not None:
+            segments.append(frame.right)
+        return Strip(segments, width)
+
+
+def use_row_cache(widget: Widget) -> None:
+    """Give `widget` a RowStylesCache (call in its __init__, after Widget's)."""
+    widget._styles_cache = RowStylesCache()
