@@ -192,6 +192,9 @@ def test_mmio_sptes_are_cached_hit_and_rebuilt_when_stale() -> None:
     assert mmu.stat["pf_mmio_spte_created"] == 1
     assert mmu.page_fault(0, gpa, rsvd=True) is RetPf.EMULATE
     assert events[-2].name == "handle_mmio_page_fault"
+    marked = [e.fields for e in events if e.name == "mark_mmio_spte"]
+    assert marked[0]["access"] == 6  # spte & ACC_ALL: EPT's misconfig value W|X (mmutrace.h)
+    assert marked[0]["gen"] == vm.generation() & 0x7FFFF
     vm.set_user_memory_region(1, 0, 0x1_0000_0000, 1 << 20, UA + 8 * GIB)  # a new generation
     mmu.page_fault(0, gpa, rsvd=True)
     assert mmu.stat["pf_mmio_spte_created"] == 2  # stale: the real path rebuilt it

@@ -37,6 +37,7 @@ from ..vm import Vm
 from .fast_pf import FastPageFault, mark_page_dirty_in_slot
 from .mapping_level import KvmPageFault as KvmPageFault
 from .mapping_level import MappingLevels
+from .mmio_spte import mark_mmio_spte_fields
 from .role import ACC_ALL, ACC_EXEC_MASK, PG_LEVEL_4K
 from .spte import (
     PT_PAGE_SIZE_MASK,
@@ -46,7 +47,6 @@ from .spte import (
     SpteConfig,
     check_mmio_spte,
     get_mmio_spte_access,
-    get_mmio_spte_generation,
     is_last_spte,
     is_mmio_spte,
     is_shadow_present_pte,
@@ -273,13 +273,9 @@ class TdpMmu(TdpHuge):
         if slot is None:
             self.stat["pf_mmio_spte_created"] += 1
             if self._listener is not None:
-                self._emit(
-                    "mark_mmio_spte",
-                    sptep=it.sptep,
-                    gfn=it.gfn,
-                    access=get_mmio_spte_access(self.cfg, new_spte),
-                    gen=get_mmio_spte_generation(new_spte),
-                )
+                # tdp_mmu_map_handle_target_level(): trace_mark_mmio_spte(sptep, gfn,
+                # new_spte), whose access is spte & ACC_ALL (6 on EPT), as the shadow MMU's
+                self._emit("mark_mmio_spte", **mark_mmio_spte_fields(it.sptep, it.gfn, new_spte))
             return RetPf.EMULATE
         if fault.map_writable and slot.flags & KVM_MEM_LOG_DIRTY_PAGES:
             mark_page_dirty_in_slot(self, slot, fault.gfn)  # make_spte()
