@@ -65,11 +65,21 @@ class TdpHuge(TdpRoots):
                 child = (child & ~self.cfg.shadow_nx_mask) | self.cfg.shadow_x_mask
         return child
 
+    def _split_sptes(self, huge_spte: int, role: KvmMmuPageRole) -> list[int]:
+        """`make_huge_page_split_spte()` of every index, in one pass: the bits it changes
+        (PT_PAGE_SIZE, X/NX) lie outside the address bits the index sets, so each child is
+        the first one plus its offset (the comprehension when the huge spte has address
+        bits below its size, which an aligned pfn never has)."""
+        first = self.make_huge_page_split_spte(huge_spte, role, 0)
+        step = kvm_pages_per_hpage(role.level) << PAGE_SHIFT
+        span = step * SPTE_ENT_PER_PAGE
+        if not first & (span - 1) & ~(step - 1):
+            return list(range(first, first + span, step))
+        return [first | i * step for i in range(SPTE_ENT_PER_PAGE)]
+
     def tdp_mmu_split_huge_page(self, it: TdpIter, sp: TdpMmuPage, shared: bool) -> int:
         huge_spte, level = it.old_spte, it.level
-        sp.spt[:] = [
-            self.make_huge_page_split_spte(huge_spte, sp.role, i) for i in range(SPTE_ENT_PER_PAGE)
-        ]
+        sp.spt[:] = self._split_sptes(huge_spte, sp.role)
         ret = self.tdp_mmu_link_sp(it, sp, shared)
         if not ret:
             self.kvm_update_page_stats(level - 1, SPTE_ENT_PER_PAGE)
