@@ -186,16 +186,10 @@ class TdpSession(EptSession[TdpStep]):
                 update, update_at, ram = note, steps, self._ram_draws()
             self._reload_root(steps)
             done, access, exited = self._hits(steps, self._next_due(steps, end), ram)
-            if done > steps:  # the stamp of what comes next: the last access's vCPU
-                self._vcpu = (done - 1) % self.nr_vcpus
+            if exited is not None:
+                exit_at, ret, fast = exited
+            self._vcpu = (done - 1) % self.nr_vcpus  # the stamp of what comes next
             steps = done
-            if exited:
-                exit_at = steps - 1
-                before = self.mmu.stat["pf_fast"]
-                ret = self._exit(TdpAccess(*access))
-                fast = fast_words(self.mmu.cfg, self.mmu.fast_pf.last) if (
-                    self.mmu.stat["pf_fast"] != before
-                ) else ""  # fmt: skip
         last = end - 1
         self.steps, self._vcpu, self.mmu.now_ns = end, last % self.nr_vcpus, last * ACCESS_NS
         if exit_at != last:
@@ -260,33 +254,33 @@ class TdpSession(EptSession[TdpStep]):
 
     def _hits(
         self, steps: int, stop: int, ram: list[tuple[int, int, int]]
-    ) -> tuple[int, tuple[int, int, bool, bool], bool]:
-        """Accesses `steps` up to `stop` while the CPU's walk of the vCPU's root allows
-        them; the first that exits stops there (the session's clock and vCPU set for its
-        fault), as does one whose vCPU needs `kvm_mmu_reload()`.  How far it got, the last
-        access drawn and whether it exits.  The walk (TdpMmu.last_spte) starts at the page
-        table it ended in last time in this 2M region while that is still linked, unless
-        that now points further down."""
+    ) -> tuple[int, tuple[int, int, bool, bool], tuple[int, RetPf, str] | None]:
+        """Accesses `steps` up to `stop`, as the CPU runs them: an access its walk of the
+        vCPU's root allows costs nothing, any other exits (`_exit`, the session's clock and
+        vCPU set for its events); one whose vCPU needs `kvm_mmu_reload()` stops the run
+        there, as an RCU grace period that a fault's freeing makes end earlier does.  How
+        far it got, the last access drawn, and the last exit (access, RET_PF_*, what
+        fast_page_fault did).  The walk (TdpMmu.last_spte) starts at the page table it
+        ended in last time in this 2M region while that is still linked, unless that now
+        points further down."""
         mmu = self.mmu
+        stat, cfg = mmu.stat, mmu.cfg
         rng = self._rng
         getrandbits, random, fetch_random = rng.getrandbits, rng.random, self._fetch_rng.random
-        nr_vcpus, netperf, migrate = self.nr_vcpus, self.workload == "netperf", False
+        nr_vcpus, netperf = self.nr_vcpus, self.workload == "netperf"
         migrate = self.workload == "migrate"
-        x_mask, x_nx_mask = mmu.cfg.shadow_x_mask, mmu.cfg.shadow_x_mask | mmu.cfg.shadow_nx_mask
+        x_mask, x_nx_mask = cfg.shadow_x_mask, cfg.shadow_x_mask | cfg.shadow_nx_mask
         nram, kram = len(ram), len(ram).bit_length()
         by_pa, walk_cache = mmu.pages.by_pa, self.walk_cache
-        roots: list[TdpMmuPage | None] = []
-        walks: list[dict[int, tuple[TdpMmuPage, int]]] = []
-        for v in range(nr_vcpus):
-            root = mmu.roots.get(v)
-            roots.append(None if root is None or root.role.invalid else root)
-            walks.append(self._walks_of(root) if roots[-1] is not None else {})  # type: ignore[arg-type]
+        roots, walks = self._vcpu_roots()
         gpa, write, fetch = 0, False, False
-        for at in range(steps, stop):
+        exited: tuple[int, RetPf, str] | None = None
+        at = steps
+        while at < stop:
             vcpu = at % nr_vcpus
             root = roots[vcpu]
             if root is None:
-                return at, (vcpu, gpa, write, fetch), False
+                return at, (vcpu, gpa, write, fetch), exited
             hot = self.hot_access(rng) if migrate else None
             if hot is not None:
                 gpa, write, fetch = hot[0] << PAGE_SHIFT, hot[1], False
@@ -304,6 +298,7 @@ class TdpSession(EptSession[TdpStep]):
                 gpa = (base_gfn + r) << PAGE_SHIFT
                 write = random() < 0.3
                 fetch = not write and fetch_random() < FETCH_RATE
+            at += 1
             gfn = gpa >> PAGE_SHIFT
             memo = walks[vcpu]
             ended = memo.get(gfn >> 9)
@@ -330,9 +325,27 @@ class TdpSession(EptSession[TdpStep]):
                 or (fetch and spte & x_nx_mask != x_mask)
                 or not (spte & PT_PRESENT_MASK or write or fetch)  # access-tracked
             ):
-                self.steps, self._vcpu, mmu.now_ns = at + 1, vcpu, at * ACCESS_NS
-                return at + 1, (vcpu, gpa, write, fetch), True
-        return stop, ((stop - 1) % nr_vcpus, gpa, write, fetch), False
+                self.steps, self._vcpu, mmu.now_ns = at, vcpu, (at - 1) * ACCESS_NS
+                before = stat["pf_fast"]
+                ret = self._exit(TdpAccess(vcpu, gpa, write, fetch))
+                fast = fast_words(cfg, mmu.fast_pf.last) if stat["pf_fast"] != before else ""
+                exited = (at - 1, ret, fast)
+                roots, walks = self._vcpu_roots()  # a racing vCPU may have loaded one
+                stop = min(stop, max(at, self._tick_step()))  # page tables freed by RCU
+        return at, ((at - 1) % nr_vcpus, gpa, write, fetch), exited
+
+    def _vcpu_roots(
+        self,
+    ) -> tuple[list[TdpMmuPage | None], list[dict[int, tuple[TdpMmuPage, int]]]]:
+        """Each vCPU's valid root (None: it needs `kvm_mmu_reload()`) and its walk memo."""
+        roots: list[TdpMmuPage | None] = []
+        walks: list[dict[int, tuple[TdpMmuPage, int]]] = []
+        for vcpu in range(self.nr_vcpus):
+            root = self.mmu.roots.get(vcpu)
+            valid = root is not None and not root.role.invalid
+            roots.append(root if valid else None)
+            walks.append(self._walks_of(root) if valid and root is not None else {})
+        return roots, walks
 
     def _walks_of(self, root: TdpMmuPage) -> dict[int, tuple[TdpMmuPage, int]]:
         walks = self._walks.get(root.seq)
