@@ -323,7 +323,9 @@ def test_an_rmap_past_the_recycle_threshold_is_zapped() -> None:
     for i in range(1002):
         mmu.guest.map(p, GVA + i * 4096, DATA[0])
         mmu.page_fault(0, p, GVA + i * 4096)
-    assert mmu.stat["rmap_recycled"] == 1002 and mmu.rmap_count(DATA[0]) == 0
+    # the last add zapped the whole rmap, its own spte too; then FNAME(pte_prefetch)
+    # mapped gva 1000 of the group 1000-1007 back (1002 on are not mapped: it stops)
+    assert mmu.stat["rmap_recycled"] == 1002 and mmu.rmap_count(DATA[0]) == 1
     mmu.audit()
 
 

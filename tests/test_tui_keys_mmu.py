@@ -197,6 +197,10 @@ async def test_p_switches_to_shadow_paging_with_guest_walks_and_the_vtlb(tmp_pat
         panel = str(mmu.query_one(GuestPanel).content)
         assert "PML4E" in panel and "vtlb vcpu" in panel
         assert session.last_walk and session.last_walk[0][0] == 4
+        # issue 15: the fault's level and why (the guest's own level first), NX splits
+        counters = str(mmu.query_one(MmuCounters).content)
+        assert "nx_lpage_splits" in counters and "nx_huge_pages=off" in counters
+        assert "4K: guest leaf is 4K" in counters
         await pilot.press("V")  # the vtlb off: a new guest
         assert mmu.session is not session and mmu.session.mmu.vtlbs is None  # type: ignore[union-attr]
         assert mmu.session.steps == 0 and mmu.last is None

@@ -30,7 +30,9 @@ pages, INVLPG one spte (`shadow_sync`).  `cr3_load` = `kvm_mmu_new_pgd()` +
 `kvm_mmu_load()` (ref-counted roots; the `prev_roots` cache: shadow_roots.py);
 `invlpg` = `kvm_mmu_invlpg()`.
 
-`pte_prefetch=True` adds `FNAME(pte_prefetch)` (prefetch.py); dirty logging is
+`FNAME(pte_prefetch)` (prefetch.py) runs after every fault that set a spte but
+RET_PF_SPURIOUS, as the kernel always does; `pte_prefetch=False` is the model before
+issue 15 (the kernel has no switch), kept for comparisons.  Dirty logging is
 `dirty_log.DirtyLogging`.
 `params` are the kvm module parameters the direct MMU takes too (`nx_huge_pages`, its
 recovery ratio, `host_level`); `huge_pages=False` is the model before issue 15 (4K
@@ -105,7 +107,7 @@ class ShadowMmu(ShadowHuge, ShadowRmaps):
         vtlb: bool = False,
         vtlb_policy: str = "round-robin",
         emit: Callable[[Event], None] | None = None,
-        pte_prefetch: bool = False,
+        pte_prefetch: bool = True,
         unsync: bool = True,
         mmio_info_cache: bool = True,
         prev_roots: bool = True,
@@ -361,16 +363,16 @@ class ShadowMmu(ShadowHuge, ShadowRmaps):
         if slot is None:
             ret = set_mmio_spte(self, sp, index, gfn, access)
             self._emit_mmio(gfn, gva, write)
-            return ret
-        level = fault.goal_level
-        base_gfn = gfn & ~(kvm_pages_per_hpage(level) - 1)
-        ret = set_spte(
-            self, sp, index, base_gfn, access, slot, write, user, level=level, fetch=fetch
-        )
-        if ret is RetPf.FIXED and self.pte_prefetch:
+        else:
+            level = fault.goal_level
+            base_gfn = gfn & ~(kvm_pages_per_hpage(level) - 1)
+            ret = set_spte(
+                self, sp, index, base_gfn, access, slot, write, user, level=level, fetch=fetch
+            )
+        if ret is not RetPf.SPURIOUS and self.pte_prefetch:
             from .prefetch import pte_prefetch
 
-            pte_prefetch(self, sp, index)
+            pte_prefetch(self, sp, index)  # FNAME(fetch): unless RET_PF_SPURIOUS
         return ret
 
     def set_prefetched_spte(

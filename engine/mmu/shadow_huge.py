@@ -206,7 +206,7 @@ class ShadowHuge:
         if not self.huge_pages:
             return "4K: huge pages off (the model before issue 15)"
         if walk.level == PG_LEVEL_4K:
-            return "4K: the guest pte maps 4K (walker.level)"
+            return "4K: guest leaf is 4K"
         as_id = self.vm.vcpu(vcpu).as_id  # the tree itself: no lookup counted
         slot = self.vm.memslot_set(as_id).gfn_tree.search(walk.gfn)
         level = self.levels.why(slot, walk.gfn, fetch, walk.level)[0]

@@ -33,6 +33,8 @@ PAGING_MODES = (
     # no PML without EPT A/D bits: dirty logging and aging both go through fast_page_fault
     ("EPT without A/D bits (kvm_intel.eptad=0), TDP MMU", "ept-no-ad", "tdp"),
 )
+#: shadow paging maps at most the guest's own level (`fault->max_level = walker.level`)
+_SHADOW_4K = "the shadow-paging workloads map 4K guest pages (walker.level)"
 SESSION_KINDS = {"tdp": TdpSession, "direct": MmuSession, "shadow": ShadowSession}
 Session = MmuSession | ShadowSession | TdpSession
 Step = MmuStep | ShadowStep | TdpStep
@@ -130,14 +132,14 @@ class PagingModes:
         return True
 
     def action_toggle_huge_pages(self) -> None:
-        if self._refused(False, "huge pages are an EPT setting here"):
+        if self._refused(False, _SHADOW_4K):
             return
         self.huge_pages = not self.huge_pages
         self._new_guest("2M leaves where the slot allows" if self.huge_pages else "4K leaves only")
 
     def action_next_host_pages(self) -> None:
         """`B`: the host backs guest memory with THP 2M pages, hugetlbfs 1G, or 4K."""
-        if self._refused(False, "the host backing is an EPT setting here"):
+        if self._refused(False, _SHADOW_4K):
             return
         self.host_level = {2: 3, 3: 1, 1: 2}[self.host_level]
         name = {1: "4K pages", 2: "THP 2M pages", 3: "hugetlbfs 1G pages"}[self.host_level]
@@ -145,7 +147,7 @@ class PagingModes:
 
     def action_toggle_nx_huge_pages(self) -> None:
         """`X`: kvm.nx_huge_pages on or off (fetches split huge pages, recovery rejoins)."""
-        if self._refused(False, "NX huge pages need EPT huge pages here"):
+        if self._refused(False, _SHADOW_4K):
             return
         self.nx_huge_pages = not self.nx_huge_pages
         self._new_guest(f"nx_huge_pages={'on' if self.nx_huge_pages else 'off'}")

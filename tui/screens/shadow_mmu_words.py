@@ -1,10 +1,10 @@
 """What the shadow-MMU screen's side panels say: the fault bar (the last VM exit, how
 much of its walk is revealed, its `RET_PF_*`), the counters of `kvm->arch` and
 `kvm->stat` (mmu_valid_gen and its era, memslot lookups and generation, the MMIO info
-cache, shadow paging's guest walks, unsync pages and `prev_roots`; with direct pages the
-level of the last fault and why, the sptes `direct_pte_prefetch` mapped with A clear and
-the NX huge page splits), and the guest walk with the per-vCPU vtlb (seeds 000, 002, 003,
-kvm-reference §4-§6)."""
+cache, shadow paging's guest walks, unsync pages and `prev_roots`; the level of the last
+fault and why and the NX huge page splits, and with direct pages the sptes
+`direct_pte_prefetch` mapped with A clear), and the guest walk with the per-vCPU vtlb
+(seeds 000, 002, 003, kvm-reference §4-§6)."""
 
 from __future__ import annotations
 
@@ -70,8 +70,10 @@ def counter_lines(session: Session, last: Step | None, paging: int) -> list[tupl
             ("unsync/pte_wr/flooded", " · ".join(str(pages.stat[n]) for n in _PT_WRITES)),
             (f"prev_roots vcpu {vcpu}", _prev_roots(session, vcpu)),
         ]
-    if isinstance(session, MmuSession):  # (shadow paging here: 4K host pages, 4K leaves)
+    if isinstance(session, MmuSession):
         lines += fault_level_lines(session, last)
+    elif isinstance(session, ShadowSession):
+        lines += shadow_level_lines(session, last)
     lines += [
         ("memslot lookups", str(session.vm.memslot_lookups)),
         ("memslots generation", str(session.vm.generation())),
@@ -105,6 +107,18 @@ def fault_level_lines(session: MmuSession, last: Step | None) -> list[tuple[str,
         as_id = session.vm.vcpu(access.vcpu).as_id  # the tree itself: no lookup counted
         slot = session.vm.memslot_set(as_id).gfn_tree.search(gfn)
         lines.append(("level (why)", mmu.why_level(slot, gfn, access.fetch)))
+    return lines
+
+
+def shadow_level_lines(session: ShadowSession, last: Step | None) -> list[tuple[str, str]]:
+    """Shadow paging's fault levels (shadow_huge.py): NX huge page splits, and the level
+    of the last fault with the kernel's reason (`walker.level` first)."""
+    mmu = session.mmu
+    nx = f"{mmu.pages.stat['nx_lpage_splits']} · nx_huge_pages={'on' if mmu.nx else 'off'}"
+    lines = [("nx_lpage_splits", nx)]
+    if isinstance(last, ShadowStep) and last.exited:
+        access = last.access
+        lines.append(("level (why)", mmu.why_level(access.vcpu, access.cr3, access.gva)))
     return lines
 
 
