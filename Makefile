@@ -16,8 +16,10 @@ run: $(STAMP) graphviz trace-cmd
 	@mkdir -p exports
 	$(BIN)/mmuscope --export-dir exports
 
+# Two pytest-xdist workers (CI has 2 cores); `make test PYTEST_ARGS=-n0` runs serially.
+PYTEST_ARGS ?= -n 2
 test: $(STAMP) graphviz trace-cmd chromium lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --dist=loadgroup $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,4 +1,5 @@
-"""Fixtures shared by the test files of this directory."""
+"""Fixtures shared by the test files of this directory, and which tests share one
+pytest-xdist worker under `make test` (`-n 2 --dist=loadgroup`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,39 @@ import pytest
 
 # The Pilot and CLI helpers assert on what the app shows: let pytest explain their failures too.
 pytest.register_assert_rewrite("tests.tui_pilot", "tests.cli_run")
+
+# Modules whose tests must run in one worker, in their order: they share one expensive
+# setup (a module- or process-scoped fixture is built once per worker) or one resource.
+ONE_WORKER = {
+    # one `mmuscope bench --json --quick` run (tests/test_bench.py quick_json_run)
+    "test_bench.py": "bench-json",
+    "test_bench_claims.py": "bench-json",
+    "test_bench_bands.py": "bench-json",
+    # one built wheel in one fresh venv; its last test takes files out of the install
+    "test_install.py": "wheel",
+}
+# /dev/kvm guests and private tracefs instances: one at a time, so that no test sees
+# another test's run (our_instances() reads every mmuscope instance on the machine)
+ONE_WORKER_PREFIXES = {"test_kvm_": "kvm"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # registered here too, so that a run without pytest-xdist knows the mark
+    config.addinivalue_line("markers", "xdist_group(name): run these tests in one worker")
+
+
+def _group(module: str) -> str | None:
+    if module in ONE_WORKER:
+        return ONE_WORKER[module]
+    return next((g for p, g in ONE_WORKER_PREFIXES.items() if module.startswith(p)), None)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the marks (loadgroup)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        group = _group(item.path.name)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(autouse=True)
