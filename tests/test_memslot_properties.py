@@ -92,7 +92,7 @@ def test_random_sequences_follow_the_kernel_rules(
     sequence: list[tuple[int, int, int, int, int]], lookup: str
 ) -> None:
     vm, ref = Vm(lookup=lookup), ReferenceKvm()
-    for call in sequence:
+    for step, call in enumerate(sequence):
         expected = ref.call(*call)
         before = [vm.memslots(0), vm.memslots(1)]
         try:
@@ -110,10 +110,16 @@ def test_random_sequences_follow_the_kernel_rules(
         }
         assert model == ref.slots
         assert [vm.generation(0), vm.generation(1)] == ref.gen
-        _check_lookups(vm)
+        # Once a slot id near 32764 was used, the id-indexed array explains a miss in
+        # tens of thousands of probes (~1 s a step): walk them at the sequence's end only.
+        far = any(slot & 0xFFFF >= FAR_ID for slot, *_ in sequence[: step + 1])
+        _check_lookups(vm, explain=not far or step == len(sequence) - 1)
 
 
-def _check_lookups(vm: Vm) -> None:
+FAR_ID = 1024
+
+
+def _check_lookups(vm: Vm, explain: bool = True) -> None:
     for as_id in (0, 1):
         slots = vm.memslot_set(as_id)
         probes = {0, 1, 15, 16, 17, 63, 64, 100}
@@ -126,6 +132,8 @@ def _check_lookups(vm: Vm) -> None:
             assert vm.gfn_to_memslot(gfn, as_id) == want
             for structure in slots.structures():
                 assert structure.search(gfn) == want, structure.name
+                if not explain:
+                    continue
                 probes, found = structure.explain(gfn)
                 assert found == want, structure.name
                 # The cost tables' fast count agrees with the probe-by-probe lookup.

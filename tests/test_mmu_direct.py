@@ -3,6 +3,8 @@ with generations, zaps on memslot updates, under random sequences with an audit.
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -190,6 +192,11 @@ def test_faults_on_every_slot_of_the_guest(cfg: str) -> None:
 # -- the fast paths: exact, and the rmap encoding ------------------------------------------
 
 
+@functools.cache
+def _mmu_for(cfg: str) -> DirectMmu:
+    return DirectMmu(build_vm(preset("pc-2g")), SPTE_CONFIGS[cfg])
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     st.sampled_from(sorted(SPTE_CONFIGS)),
@@ -207,8 +214,7 @@ def test_faults_on_every_slot_of_the_guest(cfg: str) -> None:
 def test_the_precomputed_spte_is_make_spte(
     cfg: str, level: int, writable: bool, dirty: bool, pfn: int
 ) -> None:
-    vm = build_vm(preset("pc-2g"))
-    mmu = DirectMmu(vm, SPTE_CONFIGS[cfg])
+    mmu = _mmu_for(cfg)  # spte_for() reads only the MMU's precomputed bits: one per config
     try:
         slow = make_spte(
             SPTE_CONFIGS[cfg], pfn, ACC_ALL, level, writable=writable, accessed=True, dirty=dirty

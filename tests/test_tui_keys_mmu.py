@@ -4,6 +4,7 @@ exits, workloads, fast and slow zaps with their lock holds, and switching screen
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from textual.pilot import Pilot
@@ -97,6 +98,20 @@ async def replay_ends(pilot: Pilot[None], mmu: ShadowMmuScreen) -> None:
     raise AssertionError("the zap replay did not end")
 
 
+async def next_exits(
+    pilot: Pilot[None], mmu: ShadowMmuScreen, most: int, done: Callable[[], bool] = lambda: False
+) -> None:
+    """`n` up to `most` times, stopping once `done()`: the first through the key, the rest
+    through its action (action_next_exit, which draws each exit's panels as it goes) with
+    one frame at the end, since a frame per exit is what made these walks slow."""
+    await pilot.press("n")
+    for _ in range(most - 1):
+        if done():
+            break
+        mmu.action_next_exit()
+    await pilot.pause()
+
+
 async def test_z_zaps_fast_in_batches_and_shift_z_in_one_hold(tmp_path: Path) -> None:
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -104,12 +119,9 @@ async def test_z_zaps_fast_in_batches_and_shift_z_in_one_hold(tmp_path: Path) ->
         mmu = shadow_mmu(app)
         assert isinstance(mmu.session, MmuSession)
         pages = mmu.session.mmu.pages
-        for _ in range(40):
-            await pilot.press("n")
-        for _ in range(400):  # three holds at least (bounded: a wrong model must not hang)
-            if pages.n_used_mmu_pages > 2 * BATCH_ZAP_PAGES + 2:
-                break
-            await pilot.press("n")
+        await next_exits(pilot, mmu, 40)
+        # three holds at least (bounded: a wrong model must not hang)
+        await next_exits(pilot, mmu, 400, lambda: pages.n_used_mmu_pages > 2 * BATCH_ZAP_PAGES + 2)
         assert pages.n_used_mmu_pages > 2 * BATCH_ZAP_PAGES + 2, pages.n_used_mmu_pages
         used, gen = pages.n_used_mmu_pages, pages.mmu_valid_gen
         roots = len({root.seq for root in mmu.session.mmu.roots.values()})
@@ -119,8 +131,7 @@ async def test_z_zaps_fast_in_batches_and_shift_z_in_one_hold(tmp_path: Path) ->
         assert sum(pages.lock_holds) == used - roots
         assert max(pages.lock_holds) == BATCH_ZAP_PAGES
         await replay_ends(pilot, mmu)
-        for _ in range(40):
-            await pilot.press("n")
+        await next_exits(pilot, mmu, 40)
         used = pages.n_used_mmu_pages
         mmu.action_fast_zap()  # no await before the look: no frame can replay a hold yet
         levels, zapping_now = mmu._zap_levels()  # the zapped pages stay, dimmed, till their hold
@@ -305,18 +316,16 @@ async def test_shadow_paging_shows_an_unsync_page_and_its_sync(tmp_path: Path) -
         await pilot.press("p", "p")  # TDP MMU -> direct pages -> shadow paging
         session = mmu.session
         assert isinstance(session, ShadowSession)
-        for _ in range(200):
-            await pilot.press("n")
-            if any(sp.unsync for sp in session.mmu.pages.pages()):
-                break
+        await next_exits(
+            pilot, mmu, 200, lambda: any(sp.unsync for sp in session.mmu.pages.pages())
+        )
         levels = str(mmu.query_one(PageLevels).content)
         assert "unsync~" in levels
         counters = str(mmu.query_one(MmuCounters).content)
         assert "unsync/pte_wr/flooded" in counters and "prev_roots vcpu" in counters
-        for _ in range(400):
-            await pilot.press("n")
-            if "kvm_mmu_sync_page" in str(mmu.query_one(LookupBar).content):
-                break
+        await next_exits(
+            pilot, mmu, 400, lambda: "kvm_mmu_sync_page" in str(mmu.query_one(LookupBar).content)
+        )
         assert "kvm_mmu_sync_page ×" in str(mmu.query_one(LookupBar).content)
         assert session.mmu.stat["synced_pages"] > 0
 
