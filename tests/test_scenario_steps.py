@@ -1,6 +1,8 @@
 """Every scenario, step by step, in the app (headless): after each step the screen shows
 what the step declares (`expect` over the screen's probe, `shows` in the drawn screen),
-and the caption's `{...}` fields are filled from the same values."""
+the caption's `{...}` fields are filled from the same values, and no panel is cut at
+the bottom (issue 16, item 9): at 120×40 each panel's rows fit the part of it on screen,
+beside a caption of up to six lines."""
 
 from __future__ import annotations
 
@@ -8,6 +10,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from textual.scroll_view import ScrollView
+from textual.scrollbar import ScrollBar, ScrollBarCorner
+from textual.widget import Widget
 
 from engine.scenarios import list_scenarios, load_scenario
 from engine.scenarios.checks import failures
@@ -15,7 +20,7 @@ from tui.app import make_app
 from tui.scenario_runner import goto_step
 
 SIZE = (120, 40)
-CAPTION_LINES = 6  # the caption panel's max-height 8, less its border (tui/widgets/caption.py)
+CAPTION_LINES = 6  # the caption's max-height 7, less its top border (tui/widgets/caption.py)
 #: the classroom scenarios of issue 17 (real-kvm runs the host's KVM: tests/test_kvm_*)
 CHECKED = [s.name for s in list_scenarios() if s.name != "real-kvm"]
 
@@ -24,6 +29,25 @@ def screen_text(app: object) -> str:
     """The whole screen as drawn, one line per row."""
     strips = app.screen._compositor.render_strips()  # type: ignore[attr-defined]
     return "\n".join(strip.text for strip in strips)
+
+
+def cut_panels(app: object) -> list[str]:
+    """Each drawn widget whose content is taller than the part of it on screen, with
+    no way to see the rest (scrolling views, the log and the tables with a scrollbar,
+    are left out): the rows its content takes at its width against the rows shown."""
+    cut = []
+    for widget, geometry in app.screen._compositor.full_map.items():  # type: ignore[attr-defined]
+        if widget.children or not geometry.region.area:
+            continue
+        if isinstance(widget, (ScrollView, ScrollBar, ScrollBarCorner)):
+            continue
+        assert isinstance(widget, Widget)
+        content = widget.content_region
+        shown = content.intersection(geometry.clip).height
+        needed = widget.get_content_height(content.size, content.size, content.width)
+        if needed > shown:
+            cut.append(f"{widget!r}: {needed} rows, {shown} shown")
+    return cut
 
 
 @pytest.mark.parametrize("name", CHECKED)
@@ -47,8 +71,9 @@ async def test_each_step_shows_what_it_declares(name: str, tmp_path: Path) -> No
             assert lines <= CAPTION_LINES, (
                 f"{where}: {lines} lines, the caption shows {CAPTION_LINES}"
             )
+            await pilot.pause()  # laid out and drawn: the screen as a student sees it
+            problems += [f"{where}: cut at the bottom: {cut}" for cut in cut_panels(app)]
             if step.shows:
-                await pilot.pause()  # drawn: the screen as a student sees it
                 drawn = " ".join(screen_text(app).split())
                 problems += [f"{where}: the screen does not show {s!r}" for s in step.shows
                              if " ".join(s.split()) not in drawn]  # fmt: skip

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .app import MmuscopeApp
 
 HINT = "> next step · < back"
+SHORT_HINT = "> next · < back"
 
 
 @dataclass
@@ -101,5 +102,14 @@ def show_caption(screen: Screen[object], run: ScenarioRun) -> None:
     where = f"seed {scenario.seed.split('_')[0]} · {HINT}"
     text = run.caption()
     for caption in screen.query(Caption):
-        caption.show_step(title, text, where)
+        caption.show_step(title, text, where, SHORT_HINT)
     screen.add_class("-captioned")  # panels make room for the caption
+    from .screens.base import MmuScreen
+
+    if isinstance(screen, MmuScreen):
+        screen.caption_text = f"{scenario.steps[run.index].caption}\n{text}"  # fields too
+        screen.events_panel.focus_text = screen.caption_text
+        screen.events_panel.show_counters()
+        show_state = getattr(screen, "show_state", None)
+        if show_state is not None:
+            show_state()  # the side panels keep what the caption names

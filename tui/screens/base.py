@@ -53,6 +53,9 @@ class MmuScreen(Screen[None]):
 
     #: a short name for exported files and screenshots
     view_name = "view"
+    #: the scenario step's caption on this screen ("" without one): the side panels keep
+    #: the rows it names when they have to drop some (tui/widgets/fit.py)
+    caption_text = ""
 
     def notify(
         self,

@@ -209,7 +209,7 @@ class ShadowMmuScreen(ZapReplay, PagingModes, GuestActions, FastPathActions, Pla
         words = fault_words(self.last, self.shown, len(self.path))
         self.query_one(LookupBar).show_content(words)
         lines = counter_lines(session, self.last, self.paging)
-        self.query_one(MmuCounters).show(lines, mmu.pages.lock_holds)
+        self.query_one(MmuCounters).show(lines, mmu.pages.lock_holds, self.caption_text)
         show_guest(self.query_one(GuestPanel), session, self.last)
         self._update_header()
 

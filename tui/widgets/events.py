@@ -30,8 +30,9 @@ from engine.trace import VARIANTS, TracepointError, format_line
 from engine.trace.lines import TRACE_CMD
 
 from .event_log import EventLog
+from .fit import more_rows, names_in
 from .panel import TextPanel
-from .titles import set_border_subtitle
+from .titles import fit_title, set_border_subtitle
 
 #: events the model emits that no kernel has a tracepoint for: marked `*` wherever shown
 OWN_EVENTS = frozenset({"kvm_memslot_lookup"})
@@ -131,6 +132,19 @@ def counters_table(rows: list[CounterRow], width: int = 48) -> Text:
     return text
 
 
+def fitting_rows(
+    rows: list[CounterRow], room: int, caption: str = ""
+) -> tuple[list[CounterRow], int]:
+    """The rows that fit `room` lines, biggest totals first as kvm_stat shows them, except
+    that a row the caption names stays (a lesser one goes instead); how many are left out."""
+    if room <= 0 or len(rows) <= room:
+        return rows, 0
+    named = [i for i, row in enumerate(rows) if names_in(row.event, caption)]
+    order = named + [i for i in range(len(rows)) if i not in named]
+    kept = sorted(order[:room])
+    return [rows[i] for i in kept], len(rows) - len(kept)
+
+
 class CountersTable(TextPanel):
     DEFAULT_CSS = """
     CountersTable { width: 50; height: 1fr; padding: 0 1; border: round $panel;
@@ -158,6 +172,8 @@ class EventPanel(Horizontal):
         self._kept: deque[LogEntry] = deque(maxlen=KEPT_EVENTS)  # the log's last events
         self._laid_out_at = 0  # the width the log's rows were wrapped for
         self._t0: float | None = None  # the first logged event's time
+        #: a scenario step's caption: the kvm_stat rows it names stay when rows must go
+        self.focus_text = ""
 
     def compose(self) -> ComposeResult:
         log = EventLog(max_lines=LOG_MAX_LINES, auto_scroll=True, id="event-log")
@@ -272,9 +288,12 @@ class EventPanel(Horizontal):
             return  # a timer fired before the panel's children mounted (or after teardown)
         table = found.first()
         rows = self.counters.rows(self.pattern)
+        rows, dropped = fitting_rows(rows, table.content_region.height - 1, self.focus_text)
         table.show_content(counters_table(rows, table.content_region.width or 48))
         own = any(row.event in OWN_EVENTS for row in rows)
-        set_border_subtitle(table, OWN_NOTE if own else "")
+        more, note = more_rows(dropped), OWN_NOTE if own else ""
+        versions = [f"{note} · {more}", more] if note and more else [note or more]
+        set_border_subtitle(table, fit_title(versions, table.outer_size.width))
 
     def clear_log(self) -> None:
         self.query_one(EventLog).clear()

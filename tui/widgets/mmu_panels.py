@@ -12,13 +12,16 @@ from collections.abc import Callable
 
 from rich.style import Style
 from rich.text import Text
+from textual.geometry import Size
 from textual.widget import Widget
 
 from engine.mmu.dag import RootReach
 from engine.mmu.mmu_pages import KvmMmuPage
 from engine.mmu.views import LevelSummary, SpteCell
 
-from .wrap import WrapCache
+from .fit import fit_rows, more_rows, names_in
+from .titles import set_border_subtitle
+from .wrap import WrapCache, wrapped_height
 
 GRID_COLUMNS = 32  # 512 sptes = 16 rows of 32
 PAGES_PER_LEVEL = 6  # chips shown per level around the path
@@ -251,37 +254,86 @@ class SptGrid(MmuDrawing):
 
 
 class MmuCounters(MmuDrawing):
-    """mmu_valid_gen, the page budget, exits and RET_PF_* results, the last zap's holds."""
+    """mmu_valid_gen, the page budget, exits and RET_PF_* results, the last zap's holds.
 
-    def show(self, lines: list[tuple[str, str]], holds: list[int]) -> None:
-        text = Text(no_wrap=True, overflow="ellipsis")
-        for name, value in lines:
-            text.append(f"{name:<22}", style=self.style_of("label"))
-            text.append(f"{value}\n")
-        if holds:
-            text.append("last zap, pages per mmu_lock hold\n", style=self.style_of("label"))
-            for hold in holds[:8]:
-                text.append(f"{hold:>5} ", style=self.style_of("label"))
-                text.append("█" * min(hold, 40) + "\n", style=self.style_of("mmio-stale"))
-            if len(holds) > 8:
-                text.append(f"  ... {len(holds) - 8} more holds\n", style=self.style_of("label"))
+    Taller than its share of the screen, it keeps the rows the scenario's caption names,
+    then the first two (mmu_valid_gen, accesses / exits), then the last zap's lock holds
+    (the bars beyond those that fit summed up in one row), then the rest from the top,
+    and its bottom border says how many rows it left out."""
+
+    KEPT_FIRST = 2  # mmu_valid_gen and accesses / exits, before the zap's holds
+    MAX_HOLDS = 8
+
+    _shown: tuple[list[tuple[str, str]], list[int], str] = ([], [], "")
+
+    _fitted_for = Size(0, 0)
+
+    def show(self, lines: list[tuple[str, str]], holds: list[int], caption: str = "") -> None:
+        self._shown = (lines, holds, caption)
+        self._fit()
+
+    def render(self) -> Text:
+        if self._fitted_for != self.content_size:
+            self._fit()  # laid out again since (a caption came, a panel grew)
+        return super().render()
+
+    def _fit(self) -> None:
+        lines, holds, caption = self._shown
+        self._fitted_for = self.content_size
+        width, room = self.content_size
+        label = self.style_of("label")
+        rows = [Text.assemble((f"{name:<22}", label), value) for name, value in lines]
+        named = [i for i, (name, _) in enumerate(lines) if names_in(name, caption)]
+        first = [i for i in range(min(self.KEPT_FIRST, len(lines))) if i not in named]
+        hold_rows = self._hold_rows(holds, width, room - len(named) - len(first))
+        rows += hold_rows
+        zap = list(range(len(lines), len(rows)))
+        rest = [i for i in range(len(lines)) if i not in named and i not in first]
+        kept, dropped = fit_rows(rows, width, room, named + first + zap + rest)
+        text = Text("\n", no_wrap=True, overflow="ellipsis").join(rows[i] for i in kept)
+        set_border_subtitle(self, more_rows(dropped))
         self.show_text(text)
+
+    def _hold_rows(self, holds: list[int], width: int, room: int) -> list[Text]:
+        """ "last zap" and one bar per lock hold, as many as `room` leaves (at least two),
+        the others summed up in a last row."""
+        if not holds:
+            return []
+        label, bar = self.style_of("label"), self.style_of("mmio-stale")
+        shown = min(len(holds), self.MAX_HOLDS, max(room - 2, 2) if room > 0 else self.MAX_HOLDS)
+        longest = max(1, min(40, (width or 47) - 7))  # "  197 " and the bar on one row
+        rows = [Text("last zap, pages per mmu_lock hold", style=label)]
+        for hold in holds[:shown]:
+            rows.append(Text.assemble((f"{hold:>5} ", label), ("█" * min(hold, longest), bar)))
+        if len(holds) > shown:
+            rows.append(Text(f"  ... {len(holds) - shown} more holds", style=label))
+        return rows
 
 
 LEVEL_NAMES = {4: "PML4E", 3: "PDPTE", 2: "PDE", 1: "PTE"}
+WALK_WIDTH = 36  # " PML4E 0x00000000dc001027 → 0xdc001": narrower, the ptes lose their zeros
 
 
 class GuestPanel(MmuDrawing):
     """Shadow paging's extra work: the guest walk KVM just made, and the vtlb of the
-    vCPU that faulted (seed 000, patch 7/7).  Under EPT, a note that the CPU walks the
-    guest's tables itself."""
+    vCPU that faulted (seed 000, patch 7/7), its entries in as many columns as the panel
+    has room for.  Under EPT, a note that the CPU walks the guest's tables itself.
+
+    Its height follows its rows (up to the CSS max-height); shorter than them, it drops
+    the last vtlb entries first (their count is in the vtlb's own line) and says so on
+    its bottom border."""
 
     DEFAULT_CSS = """
     GuestPanel.-tdp { text-wrap: wrap; }
     """
 
+    _shown: tuple[list[tuple[int, int]], str, list[tuple[int, int, str]], str] | None = None
+    _full_height = 0
+
     def show_tdp(self) -> None:
+        self._shown = None
         self.add_class("-tdp")
+        set_border_subtitle(self, "")
         self.show_text(
             Text(
                 "EPT on: the CPU walks the guest's page tables itself, so KVM "
@@ -299,17 +351,64 @@ class GuestPanel(MmuDrawing):
     ) -> None:
         """`walk`: (level, pte) read; `vtlb`: (page number, frame number, access)."""
         self.remove_class("-tdp")
-        text = Text(no_wrap=True, overflow="ellipsis")
-        text.append(walk_title + "\n", style=self.style_of("label"))
+        self._shown = (walk, walk_title, vtlb, vtlb_title)
+        self._fit()
+
+    _fitted_for = Size(0, 0)
+
+    def render(self) -> Text:
+        if self._shown is not None and self._fitted_for != self.content_size:
+            self._fit()  # laid out again since
+        return super().render()
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        """Every row (`height: auto`), not only those that fit now."""
+        if self._shown is None:
+            return super().get_content_height(container, viewport, width)
+        return sum(wrapped_height(row, width) for row in self._rows(width)[0])
+
+    def _rows(self, width: int) -> tuple[list[Text], int]:
+        """The rows at `width`, and the index of the first row of vtlb entries."""
+        assert self._shown is not None
+        walk, walk_title, vtlb, vtlb_title = self._shown
+        label = self.style_of("label")
+        rows = [Text(walk_title, style=label)]
+        digits = "#018x" if not width or width >= WALK_WIDTH else "#x"  # narrow: unpadded
         for level, pte in walk:
-            present = pte & 1
-            text.append(f" {LEVEL_NAMES.get(level, f'L{level}'):<6}", style=self.style_of("label"))
-            text.append(f"{pte:#018x}", style=self.style_of("leaf" if present else "none"))
-            text.append(f" → {pte >> 12 & (1 << 40) - 1:#x}\n" if present else " not present\n")
+            row = Text(f" {LEVEL_NAMES.get(level, f'L{level}'):<6}", style=label)
+            if pte & 1:
+                row.append(f"{pte:{digits}}", style=self.style_of("leaf"))
+                row.append(f" → {pte >> 12 & (1 << 40) - 1:#x}")
+            else:
+                row.append(f"{pte:{digits}}", style=self.style_of("none"))
+                row.append(" not present")
+            rows.append(row)
         if not walk:
-            text.append(" no guest walk yet\n", style=self.style_of("none"))
-        text.append(vtlb_title + "\n", style=self.style_of("label"))
-        for page, frame, access in vtlb:
-            text.append(f" {page:#09x}→{frame:#x} ", style=self.style_of("mmio"))
-            text.append(f"{access}\n", style=self.style_of("label"))
+            rows.append(Text(" no guest walk yet", style=self.style_of("none")))
+        rows.append(Text(vtlb_title, style=label))
+        first = len(rows)
+        entries = [(f"{page:#x}→{frame:#x}", access) for page, frame, access in vtlb]
+        cell = max((len(e) + len(a) + 2 for e, a in entries), default=1)  # " e a"
+        columns = max(1, (width or 44) // cell)
+        for start in range(0, len(entries), columns):
+            row = Text()
+            for entry, access in entries[start : start + columns]:
+                row.append(f" {entry} ", style=self.style_of("mmio"))
+                row.append(f"{access}".ljust(cell - len(entry) - 2), style=label)
+            row.rstrip()
+            rows.append(row)
+        return rows, first
+
+    def _fit(self) -> None:
+        self._fitted_for = self.content_size
+        width, room = self.content_size
+        rows, first = self._rows(width)
+        full = sum(wrapped_height(row, width) for row in rows)
+        if full != self._full_height:
+            self._full_height = full
+            self.refresh(layout=True)  # its height follows its rows
+        kept, dropped = fit_rows(rows, width, room, skip=False)
+        text = Text("\n", no_wrap=True, overflow="ellipsis").join(rows[i] for i in kept)
+        left_out = sum(rows[i].plain.count("→") for i in range(first, len(rows)) if i not in kept)
+        set_border_subtitle(self, more_rows(left_out if dropped else 0, "entries"))
         self.show_text(text)

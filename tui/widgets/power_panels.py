@@ -111,6 +111,7 @@ class HptGroups(PowerDrawing):
     """Two windows of groups: around the fault's primary group and its secondary."""
 
     _shown: tuple[HashPageTable, FaultRecord | None, list[Phase], int] | None = None
+    _fitted_for = 0  # the height the windows were chosen for
 
     def on_resize(self) -> None:
         """The windows hold as many groups as the panel's height has rows for (a
@@ -118,10 +119,16 @@ class HptGroups(PowerDrawing):
         if self._shown is not None:
             self.show(*self._shown)
 
+    def render(self) -> Text:
+        if self._shown is not None and self._fitted_for != self.content_region.height:
+            self.show(*self._shown)  # laid out again before the resize event came
+        return super().render()
+
     def show(
         self, hpt: HashPageTable, record: FaultRecord | None, phases: list[Phase], shown: int
     ) -> None:
         self._shown = (hpt, record, phases, shown)
+        self._fitted_for = self.content_region.height
         text = Text(no_wrap=True, overflow="ellipsis")
         rows = max(1, (self.content_region.height - 3) // 2) if self.is_mounted else 3
         if record is None:

@@ -1,0 +1,68 @@
+"""Rows that fit a panel's height: a side panel taller than its share of the screen drops
+its least important rows first, as the tables drop their least important columns, and
+says how many it left out (on its bottom border, which costs no row) instead of
+cutting its bottom rows.
+
+What is important: the rows a scenario's caption names (the counters it talks about),
+then the panel's own order of importance.  The rows kept are shown in their own order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from rich.text import Text
+
+from .wrap import wrapped_height
+
+_PARTS = re.compile(r"\s*/\s*|\s+·\s+")  # "accesses / exits": two counters on one row
+MIN_NAME = 4  # a shorter part ("max") names nothing on its own
+
+
+def names_in(label: str, caption: str) -> bool:
+    """Whether the caption names the row `label` (or one of its `a / b` parts) as a
+    phrase: "'memslot lookups'" names `memslot lookups`, "RET_PF_EMULATE" names
+    `RET_PF_EMULATE`, "pages used against the budget" names `pages used / max`."""
+    if not caption:
+        return False
+    text = caption.lower()
+    for part in _PARTS.split(label.strip().lower()):
+        if len(part) >= MIN_NAME and re.search(rf"(?<![\w]){re.escape(part)}(?![\w])", text):
+            return True
+    return False
+
+
+def fit_rows(
+    rows: Sequence[Text],
+    width: int,
+    room: int,
+    order: Sequence[int] | None = None,
+    *,
+    skip: bool = True,
+) -> tuple[list[int], int]:
+    """The indices (ascending) of `rows` that fit in `room` rows once wrapped to `width`,
+    taken in `order` (most important first; default top to bottom) while they fit (with
+    `skip`, a row too tall for what is left is passed over for the next; without, the
+    rows stop there), and how many were left out.  With no height known yet (`room` <= 0)
+    every row."""
+    if room <= 0:
+        return list(range(len(rows))), 0
+    heights = [wrapped_height(row, width) if width > 0 else 1 for row in rows]
+    if sum(heights) <= room:
+        return list(range(len(rows))), 0
+    kept: set[int] = set()
+    for index in order if order is not None else range(len(rows)):
+        if heights[index] <= room:
+            kept.add(index)
+            room -= heights[index]
+        elif not skip:
+            break
+    return sorted(kept), len(rows) - len(kept)
+
+
+def more_rows(dropped: int, what: str = "rows") -> str:
+    """The bottom border's note of the rows left out ("" when none)."""
+    if not dropped:
+        return ""
+    return f"+{dropped} more {what if dropped > 1 else what.removesuffix('s')}"
