@@ -5,6 +5,7 @@ included; the checkpoint pass that reads only those lines makes the same events.
 from __future__ import annotations
 
 import io
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,10 +13,11 @@ from hypothesis import given, settings
 
 from engine.replay.index import TraceIndex, _scanned_events, build_index
 from engine.replay.model import MODEL_EVENTS
-from engine.replay.scan import TraceScan, scan_trace
+from engine.replay.scan import PACE_EVERY, TraceScan, scan_trace
 from engine.replay.stream import iter_positioned
 from engine.trace.reader import summarize
 from tests.test_replay_model import fixture_files, wrapped_traces
+from tui.screens.replay_sources import index_trace
 
 
 def check_scan(data: bytes) -> TraceScan:
@@ -72,3 +74,29 @@ def test_a_cancelled_index_stops_in_either_pass(tmp_path: Path) -> None:
     build_index(io.BytesIO(data), third)
     third.audit()
     assert third.done and third.events == third.scan.events == 100
+
+
+def test_the_index_paces_itself_in_both_passes_and_a_closed_gate_only_slows_it(
+    tmp_path: Path,
+) -> None:
+    """build_index calls pace() every PACE_EVERY events of each pass (where the app's
+    worker waits while a frame is drawn); index_trace with a gate left clear still
+    finishes, with the same index (GATE_WAIT bounds each wait)."""
+    events = 3 * PACE_EVERY
+    data = b"".join(
+        f"  CPU 0/KVM-42  [000] ...1. {1 + i / 1e3:.6f}: kvm_exit: vcpu 0 reason HLT "
+        f"rip 0x0 info 0 0\n".encode()
+        for i in range(events)
+    )
+    paced: list[tuple[bool, int]] = []
+    index = TraceIndex(len(data))
+    build_index(io.BytesIO(data), index, pace=lambda: paced.append((index.scan.done, 0)))
+    assert paced == [(False, 0)] * 3 + [(True, 0)] * 3  # three in the scan, three after
+    trace = tmp_path / "trace.txt"
+    trace.write_bytes(data)
+    gated = TraceIndex(len(data))
+    gate = threading.Event()  # never set: every pace() waits GATE_WAIT
+    index_trace(trace, gated, lambda progress, error: None, lambda: False, gate)
+    gated.audit()
+    assert gated.done and gated.events == index.events == events
+    assert list(gated.scan.offsets) == list(index.scan.offsets)

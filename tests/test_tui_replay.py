@@ -167,6 +167,8 @@ async def test_a_big_file_shows_indexing_progress_and_plays_meanwhile(tmp_path: 
         await pilot.press("end")
         assert cursor.position == cursor.index.events == cursor.total
         cursor.index.audit()
+        await pilot.pause()
+        assert screen._frame_drawn.is_set()  # every frame drawn: the index worker's gate open
 
 
 async def test_without_a_trace_there_is_no_replay_view(tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ from ..events import Event
 from ..trace.reader import rejoin
 from .model import MODEL_EVENTS, ReplayModel
 from .records import ModelSnapshot
-from .scan import TraceScan, scan_trace
+from .scan import PACE_EVERY, TraceScan, scan_trace
 from .stream import EventAssembler
 
 DEFAULT_EVERY = 2048  # events between checkpoints to start with
@@ -157,16 +157,19 @@ def build_index(
     cancelled: Callable[[], bool] | None = None,
     progress: Callable[[TraceIndex], None] | None = None,
     progress_every: int = PROGRESS_EVERY,
+    pace: Callable[[], object] | None = None,
 ) -> ReplayModel:
     """Index the whole file (from its start): the scan if not done yet, then the
     checkpoints; returns the model at the end.  Stops early, with `index.done` False,
-    when `cancelled()` says so (checked with each progress)."""
+    when `cancelled()` says so (checked with each progress).  `pace()` is called every
+    PACE_EVERY events of either pass (see scan_trace)."""
     if not index.scan.done:
         scan_trace(
             handle,
             index.scan,
             cancelled=cancelled,
             progress=None if progress is None else lambda _: progress(index),
+            pace=pace,
         )
         if not index.scan.done:
             return ReplayModel()
@@ -176,6 +179,8 @@ def build_index(
         if model.events % index.every == 0:
             index.add(Checkpoint(model.events, offset, event.ts, model.snapshot()))
         model.apply(event)
+        if pace is not None and model.events % PACE_EVERY == 0:
+            pace()
         if model.events % progress_every == 0:
             index.bytes_read, index.events = offset, model.events
             if progress is not None:

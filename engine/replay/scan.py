@@ -23,6 +23,7 @@ from typing import BinaryIO
 from ..trace.reader import AT_LINE_BEFORE, CONTINUED, TraceCounts, summarize
 
 PROGRESS_EVERY = 16384  # events between progress reports (and cancellation checks)
+PACE_EVERY = 256  # events between calls of an indexer's `pace()` (well under a millisecond)
 
 
 class Cancelled(Exception):
@@ -93,9 +94,12 @@ def scan_trace(
     cancelled: Callable[[], bool] | None = None,
     progress: Callable[[TraceScan], None] | None = None,
     progress_every: int = PROGRESS_EVERY,
+    pace: Callable[[], object] | None = None,
+    pace_every: int = PACE_EVERY,
 ) -> None:
     """Fill `scan` from the start of `handle`; stops early (`scan.done` False) when
-    `cancelled()` says so, checked with each progress report."""
+    `cancelled()` says so, checked with each progress report.  `pace()` is called every
+    `pace_every` events (the app's worker waits there while a frame is drawn)."""
     handle.seek(0)
     where = [0, 0]  # the byte offsets of the line before and of the line just read
     offsets, stamps = scan.offsets, scan.stamps
@@ -119,6 +123,8 @@ def scan_trace(
         else:
             add_offset(where[1])
         add_stamp(float(m["ts"]))
+        if pace is not None and len(offsets) % pace_every == 0:
+            pace()
         if len(offsets) % progress_every == 0:
             scan.bytes_read = where[1]
             scan.span()

@@ -11,6 +11,7 @@ and handed over in batches; only the last events are kept to seek back in.
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -114,6 +115,8 @@ class ReplayScreen(ReplayDrawing):
         self.trace = trace
         self.pipe = pipe
         self._index_started = 0.0
+        self._frame_drawn = threading.Event()  # clear while a frame plays (replay_sources GATE)
+        self._frame_drawn.set()
         self._scanned = False  # the index's scan is done (and was announced)
 
     @classmethod
@@ -155,6 +158,7 @@ class ReplayScreen(ReplayDrawing):
 
     def on_unmount(self) -> None:
         super().on_unmount()
+        self._frame_drawn.set()
         if isinstance(self.timeline, TraceCursor):
             self.timeline.close()
 
@@ -170,6 +174,7 @@ class ReplayScreen(ReplayDrawing):
             self.timeline.index,
             lambda progress, error: self.post_message(self.Indexed(progress, error)),
             lambda: worker.is_cancelled,
+            self._frame_drawn,
         )
 
     @work(thread=True, exclusive=True, group="replay-live")
@@ -223,6 +228,9 @@ class ReplayScreen(ReplayDrawing):
     # -- playing ----------------------------------------------------------------------
 
     def tick(self, now: float, dt: float) -> None:
+        if not self.timeline.live:  # the index worker waits until this frame is drawn
+            self._frame_drawn.clear()
+            self.call_after_refresh(self._frame_drawn.set)
         timeline = self.timeline
         if timeline.live:  # events come in batches from the reader; draw what they did
             self.flush_events()

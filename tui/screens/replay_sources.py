@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,16 @@ LIVE_BATCH = 0.05  # seconds the live reader gathers events before handing them 
 # While the index is built, the app's thread waits this long at most for the GIL each
 # time it wakes (Python's default is 5 ms; the event loop wakes many times a frame).
 INDEX_SWITCH_INTERVAL = 0.001
+GATE_WAIT = 0.05  # seconds the worker waits at most for a frame to be drawn
+
+
+# GATE.  Playing at 10,000 events/s while the index is built, the app's thread and the
+# worker each asked for the GIL every switch interval: a frame of ~12 ms of work took
+# twice that (and the event loop's p99 delay 38 ms).  The screen clears the gate when
+# a frame starts and sets it once the frame is on the screen (call_after_refresh): the
+# worker stops at its next pace() (within PACE_EVERY events), so a frame runs alone,
+# and the worker has the time between frames.  The wait is bounded: a gate left clear
+# slows the indexing, it never stops it.
 
 
 # FREEZE.  The checkpoints' snapshots are the biggest long-lived heap the app has (up to
@@ -37,9 +48,12 @@ def index_trace(
     index: TraceIndex,
     report: Callable[[float, str], None],
     cancelled: Callable[[], bool],
+    gate: threading.Event | None = None,
 ) -> None:
     """One scan and one checkpoint pass over the file; `report(progress, error)` at most
-    every PROGRESS_EVERY seconds, at the scan's end and at the end."""
+    every PROGRESS_EVERY seconds, at the scan's end and at the end.  While `gate` is
+    clear (the app is drawing a frame) the worker waits every few hundred events, at
+    most GATE_WAIT seconds at a time (see GATE)."""
     posted = 0.0
     scanned = False
     kept = 0
@@ -59,7 +73,8 @@ def index_trace(
     sys.setswitchinterval(INDEX_SWITCH_INTERVAL)
     try:
         with open_for_index(path) as handle:
-            build_index(handle, index, cancelled=cancelled, progress=progress)
+            pace = None if gate is None else lambda: gate.wait(GATE_WAIT)
+            build_index(handle, index, cancelled=cancelled, progress=progress, pace=pace)
     except OSError as err:
         report(0.0, f"{path}: {err.strerror or err}")
     finally:
