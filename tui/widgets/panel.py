@@ -35,6 +35,9 @@ class TextPanel(Widget):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         use_row_cache(self)
+        # No panel text carries links (no `@click` markup): Textual's link styling of every
+        # drawn line (a tenth of a panel's drawing) and the hover check have nothing to do.
+        self.set_reactive(Widget.auto_links, False)
         self.content: RenderableType = ""
         self._wrapped = WrapCache()
         self._lines: list[Strip] | None = None  # the content drawn at `_drawn_for`
