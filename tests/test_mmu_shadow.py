@@ -365,6 +365,7 @@ def test_the_guest_tables_audit_and_allocator() -> None:
 
 GVAS = [GVA + i * 4096 for i in range(4)] + [0x80_0000_0000, 0x4000_0000, 0x4000_5000]
 TARGETS = [0x1000, 0x1001, 0x10_0000, 0x10_0001, 0x50_0000, LAPIC_GFN, 0xFEC00, -1, -2]
+HUGE_GVAS = [0x4000_0000, 0x4000_5000, 0x40_0000_0000, 0x40_0020_5000]  # 2M, 2M, 1G, 1G
 Op = tuple[str, int, int, int, bool, bool]  # name, process, gva, target/vcpu, flag, flag
 
 
@@ -383,8 +384,8 @@ def _run(mmu: ShadowMmu, vm: Vm, op: Op, slot2: tuple[int, int, int]) -> None:
     elif name == "map2m":  # 0x4000_0000: a 2M page of slot 2 (or of nothing, or tables)
         target = [0x10_0000, 0x10_0200, 0x50_0000, max(guest.allocated) & ~511][c % 4]
         guest.map(proc, 0x4000_0000, target, x, y, level=2, nx=c > 7)
-    elif name == "map1g":  # 0x80_0000_0000: a 1G page over slot 2 (2M at most)
-        guest.map(proc, 0x80_0000_0000, 0x10_0000, x, y, level=3)
+    elif name == "map1g":  # a 1G page over slot 2 (2M sptes at most)
+        guest.map(proc, HUGE_GVAS[2], 0x10_0000, x, y, level=3, nx=c > 11)
     elif name == "unmap":
         guest.unmap(proc, gva)
     elif name == "protect":
@@ -398,7 +399,9 @@ def _run(mmu: ShadowMmu, vm: Vm, op: Op, slot2: tuple[int, int, int]) -> None:
     elif name == "fault":
         mmu.page_fault(c % 3, proc, gva, write=x, user=y)
     elif name == "fetch":  # an instruction fetch: NX huge pages split
-        mmu.page_fault(c % 3, proc, gva, user=y, fetch=True)
+        mmu.page_fault(c % 3, proc, HUGE_GVAS[b % 4], user=y, fetch=True)
+    elif name == "fault_huge":
+        mmu.page_fault(c % 3, proc, HUGE_GVAS[b % 4], write=x, user=y)
     elif name == "recover":
         mmu.kvm_recover_nx_huge_pages()
     elif name == "invlpg":
@@ -425,7 +428,8 @@ OPS = st.tuples(
         ["map"] * 3
         + ["fault"] * 8
         + ["map2m", "unmap", "protect", "fork", "fork", "spawn", "exit", "invlpg", "cr3"]
-        + ["slot", "zap", "map1g", "fetch", "fetch", "recover"]
+        + ["slot", "zap", "map2m", "map1g", "map1g", "recover"]
+        + ["fetch", "fault_huge"] * 3
     ),
     st.integers(0, 3),
     st.integers(0, len(GVAS) - 1),

@@ -150,3 +150,19 @@ def test_a_fetch_through_a_guest_nx_pte_is_a_guest_fault() -> None:
     mmu.guest.map(p, GVA_2M, SLOT2, level=2, nx=True)
     assert mmu.page_fault(0, p, GVA_2M, fetch=True) == RetPf.RETRY
     assert mmu.injected[0] == (GVA_2M, gpt.PFERR_PRESENT_MASK | gpt.PFERR_FETCH_MASK)
+
+
+def test_a_guest_1g_page_on_hugetlbfs_1g_maps_a_1g_spte() -> None:
+    """A slot whose gfn and hva are 1G-aligned alike, the host in 1G pages: goal 1G, the
+    leaf in the shadow of the guest's PDPT, on the 1G rmap."""
+    mmu, events, p = shadow(host_level=3)
+    mmu.vm.set_user_memory_region(20, 0, 20 << 30, 1 << 30, 0x7F00_0000_0000)
+    gfn, gva = (20 << 30) >> 12, 0x80_0000_0000
+    mmu.guest.map(p, gva, gfn, level=3)
+    assert mmu.page_fault(0, p, gva + 0x1234_5000) == RetPf.FIXED
+    assert created(events) == [(4, False, p), (3, False, p + 1)]
+    level, spte = leaf_of(mmu, gva)
+    assert level == 3 and spte & PT_PAGE_SIZE_MASK
+    assert mmu.rmaps[(0, 20, 3)][0].count() == 1
+    assert mmu.why_level(0, p, gva) == "1G: slot and host allow"
+    mmu.audit()
