@@ -24,6 +24,13 @@ _RET_NAMES = {ret: ret.name for ret in RetPf}
 RawListener = Callable[[str, Mapping[str, FieldValue]], None]
 
 
+def after_2011(spte_config: str) -> bool:
+    """Whether the sessions' MMU has what came after the 2011 configs (`SPTE_CONFIGS`
+    "2011-..."): the MMIO info cache (3.1), fast_page_fault (3.6), the prev_roots LRU
+    (4.19)."""
+    return not spte_config.startswith("2011")
+
+
 class RootedMmu(Protocol):
     """What the sessions read of either MMU: the vCPUs' roots and the pages."""
 

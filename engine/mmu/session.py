@@ -36,7 +36,7 @@ from .ept_session import LAPIC_EOI as LAPIC_EOI
 from .ept_session import NIC_DOORBELL as NIC_DOORBELL
 from .ept_session import churn_update as churn_update
 from .fast_pf import fast_words
-from .guest_session import ACCESS_NS, PFERR_WRITE
+from .guest_session import ACCESS_NS, PFERR_WRITE, after_2011
 from .mmu_pages import KvmMmuPage
 from .spte import (
     PT_PRESENT_MASK,
@@ -111,8 +111,8 @@ class MmuSession(EptSession[MmuStep]):
             gen_era=gen_era,
             huge_pages=huge_pages,
             emit=self._forward,
-            mmio_info_cache=not spte_config.startswith("2011"),  # cache mmio info: 3.1
-            fast_pf=not spte_config.startswith("2011"),  # fast_page_fault: 3.6
+            mmio_info_cache=after_2011(spte_config),  # cache mmio info: 3.1
+            fast_pf=after_2011(spte_config),  # fast_page_fault: 3.6
             params=params,
             pte_prefetch=pte_prefetch,
         )

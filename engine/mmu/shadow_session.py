@@ -35,7 +35,7 @@ from ..layouts.layout import Layout
 from ..words import count
 from .ept_session import CHURN_EVERY, LAPIC_EOI, NIC_DOORBELL, churn_update
 from .guest_os import GuestOs, GuestProcess
-from .guest_session import PFERR_USER, PFERR_WRITE, GuestSession
+from .guest_session import PFERR_USER, PFERR_WRITE, GuestSession, after_2011
 from .mmu_pages import KvmMmuPage
 from .shadow import ShadowMmu
 from .spte import (
@@ -110,8 +110,8 @@ class ShadowSession(GuestSession[ShadowStep]):
             gen_era=gen_era,
             vtlb=vtlb,
             emit=self._forward,
-            mmio_info_cache=not spte_config.startswith("2011"),  # cache mmio info: 3.1
-            prev_roots=not spte_config.startswith("2011"),  # the prev_roots LRU: 4.19
+            mmio_info_cache=after_2011(spte_config),  # cache mmio info: 3.1
+            prev_roots=after_2011(spte_config),  # the prev_roots LRU: 4.19
         )
         self.os = GuestOs(self.mmu.guest)
         self.cr3_loads = 0
