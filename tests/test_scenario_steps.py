@@ -2,7 +2,7 @@
 what the step declares (`expect` over the screen's probe, `shows` in the drawn screen),
 the caption's `{...}` fields are filled from the same values, and no panel is cut at
 the bottom (issue 16, item 9): at 120×40 each panel's rows fit the part of it on screen,
-beside a caption of up to six lines."""
+beside a caption of up to six lines (and at 200×60 after the last step)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from tui.app import make_app
 from tui.scenario_runner import goto_step
 
 SIZE = (120, 40)
+WIDE = (200, 60)
 CAPTION_LINES = 6  # the caption's max-height 7, less its top border (tui/widgets/caption.py)
 #: the classroom scenarios of issue 17 (real-kvm runs the host's KVM: tests/test_kvm_*)
 CHECKED = [s.name for s in list_scenarios() if s.name != "real-kvm"]
@@ -77,6 +78,9 @@ async def test_each_step_shows_what_it_declares(name: str, tmp_path: Path) -> No
                 drawn = " ".join(screen_text(app).split())
                 problems += [f"{where}: the screen does not show {s!r}" for s in step.shows
                              if " ".join(s.split()) not in drawn]  # fmt: skip
+        await pilot.resize_terminal(*WIDE)  # the last step at 200×60 too: one relayout
+        await pilot.pause()
+        problems += [f"{name} at {WIDE}: cut at the bottom: {cut}" for cut in cut_panels(app)]
         assert not problems, "\n".join(problems)
 
 

@@ -141,7 +141,9 @@ class TlbScreen(PlayerScreen):
     def redraw(self) -> None:
         flush = self.history.followed_flush()
         self.query_one(TlbLanes).show(self.history, flush)
-        self.query_one(TlbSide).show(self._heading(), self._rows(), self._flush_lines(flush))
+        self.query_one(TlbSide).show(
+            self._heading(), self._rows(), self._flush_lines(flush), self.caption_text
+        )
         self.query_one(
             TlbLanes
         ).border_title = (

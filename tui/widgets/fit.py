@@ -10,9 +10,10 @@ then the panel's own order of importance.  The rows kept are shown in their own 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rich.text import Text
+from textual.widget import Widget
 
 from .wrap import wrapped_height
 
@@ -66,3 +67,13 @@ def more_rows(dropped: int, what: str = "rows") -> str:
     if not dropped:
         return ""
     return f"+{dropped} more {what if dropped > 1 else what.removesuffix('s')}"
+
+
+def refit_in_render(widget: Widget, fit: Callable[[], None]) -> None:
+    """`fit()` from the widget's render(), for a size laid out before the resize event
+    came: the rows drawn now are the ones that fit, and a changed bottom-border note is
+    drawn in the next frame (a repaint asked for while this one is drawn is dropped)."""
+    before = widget.border_subtitle
+    fit()
+    if widget.border_subtitle != before:
+        widget.call_after_refresh(widget.refresh)

@@ -19,7 +19,7 @@ from engine.mmu.dag import RootReach
 from engine.mmu.mmu_pages import KvmMmuPage
 from engine.mmu.views import LevelSummary, SpteCell
 
-from .fit import fit_rows, more_rows, names_in
+from .fit import fit_rows, more_rows, names_in, refit_in_render
 from .titles import set_border_subtitle
 from .wrap import WrapCache, wrapped_height
 
@@ -274,7 +274,7 @@ class MmuCounters(MmuDrawing):
 
     def render(self) -> Text:
         if self._fitted_for != self.content_size:
-            self._fit()  # laid out again since (a caption came, a panel grew)
+            refit_in_render(self, self._fit)  # laid out again since (a caption came, a panel grew)
         return super().render()
 
     def _fit(self) -> None:
@@ -358,7 +358,7 @@ class GuestPanel(MmuDrawing):
 
     def render(self) -> Text:
         if self._shown is not None and self._fitted_for != self.content_size:
-            self._fit()  # laid out again since
+            refit_in_render(self, self._fit)  # laid out again since
         return super().render()
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:

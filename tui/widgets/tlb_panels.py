@@ -16,11 +16,14 @@ from __future__ import annotations
 
 from rich.style import Style
 from rich.text import Text
+from textual.geometry import Size
 from textual.widget import Widget
 
 from engine.tlbflush.lanes import LaneCell, LaneHistory
 from engine.tlbflush.vcpu import Flush
 
+from .fit import fit_rows, more_rows, names_in, refit_in_render
+from .titles import set_border_subtitle
 from .wrap import WrapCache
 
 GLYPHS = ("█", "▓", "░", "▁")
@@ -185,7 +188,15 @@ class TlbLanes(TlbDrawing):
 
 
 class TlbSide(TlbDrawing):
-    """The protocol, the run's counters, and the followed flush's targets."""
+    """The protocol, the run's counters, and the followed flush's targets.
+
+    Taller than its share of the screen (80×24, a long caption), it keeps the protocol's
+    name and records/s, the counters the caption names and the followed flush with its
+    targets, then the other rows from the top, and its bottom border says how many it
+    left out."""
+
+    _shown: tuple[list[Text], list[int]] = ([], [])
+    _fitted_for = Size(0, 0)
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -193,6 +204,8 @@ class TlbSide(TlbDrawing):
         self._wrapped = WrapCache()
 
     def render(self) -> Text:
+        if self._fitted_for != self.content_size:
+            refit_in_render(self, self._fit)  # laid out again since the rows were chosen
         return self._wrapped.wrap(self.content, self.content_size.width)
 
     def show(
@@ -200,17 +213,31 @@ class TlbSide(TlbDrawing):
         heading: list[tuple[str, str]],
         rows: list[tuple[str, str]],
         flush_lines: list[tuple[str, str]],
+        caption: str = "",
     ) -> None:
-        text = Text(no_wrap=True, overflow="ellipsis")
-        for value, style in heading:
-            text.append(value + "\n", style=self.style_of(style))
-        for name, value in rows:
-            text.append(f"{name:<19}", style=self.style_of("label"))
-            text.append(f"{value}\n")
+        lines = [Text(value, style=self.style_of(style)) for value, style in heading]
+        label = self.style_of("label")
+        counters = [Text.assemble((f"{name:<19}", label), value) for name, value in rows]
+        named = [len(lines) + i for i, (name, _) in enumerate(rows) if names_in(name, caption)]
+        lines += counters
+        flush = list(range(len(lines) + 1, len(lines) + 1 + len(flush_lines)))
         if flush_lines:
-            text.append("\n")
-            for value, style in flush_lines:
-                text.append(value + "\n", style=self.style_of(style))
-        text.rstrip()
-        self.content = text
+            lines.append(Text())  # a blank row before the flush, the first to go
+            lines += [Text(value, style=self.style_of(style)) for value, style in flush_lines]
+        first = [0] if lines else []  # the protocol's name
+        if rows and len(heading) not in named:
+            first.append(len(heading))  # and the score, records/s
+        rest = [i for i in range(len(lines)) if i not in {*first, *named, *flush}]
+        blank = [i for i in rest if not lines[i].plain]
+        order = first + named + flush + [i for i in rest if i not in blank] + blank
+        self._shown = (lines, order)
+        self._fit()
+
+    def _fit(self) -> None:
+        self._fitted_for = self.content_size
+        lines, order = self._shown
+        width, room = self.content_size
+        kept, dropped = fit_rows(lines, width, room, order)
+        set_border_subtitle(self, more_rows(dropped))
+        self.content = Text("\n", no_wrap=True, overflow="ellipsis").join(lines[i] for i in kept)
         self.refresh()
