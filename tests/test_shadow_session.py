@@ -206,3 +206,30 @@ def test_guest_pool_is_where_the_tables_are() -> None:
     assert isinstance(s.mmu.guest, GuestPageTables)
     s.run(100)
     assert all(gfn in s.mmu.guest.pool for gfn in s.mmu.guest.tables)
+
+
+def test_kernel_2m_gives_guest_2m_leaves_fetches_and_nx_splits() -> None:
+    """kernel_2m: the guest kernel's 2M text and direct map (shadow_kernel.py) in every
+    process; a fetch maps a 2M spte on a THP host, 4K on a 4K host, and splits under
+    nx_huge_pages; the direct map over the page tables stays 4K (disallow_lpage)."""
+    from engine.mmu.shadow_kernel import DIRECT_MAP_GVA, KERNEL_TEXT_GVA
+    from engine.mmu.spte import PT_PAGE_SIZE_MASK, is_shadow_present_pte
+    from engine.mmu.tdp_params import TdpMmuParams
+
+    def run(**params: object) -> tuple[ShadowSession, int]:
+        s = session("fork", kernel_2m=True, params=TdpMmuParams(tdp_mmu=False, **params))  # type: ignore[arg-type]
+        s.run(300)
+        s.audit()
+        huge = [x for sp in s.mmu.pages.pages() if sp.role.level > 1 for x in sp.spt]
+        return s, sum(1 for x in huge if x & PT_PAGE_SIZE_MASK and is_shadow_present_pte(x))
+
+    thp, huge = run()
+    assert huge and thp.mmu.pages.stat["nx_lpage_splits"] == 0
+    assert thp.mmu.why_level(0, thp.mmu.cr3s[0], DIRECT_MAP_GVA).endswith("table in the 2M")
+    small, huge = run(host_level=1)
+    assert thp.exits < small.exits and not huge
+    why = small.mmu.why_level(0, small.mmu.cr3s[0], KERNEL_TEXT_GVA, True)
+    assert why == "4K: host 4K pages"
+    nx, huge = run(nx_huge_pages="on")
+    assert nx.mmu.pages.stat["nx_lpage_splits"] >= 1 and not huge
+    assert session("fork").kernel is None  # the default guest: 4K pages, no kernel work

@@ -14,6 +14,7 @@ reference-counted across forks, so an exit frees only what no process maps any m
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import AuditError
@@ -53,10 +54,13 @@ class GuestOs:
         self.page_refs: dict[int, int] = {}  # data gfn -> how many processes map it
         self._next_pid = first_pid
         self.stat = {"minor_faults": 0, "cow_copies": 0, "segv": 0}
+        self.on_spawn: Callable[[int], None] | None = None  # the kernel's mappings (cr3)
 
     def spawn(self, comm: str) -> GuestProcess:
         proc = GuestProcess(self.tables.spawn(), self._next_pid, comm)
         self._next_pid += 1
+        if self.on_spawn is not None:
+            self.on_spawn(proc.cr3)  # pgd_alloc(): the kernel half (shadow_kernel.py)
         self.processes[proc.cr3] = proc
         return proc
 

@@ -296,7 +296,7 @@ class GuestPageTables:
                 self.write_pte(dst, index, table << 12 | (pte & ~PT_ADDR_MASK & ~PT_ACCESSED))
                 changed |= self._copy(pte_gfn(pte), table, level - 1, child_cr3, cow)
                 continue
-            if cow and pte & PT_WRITABLE:
+            if cow and pte & PT_WRITABLE and pte & PT_USER:  # kernel pages: never COW
                 pte &= ~PT_WRITABLE
                 self.write_pte(src, index, pte)
                 changed = True

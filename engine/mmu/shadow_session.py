@@ -22,10 +22,17 @@ Workloads, deterministic for a seed:
   page, munmap; ten rounds, then a new process;
 - `churn`: `kernbench` plus the memslot update `MmuSession` makes every `CHURN_EVERY`
   accesses (a slot created, then deleted: DELETE zaps everything).
+
+`kernel_2m=True` adds the guest kernel's 2M text and direct map to every process and
+makes every `KERNEL_EVERY`-th access kernel work there (shadow_kernel.py): guest 2M
+leaves and instruction fetches, so faults map 2M sptes where the host (`params.
+host_level`) and `disallow_lpage` allow, and split under `nx_huge_pages`.  Off (the
+default), the workloads map 4K guest pages only, as before issue 15.
 """
 
 from __future__ import annotations
 
+import random
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,16 +42,20 @@ from ..layouts.layout import Layout
 from ..words import count
 from .ept_session import CHURN_EVERY, LAPIC_EOI, NIC_DOORBELL, churn_update
 from .guest_os import GuestOs, GuestProcess
+from .guest_pt import PFERR_FETCH_MASK
 from .guest_session import PFERR_USER, PFERR_WRITE, GuestSession, after_2011
 from .mmu_pages import KvmMmuPage
 from .shadow import ShadowMmu
+from .shadow_kernel import KERNEL_EVERY, KernelMaps, kernel_access
 from .spte import (
     PT_USER_MASK,
     PT_WRITABLE_MASK,
     SPTE_CONFIGS,
     RetPf,
+    is_last_spte,
     is_shadow_present_pte,
 )
+from .tdp_params import TdpMmuParams
 
 PAGE = 4096
 HEAP = 0x40_0000  # 4 MiB: where every process's data starts
@@ -63,6 +74,7 @@ class ShadowAccess:
     gva: int
     write: bool
     user: bool = True
+    fetch: bool = False  # an instruction fetch (PFERR_FETCH_MASK)
 
     @property
     def label(self) -> str:
@@ -101,6 +113,8 @@ class ShadowSession(GuestSession[ShadowStep]):
         pte_list_era: str = "6.4",
         gen_era: str = "2019",
         vtlb: bool = True,
+        params: TdpMmuParams | None = None,
+        kernel_2m: bool = False,
     ) -> None:
         super().__init__(layout, workload, seed, nr_vcpus)
         self.mmu = ShadowMmu(
@@ -112,8 +126,14 @@ class ShadowSession(GuestSession[ShadowStep]):
             emit=self._forward,
             mmio_info_cache=after_2011(spte_config),  # cache mmio info: 3.1
             prev_roots=after_2011(spte_config),  # the prev_roots LRU: 4.19
+            params=params,
         )
         self.os = GuestOs(self.mmu.guest)
+        self.kernel: KernelMaps | None = None
+        if kernel_2m:
+            self.kernel = kernel = KernelMaps.for_guest(self.vm, self.mmu.guest)
+            self.os.on_spawn = lambda cr3: kernel.map_into(self.mmu.guest, cr3)
+        self._kernel_rng = random.Random(seed)
         self.cr3_loads = 0
         self.last_walk: list[tuple[int, int]] = []  # (level, pte) read by the last walk
         self._retry: ShadowAccess | None = None
@@ -148,7 +168,7 @@ class ShadowSession(GuestSession[ShadowStep]):
     def step(self) -> ShadowStep:
         if self.workload == "churn" and self.steps % CHURN_EVERY == 0:
             self._note(churn_update(self.vm))
-        access = self._retry or self._next_access()
+        access = self._retry or self._kernel_access() or self._next_access()
         self._vcpu = access.vcpu
         if self.mmu.cr3s.get(access.vcpu) != access.cr3:
             synced = self.mmu.stat["synced_pages"]
@@ -165,9 +185,13 @@ class ShadowSession(GuestSession[ShadowStep]):
             return ShadowStep(access, False, None, update)
         self._mmio_hit = False
         error_code = (PFERR_WRITE if access.write else 0) | (PFERR_USER if access.user else 0)
+        error_code |= PFERR_FETCH_MASK if access.fetch else 0
         self._vm_exit(access.vcpu, access.gva, error_code)
+        mmu = self.mmu
         ret = self._result(
-            self.mmu.page_fault(access.vcpu, access.cr3, access.gva, access.write, access.user)
+            mmu.page_fault(
+                access.vcpu, access.cr3, access.gva, access.write, access.user, access.fetch
+            )
         )
         if ret is RetPf.EMULATE and not self._mmio_hit:
             self._emulator_translates(access)
@@ -188,6 +212,17 @@ class ShadowSession(GuestSession[ShadowStep]):
         self.emulator_walks += 1
         self.mmu.gva_to_gpa(access.vcpu, access.gva, access.write, access.user)
 
+    def _kernel_access(self) -> ShadowAccess | None:
+        """Every `KERNEL_EVERY`-th step with `kernel_2m`: the running process's kernel
+        work on the vCPU that ran last (shadow_kernel.py)."""
+        if self.kernel is None or self.steps % KERNEL_EVERY != KERNEL_EVERY - 1:
+            return None
+        cr3 = self.mmu.cr3s.get(self._vcpu)
+        if cr3 is None or cr3 not in self.os.processes:
+            return None
+        gva, fetch = kernel_access(self._kernel_rng)
+        return ShadowAccess(self._vcpu, cr3, gva, False, user=False, fetch=fetch)
+
     def _next_access(self) -> ShadowAccess:
         for item in self._program:
             if isinstance(item, ShadowAccess):
@@ -205,8 +240,10 @@ class ShadowSession(GuestSession[ShadowStep]):
         spte = self.leaf_spte(access.vcpu, access.gva)
         if not is_shadow_present_pte(spte):  # empty or an MMIO spte
             return True
-        return (access.write and not spte & PT_WRITABLE_MASK) or (
-            access.user and not spte & PT_USER_MASK
+        return (
+            (access.write and not spte & PT_WRITABLE_MASK)
+            or (access.user and not spte & PT_USER_MASK)
+            or (access.fetch and bool(spte & self.mmu.cfg.shadow_nx_mask))
         )
 
     def leaf_spte(self, vcpu: int, gva: int) -> int:
@@ -215,7 +252,8 @@ class ShadowSession(GuestSession[ShadowStep]):
         if leaf is None:
             return nonpresent
         sp, index = leaf
-        return sp.spt[index] if sp.role.level == 1 else nonpresent
+        spte = sp.spt[index]  # a 4K leaf, or a 2M/1G one (PT_PAGE_SIZE_MASK) above
+        return spte if is_last_spte(spte, sp.role.level) else nonpresent
 
     def path_of(self, step: ShadowStep) -> list[tuple[KvmMmuPage, int]]:
         """The shadow pages the access's gva walks through, root first."""

@@ -55,12 +55,12 @@ class ShadowMmuScreen(ZapReplay, PagingModes, GuestActions, FastPathActions, Pla
                 "shadow paging, 2011 without MMIO sptes, EPT without A/D bits"),
         Binding("H", "toggle_huge_pages", "Huge pages", show=False,
                 tooltip="EPT: 2M leaves where the slot allows, or 4K only (as while "
-                "dirty logging)"),
+                "dirty logging); shadow paging: the guest kernel's 2M text and direct map"),
         Binding("B", "next_host_pages", "Host pages", show=False,
-                tooltip="EPT: the host backs guest memory with THP 2M, hugetlbfs 1G or 4K "
+                tooltip="The host backs guest memory with THP 2M, hugetlbfs 1G or 4K "
                 "pages (host_pfn_mapping_level)"),
         Binding("X", "toggle_nx_huge_pages", "NX huge pages", show=False,
-                tooltip="EPT: kvm.nx_huge_pages on or off: a fetch splits a huge page, "
+                tooltip="kvm.nx_huge_pages on or off: a fetch splits a huge page, "
                 "the recovery worker rejoins it"),
         Binding("V", "toggle_vtlb", "vtlb", show=False,
                 tooltip="Shadow paging: the 16-entry vtlb of seed 000 on or off"),
@@ -92,6 +92,7 @@ class ShadowMmuScreen(ZapReplay, PagingModes, GuestActions, FastPathActions, Pla
         self.huge_pages = True
         self.host_level = 2  # THP 2M, as TdpMmuParams
         self.nx_huge_pages = False  # nx_huge_pages=auto on a CPU without ITLB multihit
+        self.kernel_2m = False  # shadow paging: the guest kernel's 2M pages (H)
         self.reach: list[RootReach] = []
         self._reach_at = -REACH_SECONDS
         self._reach_key: object = None

@@ -33,8 +33,6 @@ PAGING_MODES = (
     # no PML without EPT A/D bits: dirty logging and aging both go through fast_page_fault
     ("EPT without A/D bits (kvm_intel.eptad=0), TDP MMU", "ept-no-ad", "tdp"),
 )
-#: shadow paging maps at most the guest's own level (`fault->max_level = walker.level`)
-_SHADOW_4K = "the shadow-paging workloads map 4K guest pages (walker.level)"
 SESSION_KINDS = {"tdp": TdpSession, "direct": MmuSession, "shadow": ShadowSession}
 Session = MmuSession | ShadowSession | TdpSession
 Step = MmuStep | ShadowStep | TdpStep
@@ -55,6 +53,7 @@ class PagingModes:
     huge_pages: bool
     host_level: int  # the host's backing: 1 (4K), 2 (THP 2M), 3 (hugetlbfs 1G)
     nx_huge_pages: bool
+    kernel_2m: bool  # shadow paging: the guest kernel's 2M text and direct map
     last: Step | None
     path: list[tuple[KvmMmuPage, int]]
     shown: int
@@ -86,11 +85,17 @@ class PagingModes:
     def _new_session(self, workload: str) -> Session:
         _, config, kind = PAGING_MODES[self.paging]
         layout = self.session.layout
-        if kind == "shadow":
-            return ShadowSession(
-                layout, workload=workload, seed=self.seed, spte_config=config, vtlb=self.vtlb
-            )
         nx = "on" if self.nx_huge_pages else "off"
+        if kind == "shadow":  # B and X as for tdp_mmu=N; shadow paging's own H
+            return ShadowSession(
+                layout,
+                workload=workload,
+                seed=self.seed,
+                spte_config=config,
+                vtlb=self.vtlb,
+                params=TdpMmuParams(tdp_mmu=False, host_level=self.host_level, nx_huge_pages=nx),
+                kernel_2m=self.kernel_2m,
+            )
         if kind == "tdp":
             params = TdpMmuParams(
                 host_level=self.host_level if self.huge_pages else 1, nx_huge_pages=nx
@@ -132,23 +137,24 @@ class PagingModes:
         return True
 
     def action_toggle_huge_pages(self) -> None:
-        if self._refused(False, _SHADOW_4K):
+        """`H`: EPT: 2M leaves or 4K only; shadow paging (`fault->max_level =
+        walker.level`): the guest kernel's own 2M text and direct map or none."""
+        if isinstance(self.session, ShadowSession):
+            self.kernel_2m = not self.kernel_2m
+            on = "guest kernel text and direct map in 2M pages"
+            self._new_guest(on if self.kernel_2m else "guest maps 4K pages only")
             return
         self.huge_pages = not self.huge_pages
         self._new_guest("2M leaves where the slot allows" if self.huge_pages else "4K leaves only")
 
     def action_next_host_pages(self) -> None:
         """`B`: the host backs guest memory with THP 2M pages, hugetlbfs 1G, or 4K."""
-        if self._refused(False, _SHADOW_4K):
-            return
         self.host_level = {2: 3, 3: 1, 1: 2}[self.host_level]
         name = {1: "4K pages", 2: "THP 2M pages", 3: "hugetlbfs 1G pages"}[self.host_level]
         self._new_guest(f"host memory in {name} (host_pfn_mapping_level)")
 
     def action_toggle_nx_huge_pages(self) -> None:
         """`X`: kvm.nx_huge_pages on or off (fetches split huge pages, recovery rejoins)."""
-        if self._refused(False, _SHADOW_4K):
-            return
         self.nx_huge_pages = not self.nx_huge_pages
         self._new_guest(f"nx_huge_pages={'on' if self.nx_huge_pages else 'off'}")
 

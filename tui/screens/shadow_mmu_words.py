@@ -115,10 +115,13 @@ def shadow_level_lines(session: ShadowSession, last: Step | None) -> list[tuple[
     of the last fault with the kernel's reason (`walker.level` first)."""
     mmu = session.mmu
     nx = f"{mmu.pages.stat['nx_lpage_splits']} · nx_huge_pages={'on' if mmu.nx else 'off'}"
+    if session.kernel is not None:  # H: guest 2M leaves (shadow_kernel.py), B: the host
+        nx += f" · host {LEVEL_NAMES[mmu.params.host_level]}"
     lines = [("nx_lpage_splits", nx)]
     if isinstance(last, ShadowStep) and last.exited:
         access = last.access
-        lines.append(("level (why)", mmu.why_level(access.vcpu, access.cr3, access.gva)))
+        why = mmu.why_level(access.vcpu, access.cr3, access.gva, access.fetch)
+        lines.append(("level (why)", why))
     return lines
 
 
