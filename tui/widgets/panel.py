@@ -54,6 +54,8 @@ class TextPanel(Widget):
         plain text."""
         if self.WRAP and isinstance(content, str):
             content = Text(content)
+        if self._unchanged(content):
+            return  # drawn already, and nothing asked for a repaint since
         before = self._rows(self.content)
         self.content = content
         old = self._lines
@@ -67,6 +69,19 @@ class TextPanel(Widget):
             for y in range(max(len(old), len(new))):
                 if y >= len(old) or y >= len(new) or old[y] != new[y]:
                     super().refresh(Region(0, y, width, 1))
+
+    def _unchanged(self, content: RenderableType) -> bool:
+        """`content` draws as the lines drawn now: the same text, spans and text options
+        (Rich's `Text.__eq__` leaves out the base style and the options), same size and
+        style, no repaint pending."""
+        old = self.content
+        if self._lines is None or self._drawn_for != self._drawing_key():
+            return False
+        if isinstance(content, str) and isinstance(old, str):
+            return content == old
+        if isinstance(content, Text) and isinstance(old, Text):
+            return _text_key(content) == _text_key(old)
+        return False
 
     def refresh(
         self, *regions: Region, repaint: bool = True, layout: bool = False, recompose: bool = False
@@ -106,3 +121,9 @@ class TextPanel(Widget):
         if y < len(lines):
             return lines[y]
         return Strip.blank(self.size.width, self.visual_style.rich_style)
+
+
+def _text_key(text: Text) -> tuple[object, ...]:
+    """All a `Text` draws with."""
+    return (text.plain, text.spans, text.style, text.justify, text.overflow, text.no_wrap,
+            text.end, text.tab_size)  # fmt: skip
