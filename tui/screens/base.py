@@ -23,7 +23,6 @@ from ..widgets.caption import Caption
 from ..widgets.events import EventPanel
 from ..widgets.header import MmuHeader
 from ..widgets.key_bar import KeyBar
-from .span_compositor import SpanCompositor
 
 MIN_WIDTH, MIN_HEIGHT = 80, 24
 WIDE = 120  # below this width, side panels shrink (the `-narrow` class)
@@ -73,7 +72,6 @@ class MmuScreen(Screen[None]):
 
     def __init__(self) -> None:
         super().__init__()
-        self._compositor = SpanCompositor()  # partial updates draw the dirty rows only
         self.pending_events: list[Event] = []
         self._counters_shown_at = 0.0
         self._counters_stale = False
