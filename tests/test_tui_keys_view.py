@@ -31,6 +31,7 @@ from tests.tui_pilot import (
     structure_text,
     text_of,
 )
+from tui.messages import WindowMoved
 from tui.screens.base import TooSmall
 from tui.screens.dialogs import FilterDialog
 from tui.screens.help import HelpScreen
@@ -132,6 +133,26 @@ async def test_u_moves_the_window_up_and_r_back_to_the_root(tmp_path: Path) -> N
         assert "levels 0-" in str(view.border_title) and "slots hidden" in str(view.border_title)
         await pilot.press("u")  # at the root already: stays
         assert view.window_root == 0
+
+
+async def test_the_title_follows_the_window_in_the_lookups_own_frame(tmp_path: Path) -> None:
+    """`n` titles the drawing with the window it moved to before Textual draws (one
+    frame, not a second one for the title); a WindowMoved that arrives late is stale."""
+    app = build(tmp_path, "assigned-devices", lookup="rbtree")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = memslots(app)
+        view = await _follow_down(pilot, screen)
+        assert view.index is not None
+        for _ in range(10):
+            screen.action_next_lookup()  # no pause: no message handled yet
+            root = view.index.view.nodes[view.window_root]
+            words = f"levels {root.depth}-{root.depth + view.window_depth - 1} below slot"
+            assert f"{words} {root.slot.id}, " in str(view.border_title)
+        await pilot.pause()
+        title = str(view.border_title)
+        view.post_message(WindowMoved(root.slot.id + 1000, 0, 1, 0))  # an old window
+        await pilot.pause()
+        assert str(view.border_title) == title
 
 
 async def test_shift_f_toggles_follow(tmp_path: Path) -> None:

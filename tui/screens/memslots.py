@@ -221,7 +221,10 @@ class MemslotsScreen(MemslotUpdates):
     def _set_highlight(self, highlight: Highlight | None, via: Highlight | None = None) -> None:
         """Show `highlight` in every panel (`via`: see StructureView.set_highlight)."""
         self.highlight = highlight
-        self.query_one(StructureView).set_highlight(highlight, via)
+        view = self.query_one(StructureView)
+        view.set_highlight(highlight, via)
+        if view.window_shown is not None:  # titled in this frame, not in a second one
+            self._title_window(view.window_shown)
         record = self.record
         name = ""
         if highlight is not None and highlight.slot is not None:
@@ -299,7 +302,14 @@ class MemslotsScreen(MemslotUpdates):
 
     @on(WindowMoved)
     def show_window(self, moved: WindowMoved) -> None:
-        """Where the drawn window is in a big tree, in the drawing's title."""
+        """Where the drawn window is in a big tree, in the drawing's title: as the
+        drawing shows it now (a lookup's frame has titled it already; a message that
+        arrives after a later move or a switch to an array is stale)."""
+        shown = self.query_one(StructureView).window_shown
+        if shown is not None:
+            self._title_window(shown)
+
+    def _title_window(self, moved: WindowMoved) -> None:
         self.window = ""
         if moved.depth or moved.hidden:
             self.window = (

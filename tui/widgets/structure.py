@@ -111,6 +111,7 @@ class StructureView(LineDiffView, can_focus=True):
         else:
             self.index = None
             self._node_of_slot = {}
+            self._window_announced = None  # no window: an array is drawn whole
         self.highlight = None
         self._relayout()
 
@@ -242,6 +243,11 @@ class StructureView(LineDiffView, can_focus=True):
         if moved != self._window_announced:
             self._window_announced = moved
             self.post_message(moved)
+
+    @property
+    def window_shown(self) -> WindowMoved | None:
+        """The window of the tree drawn now, as last announced (None: not a tree yet)."""
+        return self._window_announced
 
     def _layout_array(self, shape: ArrayView) -> None:
         self._geometry = None
