@@ -1,26 +1,77 @@
 """mmuscope's engine: a pure-Python model of KVM's MMU, starting with memslots.
 
 Never imports textual or rich (a test checks).  Public API per CONTRACT.md.
+
+The names are exported lazily (PEP 562 `__getattr__`): `from engine import Vm` imports
+`engine.vm` then, and `import engine.mmu.tdp_session` (`mmuscope simulate`) loads no
+lookup strategy, no `Vm` machinery it does not use (start-up, issue 14 "Speed").
+tests/test_engine_exports.py checks every name below against its module.
 """
 
 from __future__ import annotations
 
-from .constants import (
-    KVM_MEM_GUEST_MEMFD,
-    KVM_MEM_LOG_DIRTY_PAGES,
-    KVM_MEM_MAX_NR_PAGES,
-    KVM_MEM_READONLY,
-    KVM_MEM_SLOTS_NUM,
-    KVM_USER_MEM_SLOTS,
-    PAGE_SHIFT,
-    PAGE_SIZE,
+from typing import TYPE_CHECKING
+
+# name -> the module (under engine) that defines it
+_EXPORTS: dict[str, str] = {
+    "KVM_MEM_GUEST_MEMFD": "constants",
+    "KVM_MEM_LOG_DIRTY_PAGES": "constants",
+    "KVM_MEM_MAX_NR_PAGES": "constants",
+    "KVM_MEM_READONLY": "constants",
+    "KVM_MEM_SLOTS_NUM": "constants",
+    "KVM_USER_MEM_SLOTS": "constants",
+    "PAGE_SHIFT": "constants",
+    "PAGE_SIZE": "constants",
+    "AuditError": "errors",
+    "KvmError": "errors",
+    "Event": "events",
+    "LOOKUP_STRATEGIES": "lookup",
+    "LookupTrace": "lookup.base",
+    "MemorySlot": "memslot",
+    "Vm": "vm",
+}
+# the submodules `import engine` used to load (and so to make attributes of the package)
+_SUBMODULES = frozenset(
+    {"constants", "errors", "events", "lookup", "memslot", "memslots", "set_memory_region", "vm"}
 )
-from .errors import AuditError, KvmError
-from .events import Event
-from .lookup import LOOKUP_STRATEGIES
-from .lookup.base import LookupTrace
-from .memslot import MemorySlot
-from .vm import Vm
+
+if TYPE_CHECKING:
+    from .constants import (
+        KVM_MEM_GUEST_MEMFD,
+        KVM_MEM_LOG_DIRTY_PAGES,
+        KVM_MEM_MAX_NR_PAGES,
+        KVM_MEM_READONLY,
+        KVM_MEM_SLOTS_NUM,
+        KVM_USER_MEM_SLOTS,
+        PAGE_SHIFT,
+        PAGE_SIZE,
+    )
+    from .errors import AuditError, KvmError
+    from .events import Event
+    from .lookup import LOOKUP_STRATEGIES
+    from .lookup.base import LookupTrace
+    from .memslot import MemorySlot
+    from .vm import Vm
+
+
+def __getattr__(name: str) -> object:
+    """An exported name (or a submodule `import engine` used to load), imported now and
+    kept in the package's namespace, so each is looked up once."""
+    from importlib import import_module
+
+    if name in _EXPORTS:
+        value = getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    elif name in _SUBMODULES:
+        value = import_module(f"{__name__}.{name}")
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS, *_SUBMODULES})
+
 
 __all__ = [
     "KVM_MEM_GUEST_MEMFD",

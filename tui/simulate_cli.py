@@ -26,7 +26,6 @@ first line is trace-cmd's `cpus=N` header.  Bad options: one line on stderr, exi
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -206,6 +205,8 @@ def run(session: GuestSession[object], options: SimulateOptions, out: TextIO) ->
 def _json_line(event: Event) -> str:
     """The object `replay --jsonl` makes of the event's trace line (fields as printed,
     the timestamp in microseconds)."""
+    import json
+
     from engine.trace.lines import parse_line
 
     from .replay_cli import event_json
