@@ -13,9 +13,15 @@ import gc
 import importlib
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
-from .cliparts import CliError, CliParser, add_explorer_options, add_guest_options, int_arg
+from .cliparts import (
+    EXPLORER_OPTION_STRINGS,
+    CliError,
+    CliParser,
+    add_explorer_options,
+    add_guest_options,
+    int_arg,
+)
 
 # command -> (module in tui, function taking the parsed arguments and returning the exit code)
 RUNNERS: dict[str | None, tuple[str, str]] = {
@@ -65,17 +71,23 @@ def command_of(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str | No
     return None
 
 
+DESCRIPTION = (
+    "A terminal microscope for KVM's MMU.  Without a command: the explorer, a "
+    "Textual app that animates memslot lookups live (ctrl+q quits, ? lists keys)."
+)
+
+# Commands whose runner reads only the arguments of its own parser (none of the explorer's
+# options before it): a command line that starts with one of them gets `_own_parser`.
+OWN_ARGUMENTS_ONLY = frozenset({"simulate"})
+
+
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The whole parser; given the command line `argv`, only the command it names gets
     its arguments (the others keep their name and help line for `--help`), so starting
     the explorer imports no command module (issue 13 §4: start-up)."""
-    parser = CliParser(
-        prog="mmuscope",
-        description=(
-            "A terminal microscope for KVM's MMU.  Without a command: the explorer, a "
-            "Textual app that animates memslot lookups live (ctrl+q quits, ? lists keys)."
-        ),
-    )
+    if argv and argv[0] in OWN_ARGUMENTS_ONLY:
+        return _own_parser(argv[0])
+    parser = CliParser(prog="mmuscope", description=DESCRIPTION)
     from . import __version__
 
     parser.add_argument("--version", action="version", version=f"mmuscope {__version__}")
@@ -85,7 +97,28 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _own_parser(command: str) -> argparse.ArgumentParser:
+    """The parser for a command line that starts with `command` (OWN_ARGUMENTS_ONLY): the
+    command's own, under a top level that has the whole parser's option strings (so an
+    abbreviation such as `--s` is ambiguous there as before) without their types,
+    choices and defaults, and no other command, as no such command line reaches them:
+    two parsers made instead of 13, and no explorer option's imports (issue 14 "Speed":
+    `mmuscope simulate` start-up).  tests/test_cli_own_parser.py compares the two."""
+    from . import __version__
+
+    parser = CliParser(prog="mmuscope", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"mmuscope {__version__}")
+    for option in EXPLORER_OPTION_STRINGS:
+        parser.add_argument(option, help=argparse.SUPPRESS)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CliParser)
+    module, function, _ = EXTERNAL[command]
+    getattr(importlib.import_module(f"{__package__}.{module}"), function)(sub)
+    return parser
+
+
 def _replay(replay: argparse.ArgumentParser) -> None:
+    from pathlib import Path
+
     replay.add_argument("trace", type=Path, metavar="TRACE", help="the trace text ('-': stdin)")
     mode = replay.add_mutually_exclusive_group()
     mode.add_argument("--jsonl", action="store_true", help="one JSON object per event")
@@ -108,12 +141,16 @@ def _lookup(lookup: argparse.ArgumentParser) -> None:
 
 
 def _export(export: argparse.ArgumentParser) -> None:
+    from pathlib import Path
+
     export.add_argument("-o", "--output", type=Path, required=True, metavar="OUT")
     export.add_argument("--path", type=int_arg, metavar="GFN", help="highlight one lookup")
     add_guest_options(export)
 
 
 def _layout(layout: argparse.ArgumentParser) -> None:
+    from pathlib import Path
+
     src = layout.add_mutually_exclusive_group()
     src.add_argument("--mtree", type=Path, metavar="FILE", help="QEMU 'info mtree [-f]' text")
     src.add_argument(
@@ -140,6 +177,8 @@ def _rmaps_stat(rmaps: argparse.ArgumentParser) -> None:
 
 
 def _bench(bench: argparse.ArgumentParser) -> None:
+    from pathlib import Path
+
     from engine.claims.registry import TABLES
 
     bench.add_argument("--json", action="store_true", help="print one JSON object")

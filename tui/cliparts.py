@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from engine.layouts import Layout
 
 
@@ -42,6 +43,8 @@ def int_arg(text: str) -> int:
 
 def add_guest_options(parser: argparse.ArgumentParser) -> None:
     """--lookup, --layout | --mtree and --as: which guest, which address space."""
+    from pathlib import Path
+
     from engine.layouts import DEFAULT_LAYOUT, PRESETS
     from engine.lookup import LOOKUP_STRATEGIES
 
@@ -69,10 +72,17 @@ def add_guest_options(parser: argparse.ArgumentParser) -> None:
 # simulate` never uses them (tests/test_engine_exports.py checks they are the same).
 EXPLORER_WORKLOADS = ("mixed", "kernbench", "netperf", "scatter")
 DEFAULT_EXPLORER_WORKLOAD = "mixed"
+# The option strings add_explorer_options adds (tests/test_cli_own_parser.py checks them).
+EXPLORER_OPTION_STRINGS = (
+    "--lookup", "--layout", "--mtree", "--as", "--workload", "--seed", "--speed", "--paused",
+    "--theme", "--export-dir", "--qemu-trace", "--scenario",
+)  # fmt: skip
 
 
 def add_explorer_options(parser: argparse.ArgumentParser) -> None:
     """The explorer's options (the bare command, and `serve` for each browser tab)."""
+    from pathlib import Path
+
     from engine.pacing import DEFAULT_SPEED
 
     group = parser.add_argument_group("explorer")

@@ -18,7 +18,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Mapping
 
-from ..lookup.base import HIT, ArrayView, LookupTrace, TreeNodeView, TreeView
+from ..lookup.base import HIT, LookupTrace
+from ..lookup.views import ArrayView, TreeNodeView, TreeView
 from ..memslot import MemorySlot
 
 FONT = "Helvetica"

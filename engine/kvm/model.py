@@ -32,7 +32,7 @@ from ..mmu.spte import (
     SpteConfig,
     is_shadow_present_pte,
 )
-from ..mmu.views import last_on_path
+from ..mmu.walk import last_on_path
 from ..vm import Vm
 from .asm import READ, RMW, WRITE
 from .program import PAGE, DirtyLogOp, GuestProgram, MemslotOp, Slice

@@ -6,7 +6,8 @@ Williamson's weight-balanced tree (RFC, not merged) and today's gfn rbtree.  Eac
 `LookupStrategy`: it is told about slot inserts, erases and replacements, answers
 `search(gfn)` bare (for speed), and can `explain(gfn)` a lookup as the list of slots or
 tree nodes it touched (for animation and cost tables).  `shape()` gives a read-only view
-of the structure for drawing and export.
+of the structure for drawing and export (views.py; its names are exported here too, when
+first asked for, so that building a VM does not load them).
 """
 
 from __future__ import annotations
@@ -14,9 +15,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from ..memslot import MemorySlot
+
+if TYPE_CHECKING:  # re-exported (__getattr__ below)
+    from .views import ArrayView as ArrayView
+    from .views import Shape as Shape
+    from .views import TreeNodeView as TreeNodeView
+    from .views import TreeView as TreeView
 
 # Probe outcomes.
 HIT = "hit"
@@ -78,42 +85,6 @@ class LookupTrace:
         return sum(p.comparisons for p in self.probes) + sum(
             2 if c.slot is not None else 0 for c in self.cache_probes
         )
-
-
-@dataclass(frozen=True, slots=True)
-class TreeNodeView:
-    """One node of a drawn tree; children are indexes into `TreeView.nodes`."""
-
-    slot: MemorySlot
-    weight: int
-    color: str | None  # "red"/"black" for the rbtree, None otherwise
-    left: int | None
-    right: int | None
-    depth: int
-
-
-@dataclass(frozen=True, slots=True)
-class TreeView:
-    """A tree flattened breadth-first: `nodes[0]` is the root (no recursion for deep trees)."""
-
-    strategy: str
-    nodes: tuple[TreeNodeView, ...]
-
-    @property
-    def height(self) -> int:
-        return 1 + max((n.depth for n in self.nodes), default=-1)
-
-
-@dataclass(frozen=True, slots=True)
-class ArrayView:
-    """An array drawn in the order a lookup scans it; None marks an unused entry."""
-
-    strategy: str
-    entries: tuple[MemorySlot | None, ...]
-    order: str  # how the array is kept, e.g. "by slot id", "npages descending"
-
-
-Shape = TreeView | ArrayView
 
 
 Entry = tuple[int, int, MemorySlot]  # (base_gfn, base_gfn + npages, slot) of an array
@@ -189,3 +160,17 @@ class LookupStrategy(ABC):
     @abstractmethod
     def slots(self) -> list[MemorySlot]:
         """All slots held, in no particular order."""
+
+
+_VIEWS = frozenset({"ArrayView", "Shape", "TreeNodeView", "TreeView"})
+
+
+def __getattr__(name: str) -> object:
+    """views.py's names (`from engine.lookup.base import TreeView` as before)."""
+    if name not in _VIEWS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from . import views
+
+    value = getattr(views, name)
+    globals()[name] = value
+    return value

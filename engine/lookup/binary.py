@@ -12,10 +12,14 @@ zeroed one past the end and the check fails.
 from __future__ import annotations
 
 from bisect import bisect_left
+from typing import TYPE_CHECKING
 
 from ..memslot import MemorySlot
-from .base import EMPTY, HIGHER, HIT, LOWER, MISS, ArrayView, Probe
+from .base import EMPTY, HIGHER, HIT, LOWER, MISS, Probe
 from .sorted_array import Key, SortedArrayStrategy
+
+if TYPE_CHECKING:
+    from .views import ArrayView
 
 
 def _gfn_desc_key(slot: MemorySlot) -> Key:
@@ -81,4 +85,6 @@ class BinarySearchArray(SortedArrayStrategy):
         return steps
 
     def shape(self) -> ArrayView:
+        from .views import ArrayView
+
         return ArrayView(self.name, tuple(self.array.slots()), "base_gfn descending")

@@ -12,10 +12,12 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from ..memslot import MemorySlot
-from .base import GO_LEFT, GO_RIGHT, HIT, LookupStrategy, Probe, TreeNodeView
+from .base import GO_LEFT, GO_RIGHT, HIT, LookupStrategy, Probe
 
 if TYPE_CHECKING:
     from typing_extensions import Self
+
+    from .views import TreeNodeView
 
 
 class BstNode(Protocol):
@@ -132,6 +134,8 @@ def flatten(
     """Breadth-first `TreeNodeView`s with children as indexes (no recursion).
 
     The queue is the output list itself, read by position (32764 nodes in ~40 ms)."""
+    from .views import TreeNodeView  # for drawing only: not loaded to build a VM
+
     if root is None:
         return ()
     order: list[BstNode] = [root]

@@ -10,9 +10,14 @@ guest that once used slot 31 scans 32 entries on every miss: Alex's "full 32 ent
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..errors import AuditError
 from ..memslot import MemorySlot
-from .base import ArrayView, LookupStrategy, Probe, explain_scan
+from .base import LookupStrategy, Probe, explain_scan
+
+if TYPE_CHECKING:
+    from .views import ArrayView
 
 
 class LinearArray(LookupStrategy):
@@ -66,6 +71,8 @@ class LinearArray(LookupStrategy):
         return self.nmemslots if found is None else found.id + 1
 
     def shape(self) -> ArrayView:
+        from .views import ArrayView
+
         entries = tuple(
             (self._entries[i] or (0, 0, None))[2] if i < len(self._entries) else None
             for i in range(self.nmemslots)

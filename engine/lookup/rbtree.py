@@ -13,11 +13,14 @@ the kernel's hand-inlined pointer updates.  Lookup is `search_memslots()` with i
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from ..errors import AuditError
 from ..memslot import MemorySlot
 from . import bst
-from .base import TreeView
+
+if TYPE_CHECKING:
+    from .views import TreeView
 
 
 class RbNode(bst.TreeNode):
@@ -241,6 +244,8 @@ class RbTree(bst.TreeStrategy[RbNode]):
             node = bst.successor(node)
 
     def shape(self) -> TreeView:
+        from .views import TreeView
+
         return TreeView(
             self.name,
             bst.flatten(self.root, lambda n: n.slot.npages, _color),

@@ -11,9 +11,14 @@ unspecified order).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..memslot import MemorySlot
-from .base import ArrayView, Probe, explain_scan
+from .base import Probe, explain_scan
 from .sorted_array import Key, SortedArrayStrategy
+
+if TYPE_CHECKING:
+    from .views import ArrayView
 
 
 def _size_key(slot: MemorySlot) -> Key:
@@ -46,4 +51,6 @@ class SizeSortedArray(SortedArrayStrategy):
         return len(self.array.entries) if found is None else self.array.index_of(found) + 1
 
     def shape(self) -> ArrayView:
+        from .views import ArrayView
+
         return ArrayView(self.name, tuple(self.array.slots()), "npages descending")

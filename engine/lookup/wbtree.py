@@ -21,11 +21,14 @@ compaction algorithm added after insert and remove".  The model keeps that behav
 from __future__ import annotations
 
 from bisect import bisect_left
+from typing import TYPE_CHECKING
 
 from ..errors import AuditError
 from ..memslot import MemorySlot
 from . import bst
-from .base import TreeView
+
+if TYPE_CHECKING:
+    from .views import TreeView
 
 
 class WbNode(bst.TreeNode):
@@ -118,6 +121,8 @@ class WbTree(bst.TreeStrategy[WbNode]):
         return bst.height(self.root)
 
     def shape(self) -> TreeView:
+        from .views import TreeView
+
         return TreeView(self.name, bst.flatten(self.root, _weight, lambda n: None))
 
     # -- audit ---------------------------------------------------------------------

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .base import TreeNodeView, TreeView
+from .views import TreeNodeView, TreeView
 
 
 @dataclass(frozen=True, slots=True)

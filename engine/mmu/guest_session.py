@@ -13,7 +13,7 @@ from ..events import Event, FieldValue
 from ..layouts.layout import Layout, build_vm
 from .mmu_pages import KvmMmuPage, MmuPages
 from .spte import RetPf
-from .views import fault_path, last_on_path
+from .walk import fault_path, last_on_path
 
 ACCESS_NS = 1000  # virtual time between two guest accesses, for event timestamps
 FETCH_RATE = 0.1  # share of RAM reads that are instruction fetches (EPT sessions)

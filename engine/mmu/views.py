@@ -20,6 +20,8 @@ from .spte import (
     is_empty_spte,
     is_mmio_spte,
 )
+from .walk import fault_path as fault_path
+from .walk import last_on_path as last_on_path
 
 # spte states, one colour each on screen; UNACCESSED: a leaf whose Accessed bit is clear
 # (a prefetch, `make_spte(prefetch=true)`, the guest has not touched since)
@@ -89,28 +91,6 @@ def _cell(
     if accessed and not sp.role.ad_disabled and not spte & accessed:
         return SpteCell(index, UNACCESSED, spte, None)
     return SpteCell(index, LARGE_LEAF if spte & PT_PAGE_SIZE_MASK else LEAF, spte, None)
-
-
-def fault_path(pages: MmuPages, root: KvmMmuPage, number: int) -> list[tuple[KvmMmuPage, int]]:
-    """(page, spte index) from the root down to the last page the walk reaches, for a
-    page number (a gfn under EPT, a gva >> 12 under shadow paging)."""
-    path = [(root, _index(root, number))]
-    while (child := pages.child_at(*path[-1])) is not None:
-        path.append((child, _index(child, number)))
-    return path
-
-
-def last_on_path(pages: MmuPages, root: KvmMmuPage, number: int) -> tuple[KvmMmuPage, int]:
-    """The last (page, spte index) of `fault_path`, without building the path (the CPU's
-    own walk, asked on every guest access)."""
-    sp = root
-    while (child := pages.child_at(sp, index := _index(sp, number))) is not None:
-        sp = child
-    return sp, index
-
-
-def _index(sp: KvmMmuPage, number: int) -> int:
-    return (number >> (9 * (sp.role.level - 1))) & 511
 
 
 def zap_batches(lock_holds: Iterable[int]) -> list[tuple[int, int]]:
