@@ -45,7 +45,11 @@ def cut_panels(app: object) -> list[str]:
         assert isinstance(widget, Widget)
         content = widget.content_region
         shown = content.intersection(geometry.clip).height
-        needed = widget.get_content_height(content.size, content.size, content.width)
+        drawn_rows = getattr(widget, "drawn_rows", None)  # a panel that fits its rows
+        if drawn_rows is not None:
+            needed = drawn_rows(content.width)
+        else:
+            needed = widget.get_content_height(content.size, content.size, content.width)
         if needed > shown:
             cut.append(f"{widget!r}: {needed} rows, {shown} shown")
     return cut

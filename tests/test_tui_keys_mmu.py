@@ -19,7 +19,8 @@ from tests.tui_pilot import SIZE, build, memslots, press_export, shadow_mmu
 from tui.screens.memslots import MemslotsScreen
 from tui.screens.shadow_mmu import ShadowMmuScreen
 from tui.widgets.lookup_bar import LookupBar
-from tui.widgets.mmu_panels import GuestPanel, MmuCounters, PageLevels, SptGrid
+from tui.widgets.mmu_panels import GuestPanel, MmuCounters, PageLevels
+from tui.widgets.spt_grid import SptGrid
 
 
 async def test_f2_opens_the_screen_and_f1_returns_with_state_kept(tmp_path: Path) -> None:
@@ -251,7 +252,7 @@ async def test_the_roots_line_counts_pages_below_each_root(tmp_path: Path) -> No
         for _ in range(6):
             await pilot.press("n")
         assert mmu.reach and all(r.per_level[0] == 1 for r in mmu.reach)
-        assert "root [" in str(mmu.query_one(PageLevels).content)
+        assert "root [" in mmu.query_one(PageLevels).all_rows
 
 
 async def test_a_slow_zap_stalls_the_guest_while_its_one_hold_replays(tmp_path: Path) -> None:
@@ -283,11 +284,11 @@ async def test_z_under_the_tdp_mmu_invalidates_roots_and_frees_tables_through_rc
         assert isinstance(session, TdpSession)
         mmu.action_run(200)
         (root,) = session.mmu.pages.tdp_mmu_roots
-        levels = str(mmu.query_one(PageLevels).content)
+        levels = mmu.query_one(PageLevels).all_rows
         assert "tdp_mmu_root_count 3 (valid; vCPUs 0,1)" in levels and "count 3 vcpu 0,1" in levels
         mmu.action_fast_zap()  # no await before the look: no frame can replay a hold yet
         assert root.role.invalid and mmu.zap_replay and "every root invalid" in mmu._zap_caption()
-        levels = str(mmu.query_one(PageLevels).content)
+        levels = mmu.query_one(PageLevels).all_rows
         assert "tdp_mmu_root_count 2 (invalid; vCPUs 0,1)" in levels
         assert "RCU pending:" in levels and "sptes frozen" in levels
         grid = str(mmu.query_one(SptGrid).content)
@@ -319,7 +320,7 @@ async def test_shadow_paging_shows_an_unsync_page_and_its_sync(tmp_path: Path) -
         await next_exits(
             pilot, mmu, 200, lambda: any(sp.unsync for sp in session.mmu.pages.pages())
         )
-        levels = str(mmu.query_one(PageLevels).content)
+        levels = mmu.query_one(PageLevels).all_rows
         assert "unsync~" in levels
         counters = str(mmu.query_one(MmuCounters).content)
         assert "unsync/pte_wr/flooded" in counters and "prev_roots vcpu" in counters

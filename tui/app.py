@@ -98,6 +98,13 @@ class MmuscopeApp(App[None]):
             priority=True,
             tooltip="The scenario's previous step, replayed from the start (also PageUp, ←, b)",
         ),
+        Binding(
+            "C",
+            "whole_caption",
+            "Caption",
+            show=False,
+            tooltip="The scenario's caption whole, or cut to its first lines again",
+        ),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("t", "next_theme", "Theme", show=False, tooltip="Cycle the mmuscope themes"),
         Binding("S", "screenshot_svg", "Screenshot", show=False, tooltip="Save an SVG screenshot"),
@@ -247,7 +254,7 @@ class MmuscopeApp(App[None]):
             self.switch_screen(name)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "scenario":
+        if action in ("scenario", "whole_caption"):
             # the keys exist only in a scenario, and not while a dialog takes typing
             return self.scenario_run is not None and not isinstance(self.screen, ModalScreen)
         return True
@@ -264,6 +271,13 @@ class MmuscopeApp(App[None]):
         from .scenario_runner import goto_step
 
         await goto_step(self, run, target)
+
+    def action_whole_caption(self) -> None:
+        """`C`: a caption cut to its first lines (a short terminal) shown whole, and back."""
+        from .widgets.caption import Caption
+
+        for caption in self.screen.query(Caption):
+            caption.toggle_whole()
 
     def action_help(self) -> None:
         from .screens.help import HelpScreen

@@ -23,8 +23,9 @@ from engine.mmu.tdp_session import TdpSession
 from engine.mmu.views import spt_cells
 from engine.pacing import Pacer
 
-from ..widgets.lookup_bar import LookupBar
-from ..widgets.mmu_panels import GuestPanel, MmuCounters, PageLevels, SptGrid
+from ..widgets.lookup_bar import FaultBar
+from ..widgets.mmu_panels import GuestPanel, MmuCounters, PageLevels
+from ..widgets.spt_grid import SptGrid
 from ..widgets.titles import fit_title
 from .base import PlayerScreen
 from .shadow_mmu_actions import GuestActions
@@ -112,7 +113,7 @@ class ShadowMmuScreen(ZapReplay, PagingModes, GuestActions, FastPathActions, Pla
 
     def compose_main(self) -> ComposeResult:
         with Vertical(id="left"):
-            yield LookupBar(id="fault-bar")
+            yield FaultBar(id="fault-bar")
             yield PageLevels(id="levels")
             yield SptGrid(id="grid")
         with Vertical(id="mmu-right"):
@@ -196,7 +197,7 @@ class ShadowMmuScreen(ZapReplay, PagingModes, GuestActions, FastPathActions, Pla
                 grid.outer_size.width,
             )
         elif selected is None:
-            grid.show_text(grid.empty_text())
+            grid.show_empty()
             grid.border_title = "spt: no page selected (step to a fault)"
         else:
             gen = session.vm.generation(selected.role.smm)
@@ -208,7 +209,7 @@ class ShadowMmuScreen(ZapReplay, PagingModes, GuestActions, FastPathActions, Pla
             versions = [page + why for why in unsync] if selected.unsync else [page]
             grid.border_title = fit_title(versions, grid.outer_size.width)
         words = fault_words(self.last, self.shown, len(self.path))
-        self.query_one(LookupBar).show_content(words)
+        self.query_one(FaultBar).show_words(words)
         lines = counter_lines(session, self.last, self.paging)
         self.query_one(MmuCounters).show(lines, mmu.pages.lock_holds, self.caption_text)
         show_guest(self.query_one(GuestPanel), session, self.last)

@@ -12,11 +12,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
+from rich.style import Style
 from rich.text import Text
 from textual.widget import Widget
 
 from .wrap import wrapped_height
 
+_WHY = re.compile(r"\s*\([^()]*\)$")  # a value's closing "(explanation)"
 _PARTS = re.compile(r"\s*/\s*|\s+·\s+")  # "accesses / exits": two counters on one row
 MIN_NAME = 4  # a shorter part ("max") names nothing on its own
 
@@ -60,6 +62,25 @@ def fit_rows(
         elif not skip:
             break
     return sorted(kept), len(rows) - len(kept)
+
+
+def table_row(name: str, value: str, width: int, column: int, label: Style) -> Text:
+    """A counters table's `name  value` row on one line of `width` (0: unknown): a
+    table never wraps a row.  Where the row does not fit, the value takes the label
+    column's padding first, then loses its closing "(explanation)", then is cut with an
+    ellipsis; the label is kept whole."""
+    row = f"{name:<{column}}{value}"
+    if not width or len(row) <= width:
+        return Text.assemble((f"{name:<{column}}", label), value)
+    name = f"{name} "
+    if len(name) + len(value) > width:
+        value = _WHY.sub("", value) or value
+        if column + len(value) <= width:
+            return Text.assemble((f"{name.strip():<{column}}", label), value)
+    room = width - len(name)
+    if len(value) > room:
+        value = value[: max(room - 1, 0)].rstrip() + "…"
+    return Text.assemble((f"{name:<{width - len(value)}}", label), value)
 
 
 def more_rows(dropped: int, what: str = "rows") -> str:

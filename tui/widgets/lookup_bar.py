@@ -1,13 +1,15 @@
-"""One line saying what the lookup on screen is doing, in words."""
+"""One line saying what the lookup (or the fault) on screen is doing, in words."""
 
 from __future__ import annotations
 
 from rich.text import Text
+from textual.css.scalar import Unit
 
 from engine.constants import PAGE_SHIFT
 
 from .highlight import Highlight
 from .panel import TextPanel
+from .wrap import wrapped_height
 
 
 class LookupBar(TextPanel):
@@ -36,3 +38,32 @@ class LookupBar(TextPanel):
             verdict += f" → slot {highlight.slot.id}" + (f" {name}" if name else "")
         text.append(f"  {verdict}", style="bold")
         self.show_content(text)
+
+
+class FaultBar(LookupBar):
+    """The shadow-MMU screen's fault bar: the last VM exit in words, its parts joined by
+    " · " (the exit and its `RET_PF_*`, then the fast path, the injected #PF, the dirty
+    log pass).  Where they wrap onto more rows than its max-height, the last parts give
+    way to " · …" (the first one always stays: a row is never cut inside a field)."""
+
+    _words = ""
+
+    def show_words(self, words: str) -> None:
+        self._words = words
+        self._fit()
+
+    def on_resize(self) -> None:
+        if self._words:
+            self._fit()
+
+    def _fit(self) -> None:
+        width = self.content_size.width
+        limit = self.styles.max_height
+        rows = int(limit.value) if limit is not None and limit.unit is Unit.CELLS else 0
+        parts = self._words.split(" · ")
+        shown = self._words
+        for count in range(len(parts) - 1, 0, -1):
+            if not width or not rows or wrapped_height(Text(shown), width) <= rows:
+                break
+            shown = " · ".join(parts[:count]) + " · …"
+        self.show_content(shown)

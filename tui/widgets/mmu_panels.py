@@ -17,16 +17,15 @@ from textual.widget import Widget
 
 from engine.mmu.dag import RootReach
 from engine.mmu.mmu_pages import KvmMmuPage
-from engine.mmu.views import LevelSummary, SpteCell
+from engine.mmu.views import LevelSummary
 
-from .fit import fit_rows, more_rows, names_in, refit_in_render
+from .fit import fit_rows, more_rows, names_in, refit_in_render, table_row
 from .titles import set_border_subtitle
 from .wrap import WrapCache, wrapped_height
 
-GRID_COLUMNS = 32  # 512 sptes = 16 rows of 32
 PAGES_PER_LEVEL = 6  # chips shown per level around the path
 MAX_ROOT_LINES = 3
-LEGEND = "· none ▸ table ■ 4K □ A clear █ 2M ◆ MMIO ◇ stale MMIO ✱ frozen"
+LABEL_COLUMN = 22  # the counters' names ("unsync/pte_wr/flooded" and a space)
 UNSYNC_MARK = "~"  # after a page chip: unsync (kvm_mmu_unsync_page), synced at CR3 load
 
 
@@ -125,64 +124,111 @@ class PageLevels(MmuDrawing):
     ) -> None:
         """`is_obsolete`: the MMU's own test (default: another generation or invalid);
         `notes`: extra lines (the TDP MMU's roots and RCU-pending tables)."""
-        text = Text(no_wrap=True, overflow="ellipsis")
         on_path = {sp.seq for sp in path}
         self._obsolete = is_obsolete or (
             lambda sp: sp.mmu_valid_gen != valid_gen or bool(sp.role.invalid)
         )
-        for line in (reach or [])[:MAX_ROOT_LINES]:
-            self._root_line(text, line, on_path, valid_gen)
+        label = self.style_of("label")
+        roots = [self._root_line(line, on_path) for line in (reach or [])[:MAX_ROOT_LINES]]
         if reach and len(reach) > MAX_ROOT_LINES:
-            more = len(reach) - MAX_ROOT_LINES
-            text.append(f"... {more} more roots\n", style=self.style_of("label"))
-        for summary in levels:
-            row = len(text)
-            text.append(f"L{summary.level} ", style=self.style_of("label"))
-            text.append(f"{len(summary.pages):>6} ", style=self.style_of("page"))
-            if summary.obsolete:
-                text.append(f"({summary.obsolete} obsolete) ", style=self.style_of("obsolete"))
-            unsync = sum(sp.unsync for sp in summary.pages)
-            if unsync:
-                text.append(f"({unsync} unsync{UNSYNC_MARK}) ", style=self.style_of("unsync"))
-            room = self.content_size.width - (len(text) - row)
-            for sp in _fitting(summary.pages, on_path, room):
-                component = "path" if sp.seq in on_path else "page"
-                if selected is not None and sp is selected:
-                    component = "selected"
-                elif zapping_now and sp.seq in zapping_now:
-                    component = "mmio-stale"  # under the lock hold being replayed
-                elif self._obsolete(sp):
-                    component = "obsolete"
-                elif sp.unsync:
-                    component = "unsync"
-                text.append(f"[{sp.gfn:#x}]", style=self.style_of(component))
-                text.append(UNSYNC_MARK if sp.unsync else " ", style=self.style_of("unsync"))
-            text.append("\n")
+            roots.append(Text(f"... {len(reach) - MAX_ROOT_LINES} more roots", style=label))
+        rows = [self._level_row(s, on_path, selected, zapping_now) for s in levels]
         if not levels:
-            text.append(
-                "no shadow pages: the next fault builds a root\n", style=self.style_of("label")
-            )
-        for note in notes or ():
-            text.append(note + "\n", style=self.style_of("label"))
-        if zapping:
-            text.append(zapping, style=self.style_of("mmio-stale"))
-        self.show_text(text)
+            rows.append(Text("no shadow pages: the next fault builds a root", style=label))
+        notes_rows = [Text(note, style=label) for note in notes or ()]
+        zap = [Text(zapping, style=self.style_of("mmio-stale"))] if zapping else []
+        self._rows = [*roots, *rows, *notes_rows, *zap]
+        # kept first: the zap under way, the first root's reach, the levels from the
+        # leaves up, the notes (the TDP MMU's roots, RCU), the other roots
+        first = len(roots)
+        after = first + len(rows)
+        self._order = [
+            *range(after + len(notes_rows), len(self._rows)),
+            *range(min(first, 1)),
+            *reversed(range(first, after)),
+            *range(after, after + len(notes_rows)),
+            *range(1, first),
+        ]
+        self._fit()
 
-    def _root_line(self, text: Text, reach: RootReach, on_path: set[int], valid_gen: int) -> None:
-        """root gfn, its vCPUs, and the pages below it per level (networkx reach)."""
+    _rows: list[Text] = []
+    _order: list[int] = []
+    _fitted_for = Size(0, 0)
+
+    @property
+    def all_rows(self) -> str:
+        """Every row, those the panel's height leaves out too."""
+        return "\n".join(row.plain for row in self._rows)
+
+    def render(self) -> Text:
+        if self._rows and self._fitted_for != self.content_size:
+            refit_in_render(self, self._fit)  # laid out again (a caption came or went)
+        return super().render()
+
+    def _fit(self) -> None:
+        """The rows that fit, the others counted on the bottom border."""
+        self._fitted_for = self.content_size
+        width, room = self.content_size
+        kept, dropped = fit_rows(self._rows, width, room, self._order)
+        set_border_subtitle(self, more_rows(dropped))
+        self.show_text(
+            Text("\n", no_wrap=True, overflow="ellipsis").join(self._rows[i] for i in kept)
+        )
+
+    def _level_row(
+        self,
+        summary: LevelSummary,
+        on_path: set[int],
+        selected: KvmMmuPage | None,
+        zapping_now: set[int] | None,
+    ) -> Text:
+        """`L1   12 (2 obsolete) [0x..] [0x..]`: as many page chips as fit the width."""
+        text = Text()
+        text.append(f"L{summary.level} ", style=self.style_of("label"))
+        text.append(f"{len(summary.pages):>6} ", style=self.style_of("page"))
+        if summary.obsolete:
+            text.append(f"({summary.obsolete} obsolete) ", style=self.style_of("obsolete"))
+        unsync = sum(sp.unsync for sp in summary.pages)
+        if unsync:
+            text.append(f"({unsync} unsync{UNSYNC_MARK}) ", style=self.style_of("unsync"))
+        room = self.content_size.width - len(text)
+        for sp in _fitting(summary.pages, on_path, room):
+            component = "path" if sp.seq in on_path else "page"
+            if selected is not None and sp is selected:
+                component = "selected"
+            elif zapping_now and sp.seq in zapping_now:
+                component = "mmio-stale"  # under the lock hold being replayed
+            elif self._obsolete(sp):
+                component = "obsolete"
+            elif sp.unsync:
+                component = "unsync"
+            text.append(f"[{sp.gfn:#x}]", style=self.style_of(component))
+            text.append(UNSYNC_MARK if sp.unsync else " ", style=self.style_of("unsync"))
+        text.rstrip()
+        return text
+
+    def _root_line(self, reach: RootReach, on_path: set[int]) -> Text:
+        """root gfn, its vCPUs, and the pages below it per level (networkx reach); where
+        that does not fit the width, without the words `reaches L4·L3·L2·L1`."""
         root = reach.root
         component = "path" if root.seq in on_path else "page"
         if self._obsolete(root):
             component = "obsolete"
+        label = self.style_of("label")
         vcpus = ",".join(map(str, reach.vcpus))
-        text.append(f"root [{root.gfn:#x}]", style=self.style_of(component))
-        text.append(
-            f" count {root.root_count} vcpu {vcpus} reaches L4·L3·L2·L1 ",
-            style=self.style_of("label"),
-        )
-        text.append("·".join(map(str, reach.per_level)), style=self.style_of("page"))
+        per_level = "·".join(map(str, reach.per_level))
         shared = f" ({reach.shared} shared)" if reach.shared else ""
-        text.append(f"{shared}\n", style=self.style_of("label"))
+        head = f" count {root.root_count} vcpu {vcpus}"
+        words = f"{head} reaches L4·L3·L2·L1 "
+        width = self.content_size.width
+        if width and len(f"root [{root.gfn:#x}]{words}{per_level}{shared}") > width:
+            words = f"{head}: "
+        return Text.assemble(
+            (f"root [{root.gfn:#x}]", self.style_of(component)),
+            (words, label),
+            (per_level, self.style_of("page")),
+            (shared, label),
+        )
 
 
 def _around(
@@ -202,55 +248,6 @@ def _fitting(pages: tuple[KvmMmuPage, ...], on_path: set[int], room: int) -> lis
         if room <= 0 or sum(len(f"[{sp.gfn:#x}]") + 1 for sp in chosen) <= room:
             return chosen
     return _around(pages, on_path, 1)
-
-
-class SptGrid(MmuDrawing):
-    """The 512 sptes of one page, 32 to a row; the fault's entry is marked."""
-
-    SYMBOL = {"none": "·", "nonleaf": "▸", "leaf": "■", "large": "█", "mmio": "◆",
-              "mmio-stale": "◇", "frozen": "✱", "unaccessed": "□"}  # fmt: skip
-
-    _grid: tuple[list[SpteCell], int | None] | None = None
-
-    def show(self, cells: list[SpteCell], marked: int | None) -> None:
-        columns, gap = self._shape()
-        text = Text(no_wrap=True)
-        for cell in cells:
-            component = "selected" if cell.index == marked else cell.state
-            text.append(self.SYMBOL[cell.state], style=self.style_of(component))
-            text.append("\n" if cell.index % columns == columns - 1 else gap)
-        text.append(self.legend(), style=self.style_of("label"))
-        self.show_text(text)
-        self._grid = (cells, marked)
-
-    def show_text(self, text: Text) -> None:
-        self._grid = None
-        super().show_text(text)
-
-    def on_resize(self) -> None:
-        """The grid's shape follows the panel (a scenario's caption changes its height)."""
-        if self._grid is not None:
-            self.show(*self._grid)
-
-    def legend(self) -> str:
-        """The legend on one row: its items one space apart when two do not fit."""
-        width = self.content_size.width
-        return LEGEND if not width or len(LEGEND) <= width else LEGEND.replace("  ", " ")
-
-    def _shape(self) -> tuple[int, str]:
-        """32 spaced cells a row when they fit (16 rows); when the panel is short, 64
-        packed cells a row (8 rows); when it is narrow, 32 packed."""
-        width, height = self.content_size
-        rows_needed = len(range(0, 512, GRID_COLUMNS)) + 1  # and the legend
-        if width >= 2 * GRID_COLUMNS - 1 and (height >= rows_needed or width < 64):
-            return GRID_COLUMNS, " "
-        return (64, "") if width >= 64 else (GRID_COLUMNS, "")
-
-    def empty_text(self) -> Text:
-        return Text(
-            "the sptes of the page a fault walked through appear here\n\n" + self.legend(),
-            style=self.style_of("label"),
-        )
 
 
 class MmuCounters(MmuDrawing):
@@ -282,7 +279,7 @@ class MmuCounters(MmuDrawing):
         self._fitted_for = self.content_size
         width, room = self.content_size
         label = self.style_of("label")
-        rows = [Text.assemble((f"{name:<22}", label), value) for name, value in lines]
+        rows = [table_row(name, value, width, LABEL_COLUMN, label) for name, value in lines]
         named = [i for i, (name, _) in enumerate(lines) if names_in(name, caption)]
         first = [i for i in range(min(self.KEPT_FIRST, len(lines))) if i not in named]
         hold_rows = self._hold_rows(holds, width, room - len(named) - len(first))
@@ -302,13 +299,25 @@ class MmuCounters(MmuDrawing):
         label, bar = self.style_of("label"), self.style_of("mmio-stale")
         shown = min(len(holds), self.MAX_HOLDS, max(room - 2, 2) if room > 0 else self.MAX_HOLDS)
         longest = max(1, min(40, (width or 47) - 7))  # "  197 " and the bar on one row
-        rows = [Text("last zap, pages per mmu_lock hold", style=label)]
+        head = "last zap, pages per mmu_lock hold"
+        rows = [
+            Text(
+                head if not width or len(head) <= width else "last zap, pages per hold", style=label
+            )
+        ]
         for hold in holds[:shown]:
             rows.append(Text.assemble((f"{hold:>5} ", label), ("█" * min(hold, longest), bar)))
         if len(holds) > shown:
             rows.append(Text(f"  ... {len(holds) - shown} more holds", style=label))
         return rows
 
+
+EPT_NOTE = (
+    "EPT on: the CPU walks the guest's page tables itself, so KVM never reads them and "
+    "keeps no vtlb. p: shadow paging (EPT off)"
+)
+EPT_NOTE_SHORT = "EPT on: CPU walks, no vtlb (p)"  # one row at 80 columns
+SHORT_SCREEN = 34  # tui/screens/base.py's TALL: below it, the short note
 
 LEVEL_NAMES = {4: "PML4E", 3: "PDPTE", 2: "PDE", 1: "PTE"}
 WALK_WIDTH = 36  # " PML4E 0x00000000dc001027 → 0xdc001": narrower, the ptes lose their zeros
@@ -331,16 +340,21 @@ class GuestPanel(MmuDrawing):
     _full_height = 0
 
     def show_tdp(self) -> None:
+        """The note that EPT needs neither (shorter on a short terminal, where the
+        counters beside it need the rows more)."""
         self._shown = None
         self.add_class("-tdp")
         set_border_subtitle(self, "")
-        self.show_text(
-            Text(
-                "EPT on: the CPU walks the guest's page tables itself, so KVM "
-                "never reads them and keeps no vtlb. p: shadow paging (EPT off)",
-                style=self.style_of("label"),
-            )
-        )
+        short = self.app.size.height < SHORT_SCREEN
+        self.show_text(Text(EPT_NOTE_SHORT if short else EPT_NOTE, style=self.style_of("label")))
+
+    def on_resize(self) -> None:
+        if self.has_class("-tdp"):
+            self.show_tdp()  # the terminal grew or shrank past SHORT_SCREEN
+
+    def drawn_rows(self, width: int) -> int:
+        """The rows it draws now at `width` (its content height is every row)."""
+        return wrapped_height(self.render(), width)
 
     def show(
         self,
@@ -410,5 +424,8 @@ class GuestPanel(MmuDrawing):
         kept, dropped = fit_rows(rows, width, room, skip=False)
         text = Text("\n", no_wrap=True, overflow="ellipsis").join(rows[i] for i in kept)
         left_out = sum(rows[i].plain.count("→") for i in range(first, len(rows)) if i not in kept)
-        set_border_subtitle(self, more_rows(left_out if dropped else 0, "entries"))
+        if any(i not in kept for i in range(first)):  # the walk's own rows too
+            set_border_subtitle(self, more_rows(dropped))
+        else:
+            set_border_subtitle(self, more_rows(left_out if dropped else 0, "entries"))
         self.show_text(text)
