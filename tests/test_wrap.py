@@ -44,3 +44,26 @@ def test_a_row_breaks_between_two_fields_first() -> None:
     ]
     short = Text("fits")
     assert wrap_text(short, 10) is short
+
+
+def test_a_counters_row_never_wraps_and_keeps_its_label() -> None:
+    """Issue 13 §2, tables never wrap a row: the value takes the label column's padding,
+    then drops its closing "(explanation)", then is cut with an ellipsis."""
+    from rich.style import Style
+
+    from tui.widgets.fit import table_row
+
+    label = Style()
+    assert table_row("host pages", "2M (host_pfn_mapping_level)", 0, 22, label).plain == (
+        "host pages            2M (host_pfn_mapping_level)"
+    )
+    assert table_row("accesses / exits", "201 / 151", 30, 22, label).plain == (
+        "accesses / exits     201 / 151"
+    )
+    assert table_row("host pages", "2M (host_pfn_mapping_level)", 30, 22, label).plain == (
+        "host pages            2M"
+    )
+    row = table_row("level (why)", "2M: slot and host allow", 30, 22, label).plain
+    assert row.startswith("level (why) ") and row.endswith("…") and len(row) == 30
+    for width in (24, 30, 44):
+        assert len(table_row("nx_lpage_splits", "0 · nx_huge_pages=off", width, 22, label)) <= width
