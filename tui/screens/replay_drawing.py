@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from textual.reactive import Reactive
+
 from engine.pacing import Pacer
 from engine.replay.cursor import TraceCursor
 from engine.replay.filters import EventFilter
@@ -32,6 +34,12 @@ TIMELINE_EVERY = 0.05  # seconds between redraws of the timeline bar while playi
 
 class ReplayDrawing(PlayerScreen):
     """The drawing half of `tui.screens.replay.ReplayScreen`."""
+
+    # Textual's Screen repaints the whole screen when its title or sub-title changes;
+    # only the header shows them, and it redraws itself through its own watchers.  The
+    # sub-title counts the events while the trace is indexed: ten repaints a second.
+    title: Reactive[str | None] = Reactive(None, compute=False, repaint=False)
+    sub_title: Reactive[str | None] = Reactive(None, compute=False, repaint=False)
 
     def __init__(self, timeline: Timeline, pacer: Pacer, source: str) -> None:
         super().__init__(pacer)

@@ -8,9 +8,11 @@ below that (80×24) it keeps its one row and Textual's ellipsis.
 
 from __future__ import annotations
 
+from textual.app import ComposeResult
 from textual.content import Content
+from textual.visual import VisualType
 from textual.widgets import Header
-from textual.widgets._header import HeaderTitle
+from textual.widgets._header import HeaderClockSpace, HeaderIcon, HeaderTitle
 
 SEPARATOR = " · "
 DASH = " — "
@@ -31,6 +33,22 @@ def split_title(title: str, sub_title: str, width: int) -> tuple[str, str]:
     return sub_title, ""
 
 
+class SteadyTitle(HeaderTitle):
+    """Textual's header title, which lays the screen out again only when its number of
+    rows changes: its width is the header's and its height its rows (`height: auto`,
+    no wrapping), so a new title of as many rows keeps every widget where it is.  (Each
+    `update` of Textual's lays the whole screen out: the replay screen's sub-title
+    counts the events while the trace is indexed, ten times a second.)"""
+
+    _rows: int | None = None
+
+    def update(self, content: VisualType = "", *, layout: bool = True) -> None:
+        plain = content.plain if isinstance(content, Content) else content
+        rows = plain.count("\n") + 1 if isinstance(plain, str) else None  # None: unknown
+        super().update(content, layout=layout and (rows is None or rows != self._rows))
+        self._rows = rows
+
+
 class MmuHeader(Header):
     """Textual's `Header`, on two rows where one would cut the state."""
 
@@ -44,6 +62,11 @@ class MmuHeader(Header):
     def __init__(self, *, one_row_below: int = 0) -> None:
         super().__init__()
         self.one_row_below = one_row_below  # terminal widths that keep one row
+
+    def compose(self) -> ComposeResult:
+        yield HeaderIcon().data_bind(Header.icon)
+        yield SteadyTitle()
+        yield HeaderClockSpace()
 
     def format_title(self) -> Content:
         title, sub_title = self.screen_title, self.screen_sub_title

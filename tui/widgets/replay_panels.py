@@ -8,6 +8,7 @@ stale MMIO spte `mmio-stale`.
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal
@@ -86,14 +87,19 @@ class IndexingBar(Horizontal):
     def __init__(self, label: str, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.label = label
+        self._label_width = cell_len(label)
 
     def compose(self) -> ComposeResult:
         yield Label(self.label, id="indexing-label")
         yield ProgressBar(total=100, show_eta=False, id="indexing-progress")
 
     def show(self, percent: float, words: str) -> None:
+        """The label's words lay the screen out again only when their width changes (the
+        label is `width: auto`): a count of events that keeps its digits repaints it."""
         self.query_one(ProgressBar).update(total=100, progress=percent)
-        self.query_one(Label).update(words)
+        width = cell_len(words)
+        self.query_one(Label).update(words, layout=width != self._label_width)
+        self._label_width = width
 
 
 class ReplayPages(MmuDrawing):
