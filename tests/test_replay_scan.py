@@ -17,7 +17,7 @@ from engine.replay.scan import PACE_EVERY, TraceScan, scan_trace
 from engine.replay.stream import iter_positioned
 from engine.trace.reader import summarize
 from tests.test_replay_model import fixture_files, wrapped_traces
-from tui.screens.replay_sources import index_trace
+from tui.screens.replay_sources import GATE_WAIT, FrameGate, index_trace
 
 
 def check_scan(data: bytes) -> TraceScan:
@@ -95,8 +95,43 @@ def test_the_index_paces_itself_in_both_passes_and_a_closed_gate_only_slows_it(
     trace = tmp_path / "trace.txt"
     trace.write_bytes(data)
     gated = TraceIndex(len(data))
-    gate = threading.Event()  # never set: every pace() waits GATE_WAIT
+    gate = threading.Event()  # never set: the first pace() waits GATE_WAIT, then on
     index_trace(trace, gated, lambda progress, error: None, lambda: False, gate)
     gated.audit()
     assert gated.done and gated.events == index.events == events
     assert list(gated.scan.offsets) == list(index.scan.offsets)
+
+
+class _Gate:
+    """A threading.Event's is_set/wait, set by hand, recording each wait."""
+
+    def __init__(self) -> None:
+        self.flag = False
+        self.waits: list[float] = []
+
+    def is_set(self) -> bool:
+        return self.flag
+
+    def wait(self, timeout: float) -> bool:
+        self.waits.append(timeout)
+        return self.flag
+
+
+def test_the_frame_gate_waits_once_for_a_missed_frame_and_again_after_the_next() -> None:
+    """FrameGate: an open gate costs no wait; a closed one one wait of GATE_WAIT, and none
+    more until the gate has opened again (a frame never drawn slows the index once)."""
+    gate = _Gate()
+    pace = FrameGate(gate)  # type: ignore[arg-type]
+    gate.flag = True
+    pace()
+    assert gate.waits == []
+    gate.flag = False  # a frame starts
+    pace()
+    pace()
+    pace()
+    assert gate.waits == [GATE_WAIT]  # it ran out once: the worker goes on
+    gate.flag = True  # drawn at last
+    pace()
+    gate.flag = False  # the next frame
+    pace()
+    assert gate.waits == [GATE_WAIT, GATE_WAIT]
