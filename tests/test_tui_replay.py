@@ -4,11 +4,13 @@ progress; it reads at 80×24 and 120×40; `e` exports the pages as dot."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from textual.widgets import Input
 
 from engine.pacing import SPEEDS
@@ -17,8 +19,9 @@ from engine.replay.index import TraceIndex, build_index, open_for_index
 from tests.datafiles import FIXTURES
 from tests.tui_pilot import drawn_lines, paste, press_export
 from tui.app import MmuscopeApp, make_app
+from tui.screens import replay as replay_module
 from tui.screens.base import TooSmall
-from tui.screens.replay import ReplayScreen
+from tui.screens.replay import STEP_CHUNK, ReplayScreen
 from tui.widgets.events import EventPanel
 from tui.widgets.replay_panels import IndexingBar, ReplayPages, ReplayState, SpteGrid, TimelineBar
 
@@ -169,6 +172,31 @@ async def test_a_big_file_shows_indexing_progress_and_plays_meanwhile(tmp_path: 
         cursor.index.audit()
         await pilot.pause()
         assert screen._frame_drawn.is_set()  # every frame drawn: the index worker's gate open
+
+
+async def test_a_frame_gives_the_event_loop_turns_and_a_pause_between_them_ends_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A frame replays STEP_CHUNK events a turn (SLICE 0: one chunk a turn) and lets the
+    event loop run between turns; space pressed then pauses it there, and kvm_stat
+    counts exactly the events the model applied."""
+    monkeypatch.setattr(replay_module, "SLICE", 0.0)
+    monkeypatch.setattr(replay_module, "FRAME_BUDGET", 60.0)
+    app = build(SAMPLE, tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = replay_screen(app)
+        cursor = await indexed(pilot, screen)
+        screen.pacer.playing = True  # playing, without the frame timer: frames by hand
+        frame = asyncio.ensure_future(screen._play(STEP_CHUNK + 5))
+        await asyncio.sleep(0)  # the frame's first turn runs, then this test's
+        assert cursor.position == STEP_CHUNK and not frame.done()
+        screen.action_play_pause()  # what space does
+        await frame
+        assert cursor.position == STEP_CHUNK and not screen.pacer.playing
+        panel = screen.query_one(EventPanel)
+        assert sum(panel.counters.totals.values()) == STEP_CHUNK
+        await pilot.pause()
+        assert screen._frame_drawn.is_set()  # drawn: the index worker's gate open
 
 
 async def test_without_a_trace_there_is_no_replay_view(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ message instead of a broken layout when the terminal is too small."""
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 
 from textual import work
@@ -228,13 +229,15 @@ class PlayerScreen(MmuScreen):
     def animating_alone(self) -> bool:
         return False
 
-    def _frame(self) -> None:
+    def _frame(self) -> Awaitable[None] | None:
         now = time.monotonic()
         dt, self._last_tick = now - self._last_tick, now
-        self.tick(now, min(dt, 0.25))
+        return self.tick(now, min(dt, 0.25))
 
-    def tick(self, now: float, dt: float) -> None:
-        """One frame: `dt` seconds since the last one."""
+    def tick(self, now: float, dt: float) -> Awaitable[None] | None:
+        """One frame: `dt` seconds since the last one (an awaitable, if the frame gives
+        the event loop turns: the frame timer awaits it before the next frame)."""
+        return None
 
     def show_state(self) -> None:
         """Redraw what play, pause and speed change (the header, at least)."""

@@ -11,8 +11,10 @@ and handed over in batches; only the last events are kept to seek back in.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 
 from textual import on, work
@@ -45,6 +47,8 @@ from .replay_sources import index_trace, tail_pipe
 REPLAY_SPEED = 100.0  # events a second to start with
 MAX_PER_FRAME = 1000  # events replayed in one frame at most (the Pacer caps at 10000/s)
 FRAME_BUDGET = 0.006  # seconds of parsing a frame may spend (the rest waits a frame)
+SLICE = 0.002  # seconds of parsing between two turns of the event loop within a frame
+STEP_CHUNK = 16  # events replayed between two looks at the clock (~0.5 ms)
 NEXT_CHANGE_LIMIT = 200_000  # events `n` reads looking for a change
 SEEK_STEP = 0.10  # [ and ]: a tenth of the trace's time
 
@@ -227,28 +231,52 @@ class ReplayScreen(ReplayDrawing):
 
     # -- playing ----------------------------------------------------------------------
 
-    def tick(self, now: float, dt: float) -> None:
-        if not self.timeline.live:  # the index worker waits until this frame is drawn
-            self._frame_drawn.clear()
-            self.call_after_refresh(self._frame_drawn.set)
+    def tick(self, now: float, dt: float) -> Awaitable[None] | None:
         timeline = self.timeline
         if timeline.live:  # events come in batches from the reader; draw what they did
             self.flush_events()
             self.redraw()
-            return
-        count = min(self.pacer.advance(dt), MAX_PER_FRAME)
-        events: list[Event] = []
+            return None
+        self._frame_drawn.clear()  # the index worker waits until this frame is drawn
+        return self._play(min(self.pacer.advance(dt), MAX_PER_FRAME))
+
+    async def _play(self, count: int) -> None:
+        """Replay up to `count` events, at most FRAME_BUDGET seconds of parsing (late
+        frames do not snowball), in turns of SLICE seconds between which the event loop
+        runs (a key press waits for one turn, not for the frame); then draw what they
+        did.  A pause meanwhile (a key, a seek) ends the frame there."""
+        timeline = self.timeline
+        played, at_end = 0, False
         deadline = time.perf_counter() + FRAME_BUDGET
-        while count > 0 and time.perf_counter() < deadline:  # late frames do not snowball
-            stepped = timeline.step(min(count, 64))
-            if not stepped:
-                break
-            events += stepped
-            count -= len(stepped)
-        if not events and timeline.at_end:
+        try:
+            while True:
+                end = min(time.perf_counter() + SLICE, deadline)
+                while played < count:  # a turn replays STEP_CHUNK events at least
+                    stepped = timeline.step(min(count - played, STEP_CHUNK))
+                    if not stepped:
+                        at_end = True
+                        break
+                    self.pending_events.extend(stepped)  # a seek meanwhile clears them
+                    played += len(stepped)
+                    if time.perf_counter() >= end:
+                        break
+                if at_end or played >= count or time.perf_counter() >= deadline:
+                    break
+                await asyncio.sleep(0)  # the event loop's turn
+                if not self.pacer.playing:
+                    break
+        except asyncio.CancelledError:  # the frame timer stopped (a pause): show_state
+            self._frame_drawn.set()  # draws what was played
+            raise
+        if not played and timeline.at_end and self.pacer.playing:
             self.pause()
             self.notify("end of the trace: home replays it from the start", timeout=4)
-        self.show_events(events)
+        self.show_events([])
+        self.call_after_refresh(self._frame_drawn.set)
+
+    def show_state(self) -> None:
+        self.flush_events()  # a frame paused half-way: the events it played, as a frame
+        super().show_state()
 
     def show_events(self, events: list[Event]) -> None:
         """Events just replayed: to the log and counters (filtered), then redraw."""
