@@ -1,6 +1,7 @@
 """tui/widgets/row_cache.py: the panels' rows, framed once per render, are the strips
 Textual's own styles cache draws, segment for segment (styles included), on every panel
-of the memslots screen (bordered, padded, scrolled, focused), in two themes."""
+of the memslots screen (bordered, padded, scrolled, focused), in two themes, and on the
+replay screen's panels."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from textual._styles_cache import StylesCache
 from textual.geometry import Region
 from textual.widget import Widget
 
+from tests.datafiles import FIXTURES
 from tests.tui_pilot import build, memslots
+from tui.app import make_app
 from tui.widgets.event_log import EventLog
+from tui.widgets.replay_panels import ReplayPanel
 from tui.widgets.row_cache import RowStylesCache
 
 
@@ -50,3 +54,23 @@ async def test_rows_are_textuals_own_on_every_panel(tmp_path: Path) -> None:
                     assert fast == plain, f"{type(widget).__name__} in {theme}"
                     checked += 1
             assert checked >= 7  # bar, drawing, path, slots, costs, log, counters
+
+
+async def test_rows_are_textuals_own_on_the_replay_panels(tmp_path: Path) -> None:
+    trace = FIXTURES / "trace-kvmmmu-sample.txt"
+    app = make_app(trace=trace, playing=False, export_dir=tmp_path)
+    app.animation_level = "none"
+    async with app.run_test(size=(120, 40)) as pilot:
+        index = app.screen.timeline.index  # type: ignore[attr-defined]
+        for _ in range(200):  # bounded: the sample's 29 events index at once
+            if index.done:
+                break
+            await pilot.pause(0.02)
+        await pilot.press("end")  # pages, sptes, a flip, MMIO sptes: every panel drawn
+        await pilot.pause()
+        assert index.done and app.screen.timeline.position == 29  # type: ignore[attr-defined]
+        panels = list(app.screen.query(ReplayPanel))
+        assert len(panels) == 4  # timeline, pages, grid, state
+        for widget in panels:
+            fast, plain = _both_ways(widget)
+            assert fast == plain, type(widget).__name__

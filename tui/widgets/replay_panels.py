@@ -19,6 +19,7 @@ from engine.replay.model import ReplayModel
 from engine.replay.views import LevelRow, SpteTable, mmio_rows, vcpu_rows
 
 from .mmu_panels import MmuDrawing
+from .row_cache import use_row_cache
 
 GRID_LEGEND = "· none ▸ table ■ 4K █ huge ◆ MMIO"
 SYMBOLS = {"none": "·", "nonleaf": "▸", "leaf": "■", "large": "█", "mmio": "◆"}
@@ -31,7 +32,18 @@ def seconds(value: float) -> str:
     return f"{value:.6f}" if abs(value) < 10 else f"{value:.3f}"
 
 
-class TimelineBar(MmuDrawing):
+class ReplayPanel(MmuDrawing):
+    """A drawing whose rows are framed once per render (tui/widgets/row_cache.py): while
+    a trace plays, the replay screen repaints one of its panels nearly every frame, and
+    Textual's per-row framing was about a third of what repainting the state panel or
+    the spte grid cost."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        use_row_cache(self)
+
+
+class TimelineBar(ReplayPanel):
     """One line: play state, time and event position, a bar, speed and filters."""
 
     WRAP = False  # the bar takes the room the words leave
@@ -102,7 +114,7 @@ class IndexingBar(Horizontal):
         self._label_width = width
 
 
-class ReplayPages(MmuDrawing):
+class ReplayPages(ReplayPanel):
     """Per level: how many pages, how many obsolete, and the latest to appear."""
 
     def show(self, rows: list[LevelRow], model: ReplayModel) -> None:
@@ -135,7 +147,7 @@ class ReplayPages(MmuDrawing):
         self.show_text(text)
 
 
-class SpteGrid(MmuDrawing):
+class SpteGrid(ReplayPanel):
     """The 512 sptes of one table as a grid of gfns; the last change marked."""
 
     def show(self, table: SpteTable | None) -> None:
@@ -185,7 +197,7 @@ class SpteGrid(MmuDrawing):
         return columns, "", min(height, cells // columns)
 
 
-class ReplayState(MmuDrawing):
+class ReplayState(ReplayPanel):
     """Generations, pages made and zapped, the MMIO sptes with their generation, TDP
     changes, and the busiest vCPUs."""
 
