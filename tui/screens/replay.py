@@ -244,7 +244,8 @@ class ReplayScreen(ReplayDrawing):
         """Replay up to `count` events, at most FRAME_BUDGET seconds of parsing (late
         frames do not snowball), in turns of SLICE seconds between which the event loop
         runs (a key press waits for one turn, not for the frame); then draw what they
-        did.  A pause meanwhile (a key, a seek) ends the frame there."""
+        did, in a turn of its own.  A pause meanwhile (a key, a seek) ends the frame
+        there."""
         timeline = self.timeline
         played, at_end = 0, False
         deadline = time.perf_counter() + FRAME_BUDGET
@@ -260,10 +261,9 @@ class ReplayScreen(ReplayDrawing):
                     played += len(stepped)
                     if time.perf_counter() >= end:
                         break
-                if at_end or played >= count or time.perf_counter() >= deadline:
-                    break
-                await asyncio.sleep(0)  # the event loop's turn
-                if not self.pacer.playing:
+                done = at_end or played >= count or time.perf_counter() >= deadline
+                await asyncio.sleep(0)  # the event loop's turn (before the drawing too)
+                if done or not self.pacer.playing:
                     break
         except asyncio.CancelledError:  # the frame timer stopped (a pause): show_state
             self._frame_drawn.set()  # draws what was played
