@@ -242,16 +242,16 @@ class ReplayScreen(ReplayDrawing):
 
     async def _play(self, count: int) -> None:
         """Replay up to `count` events, at most FRAME_BUDGET seconds of parsing (late
-        frames do not snowball), in turns of SLICE seconds between which the event loop
-        runs (a key press waits for one turn, not for the frame); then draw what they
-        did, in a turn of its own.  A pause meanwhile (a key, a seek) ends the frame
-        there."""
+        frames do not snowball; what runs between the turns is not the frame's), in
+        turns of SLICE seconds between which the event loop runs (a key press waits for
+        one turn, not for the frame); then draw what they did, in a turn of its own.  A
+        pause meanwhile (a key, a seek) ends the frame there."""
         timeline = self.timeline
-        played, at_end = 0, False
-        deadline = time.perf_counter() + FRAME_BUDGET
+        played, at_end, spent = 0, False, 0.0
         try:
             while True:
-                end = min(time.perf_counter() + SLICE, deadline)
+                start = time.perf_counter()
+                end = start + min(SLICE, FRAME_BUDGET - spent)
                 while played < count:  # a turn replays STEP_CHUNK events at least
                     stepped = timeline.step(min(count - played, STEP_CHUNK))
                     if not stepped:
@@ -261,7 +261,8 @@ class ReplayScreen(ReplayDrawing):
                     played += len(stepped)
                     if time.perf_counter() >= end:
                         break
-                done = at_end or played >= count or time.perf_counter() >= deadline
+                spent += time.perf_counter() - start  # the other turns are not the frame's
+                done = at_end or played >= count or spent >= FRAME_BUDGET
                 await asyncio.sleep(0)  # the event loop's turn (before the drawing too)
                 if done or not self.pacer.playing:
                     break
