@@ -17,7 +17,13 @@ from engine.events import Event
 from engine.replay.model import SMM_KEY
 from engine.trace.lines import TRACE_CMD, format_line, parse_line, parse_trace
 from tests.tdp_replay import assert_shown_sptes_are_live, replay_audited
-from tui.simulate_cli import SimulateOptions, make_session, run, trace_cmd_line
+from tui.simulate_cli import (
+    FAST_FORMATS,
+    SimulateOptions,
+    make_session,
+    run,
+    trace_cmd_line,
+)
 
 MMUSCOPE = str(Path(sys.executable).with_name("mmuscope"))
 
@@ -95,6 +101,31 @@ def test_fast_printk_is_the_tracepoint_templates(options: SimulateOptions) -> No
     assert events
     for event in events:
         assert trace_cmd_line(event) == format_line(event, TRACE_CMD)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        SimulateOptions("tdp", "dirty", 450, 2, "fast", 420, race_rate=0.2),
+        SimulateOptions("tdp", "netperf", 300, 1, "roots", 150),
+        SimulateOptions("direct", "churn", 300, 1, "slow", 100),
+        SimulateOptions("shadow", "fork", 200, 1),
+    ],
+)
+def test_the_printers_formats_are_the_tracepoint_templates(options: SimulateOptions) -> None:
+    """What `simulate` prints (`LinePrinter.listen`: FAST_FORMATS' `%` formats, the head
+    made once per access) is each event's template line, also while an Event listener
+    makes the session hand the printer the fields through `_forward_fields`."""
+    session = make_session(options)
+    events: list[Event] = []
+    session.subscribe(events.append)
+    out = io.StringIO()
+    run(session, options, out)
+    lines = out.getvalue().splitlines()[1:]  # after cpus=N
+    assert len(lines) == len(events) > 100
+    assert {e.name for e in events} & set(FAST_FORMATS)
+    for line, event in zip(lines, events, strict=True):
+        assert line == format_line(event, TRACE_CMD)
 
 
 @pytest.mark.parametrize(

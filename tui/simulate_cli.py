@@ -29,6 +29,7 @@ import argparse
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, TextIO
 
 from engine.events import Event, FieldValue
@@ -261,6 +262,25 @@ def _get_page(f: Mapping[str, FieldValue]) -> str:
     return f"{_sp(f)} {'new' if f['created'] else 'existing'}"
 
 
+def _page_fault_args(f: Mapping[str, FieldValue]) -> tuple[FieldValue, ...]:
+    return f["vcpu_id"], f.get("guest_rip", 0), f["fault_address"], f["error_code"]
+
+
+#: the same texts as `%` formats of a tuple of the fields (what `listen` prints with):
+#: `%s` where the f-string has `{}`, `%x` where it has `:x`
+FAST_FORMATS: dict[str, tuple[str, Callable[[Mapping[str, FieldValue]], tuple[Any, ...]]]] = {
+    "kvm_tdp_mmu_spte_changed": (
+        "as id %s gfn %x level %s old_spte %x new_spte %x",
+        itemgetter("as_id", "gfn", "level", "old_spte", "new_spte"),
+    ),
+    "kvm_mmu_spte_requested": ("gfn %x pfn %x level %s", itemgetter("gfn", "pfn", "level")),
+    "kvm_mmu_set_spte": (
+        "gfn %x spte %x (%s) level %s at %x",
+        itemgetter("gfn", "spte", "access_str", "level", "sptep"),
+    ),
+    "kvm_page_fault": ("vcpu %s rip 0x%x address 0x%016x error_code 0x%x", _page_fault_args),
+}
+
 FAST_PRINTK: dict[str, Callable[[Mapping[str, FieldValue]], str]] = {
     "kvm_tdp_mmu_spte_changed": _spte_changed,
     "kvm_mmu_spte_requested": _spte_requested,
@@ -312,29 +332,34 @@ class LinePrinter:
 
     def listen(self, session: GuestSession[object], append: Callable[[str], None]) -> None:
         """`session.raw_listener`: each event's `line()` appended, stamped as the session
-        stamps it (`stamp()`), the column before the text made once per access and vCPU,
-        the name's column once per name."""
-        names: dict[str, tuple[str, Callable[[Mapping[str, FieldValue]], str] | None]] = {}
-        line, head_of = self.line, self.head
+        stamps it (`stamp()`), the column before the text made once per access and vCPU
+        (`head`, its part before the timestamp once per vCPU), the events of FAST_FORMATS
+        by one `%` of their name's column and text (else FAST_PRINTK's f-string)."""
+        names: dict[str, tuple[str, Callable[[Mapping[str, FieldValue]], tuple[Any, ...]]]] = {}
+        line = self.line
         last_steps = last_cpu = -1
         head = ""
+        prefixes: dict[int, str] = {}
 
         def raw(name: str, fields: Mapping[str, FieldValue]) -> None:
             nonlocal last_steps, last_cpu, head
             entry = names.get(name)
             if entry is None:
-                pad = " " * (_NAME_WIDTH - len(name)) if len(name) < _NAME_WIDTH else ""
-                entry = names[name] = (f"{name}: {pad}", FAST_PRINTK.get(name))
-            named, fast = entry
-            if fast is not None:
-                if session.steps != last_steps or session._vcpu != last_cpu:
-                    last_steps, last_cpu = session.steps, session._vcpu
-                    head = head_of(*session.stamp())
-                try:
-                    append(head + named + fast(fields))
-                    return
-                except KeyError:  # a field the f-string needs is missing: the template
-                    pass
+                entry = names[name] = _line_format(name)
+            if session.steps != last_steps or session._vcpu != last_cpu:
+                last_steps, last_cpu = session.steps, session._vcpu
+                ts, cpu = session.stamp()
+                prefix = prefixes.get(cpu)
+                if prefix is None:
+                    prefix = prefixes[cpu] = f"{COMM:>16}-{0:<5} [{cpu:03d}] "
+                secs, usecs = divmod(round(ts * 1_000_000), 1_000_000)
+                head = f"{prefix}{secs:5d}.{usecs:06d}: "
+            fmt, args = entry
+            try:
+                append(head + fmt % args(fields))
+                return
+            except KeyError:  # a field the format needs is missing: the template
+                pass
             append(line(name, fields, *session.stamp()))
 
         session.raw_listener = raw
@@ -344,6 +369,24 @@ class LinePrinter:
         """trace-cmd's columns before the event name."""
         secs, usecs = divmod(round(ts * 1_000_000), 1_000_000)
         return f"{comm:>16}-{pid:<5} [{cpu:03d}] {secs:5d}.{usecs:06d}: "
+
+
+def _line_format(name: str) -> tuple[str, Callable[[Mapping[str, FieldValue]], tuple[Any, ...]]]:
+    """The `%` format of an event's line after the head (its name's column, then the
+    text) and what makes the tuple it formats; KeyError when the event has neither."""
+    pad = " " * (_NAME_WIDTH - len(name)) if len(name) < _NAME_WIDTH else ""
+    named = f"{name}: {pad}".replace("%", "%%")
+    entry = FAST_FORMATS.get(name)
+    if entry is not None:
+        return named + entry[0], entry[1]
+    fast = FAST_PRINTK.get(name)
+    if fast is not None:
+        return named + "%s", lambda fields: (fast(fields),)
+    return named, _no_fast_format
+
+
+def _no_fast_format(fields: Mapping[str, FieldValue]) -> tuple[Any, ...]:
+    raise KeyError("no fast format")
 
 
 _PRINTER = LinePrinter()

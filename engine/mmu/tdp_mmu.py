@@ -19,6 +19,9 @@ torvalds/linux ≈6.10 (commit 0089c055) `tdp_mmu.c`, `mmu.c` (`kvm_mmu_page_fau
   `tdp_mmu_map_handle_target_level()` installs the leaf with `tdp_mmu_set_spte_atomic`
   (RET_PF_RETRY when that loses, RET_PF_SPURIOUS when nothing changes), then traces
   `kvm_mmu_set_spte` or `mark_mmio_spte`;
+- the common fault (`_map_common`): a leaf installed in an empty spte of a table already
+  on the path, with nothing else to do on the way: the same changes and events as the
+  walk above, done in one call (`common_fault=False` always walks: tests compare them);
 - memslot DELETE/MOVE and an MMIO generation wrap zap everything fast
   (`kvm_mmu_zap_all_fast`), a dirty-logging flag change applies the slot's flags.
 No rmap is kept: the TDP MMU finds a gfn's sptes by walking the roots.
@@ -40,7 +43,9 @@ from .mapping_level import MappingLevels
 from .mmio_spte import mark_mmio_spte_fields
 from .role import ACC_ALL, ACC_EXEC_MASK, PG_LEVEL_4K
 from .spte import (
+    KVM_MAX_HUGEPAGE_LEVEL,
     PT_PAGE_SIZE_MASK,
+    SHADOW_NONPRESENT_VALUE,
     SPTE_BASE_ADDR_MASK,
     SPTE_MMU_PRESENT_MASK,
     RetPf,
@@ -56,8 +61,9 @@ from .spte import (
     memslot_update_zaps,
     spte_access_str,
 )
+from .tdp_core import _PAGE_STATS
 from .tdp_huge import TdpHuge
-from .tdp_iter import TdpIter, kvm_pages_per_hpage
+from .tdp_iter import PT64_ROOT_MAX_LEVEL, TdpIter, kvm_pages_per_hpage
 from .tdp_pages import TdpMmuPage
 from .tdp_params import TdpMmuParams
 from .vcpu_memslot import VcpuMemslotCache
@@ -86,6 +92,8 @@ class TdpMmu(TdpHuge):
         self.levels = MappingLevels(self.params.host_level, self._nx)
         self._leaf_bits: dict[tuple[int, bool, int], tuple[int, int]] = {}
         self.mark_page_dirty: Callable[[MemorySlot, int], None] | None = None  # dirty_log
+        self.common_fault = True  # model-only: `_map_common` for the common fault
+        self._access_strs: dict[int, str] = {}  # spte_access_str() by the non-address bits
         self.fast_pf = FastPageFault(self, self.kvm_tdp_mmu_fast_pf_get_last_sptep)
         self._slot_flags = {
             (s.as_id, s.id): s.flags for a in range(vm.address_spaces) for s in vm.memslots(a)
@@ -158,6 +166,18 @@ class TdpMmu(TdpHuge):
                 self._emit("handle_mmio_page_fault", addr=0, gfn=gfn, access=access)
                 return self._emulate(gpa, write)
         slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
+        if (
+            self.common_fault
+            and slot is not None
+            and not spte & ~SHADOW_NONPRESENT_VALUE  # is_empty_spte(): not fast_page_fault's
+            and self.fast_pf.kvm_ad_enabled
+            and not (write and slot.flags & KVM_MEM_READONLY)
+            and not self._nx
+            and self.race is None
+            and self._map_common(root, gfn, slot)
+        ):
+            stat["pf_fixed"] += 1
+            return RetPf.FIXED
         # kvm_tdp_mmu_page_fault(): fast_page_fault() first
         ret = self.fast_pf.try_fast_page_fault(vcpu, gpa, slot, spte, write, exec_)
         if ret is not RetPf.INVALID:
@@ -175,6 +195,90 @@ class TdpMmu(TdpHuge):
         elif ret is RetPf.EMULATE:
             return self._emulate(gpa, write)
         return ret
+
+    def _map_common(self, root: TdpMmuPage, gfn: int, slot: MemorySlot) -> bool:
+        """The common fault, with the walk's outcome known before anything changes:
+        `kvm_tdp_mmu_map()` when the goal level's table is on the path already (the
+        memo of an earlier walk of this root and 2M region, else the steps down from the
+        root) and its spte is empty, so that `tdp_mmu_map_handle_target_level()` installs
+        the leaf at once: `kvm_mmu_spte_requested`, `tdp_mmu_set_spte_atomic()` (no race:
+        the cmpxchg succeeds), `handle_changed_spte()` of a new leaf (its page stat),
+        the page marked dirty in a slot that logs them, `kvm_mmu_set_spte`.  The caller
+        has checked the rest (a slot, an exit fast_page_fault() leaves alone, no NX huge
+        pages, no race).  False, with nothing changed or emitted: the general path."""
+        dirty_logging = slot.flags & KVM_MEM_LOG_DIRTY_PAGES
+        goal = PG_LEVEL_4K  # kvm_mmu_hugepage_adjust(): 4K in a slot that logs dirty pages
+        if not dirty_logging:
+            goal = self.levels.kvm_mmu_max_mapping_level(slot, gfn, KVM_MAX_HUGEPAGE_LEVEL)
+        root_level = root.role.level
+        walks = self._walks.get(root.seq)
+        if walks is None or goal >= root_level:
+            return False
+        memo = walks.get(gfn >> 9)
+        pt = memo[goal - 1] if memo is not None else None
+        path: list[TdpMmuPage | None]
+        if memo is None or pt is None or pt.rcu_queued_ns >= 0:
+            path = [None] * PT64_ROOT_MAX_LEVEL  # the steps down from the root
+            path[root_level - 1] = pt = root
+            by_pa, level = self.pages.by_pa, root_level
+            while level > goal:
+                spte = pt.spt[(gfn >> (9 * level - 9)) & 511]
+                if not spte & SPTE_MMU_PRESENT_MASK or spte & PT_PAGE_SIZE_MASK:
+                    return False  # a table to link or a huge page to split
+                child = by_pa.get(spte & SPTE_BASE_ADDR_MASK)
+                if child is None:
+                    return False
+                level -= 1
+                path[level - 1] = pt = child
+        elif any(memo[: goal - 1]):
+            path = [None] * (goal - 1)
+            path += memo[goal - 1 :]  # as the walk's pt_path
+        else:
+            path = memo
+        shift = 9 * goal - 9
+        index = (gfn >> shift) & 511
+        old = pt.spt[index]
+        mask = (1 << shift) - 1  # KVM_PAGES_PER_HPAGE(goal) - 1
+        pfn = ((slot.userspace_addr >> PAGE_SHIFT) + gfn - slot.base_gfn) & ~mask
+        writable = not slot.readonly  # fault->map_writable
+        new_spte = self._make_spte(pfn, goal, writable)
+        if (
+            old != self.nonpresent
+            or not new_spte & SPTE_MMU_PRESENT_MASK
+            or not (goal == 1 or new_spte & PT_PAGE_SIZE_MASK)
+        ):
+            return False  # not an empty spte, or not a leaf to install
+        listener = self._listener
+        base = gfn & ~mask
+        if listener is not None:
+            requested: dict[str, FieldValue] = {"gfn": gfn, "pfn": pfn | gfn & mask, "level": goal}
+            listener("kvm_mmu_spte_requested", requested)
+        pt.spt[index] = new_spte
+        if listener is not None:
+            listener(
+                "kvm_tdp_mmu_spte_changed",
+                {"as_id": root.role.smm, "gfn": base, "level": goal, "old_spte": old,
+                 "new_spte": new_spte},
+            )  # fmt: skip
+        self.stat[_PAGE_STATS[goal]] += 1
+        walks[gfn >> 9] = path
+        if writable and dirty_logging:
+            mark_page_dirty_in_slot(self, slot, gfn)  # make_spte()
+        if listener is not None:
+            access_strs = self._access_strs
+            bits = new_spte & ~SPTE_BASE_ADDR_MASK
+            access = access_strs.get(bits)
+            if access is None:
+                access = access_strs[bits] = spte_access_str(self.cfg, new_spte)
+            fields: dict[str, FieldValue] = {
+                "gfn": base,
+                "spte": new_spte,
+                "access_str": access,
+                "level": goal,
+                "sptep": pt.spt_pa + 8 * index,
+            }
+            listener("kvm_mmu_set_spte", fields)
+        return True
 
     def _emulate(self, gpa: int, write: bool) -> RetPf:
         self.stat["pf_emulate"] += 1

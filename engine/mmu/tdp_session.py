@@ -26,6 +26,7 @@ import random
 import sys
 from typing import NamedTuple
 
+from ..events import FieldValue
 from ..layouts.layout import Layout
 from .ept_session import (
     CHURN_EVERY,
@@ -38,7 +39,7 @@ from .ept_session import (
 )
 from .fast_pf import fast_words
 from .fast_session import GET_DIRTY_EVERY
-from .guest_session import ACCESS_NS, FETCH_RATE, PFERR_WRITE
+from .guest_session import _RET_NAMES, ACCESS_NS, FETCH_RATE, PFERR_WRITE
 from .mmu_pages import KvmMmuPage
 from .spte import (
     PT_PAGE_SIZE_MASK,
@@ -273,6 +274,9 @@ class TdpSession(EptSession[TdpStep]):
         nram, kram = len(ram), len(ram).bit_length()
         by_pa, walk_cache = mmu.pages.by_pa, self.walk_cache
         roots, walks = self._vcpu_roots()
+        racing, results, page_fault = self.race_rate, self.results, mmu.page_fault
+        listener = mmu._listener  # what _vm_exit()'s _forward_fields() calls
+        ram_only = not (netperf or migrate)
         gpa, write, fetch = 0, False, False
         exited: tuple[int, RetPf, str] | None = None
         at = steps
@@ -281,13 +285,15 @@ class TdpSession(EptSession[TdpStep]):
             root = roots[vcpu]
             if root is None:
                 return at, (vcpu, gpa, write, fetch), exited
-            hot = self.hot_access(rng) if migrate else None
-            if hot is not None:
-                gpa, write, fetch = hot[0] << PAGE_SHIFT, hot[1], False
-            elif netperf and random() < 0.7:
-                gpa = NIC_DOORBELL if random() < 0.8 else LAPIC_EOI
-                write, fetch = True, False
-            else:
+            drawn = False  # by the workload's own draws (migrate's, netperf's)
+            if not ram_only:
+                hot = self.hot_access(rng) if migrate else None
+                if hot is not None:
+                    gpa, write, fetch, drawn = hot[0] << PAGE_SHIFT, hot[1], False, True
+                elif netperf and random() < 0.7:
+                    gpa = NIC_DOORBELL if random() < 0.8 else LAPIC_EOI
+                    write, fetch, drawn = True, False, True
+            if not drawn:
                 r = getrandbits(kram)
                 while r >= nram:
                     r = getrandbits(kram)
@@ -327,11 +333,30 @@ class TdpSession(EptSession[TdpStep]):
             ):
                 self.steps, self._vcpu, mmu.now_ns = at, vcpu, (at - 1) * ACCESS_NS
                 before = stat["pf_fast"]
-                ret = self._exit(TdpAccess(vcpu, gpa, write, fetch))
+                if racing:
+                    ret = self._exit(TdpAccess(vcpu, gpa, write, fetch))
+                    roots, walks = self._vcpu_roots()  # a racing vCPU may have loaded one
+                else:  # _exit() and _fault(), inline: its first fault
+                    self.exits += 1
+                    if listener is not None:  # _vm_exit()
+                        code = (PFERR_WRITE if write else 0) | (PFERR_FETCH if fetch else 0)
+                        fields: dict[str, FieldValue] = {
+                            "vcpu_id": vcpu,
+                            "fault_address": gpa,
+                            "error_code": code,
+                        }
+                        listener("kvm_page_fault", fields)
+                    ret = page_fault(vcpu, gpa, write, fetch)
+                    name = _RET_NAMES[ret]  # _result()
+                    results[name] = results.get(name, 0) + 1
+                    if ret is RetPf.RETRY:
+                        access = TdpAccess(vcpu, gpa, write, fetch)
+                        if self.needs_exit(access):
+                            ret = self._exit(access, MAX_RETRIES - 1)
                 fast = fast_words(cfg, mmu.fast_pf.last) if stat["pf_fast"] != before else ""
                 exited = (at - 1, ret, fast)
-                roots, walks = self._vcpu_roots()  # a racing vCPU may have loaded one
-                stop = min(stop, max(at, self._tick_step()))  # page tables freed by RCU
+                if mmu.pages.rcu_pending:  # page tables freed: a grace period ends sooner
+                    stop = min(stop, max(at, self._tick_step()))
         return at, ((at - 1) % nr_vcpus, gpa, write, fetch), exited
 
     def _vcpu_roots(
@@ -359,10 +384,10 @@ class TdpSession(EptSession[TdpStep]):
         """(base_gfn, npages, npages.bit_length()) of each RAM slot `next_access` draws."""
         return [(s.base_gfn, s.npages, s.npages.bit_length()) for s in self._ram]
 
-    def _exit(self, access: TdpAccess) -> RetPf:
+    def _exit(self, access: TdpAccess, tries: int = MAX_RETRIES) -> RetPf:
         """The VM exit and the faults, again while RET_PF_RETRY leaves it unmapped."""
         ret = RetPf.RETRY
-        for _ in range(MAX_RETRIES):
+        for _ in range(tries):
             ret = self._fault(access)
             if ret is not RetPf.RETRY or not self.needs_exit(access):
                 break
