@@ -104,6 +104,7 @@ class TdpMmuPages:
         self.freed = 0
         self._seq = 0
         self.removed_pt = 0  # page tables taken out (handle_removed_pt), model-only
+        self.paging_changes = 0  # tables allocated (to be linked) or queued for RCU (model)
 
     # -- allocation and freeing ---------------------------------------------------------
 
@@ -111,6 +112,7 @@ class TdpMmuPages:
         """`tdp_mmu_alloc_sp()` + `tdp_mmu_init_sp()`."""
         sp = TdpMmuPage(gfn, role, self._seq, ptep, self.nonpresent)
         self._seq += 1
+        self.paging_changes += 1
         self.by_pa[sp.spt_pa] = sp
         return sp
 
@@ -123,6 +125,7 @@ class TdpMmuPages:
 
     def call_rcu(self, sp: TdpMmuPage, now_ns: int) -> None:
         sp.rcu_queued_ns = now_ns
+        self.paging_changes += 1
         self.rcu_pending[sp.seq] = sp
         self.rcu_frozen += sp.spt.count(self.frozen)
 

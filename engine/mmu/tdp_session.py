@@ -26,31 +26,26 @@ import random
 import sys
 from typing import NamedTuple
 
-from ..events import FieldValue
 from ..layouts.layout import Layout
 from .ept_session import (
     CHURN_EVERY,
     DIRTY_EVERY,
     EPT_WORKLOADS,
-    LAPIC_EOI,
-    NIC_DOORBELL,
     EptSession,
     workload_update,
 )
-from .fast_pf import fast_words
 from .fast_session import GET_DIRTY_EVERY
-from .guest_session import _RET_NAMES, ACCESS_NS, FETCH_RATE, PFERR_WRITE
+from .guest_session import ACCESS_NS, PFERR_WRITE
 from .mmu_pages import KvmMmuPage
 from .spte import (
-    PT_PAGE_SIZE_MASK,
     PT_PRESENT_MASK,
     PT_WRITABLE_MASK,
-    SPTE_BASE_ADDR_MASK,
     SPTE_CONFIGS,
     SPTE_MMU_PRESENT_MASK,
     RetPf,
     is_executable_pte,
 )
+from .tdp_cpu import MAX_RETRIES, TdpAccess, cpu_run
 from .tdp_iter import TdpIter
 from .tdp_mmu import TdpMmu
 from .tdp_pages import RCU_GRACE_PERIOD_NS, TdpMmuPage
@@ -60,19 +55,7 @@ PAGE_SHIFT = 12
 PFERR_FETCH = 1 << 4
 TDP_WORKLOADS = EPT_WORKLOADS
 ZAP_KINDS = ("fast", "slow", "roots")
-MAX_RETRIES = 4
 SMBASE = 0x30000  # the default SMBASE (SDM: SMRAM at 0x30000 + 0x8000 entry)
-
-
-class TdpAccess(NamedTuple):
-    vcpu: int
-    gpa: int
-    write: bool
-    fetch: bool = False
-
-    @property
-    def label(self) -> str:
-        return f"gpa {self.gpa:#x}" + (" (fetch)" if self.fetch else "")
 
 
 class TdpStep(NamedTuple):
@@ -117,12 +100,12 @@ class TdpSession(EptSession[TdpStep]):
         self.race_rate = race_rate
         self._racing: TdpAccess | None = None
         self.walk_cache = walk_cache
-        #: where the CPU's walks of each root (by seq) ended, per 2M region: the page table
-        #: read last and the shift of its index.  While that table is linked (not RCU
-        #: pending) a walk of the same root reaches it again: tables never move, and
-        #: unlinking one unlinks everything below it (`handle_removed_pt`).  Model-only,
-        #: a memo of `last_spte` (`walk_cache=False`: walk from the root every time).
-        self._walks: dict[int, dict[int, tuple[TdpMmuPage, int]]] = {}
+        #: where the CPU's walks of each root (by seq) ended, per 2M region: the entries of
+        #: the page table read last and the shift of its index.  While no table was linked
+        #: or taken out since (`_memos_checked`), a walk of the same root ends there again.
+        #: Model-only, a memo of `last_spte` (`walk_cache=False`: walk from the root).
+        self._walks: dict[int, dict[int, tuple[list[int], int]]] = {}
+        self._memo_changes = -1
 
     # -- the workload -------------------------------------------------------------------
 
@@ -256,115 +239,26 @@ class TdpSession(EptSession[TdpStep]):
     def _hits(
         self, steps: int, stop: int, ram: list[tuple[int, int, int]]
     ) -> tuple[int, tuple[int, int, bool, bool], tuple[int, RetPf, str] | None]:
-        """Accesses `steps` up to `stop`, as the CPU runs them: an access its walk of the
-        vCPU's root allows costs nothing, any other exits (`_exit`, the session's clock and
-        vCPU set for its events); one whose vCPU needs `kvm_mmu_reload()` stops the run
-        there, as an RCU grace period that a fault's freeing makes end earlier does.  How
-        far it got, the last access drawn, and the last exit (access, RET_PF_*, what
-        fast_page_fault did).  The walk (TdpMmu.last_spte) starts at the page table it
-        ended in last time in this 2M region while that is still linked, unless that now
-        points further down."""
-        mmu = self.mmu
-        stat, cfg = mmu.stat, mmu.cfg
-        rng = self._rng
-        getrandbits, random, fetch_random = rng.getrandbits, rng.random, self._fetch_rng.random
-        nr_vcpus, netperf = self.nr_vcpus, self.workload == "netperf"
-        migrate = self.workload == "migrate"
-        x_mask, x_nx_mask = cfg.shadow_x_mask, cfg.shadow_x_mask | cfg.shadow_nx_mask
-        nram, kram = len(ram), len(ram).bit_length()
-        by_pa, walk_cache = mmu.pages.by_pa, self.walk_cache
-        roots, walks = self._vcpu_roots()
-        racing, results, page_fault = self.race_rate, self.results, mmu.page_fault
-        listener = mmu._listener  # what _vm_exit()'s _forward_fields() calls
-        ram_only = not (netperf or migrate)
-        gpa, write, fetch = 0, False, False
-        exited: tuple[int, RetPf, str] | None = None
-        at = steps
-        while at < stop:
-            vcpu = at % nr_vcpus
-            root = roots[vcpu]
-            if root is None:
-                return at, (vcpu, gpa, write, fetch), exited
-            drawn = False  # by the workload's own draws (migrate's, netperf's)
-            if not ram_only:
-                hot = self.hot_access(rng) if migrate else None
-                if hot is not None:
-                    gpa, write, fetch, drawn = hot[0] << PAGE_SHIFT, hot[1], False, True
-                elif netperf and random() < 0.7:
-                    gpa = NIC_DOORBELL if random() < 0.8 else LAPIC_EOI
-                    write, fetch, drawn = True, False, True
-            if not drawn:
-                r = getrandbits(kram)
-                while r >= nram:
-                    r = getrandbits(kram)
-                base_gfn, npages, kpages = ram[r]
-                r = getrandbits(kpages)
-                while r >= npages:
-                    r = getrandbits(kpages)
-                gpa = (base_gfn + r) << PAGE_SHIFT
-                write = random() < 0.3
-                fetch = not write and fetch_random() < FETCH_RATE
-            at += 1
-            gfn = gpa >> PAGE_SHIFT
-            memo = walks[vcpu]
-            ended = memo.get(gfn >> 9)
-            spte = -1
-            if ended is not None:
-                sp, shift = ended
-                if sp.rcu_queued_ns < 0:
-                    spte = sp.spt[(gfn >> shift) & 511]
-                    if shift and spte & SPTE_MMU_PRESENT_MASK and not spte & PT_PAGE_SIZE_MASK:
-                        spte = -1  # a table there now
-            if spte < 0:
-                sp, level = root, root.role.level
-                while True:
-                    spte = sp.spt[(gfn >> (9 * level - 9)) & 511]
-                    if level == 1 or not spte & SPTE_MMU_PRESENT_MASK or spte & PT_PAGE_SIZE_MASK:
-                        break
-                    sp = by_pa[spte & SPTE_BASE_ADDR_MASK]
-                    level -= 1
-                if walk_cache:
-                    memo[gfn >> 9] = (sp, 9 * level - 9)
-            if (
-                not spte & SPTE_MMU_PRESENT_MASK
-                or (write and not spte & PT_WRITABLE_MASK)
-                or (fetch and spte & x_nx_mask != x_mask)
-                or not (spte & PT_PRESENT_MASK or write or fetch)  # access-tracked
-            ):
-                self.steps, self._vcpu, mmu.now_ns = at, vcpu, (at - 1) * ACCESS_NS
-                before = stat["pf_fast"]
-                if racing:
-                    ret = self._exit(TdpAccess(vcpu, gpa, write, fetch))
-                    roots, walks = self._vcpu_roots()  # a racing vCPU may have loaded one
-                else:  # _exit() and _fault(), inline: its first fault
-                    self.exits += 1
-                    if listener is not None:  # _vm_exit()
-                        code = (PFERR_WRITE if write else 0) | (PFERR_FETCH if fetch else 0)
-                        fields: dict[str, FieldValue] = {
-                            "vcpu_id": vcpu,
-                            "fault_address": gpa,
-                            "error_code": code,
-                        }
-                        listener("kvm_page_fault", fields)
-                    ret = page_fault(vcpu, gpa, write, fetch)
-                    name = _RET_NAMES[ret]  # _result()
-                    results[name] = results.get(name, 0) + 1
-                    if ret is RetPf.RETRY:
-                        access = TdpAccess(vcpu, gpa, write, fetch)
-                        if self.needs_exit(access):
-                            ret = self._exit(access, MAX_RETRIES - 1)
-                fast = fast_words(cfg, mmu.fast_pf.last) if stat["pf_fast"] != before else ""
-                exited = (at - 1, ret, fast)
-                if mmu.pages.rcu_pending:  # page tables freed: a grace period ends sooner
-                    stop = min(stop, max(at, self._tick_step()))
-        return at, ((at - 1) % nr_vcpus, gpa, write, fetch), exited
+        """Accesses `steps` up to `stop`, as the CPU runs them (`tdp_cpu.cpu_run`)."""
+        return cpu_run(self, steps, stop, ram)
+
+    def _memos_checked(self) -> int:
+        """The walks' memos (`_walks`), dropped when a page table was linked or taken out
+        since they were made (`paging_changes`): then an spte a walk ended at may point to
+        a table now, or the table it was read from may be RCU pending."""
+        changes = self.mmu.pages.paging_changes
+        if changes != self._memo_changes:
+            self._memo_changes = changes
+            for memo in self._walks.values():
+                memo.clear()
+        return changes
 
     def _vcpu_roots(
         self,
-    ) -> tuple[list[TdpMmuPage | None], list[dict[int, tuple[TdpMmuPage, int]]]]:
+    ) -> tuple[list[TdpMmuPage | None], list[dict[int, tuple[list[int], int]]]]:
         """Each vCPU's valid root (None: it needs `kvm_mmu_reload()`) and its walk memo."""
         roots: list[TdpMmuPage | None] = []
-        walks: list[dict[int, tuple[TdpMmuPage, int]]] = []
+        walks: list[dict[int, tuple[list[int], int]]] = []
         for vcpu in range(self.nr_vcpus):
             root = self.mmu.roots.get(vcpu)
             valid = root is not None and not root.role.invalid
@@ -372,7 +266,7 @@ class TdpSession(EptSession[TdpStep]):
             walks.append(self._walks_of(root) if valid and root is not None else {})
         return roots, walks
 
-    def _walks_of(self, root: TdpMmuPage) -> dict[int, tuple[TdpMmuPage, int]]:
+    def _walks_of(self, root: TdpMmuPage) -> dict[int, tuple[list[int], int]]:
         walks = self._walks.get(root.seq)
         if walks is None:  # a new root: the memos of roots freed since go
             live = {r.seq for r in self.mmu.pages.tdp_mmu_roots}
