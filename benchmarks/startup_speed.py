@@ -8,6 +8,12 @@ Footer), measured the same way, interleaved, after a warm-up run of each (which 
 child).  The sessions live on a private tmux server started once before the runs (as a
 user's terminal is there before the app), so a server's start is in neither time.
 Goal (issue 13 §4): median ratio <= 1.5.
+
+Then the start-up of `mmuscope simulate --mmu tdp --workload kernbench --accesses 10`
+(everything before the simulation: ten accesses take about a millisecond) against
+`python -c pass`, the interpreter's own start-up, as the same process spawns (to
+/dev/null, no terminal), interleaved, medians: the ratio of issue 14 "Speed".
+`--simulate-only` skips the tmux part.
 """
 
 from __future__ import annotations
@@ -38,6 +44,11 @@ class Bare(App):
 Bare().run()
 """
 MMUSCOPE = Path(sys.executable).parent / "mmuscope"
+SIMULATE = [str(MMUSCOPE), "simulate", "--mmu", "tdp", "--workload", "kernbench"]
+COMMANDS = {
+    "python_pass": [sys.executable, "-c", "pass"],
+    "simulate_10": [*SIMULATE, "--accesses", "10"],
+}
 # (command, strings that are all on the screen once the first full frame is drawn)
 APPS = {
     "bare": ([sys.executable, "-c", BARE], ("bare-marker", "palette")),
@@ -72,18 +83,63 @@ def run_once(name: str) -> float:
         tmux("kill-session", "-t", session)
 
 
+def command_once(argv: list[str]) -> float:
+    """Seconds from spawn to exit, output to /dev/null (.pyc files written as installed)."""
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": ""}
+    start = time.perf_counter()
+    subprocess.run(argv, stdout=subprocess.DEVNULL, env=env, check=True)
+    return time.perf_counter() - start
+
+
+def command_medians(repeat: int) -> dict[str, object]:
+    """`simulate --accesses 10` and `python -c pass`, interleaved after a warm-up run."""
+    times: dict[str, list[float]] = {name: [] for name in COMMANDS}
+    for run in range(2 * repeat + 1):  # twice the runs: each is short
+        for name, argv in COMMANDS.items():
+            seconds = command_once(argv)
+            if run:
+                times[name].append(seconds)
+    bare, mine = (statistics.median(times[name]) for name in COMMANDS)
+    return {"python_pass_s": bare, "simulate_10_s": mine, "ratio": mine / bare, "runs": times}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--simulate-only", action="store_true", help="no tmux runs")
     args = parser.parse_args()
+    result: dict[str, object] = {} if args.simulate_only else tmux_medians(args.repeat)
+    result["simulate_startup"] = command_medians(args.repeat)
+    result["load"] = os.getloadavg()[0]
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    if not args.simulate_only:
+        mine, bare = result["mmuscope_s"], result["bare_s"]
+        assert isinstance(mine, float) and isinstance(bare, float)
+        verdict = "PASS" if mine / bare <= GOAL else "FAIL"
+        print(f"start to first full frame in tmux {SIZE[0]}x{SIZE[1]} (median of {args.repeat}, "
+              f"load {result['load']:.2f})")  # fmt: skip
+        print(f"  bare Textual {bare:.3f} s  mmuscope {mine:.3f} s  x{mine / bare:.2f}  "
+              f"(goal <= x{GOAL})  {verdict}")  # fmt: skip
+    sim = result["simulate_startup"]
+    assert isinstance(sim, dict)
+    print(f"simulate start-up, {' '.join(COMMANDS['simulate_10'][1:])} (median of "
+          f"{2 * args.repeat}, load {result['load']:.2f})")  # fmt: skip
+    print(f"  python -c pass {sim['python_pass_s']:.3f} s  simulate {sim['simulate_10_s']:.3f} s  "
+          f"x{sim['ratio']:.2f}")  # fmt: skip
+
+
+def tmux_medians(repeat: int) -> dict[str, object]:
+    """Start to first full frame in tmux, mmuscope and the bare app (see the docstring)."""
     if shutil.which("tmux") is None:
-        sys.exit("startup_speed.py needs tmux (apt-get install tmux)")
+        sys.exit("startup_speed.py needs tmux (apt-get install tmux), or --simulate-only")
     times: dict[str, list[float]] = {name: [] for name in APPS}
     tmux("kill-server")
     tmux("new-session", "-d", "-s", "mmuscope-startup-holder", "sleep", "3600")
     try:
-        for run in range(args.repeat + 1):  # run 0 warms the disk cache and the .pyc files
+        for run in range(repeat + 1):  # run 0 warms the disk cache and the .pyc files
             for name in APPS:
                 seconds = run_once(name)
                 if run:
@@ -91,16 +147,7 @@ def main() -> None:
     finally:
         tmux("kill-server")
     bare, mine = (statistics.median(times[name]) for name in APPS)
-    load = os.getloadavg()[0]
-    result = {"bare_s": bare, "mmuscope_s": mine, "ratio": mine / bare, "load": load, "runs": times}
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return
-    verdict = "PASS" if mine / bare <= GOAL else "FAIL"
-    print(f"start to first full frame in tmux {SIZE[0]}x{SIZE[1]} (median of {args.repeat}, "
-          f"load {load:.2f})")  # fmt: skip
-    print(f"  bare Textual {bare:.3f} s  mmuscope {mine:.3f} s  x{mine / bare:.2f}  "
-          f"(goal <= x{GOAL})  {verdict}")  # fmt: skip
+    return {"bare_s": bare, "mmuscope_s": mine, "ratio": mine / bare, "runs": times}
 
 
 if __name__ == "__main__":

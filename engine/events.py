@@ -20,6 +20,8 @@ DECIMAL_FIELDS = frozenset({"vcpu", "vcpu_id", "slot", "visited", "len", "as_id"
 
 @dataclass(frozen=True, slots=True)
 class Event:
+    """One record: the tracepoint's name and fields, and trace-cmd's columns."""
+
     name: str
     fields: Mapping[str, FieldValue] = field(default_factory=dict)
     ts: float = 0.0

@@ -46,6 +46,8 @@ _NAME_WIDTH = 20  # trace-cmd pads event names to this
 
 @dataclass(frozen=True)
 class SimulateOptions:
+    """The options of one `mmuscope simulate` run."""
+
     mmu: str
     workload: str
     accesses: int = 10_000

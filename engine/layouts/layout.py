@@ -43,6 +43,8 @@ class RegionSpec:
 
 @dataclass(frozen=True, slots=True)
 class Layout:
+    """A guest's memory layout: the regions QEMU registers as memslots, by name."""
+
     name: str
     title: str
     regions: tuple[RegionSpec, ...]

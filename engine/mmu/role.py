@@ -45,6 +45,8 @@ _LAYOUT: tuple[tuple[str, int, int], ...] = (
 
 @dataclass(frozen=True, slots=True)
 class KvmMmuPageRole:
+    """`union kvm_mmu_page_role` (kvm_host.h): the bitfields `_LAYOUT` places in `word`."""
+
     level: int = PG_LEVEL_4K
     has_4_byte_gpte: int = 0
     quadrant: int = 0
