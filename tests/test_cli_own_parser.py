@@ -8,11 +8,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import shutil
 
 import pytest
 
 from tui.cli import OWN_ARGUMENTS_ONLY, build_parser
-from tui.cliparts import EXPLORER_OPTION_STRINGS, CliParser, add_explorer_options
+from tui.cliparts import EXPLORER_OPTION_STRINGS, CliParser, add_explorer_options, help_width
 
 GOOD = [
     ["simulate", "--mmu", "tdp", "--workload", "kernbench"],
@@ -67,3 +68,17 @@ def test_the_bare_top_level_has_the_explorer_options_strings_in_order() -> None:
     add_explorer_options(parser)
     strings = [s for a in parser._actions if a.dest != "help" for s in a.option_strings]
     assert tuple(strings) == EXPLORER_OPTION_STRINGS
+
+
+@pytest.mark.parametrize("columns", [None, "", "x", "0", "-5", "1", "57", "200"])
+def test_the_help_width_is_the_one_shutil_gives(
+    columns: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for lines in (None, "0", "30"):
+        for name, value in (("COLUMNS", columns), ("LINES", lines)):
+            if value is None:
+                monkeypatch.delenv(name, raising=False)
+            else:
+                monkeypatch.setenv(name, value)
+        assert help_width() == shutil.get_terminal_size().columns - 2
+        assert argparse.HelpFormatter("x")._width == CliParser()._get_formatter()._width

@@ -10,8 +10,9 @@ Exit codes: 0 success, 2 bad input or a missing tool (one line on stderr), 1 a b
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -23,8 +24,45 @@ class CliError(Exception):
     """Bad input: printed as one line, exit code 2."""
 
 
+def help_width() -> int:
+    """The width argparse's HelpFormatter takes by default: `shutil.get_terminal_size()`'s
+    columns (COLUMNS when set and positive, else the terminal's, else 80) less 2, found
+    without importing shutil and the zlib, bz2 and lzma it imports, as every add_argument
+    makes a formatter (a command's start-up, issue 14 "Speed"; tests/test_cli_own_parser.py
+    checks it against shutil)."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns or 80
+        except (AttributeError, ValueError, OSError):
+            columns = 80
+    return columns - 2
+
+
+class CliHelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, its default width from `help_width()`."""
+
+    def __init__(
+        self,
+        prog: str,
+        indent_increment: int = 2,
+        max_help_position: int = 24,
+        width: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        width = help_width() if width is None else width
+        super().__init__(prog, indent_increment, max_help_position, width, **kwargs)
+
+
 class CliParser(argparse.ArgumentParser):
     """argparse with exit code 2 and one line for a usage error (no usage dump)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", CliHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
