@@ -34,6 +34,8 @@ from .tree_geometry import (
     widest_label_slot,
 )
 
+WINDOWS_KEPT = 256  # tree windows laid out and kept per tree (a few KB each)
+
 
 class StructureView(LineDiffView, can_focus=True):
     """Draws the current strategy's structure and animates the lookup on it."""
@@ -96,6 +98,8 @@ class StructureView(LineDiffView, can_focus=True):
         self.auto_zoom = True  # pick the most detailed labels that fit, until `z`/`Z`
         self._auto_depth = MIN_AUTO_LEVELS  # levels that fit the view (when `levels` is 0)
         self._style_cache: dict[str, Style] = {}
+        self._windows: dict[tuple[int, int, int], TreeWindow] = {}  # (root, zoom, depth)
+        self._geometries: dict[tuple[int, int, int], TreeGeometry] = {}
 
     # -- state ----------------------------------------------------------------------
 
@@ -105,6 +109,8 @@ class StructureView(LineDiffView, can_focus=True):
         self._size_floor = Size(0, 0)
         if isinstance(shape, TreeView):
             self.index = TreeIndex.build(shape)
+            self._windows.clear()  # laid out for the old tree
+            self._geometries.clear()
             self._node_of_slot = {n.slot.id: i for i, n in enumerate(shape.nodes)}
             self._states_cache = None
             self.window_root = 0
@@ -190,10 +196,29 @@ class StructureView(LineDiffView, can_focus=True):
         self.refresh()
 
     def _tree_window(self, index: TreeIndex, zoom: int, depth: int) -> TreeWindow:
-        def label(node: TreeNodeView) -> str:
-            return slot_label(node.slot, zoom)
+        """The window of `depth` levels from `window_root` at `zoom`, laid out once per
+        tree: a window that follows lookups goes back to the same few roots, and
+        fitting the width and height lays out several depths and zooms each time."""
+        key = (self.window_root, zoom, depth)
+        window = self._windows.get(key)
+        if window is None:
 
-        return layout_window(index, self.window_root, depth, label)
+            def label(node: TreeNodeView) -> str:
+                return slot_label(node.slot, zoom)
+
+            if len(self._windows) >= WINDOWS_KEPT:
+                self._windows.clear()
+                self._geometries.clear()
+            window = self._windows[key] = layout_window(index, self.window_root, depth, label)
+        return window
+
+    def _tree_geometry(self, index: TreeIndex, window: TreeWindow) -> TreeGeometry:
+        """`build_tree_geometry` of a window laid out by `_tree_window`, built once."""
+        key = (window.root, self.zoom, window.depth)
+        geometry = self._geometries.get(key)
+        if geometry is None or geometry.window is not window:
+            geometry = self._geometries[key] = build_tree_geometry(index, window)
+        return geometry
 
     def _fit_depth(self, index: TreeIndex, view_width: int) -> int:
         """The most levels whose ids-only drawing fits the width (at least
@@ -220,7 +245,7 @@ class StructureView(LineDiffView, can_focus=True):
                 if window.width <= view_width:
                     break
             self.set_reactive(StructureView.zoom, zoom)
-        self._geometry = build_tree_geometry(index, window)
+        self._geometry = self._tree_geometry(index, window)
         self._announce_window(index, window)
         self._pad_x = max(0, (view_width - window.width) // 2)
         rows = len(self._geometry.rows)
@@ -383,6 +408,9 @@ class StructureView(LineDiffView, can_focus=True):
         return states
 
     def _scroll_to_head(self) -> None:
+        """Scroll the probe in progress into view, now: `set_highlight` then repaints
+        the lines that change at the new offset (a deferred scroll would have them
+        drawn at the old one first, then all again)."""
         highlight = self.highlight
         if highlight is None or self.shape is None:
             return
@@ -392,7 +420,7 @@ class StructureView(LineDiffView, can_focus=True):
                 per_row = self._cells_per_row()
                 x = (position % per_row) * self._cell_width
                 region = Region(x, position // per_row, self._cell_width, 1)
-                self.scroll_to_region(region, animate=False)
+                self.scroll_to_region(region, animate=False, immediate=True)
             return
         if self._geometry is None:
             return
@@ -401,7 +429,7 @@ class StructureView(LineDiffView, can_focus=True):
         for placed in self._geometry.window.nodes:
             if placed.index in head:
                 region = Region(placed.x, 2 * placed.level, len(placed.label), 1)
-                self.scroll_to_region(region, animate=False, spacing=None)
+                self.scroll_to_region(region, animate=False, spacing=None, immediate=True)
                 return
 
     def _head_position(self, highlight: Highlight) -> int | None:
