@@ -6,10 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from textual.geometry import Region
 from textual.widget import Widget
 
 from tests.tui_pilot import SIZE, build, memslots
 from tui.app import MmuscopeApp
+from tui.widgets.event_log import EventLog
+from tui.widgets.row_cache import RowStylesCache
+from tui.widgets.structure import StructureView
 
 
 def repaint_whole(app: MmuscopeApp) -> None:
@@ -38,3 +42,33 @@ async def test_lines_repainted_alone_are_those_a_whole_repaint_draws(
         repaint_whole(app)
         await pilot.pause()
         assert app.export_screenshot() == shown
+
+
+@pytest.mark.parametrize("lookup", ["linear", "binary", "rbtree"])
+async def test_rows_kept_for_what_they_show_are_the_rows_drawn_afresh(
+    tmp_path: Path, lookup: str
+) -> None:
+    """The drawing and the log hand back a strip drawn before for a row that shows the
+    same (scrolled to follow lookups at 512 slots, a window back at a root, the log grown
+    by its new rows), and the frame of a row is the one framed before for that strip:
+    each is the strip drawn from scratch, segment for segment."""
+    app = build(tmp_path, "assigned-devices", lookup=lookup)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        screen = memslots(app)
+        view, log = screen.query_one(StructureView), screen.query_one(EventLog)
+        for step in range(16):
+            screen.action_next_lookup() if step % 3 else screen.action_step()
+            await pilot.pause()
+            kept_view = [list(view.draw_line(y)) for y in range(view.size.height)]
+            kept_log = [list(log.render_line(y)) for y in range(log.size.height)]
+            framed = [list(strip) for strip in view.render_lines(Region(0, 0, *view.outer_size))]
+            view._drawn_rows.clear()
+            log._row_strips.clear()
+            assert kept_view == [list(view.draw_line(y)) for y in range(view.size.height)]
+            assert kept_log == [list(log.render_line(y)) for y in range(log.size.height)]
+            cache = view._styles_cache
+            assert isinstance(cache, RowStylesCache)
+            cache._framed.clear()
+            cache.clear()
+            assert framed == [list(s) for s in view.render_lines(Region(0, 0, *view.outer_size))]

@@ -55,6 +55,10 @@ class EventLog(ScrollView, can_focus=True):
         self.auto_scroll = auto_scroll
         self._rows: deque[str] = deque(maxlen=max_lines)
         self._rich_style: Style | None = None
+        # row -> (its text, width, style, the strip drawn): a log that grows at the end
+        # shows the same rows one place higher, drawn once (see RowStylesCache)
+        self._row_strips: dict[int, tuple[str, int, Style, Strip]] = {}
+        self._blank: tuple[int, Style, Strip] | None = None  # the rows below the last
 
     @property
     def vertical_scrollbar(self) -> ScrollBar:
@@ -91,6 +95,7 @@ class EventLog(ScrollView, can_focus=True):
 
     def clear(self) -> None:
         self._rows.clear()
+        self._row_strips.clear()
         self._resized()
         self.refresh()
 
@@ -107,14 +112,23 @@ class EventLog(ScrollView, can_focus=True):
         width = self.size.width
         style = self._base_style()
         if not 0 <= row < len(self._rows):
-            return Strip.blank(width, style)
+            blank = self._blank
+            if blank is None or blank[0] != width or blank[1] is not style:
+                blank = self._blank = (width, style, Strip.blank(width, style))
+            return blank[2]
         text = self._rows[row]
         selection = self.text_selection
-        if selection is None:
-            strip = Strip([Segment(text, style)])
-        else:
+        if selection is not None:
             strip = self._selected(text, row, style, selection)
-        return strip.crop_extend(0, width, style).apply_offsets(0, row)
+            return strip.crop_extend(0, width, style).apply_offsets(0, row)
+        known = self._row_strips.get(row)
+        if known is not None and known[0] is text and known[1] == width and known[2] is style:
+            return known[3]
+        strip = Strip([Segment(text, style)]).crop_extend(0, width, style).apply_offsets(0, row)
+        if len(self._row_strips) > 2 * self.max_lines:
+            self._row_strips.clear()
+        self._row_strips[row] = (text, width, style, strip)
+        return strip
 
     def _base_style(self) -> Style:
         """`rich_style`, kept until the styles change: Textual works it out afresh from

@@ -11,6 +11,12 @@ to the content width, the left and right padding, the left and right edges.  Row
 border or the padding, and any widget with an outline, tint, opacity below 1, text
 opacity or hatch, take Textual's own path.  The result is the same strip, segment for
 segment (tests/test_tui_row_cache.py compares the two on every panel of a screen).
+
+A content row that is the very strip framed before (a widget that hands back the strips
+it drew for rows that did not change: a log scrolled by its new rows, a drawing scrolled
+to follow a lookup) gets the very framed strip it got then, so Textual's own caches on
+that strip (the line filter's result, the compositor's cuts, the terminal bytes) are
+hits too.
 """
 
 from __future__ import annotations
@@ -38,12 +44,15 @@ if TYPE_CHECKING:
     from textual.css.styles import StylesBase
 
 BorderLabel = tuple[Content, Color, Color, Style] | None
+FRAMED_KEPT = 256  # content strips kept with their framed rows (about two screens' rows)
 
 
 class _Frame:
     """What a content row of one widget is framed with, for one render."""
 
-    __slots__ = ("content", "end", "inner", "left", "pad_left", "pad_right", "right", "top")
+    __slots__ = (
+        "content", "end", "inner", "key", "left", "pad_left", "pad_right", "right", "top"
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -60,12 +69,17 @@ class _Frame:
         self.pad_left, self.pad_right = padding.left, padding.right
         self.inner = inner
         self.left, self.right = edges
+        self.key = (size, self.top, self.end, content_size, padding, inner, edges)
 
 
 class RowStylesCache(StylesCache):
     def __init__(self) -> None:
         super().__init__()
         self._frame: _Frame | bool | None = None  # None: not worked out; False: no fast rows
+        self._framed: dict[int, tuple[Strip, Strip]] = {}  # id(content) -> (content, row)
+        # the frame they were framed in; a clear() (all lines dirty: a scroll, a resize)
+        # keeps them, since a framed row depends on its content strip and the frame alone
+        self._framed_key: tuple[object, ...] | None = None
 
     def render(
         self,
@@ -126,6 +140,9 @@ class RowStylesCache(StylesCache):
             frame = self._frame = self._work_out_frame(
                 styles, size, content_size, padding, base_background, background, opacity
             )
+            if isinstance(frame, _Frame) and frame.key != self._framed_key:
+                self._framed.clear()
+                self._framed_key = frame.key
         if isinstance(frame, _Frame) and frame.top <= y < frame.end:
             return self._content_row(frame, y, size.width, render_content_line)
         return super().render_line(
@@ -173,18 +190,29 @@ class RowStylesCache(StylesCache):
         edges = (left if border_left else None, right if border_right else None)
         return _Frame(styles, size, content_size, padding, inner.rich_style, edges)
 
-    @staticmethod
     def _content_row(
-        frame: _Frame, y: int, width: int, render_content_line: RenderLineCallback
+        self, frame: _Frame, y: int, width: int, render_content_line: RenderLineCallback
     ) -> Strip:
-        """Branch (C) of StylesCache.render_line with the frame worked out."""
+        """Branch (C) of StylesCache.render_line with the frame worked out; the row
+        framed before when the content line is the strip framed then."""
         content_y = y - frame.top
         content_width, content_height = frame.content
         inner = frame.inner
-        if content_y < content_height:
-            line = render_content_line(content_y).adjust_cell_length(content_width, inner)
-        else:
-            line = Strip.blank(content_width, inner)
+        if content_y >= content_height:
+            return self._framed_row(frame, width, Strip.blank(content_width, inner))
+        content = render_content_line(content_y)
+        known = self._framed.get(id(content))
+        if known is not None and known[0] is content:
+            return known[1]
+        row = self._framed_row(frame, width, content.adjust_cell_length(content_width, inner))
+        if len(self._framed) >= FRAMED_KEPT:
+            self._framed.clear()
+        self._framed[id(content)] = (content, row)
+        return row
+
+    @staticmethod
+    def _framed_row(frame: _Frame, width: int, line: Strip) -> Strip:
+        inner = frame.inner
         segments: list[Segment] = []
         if frame.left is not None:
             segments.append(frame.left)

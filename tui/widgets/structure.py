@@ -9,9 +9,6 @@ from component classes whose TCSS uses the theme's `$node-*` variables only.
 
 from __future__ import annotations
 
-from bisect import bisect_right
-
-from rich.segment import Segment
 from rich.style import Style
 from textual import events
 from textual.geometry import Region, Size
@@ -24,12 +21,20 @@ from engine.lookup.window import TreeIndex, TreeWindow, follow_root, layout_wind
 from ..messages import WindowMoved
 from .highlight import CACHE_HIT, COMPARE, HIT_STATE, IDLE, Highlight
 from .line_diff import LineDiffView
+from .structure_states import (
+    DrawnRows,
+    TreeStates,
+    binary_states,
+    styled_strip,
+    tree_row_states,
+    tree_row_styles,
+    tree_states,
+)
 from .tree_geometry import (
     MIN_AUTO_LEVELS,
     ZOOM_LEVELS,
     TreeGeometry,
     build_tree_geometry,
-    paint_run,
     slot_label,
     widest_label_slot,
 )
@@ -98,6 +103,11 @@ class StructureView(LineDiffView, can_focus=True):
         self.auto_zoom = True  # pick the most detailed labels that fit, until `z`/`Z`
         self._auto_depth = MIN_AUTO_LEVELS  # levels that fit the view (when `levels` is 0)
         self._style_cache: dict[str, Style] = {}
+        self._drawn_rows = DrawnRows()
+        self._row_states_cache: (
+            tuple[Highlight | None, TreeGeometry, dict[int, tuple[object, ...]]] | None
+        ) = None
+        self._binary_cache: tuple[Highlight | None, dict[int, str] | None] | None = None
         self._windows: dict[tuple[int, int, int], TreeWindow] = {}  # (root, zoom, depth)
         self._geometries: dict[tuple[int, int, int], TreeGeometry] = {}
 
@@ -171,6 +181,7 @@ class StructureView(LineDiffView, can_focus=True):
 
     def notify_style_update(self) -> None:
         self._style_cache.clear()
+        self._drawn_rows.clear()
         super().notify_style_update()
 
     # -- tree window ----------------------------------------------------------------
@@ -348,40 +359,24 @@ class StructureView(LineDiffView, can_focus=True):
 
     # -- highlighting ---------------------------------------------------------------
 
-    def _tree_states(self) -> tuple[dict[int, str], list[tuple[int, int]]]:
+    def _tree_states(self) -> TreeStates:
         """Node index -> state, and the (parent, child) edges on the revealed path;
         worked out once per highlight (a path can be 32764 nodes long) and kept."""
         cached = self._states_cache
         if cached is not None and cached[0] is self.highlight:
             return cached[1], cached[2]
-        states, path_edges = self._work_out_tree_states()
+        states, path_edges = tree_states(self.highlight, self._node_of_slot)
         self._states_cache = (self.highlight, states, path_edges)
         return states, path_edges
 
-    def _work_out_tree_states(self) -> tuple[dict[int, str], list[tuple[int, int]]]:
-        states: dict[int, str] = {}
-        path_edges: list[tuple[int, int]] = []
-        highlight = self.highlight
-        if highlight is None:
-            return states, path_edges
-        if highlight.cache_hit and highlight.slot is not None:
-            node = self._node_of_slot.get(highlight.slot.id)
-            if node is not None:
-                states[node] = CACHE_HIT
-            return states, path_edges
-        previous = None
-        for k, probe in enumerate(highlight.probes or ()):
-            state = highlight.state_at(k)
-            if state is None or probe.slot is None:
-                break
-            node = self._node_of_slot.get(probe.slot.id)
-            if node is None:
-                continue
-            states[node] = state
-            if previous is not None:
-                path_edges.append((previous, node))
-            previous = node
-        return states, path_edges
+    def _row_states(self) -> dict[int, tuple[object, ...]]:
+        """Geometry row -> the states painted on it, once per highlight and window."""
+        assert self._geometry is not None
+        cached = self._row_states_cache
+        if cached is None or cached[0] is not self.highlight or cached[1] is not self._geometry:
+            rows = tree_row_states(self._geometry, self._tree_states())
+            cached = self._row_states_cache = (self.highlight, self._geometry, rows)
+        return cached[2]
 
     def _array_state(self, position: int, binary: dict[int, str] | None) -> str | None:
         highlight = self.highlight
@@ -396,16 +391,11 @@ class StructureView(LineDiffView, can_focus=True):
         return highlight.state_at(position)
 
     def _binary_states(self) -> dict[int, str] | None:
-        highlight = self.highlight
-        if highlight is None or highlight.probes is None:
-            return None
-        states: dict[int, str] = {}
-        for k, probe in enumerate(highlight.probes):
-            state = highlight.state_at(k)
-            if state is None:
-                break
-            states[probe.position] = state
-        return states
+        """binary_states of the highlight, once per highlight."""
+        cached = self._binary_cache
+        if cached is None or cached[0] is not self.highlight:
+            cached = self._binary_cache = (self.highlight, binary_states(self.highlight))
+        return cached[1]
 
     def _scroll_to_head(self) -> None:
         """Scroll the probe in progress into view, now: `set_highlight` then repaints
@@ -449,10 +439,37 @@ class StructureView(LineDiffView, can_focus=True):
         return max(1, width // self._cell_width)
 
     def draw_line(self, y: int) -> Strip:
+        """Line `y` of the view: drawn once for what it shows (DrawnRows)."""
         scroll_x, scroll_y = self.scroll_offset
         width = self.scrollable_content_region.width
         base = self._base_style()
         row = y + scroll_y
+        shape, geometry = self.shape, self._geometry
+        key = (row, scroll_x, width, id(shape), id(geometry), id(base), self.zoom,
+               self._cell_width, self._pad_x, self._pad_y)  # fmt: skip
+        drawn_from = (shape, geometry, base)
+        state = self._painted_on(row)
+        strip = self._drawn_rows.get(key, drawn_from, state)
+        if strip is None:
+            strip = self._draw_row(row, scroll_x, width)
+            self._drawn_rows.put(key, drawn_from, state, strip)
+        return strip
+
+    def _painted_on(self, row: int) -> tuple[object, ...]:
+        """What the highlight paints on view row `row` (the scroll included)."""
+        shape = self.shape
+        if isinstance(shape, ArrayView):
+            per_row = self._cells_per_row()
+            binary = self._binary_states() if shape.strategy == "binary" else None
+            start = row * per_row
+            end = min(start + per_row, len(shape.entries))
+            return tuple(self._array_state(position, binary) for position in range(start, end))
+        if self._geometry is None:
+            return ()
+        return self._row_states().get(row - self._pad_y, ())
+
+    def _draw_row(self, row: int, scroll_x: int, width: int) -> Strip:
+        base = self._base_style()
         if isinstance(self.shape, ArrayView):
             strip = self._array_line(row, scroll_x, width)
         elif self._geometry is not None and 0 <= row - self._pad_y < len(self._geometry.rows):
@@ -466,28 +483,8 @@ class StructureView(LineDiffView, can_focus=True):
         return strip.crop_extend(0, width, base)
 
     def _tree_line(self, row: int, scroll_x: int, width: int) -> Strip:
-        geometry = self._geometry
-        assert geometry is not None
-        text = geometry.rows[row][scroll_x : scroll_x + width]
-        styles: list[str | None] = [None] * len(text)
-        runs = geometry.runs[row]
-        first = max(0, bisect_right(runs, (scroll_x, 1 << 60, "")) - 1)
-        for start, end, component in runs[first:]:
-            if start >= scroll_x + width:
-                break
-            paint_run(styles, start - scroll_x, end - scroll_x, component)
-        states, path_edges = self._tree_states()
-        if row % 2 == 0:
-            for placed in geometry.window.nodes:
-                if 2 * placed.level == row and placed.index in states:
-                    end = placed.end - (len(f" +{placed.hidden}") if placed.hidden else 0)
-                    paint_run(styles, placed.x - scroll_x, end - scroll_x, states[placed.index])
-        else:
-            for edge in path_edges:
-                found = geometry.edge_runs.get(edge)
-                if found is not None and found[0] == row:
-                    for start, end, component in found[1]:
-                        paint_run(styles, start - scroll_x, end - scroll_x, component)
+        assert self._geometry is not None
+        text, styles = tree_row_styles(self._geometry, row, scroll_x, width, self._tree_states())
         return self._segments(text, styles)
 
     def _array_line(self, row: int, scroll_x: int, width: int) -> Strip:
@@ -512,13 +509,4 @@ class StructureView(LineDiffView, can_focus=True):
         return self._segments(text, styles[scroll_x : scroll_x + width])
 
     def _segments(self, text: str, styles: list[str | None]) -> Strip:
-        base = self._base_style()
-        segments: list[Segment] = []
-        start = 0
-        for i in range(1, len(text) + 1):
-            if i == len(text) or styles[i] != styles[start]:
-                component = styles[start]
-                style = base + self._style(component) if component else base
-                segments.append(Segment(text[start:i], style))
-                start = i
-        return Strip(segments)
+        return styled_strip(text, styles, self._base_style(), self._style)
