@@ -40,6 +40,7 @@ class TextPanel(Widget):
         self.set_reactive(Widget.auto_links, False)
         self.content: RenderableType = ""
         self._wrapped = WrapCache()
+        self._rows_of: tuple[Text, int, int] | None = None  # content, width, its rows
         self._lines: list[Strip] | None = None  # the content drawn at `_drawn_for`
         self._drawn_for: tuple[Size, object] = (Size(0, 0), None)  # size, visual style
 
@@ -91,12 +92,20 @@ class TextPanel(Widget):
         return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
 
     def _rows(self, content: RenderableType) -> int:
+        """The rows an auto-height panel's `content` takes; counted once per content
+        and width (show_content asks for the content shown, then for the new one)."""
         height = self.styles.height
         if not self.WRAP or not isinstance(content, Text) or height is None or not height.is_auto:
             return 0
+        width = self.content_size.width
+        known = self._rows_of
+        if known is not None and known[0] is content and known[1] == width:
+            return known[2]
         # wrapped once: the cache's text is the one render() draws next
-        wrapped = self._wrapped.wrap(content, self.content_size.width)
-        return len(wrapped.split("\n", allow_blank=True))
+        wrapped = self._wrapped.wrap(content, width)
+        rows = len(wrapped.split("\n", allow_blank=True))
+        self._rows_of = (content, width, rows)
+        return rows
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         """With `height: auto`, the rows the text takes once wrapped to `width`."""
