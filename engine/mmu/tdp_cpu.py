@@ -9,6 +9,7 @@ read: EPT violations and misconfigurations, SDM 29.3.3); the exit is the session
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..events import FieldValue
@@ -25,6 +26,7 @@ from .spte import (
 )
 
 if TYPE_CHECKING:
+    from .tdp_pages import TdpMmuPage
     from .tdp_session import TdpSession
 
 PAGE_SHIFT = 12
@@ -75,11 +77,10 @@ def cpu_run(
     gpa, write, fetch = 0, False, False
     exited: tuple[int, RetPf, str] | None = None
     at = steps
-    while at < stop:
+    reload_at = _first_unloaded(roots, at)  # the run stops before it: kvm_mmu_reload()
+    limit = min(stop, reload_at)
+    while at < limit:
         vcpu = at % nr_vcpus
-        root = roots[vcpu]
-        if root is None:
-            return at, (vcpu, gpa, write, fetch), exited
         drawn = False  # by the workload's own draws (migrate's, netperf's)
         if not ram_only:
             hot = session.hot_access(rng) if migrate else None
@@ -109,12 +110,13 @@ def cpu_run(
                 mask, want = (fetch_mask, fetch_want) if fetch else (read, read)
         at += 1
         memo = walks[vcpu]
-        ended = memo.get(gfn >> 9)
-        if ended is not None:
-            spt, shift = ended
+        try:
+            spt, shift = memo[gfn >> 9]
             spte = spt[(gfn >> shift) & 511]
-        else:
-            sp, level = root, root.role.level
+        except KeyError:
+            sp = roots[vcpu]
+            assert sp is not None
+            level = sp.role.level
             while True:
                 spte = sp.spt[(gfn >> (9 * level - 9)) & 511]
                 if level == 1 or not spte & SPTE_MMU_PRESENT_MASK or spte & PT_PAGE_SIZE_MASK:
@@ -129,6 +131,7 @@ def cpu_run(
             if racing:
                 ret = session._exit(TdpAccess(vcpu, gpa, write, fetch))
                 roots, walks = session._vcpu_roots()  # a racing vCPU may have loaded one
+                reload_at = _first_unloaded(roots, at)
             else:  # _exit() and _fault(), inline: its first fault
                 session.exits += 1
                 if listener is not None:  # _vm_exit()
@@ -139,7 +142,7 @@ def cpu_run(
                         "error_code": code,
                     }
                     listener("kvm_page_fault", fields)
-                ret = page_fault(vcpu, gpa, write, fetch)
+                ret = page_fault(vcpu, gpa, write, fetch, None, spte)
                 name = _RET_NAMES[ret]  # _result()
                 results[name] = results.get(name, 0) + 1
                 if ret is RetPf.RETRY:
@@ -152,4 +155,16 @@ def cpu_run(
                 changes = session._memos_checked()
                 if pages.rcu_pending:  # page tables freed: a grace period ends sooner
                     stop = min(stop, max(at, session._tick_step()))
+            limit = min(stop, reload_at)
+    if at == reload_at and at < stop:  # the vCPU of access `at` has no valid root
+        return at, (at % nr_vcpus, gpa, write, fetch), exited
     return at, ((at - 1) % nr_vcpus, gpa, write, fetch), exited
+
+
+def _first_unloaded(roots: list[TdpMmuPage | None], at: int) -> int:
+    """The first access from `at` on whose vCPU has no valid root (sys.maxsize: none)."""
+    nr_vcpus, first = len(roots), sys.maxsize
+    for vcpu, root in enumerate(roots):
+        if root is None:
+            first = min(first, at + (vcpu - at) % nr_vcpus)
+    return first

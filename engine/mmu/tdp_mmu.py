@@ -144,10 +144,12 @@ class TdpMmu(TdpHuge):
         write: bool = False,
         exec_: bool = False,
         rsvd: bool | None = None,
+        walked: int | None = None,
     ) -> RetPf:
         """`kvm_mmu_page_fault()` → `kvm_tdp_page_fault()` for a guest-physical address.
         `rsvd`: the exit was an EPT misconfiguration (PFERR_RSVD_MASK), i.e. the CPU hit
-        an MMIO spte; None looks at the spte the walk ends at, as the CPU would."""
+        an MMIO spte; None looks at the spte the walk ends at, as the CPU would (`walked`:
+        that spte, when the caller has just walked the vCPU's valid root itself)."""
         stat = self.stat
         stat["pf_taken"] += 1
         gfn = gpa >> PAGE_SHIFT
@@ -157,8 +159,10 @@ class TdpMmu(TdpHuge):
         cfg = self.cfg
         spte = 0
         if rsvd is None or rsvd:
-            sp, index = self.last_spte(root, gfn)
-            spte = sp.spt[index]
+            if walked is None:
+                sp, index = self.last_spte(root, gfn)
+                walked = sp.spt[index]
+            spte = walked
             if is_mmio_spte(cfg, spte) and check_mmio_spte(
                 cfg, spte, self.vm.generation(root.role.smm)
             ):
