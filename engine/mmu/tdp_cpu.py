@@ -74,7 +74,8 @@ def cpu_run(
     racing, results, page_fault = session.race_rate, session.results, mmu.page_fault
     listener = mmu._listener  # what _vm_exit()'s _forward_fields() calls
     ram_only = not (netperf or migrate)
-    gpa, write, fetch = 0, False, False
+    gpa, gfn, write, fetch, drawn = 0, 0, False, False, True
+    fetch_rate = FETCH_RATE
     exited: tuple[int, RetPf, str] | None = None
     at = steps
     reload_at = _first_unloaded(roots, at)  # the run stops before it: kvm_mmu_reload()
@@ -100,14 +101,16 @@ def cpu_run(
             r = getrandbits(kpages)
             while r >= npages:
                 r = getrandbits(kpages)
-            gfn = base_gfn + r
-            gpa = gfn << PAGE_SHIFT
+            gfn = base_gfn + r  # (its gpa made only for an exit and at the end)
             if random() < 0.3:
                 write, fetch = True, False
                 mask = want = written
             else:
-                write, fetch = False, fetch_random() < FETCH_RATE
-                mask, want = (fetch_mask, fetch_want) if fetch else (read, read)
+                write, fetch = False, fetch_random() < fetch_rate
+                if fetch:
+                    mask, want = fetch_mask, fetch_want
+                else:
+                    mask = want = read
         at += 1
         memo = walks[vcpu]
         try:
@@ -126,6 +129,8 @@ def cpu_run(
             if walk_cache:
                 memo[gfn >> 9] = (sp.spt, 9 * level - 9)
         if spte & mask != want:
+            if not drawn:
+                gpa = gfn << PAGE_SHIFT
             session.steps, session._vcpu, mmu.now_ns = at, vcpu, (at - 1) * ACCESS_NS
             before = stat["pf_fast"]
             if racing:
@@ -156,6 +161,8 @@ def cpu_run(
                 if pages.rcu_pending:  # page tables freed: a grace period ends sooner
                     stop = min(stop, max(at, session._tick_step()))
             limit = min(stop, reload_at)
+    if not drawn:
+        gpa = gfn << PAGE_SHIFT
     if at == reload_at and at < stop:  # the vCPU of access `at` has no valid root
         return at, (at % nr_vcpus, gpa, write, fetch), exited
     return at, ((at - 1) % nr_vcpus, gpa, write, fetch), exited
