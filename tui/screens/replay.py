@@ -280,9 +280,14 @@ class ReplayScreen(ReplayDrawing):
         super().show_state()
 
     def show_events(self, events: list[Event]) -> None:
-        """Events just replayed: to the log and counters (filtered), then redraw."""
+        """Events just replayed: to the log and counters (filtered), then redraw.  While
+        playing, a frame that repaints the log and kvm_stat (a few times a second)
+        leaves the other panels to the next frame: both at once took twice as long."""
         self.pending_events.extend(events)  # the panel applies the CPU/pid scope
+        shown_at = self._counters_shown_at
         self.flush_events()
+        if self.pacer.playing and self._counters_shown_at != shown_at:
+            return
         self.redraw()
 
     def action_play_pause(self) -> None:
