@@ -29,10 +29,6 @@ SMALL = (80, 24)
 CAPTION_LINES = 6  # the caption's max-height 7, less its top border (tui/widgets/caption.py)
 #: the classroom scenarios of issue 17 (real-kvm runs the host's KVM: tests/test_kvm_*)
 CHECKED = [s.name for s in list_scenarios() if s.name != "real-kvm"]
-#: at 80×24, the screens whose panels fit their height so far (the rmap, TLB and POWER
-#: screens' side panels still cut their last rows there under a caption)
-SMALL_SCREENS = ("mmu", "memslots")
-SMALL_CHECKED = [n for n in CHECKED if load_scenario(n).screen in SMALL_SCREENS]
 
 
 def screen_text(app: object) -> str:
@@ -108,7 +104,7 @@ async def test_each_step_shows_what_it_declares(name: str, tmp_path: Path) -> No
         assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("name", SMALL_CHECKED)
+@pytest.mark.parametrize("name", CHECKED)
 async def test_no_panel_is_cut_at_80x24(name: str, tmp_path: Path) -> None:
     """The first step and every other one after it (the steps between run unseen: the
     walk costs its frames, not its actions), and the last."""

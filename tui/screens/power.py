@@ -144,7 +144,7 @@ class PowerScreen(PlayerScreen):
         )
         groups.show(hpt, self.record, self.phases, self.shown)
         self.query_one(PowerCounters).show(
-            run.machine.era, self.revealed_counters(), self.record, self.done
+            run.machine.era, self.revealed_counters(), self.record, self.done, self.caption_text
         )
         after = self._after(self.record) if self.record is not None else ""
         self.query_one(FaultSteps).show(self.record, self.phases, self.shown, after)

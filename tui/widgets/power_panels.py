@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from rich.style import Style
 from rich.text import Text
+from textual.geometry import Size
 from textual.widget import Widget
 
 from engine.ppc.faults import EMULATED, FORWARDED, FaultRecord, Phase
@@ -20,6 +21,8 @@ from engine.ppc.hpte import ABSENT, EMPTY, HPTES_PER_GROUP, MMIO, SWAPPED, VALID
 from engine.ppc.keys import PpcEra
 from engine.ppc.machine import PpcCounters
 
+from .fit import fit_rows, more_rows, names_in, refit_in_render
+from .titles import set_border_subtitle
 from .wrap import WrapCache, wrapped_height
 
 GLYPH = {VALID: "■", ABSENT: "□", MMIO: "◆", SWAPPED: "▣", EMPTY: "·"}
@@ -130,13 +133,17 @@ class HptGroups(PowerDrawing):
         self._shown = (hpt, record, phases, shown)
         self._fitted_for = self.content_region.height
         text = Text(no_wrap=True, overflow="ellipsis")
-        rows = max(1, (self.content_region.height - 3) // 2) if self.is_mounted else 3
+        width, height = self.content_region.size
+        legend = wrapped_height(Text(LEGEND), width) if width else 1
+        rows = max(1, (height - 2 - legend) // 2) if self.is_mounted else 3
+        with_legend = not self.is_mounted or 2 + 2 * rows + legend <= height
         if record is None:
             text.append("no fault yet: space plays, s steps, n runs to the next fault\n",
                         style=self.style_of("label"))  # fmt: skip
             for group in hpt.window(0, rows):
                 self._row(text, hpt, group, tuple(hpt.kinds_of(group)), {}, -1, False)
-            text.append(LEGEND, style=self.style_of("label"))
+            text.append(LEGEND if with_legend else "", style=self.style_of("label"))
+            text.rstrip()
             self.show_text(text)
             return
         revealed = phases[:shown]
@@ -147,11 +154,16 @@ class HptGroups(PowerDrawing):
         primary, secondary = hpt.groups_of(record.vpn)
         for number, (name, group) in enumerate((("primary", primary), ("secondary", secondary))):
             how = "(vsid ^ page) & mask" if number == 0 else f"primary ^ {hpt.mask:#x}"
-            text.append(f"{name} group {group:#x} = {how}\n", style=self.style_of("label"))
+            head = f"{name} group {group:#x} = {how}"
+            if width and len(head) > width:  # narrow: the hash on the border's legend
+                head = f"{name} group {group:#x}"
+            text.append(f"{head}\n", style=self.style_of("label"))
             for row in hpt.window(group, rows):
                 kinds = self._kinds(hpt, record, row, (primary, secondary), done)
                 self._row(text, hpt, row, kinds, marks, current, row == group, found)
-        text.append(LEGEND, style=self.style_of("label"))
+        text.append(LEGEND if with_legend else "", style=self.style_of("label"))
+        text.rstrip()
+        set_border_subtitle(self, "" if with_legend else more_rows(legend))
         self.show_text(text)
 
     @staticmethod
@@ -190,12 +202,26 @@ class HptGroups(PowerDrawing):
 
 
 class PowerCounters(PowerDrawing):
-    """The classification's counters, what the keys saved, and the era's key trade-off."""
+    """The classification's counters, what the keys saved, and the era's key trade-off.
 
-    def show(self, era: PpcEra, c: PpcCounters, record: FaultRecord | None, done: bool) -> None:
-        text = Text(no_wrap=True, overflow="ellipsis")
-        text.append(f"{era.name}\n", style=self.style_of("current"))
-        text.append(f"{era.summary}\n", style=self.style_of("label"))
+    Shorter than its rows (80×24, a scenario's caption), it keeps the rows the caption
+    names, the era, the fault classes and the last fault's verdict, then the others from
+    the top, and says on its bottom border how many it left out (tui/widgets/fit.py)."""
+
+    _every: list[Text] = []
+    _order: list[int] = []
+    _fitted_for = Size(0, 0)
+
+    def show(
+        self,
+        era: PpcEra,
+        c: PpcCounters,
+        record: FaultRecord | None,
+        done: bool,
+        caption: str = "",
+    ) -> None:
+        label = self.style_of("label")
+        rows = [Text(era.name, style=self.style_of("current")), Text(era.summary, style=label)]
         lines = [
             ("faults (HDSI)", c.faults, ""),
             (" forwarded", c.forwarded, "forwarded"),
@@ -209,18 +235,44 @@ class PowerCounters(PowerDrawing):
             ("MMIO cache hits", c.mmio_cache_hits, ""),
         ]
         for name, value, style in lines:
-            text.append(f"{name:<19}", style=self.style_of("label"))
-            text.append(f"{value!s:>10}\n", style=self.style_of(style) if style else "")
+            rows.append(Text.assemble(
+                (f"{name:<19}", label), (f"{value!s:>10}", self.style_of(style) if style else "")
+            ))  # fmt: skip
+        named = [2 + i for i, (name, _, _) in enumerate(lines) if names_in(name, caption)]
         keys = era.guest_keys
-        text.append(f"{'guest keys':<19}", style=self.style_of("label"))
-        text.append(f"{keys[0]}-{keys[-1]} ({len(keys)})\n")
+        rows.append(
+            Text.assemble((f"{'guest keys':<19}", label), f"{keys[0]}-{keys[-1]} ({len(keys)})")
+        )
         for key in sorted(era.host_keys):
-            text.append(f"key {key}: the host's, denied\n", style=self.style_of("warning"))
+            rows.append(Text(f"key {key}: the host's, denied", style=self.style_of("warning")))
         if not era.host_keys:
-            text.append("keys 30, 31: the guest's own\n", style=self.style_of("label"))
+            rows.append(Text("keys 30, 31: the guest's own", style=label))
+        verdict = []
         if record is not None and done:
-            text.append(self._verdict(record), style=self.style_of(_outcome_style(record)))
-        self.show_text(text)
+            verdict = [len(rows)]
+            rows.append(Text(self._verdict(record), style=self.style_of(_outcome_style(record))))
+        first = [*named, 0, *(i for i in range(2, 7) if i not in named), *verdict]
+        self._every = rows
+        self._order = [*first, *(i for i in range(len(rows)) if i not in first)]
+        self._fit()
+
+    def render(self) -> Text:
+        if self._every and self._fitted_for != self.content_size:
+            refit_in_render(self, self._fit)  # laid out again (a caption came or went)
+        return super().render()
+
+    def _fit(self) -> None:
+        """Every row where the panel's height follows them; else those that fit."""
+        self._fitted_for = self.content_size
+        width, room = self.content_size
+        height = self.styles.height
+        if height is not None and height.is_auto:
+            room = 0  # as tall as its rows (up to its max-height): all of them
+        kept, dropped = fit_rows(self._every, width, room, self._order)
+        set_border_subtitle(self, more_rows(dropped))
+        self.show_text(
+            Text("\n", no_wrap=True, overflow="ellipsis").join(self._every[i] for i in kept)
+        )
 
     @staticmethod
     def _verdict(record: FaultRecord) -> str:

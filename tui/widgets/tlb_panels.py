@@ -117,7 +117,11 @@ class TlbLanes(TlbDrawing):
         if rows_left >= history.sim.cfg.pcpus + 3:
             self._pcpus(text, history, first)
             rows_left -= history.sim.cfg.pcpus + 1
-        self._legend(text, self.content_region.width, rows_left)
+        if rows_left > 0:
+            self._legend(text, self.content_region.width, rows_left)
+        text.rstrip()
+        note = more_rows(1) if rows_left <= 0 else ""  # the legend, left out for the lanes
+        refit_in_render(self, lambda: set_border_subtitle(self, note))
         return text
 
     def _axis(self, text: Text, history: LaneHistory, first: int, width: int) -> None:
