@@ -44,11 +44,14 @@ class LineDiffView(ScrollView):
         drawn, width = self._drawn, self.size.width
         self._fresh.clear()
         self._fresh_for = (self.scroll_offset, self.size)
+        changed = []
         for y in range(self.scrollable_content_region.height):
             strip = self.draw_line(y)
             if drawn.get(y) != strip:
                 self._fresh[y] = strip
-                super().refresh(Region(0, y, width, 1))
+                changed.append(y)
+        if changed:
+            super().refresh(*row_regions(changed, width))
 
     def refresh(
         self, *regions: Region, repaint: bool = True, layout: bool = False, recompose: bool = False
@@ -56,3 +59,18 @@ class LineDiffView(ScrollView):
         if not regions:
             self._fresh.clear()  # all drawn again, from the state then
         return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
+
+def row_regions(rows: list[int], width: int) -> list[Region]:
+    """The regions of `rows` (ascending) of a widget `width` wide, a run of adjacent
+    rows in one region: one refresh call for a frame's changed rows, not one a row
+    (each call costs Textual's bookkeeping)."""
+    regions: list[Region] = []
+    start = previous = rows[0]
+    for row in rows[1:]:
+        if row != previous + 1:
+            regions.append(Region(0, start, width, previous - start + 1))
+            start = row
+        previous = row
+    regions.append(Region(0, start, width, previous - start + 1))
+    return regions

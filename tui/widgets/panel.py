@@ -18,6 +18,7 @@ from textual.visual import Visual, visualize
 from textual.widget import Widget
 from typing_extensions import Self
 
+from .line_diff import row_regions
 from .row_cache import use_row_cache
 from .wrap import WrapCache, wrapped_height
 
@@ -67,9 +68,13 @@ class TextPanel(Widget):
         else:
             new = self._lines = self._draw()
             width = self.size.width
-            for y in range(max(len(old), len(new))):
-                if y >= len(old) or y >= len(new) or old[y] != new[y]:
-                    super().refresh(Region(0, y, width, 1))
+            changed = [
+                y
+                for y in range(max(len(old), len(new)))
+                if y >= len(old) or y >= len(new) or old[y] != new[y]
+            ]
+            if changed:
+                super().refresh(*row_regions(changed, width))
 
     def _unchanged(self, content: RenderableType) -> bool:
         """`content` draws as the lines drawn now: the same text, spans and text options
