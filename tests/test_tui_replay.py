@@ -181,13 +181,12 @@ async def test_a_frame_gives_the_event_loop_turns_and_a_pause_between_them_ends_
     event loop run between turns; space pressed then pauses it there, and kvm_stat
     counts exactly the events the model applied."""
     monkeypatch.setattr(replay_module, "SLICE", 0.0)
-    monkeypatch.setattr(replay_module, "FRAME_BUDGET", 60.0)
     app = build(SAMPLE, tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
         screen = replay_screen(app)
         cursor = await indexed(pilot, screen)
         screen.pacer.playing = True  # playing, without the frame timer: frames by hand
-        frame = asyncio.ensure_future(screen._play(STEP_CHUNK + 5))
+        frame = asyncio.ensure_future(screen._play(STEP_CHUNK + 5, budget=60.0))
         await asyncio.sleep(0)  # the frame's first turn runs, then this test's
         assert cursor.position == STEP_CHUNK and not frame.done()
         screen.action_play_pause()  # what space does

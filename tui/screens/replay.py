@@ -47,6 +47,7 @@ from .replay_sources import index_trace, tail_pipe
 REPLAY_SPEED = 100.0  # events a second to start with
 MAX_PER_FRAME = 1000  # events replayed in one frame at most (the Pacer caps at 10000/s)
 FRAME_BUDGET = 0.006  # seconds of parsing a frame may spend (the rest waits a frame)
+MAX_CATCH_UP = 3.0  # frames' budgets a late frame may parse for (its turns stay SLICE long)
 SLICE = 0.002  # seconds of parsing between two turns of the event loop within a frame
 STEP_CHUNK = 16  # events replayed between two looks at the clock (~0.5 ms)
 NEXT_CHANGE_LIMIT = 200_000  # events `n` reads looking for a change
@@ -238,11 +239,13 @@ class ReplayScreen(ReplayDrawing):
             self.redraw()
             return None
         self._frame_drawn.clear()  # the index worker waits until this frame is drawn
-        return self._play(min(self.pacer.advance(dt), MAX_PER_FRAME))
+        late = min(MAX_CATCH_UP, max(1.0, dt / self.FRAME))  # frames since the last one
+        return self._play(min(self.pacer.advance(dt), MAX_PER_FRAME), FRAME_BUDGET * late)
 
-    async def _play(self, count: int) -> None:
-        """Replay up to `count` events, at most FRAME_BUDGET seconds of parsing (late
-        frames do not snowball; what runs between the turns is not the frame's), in
+    async def _play(self, count: int, budget: float = FRAME_BUDGET) -> None:
+        """Replay up to `count` events, at most `budget` seconds of parsing (a frame
+        late by a frame or two may parse for them, MAX_CATCH_UP at most: late frames do
+        not snowball; what runs between the turns is not the frame's), in
         turns of SLICE seconds between which the event loop runs (a key press waits for
         one turn, not for the frame); then draw what they did, in a turn of its own.  A
         pause meanwhile (a key, a seek) ends the frame there."""
@@ -251,7 +254,7 @@ class ReplayScreen(ReplayDrawing):
         try:
             while True:
                 start = time.perf_counter()
-                end = start + min(SLICE, FRAME_BUDGET - spent)
+                end = start + min(SLICE, budget - spent)
                 while played < count:  # a turn replays STEP_CHUNK events at least
                     stepped = timeline.step(min(count - played, STEP_CHUNK))
                     if not stepped:
@@ -262,7 +265,7 @@ class ReplayScreen(ReplayDrawing):
                     if time.perf_counter() >= end:
                         break
                 spent += time.perf_counter() - start  # the other turns are not the frame's
-                done = at_end or played >= count or spent >= FRAME_BUDGET
+                done = at_end or played >= count or spent >= budget
                 await asyncio.sleep(0)  # the event loop's turn (before the drawing too)
                 if done or not self.pacer.playing:
                     break
