@@ -19,9 +19,10 @@ torvalds/linux ≈6.10 (commit 0089c055) `tdp_mmu.c`, `mmu.c` (`kvm_mmu_page_fau
   `tdp_mmu_map_handle_target_level()` installs the leaf with `tdp_mmu_set_spte_atomic`
   (RET_PF_RETRY when that loses, RET_PF_SPURIOUS when nothing changes), then traces
   `kvm_mmu_set_spte` or `mark_mmio_spte`;
-- the common fault (`_map_common`): a leaf installed in an empty spte of a table already
-  on the path, with nothing else to do on the way: the same changes and events as the
-  walk above, done in one call (`common_fault=False` always walks: tests compare them);
+- the common fault (`_map_common`): where the spte the CPU's walk ended at is known and
+  empty, a leaf installed in an empty spte of a table already on the path, with nothing
+  else to do on the way: the same changes and events as the walk above, done in one call
+  (`common_fault=False` always walks: tests compare them);
 - memslot DELETE/MOVE and an MMIO generation wrap zap everything fast
   (`kvm_mmu_zap_all_fast`), a dirty-logging flag change applies the slot's flags.
 No rmap is kept: the TDP MMU finds a gfn's sptes by walking the roots.
@@ -157,8 +158,8 @@ class TdpMmu(TdpHuge):
         if root is None or root.role.invalid:
             root = self.root(vcpu)
         cfg = self.cfg
-        spte = 0
-        if rsvd is None or rsvd:
+        spte, walked_to = 0, rsvd is None or rsvd  # the spte the walk ends at is known
+        if walked_to:
             if walked is None:
                 sp, index = self.last_spte(root, gfn)
                 walked = sp.spt[index]
@@ -172,6 +173,7 @@ class TdpMmu(TdpHuge):
         slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
         if (
             self.common_fault
+            and walked_to
             and slot is not None
             and not spte & ~SHADOW_NONPRESENT_VALUE  # is_empty_spte(): not fast_page_fault's
             and self.fast_pf.kvm_ad_enabled
@@ -242,16 +244,14 @@ class TdpMmu(TdpHuge):
         shift = 9 * goal - 9
         index = (gfn >> shift) & 511
         old = pt.spt[index]
+        if old != self.nonpresent:
+            return False  # not an empty spte: a spurious fault, a frozen or MMIO spte, ...
         mask = (1 << shift) - 1  # KVM_PAGES_PER_HPAGE(goal) - 1
         pfn = ((slot.userspace_addr >> PAGE_SHIFT) + gfn - slot.base_gfn) & ~mask
         writable = not slot.readonly  # fault->map_writable
         new_spte = self._make_spte(pfn, goal, writable)
-        if (
-            old != self.nonpresent
-            or not new_spte & SPTE_MMU_PRESENT_MASK
-            or not (goal == 1 or new_spte & PT_PAGE_SIZE_MASK)
-        ):
-            return False  # not an empty spte, or not a leaf to install
+        if not new_spte & SPTE_MMU_PRESENT_MASK or not (goal == 1 or new_spte & PT_PAGE_SIZE_MASK):
+            return False  # not a leaf to install
         listener = self._listener
         base = gfn & ~mask
         if listener is not None:
