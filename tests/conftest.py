@@ -21,6 +21,7 @@ ONE_WORKER = {
 # /dev/kvm guests and private tracefs instances: one at a time, so that no test sees
 # another test's run (our_instances() reads every mmuscope instance on the machine)
 ONE_WORKER_PREFIXES = {"test_kvm_": "kvm"}
+ONE_WORKER["test_cli_trace_dat.py"] = "kvm"  # its private tracefs instance too
 
 
 def pytest_configure(config: pytest.Config) -> None:

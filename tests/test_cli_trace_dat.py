@@ -3,7 +3,8 @@ run through the installed console script.
 
 A trace.dat is recognised by trace-cmd's magic and read through `trace-cmd report`; without
 trace-cmd the command to run is printed (exit 2).  One test makes a real trace.dat with
-`trace-cmd extract` from a private tracefs instance (skipped without trace-cmd or tracefs).
+trace-cmd from a private tracefs instance (skipped without trace-cmd or tracefs), leaving the
+global tracing switches as they were.
 """
 
 from __future__ import annotations
@@ -107,28 +108,55 @@ def test_a_failing_trace_cmd_report_is_exit_2(tmp_path: Path) -> None:
     assert "trace-cmd report -i" in err and "bad file" in err
 
 
+def _global_switches() -> tuple[str, ...]:
+    return tuple((TRACEFS / name).read_text() for name in ("tracing_on", "events/enable"))
+
+
+def _raw_pages(instance: Path, out_dir: Path) -> list[Path]:
+    """Each CPU's ring-buffer pages of `instance`, read from its `trace_pipe_raw` without
+    blocking: what `trace-cmd extract` reads, but without its stop and restart of tracing,
+    which also writes the top instance's `tracing_on` (trace-cmd 3.1)."""
+    files = []
+    for cpu_dir in sorted((instance / "per_cpu").iterdir(), key=lambda p: int(p.name[3:])):
+        fd = os.open(cpu_dir / "trace_pipe_raw", os.O_RDONLY | os.O_NONBLOCK)
+        chunks = []
+        try:
+            while chunk := os.read(fd, 4096):
+                chunks.append(chunk)
+        except BlockingIOError:
+            pass  # drained
+        finally:
+            os.close(fd)
+        files.append(out_dir / cpu_dir.name)
+        files[-1].write_bytes(b"".join(chunks))
+    return files
+
+
+def _trace_cmd(*args: str | Path) -> None:
+    subprocess.run(["trace-cmd", *map(str, args)], capture_output=True, timeout=60, check=True)
+
+
 @pytest.fixture
 def real_trace_dat(tmp_path: Path) -> Path:
-    """A trace.dat made by trace-cmd from a private tracefs instance holding one marker."""
+    """A trace.dat written by trace-cmd from a private tracefs instance holding one marker:
+    `trace-cmd restore -c` writes the header from this machine's event formats, and
+    `trace-cmd restore -i` adds the instance's raw per-CPU pages."""
     if shutil.which("trace-cmd") is None:
         pytest.skip("trace-cmd is not installed (make trace-cmd)")
     if not (TRACEFS / "instances").is_dir() or os.geteuid() != 0:
         pytest.skip(f"needs root and tracefs at {TRACEFS}")
-    name = f"mmuscope-test-{os.getpid()}"
-    instance = TRACEFS / "instances" / name
+    before = _global_switches()
+    instance = TRACEFS / "instances" / f"mmuscope-tracedat-{os.getpid()}-0"
     instance.mkdir()
     try:
         (instance / "trace_marker").write_text("mmuscope trace.dat test\n")
-        out = tmp_path / "trace.dat"
-        subprocess.run(
-            ["trace-cmd", "extract", "-B", name, "-o", str(out)],
-            capture_output=True,
-            timeout=60,
-            check=True,
-        )
+        cpus = _raw_pages(instance, tmp_path)
     finally:
-        if instance.exists():
-            instance.rmdir()
+        instance.rmdir()
+    out = tmp_path / "trace.dat"
+    _trace_cmd("restore", "-c", "-o", tmp_path / "head.dat")
+    _trace_cmd("restore", "-i", tmp_path / "head.dat", "-o", out, *cpus)
+    assert _global_switches() == before
     return out
 
 
