@@ -14,7 +14,7 @@ from engine.memslot import MemorySlot
 
 from .highlight import Highlight
 from .panel import TextPanel
-from .wrap import wrap_text, wrapped_height
+from .wrap import wrap_line, wrap_text, wrapped_height
 
 MAX_LINES = 12
 
@@ -26,10 +26,26 @@ def cache_words(cache: CacheProbe) -> str:
     return f"{holder}: {held}, {'hit' if cache.hit else 'miss'}{note}"
 
 
+def first_rows(line: Text, width: int, rows: int) -> Text:
+    """`line` wrapped to `width`, cut to its first `rows` rows, the last ending in "…"
+    when rows were left out."""
+    pieces = wrap_line(line, width)
+    if len(pieces) <= rows:
+        return wrap_text(line, width)
+    kept = pieces[:rows]
+    last = kept[-1]
+    if width and last.cell_len >= width:
+        last = last[: width - 1]
+        last.rstrip()
+    kept[-1] = last + Text("…")
+    return Text("\n").join(kept)
+
+
 class PathPanel(TextPanel):
     """Cache checks, then each revealed probe with its decision; long scans are elided.
     A probe's line wraps under its slot when the panel is narrow, and the earliest
-    probes give way to keep the latest and the verdict in the panel."""
+    probes give way to keep the latest and the verdict in the panel; where even the
+    latest does not fit (a short terminal), its wrapped rows end with "…"."""
 
     DEFAULT_CSS = """
     PathPanel { height: 10; padding: 0 1; border: round $panel;
@@ -95,11 +111,15 @@ class PathPanel(TextPanel):
         first = shown
         while first > 0:
             probe = highlight.probes[first - 1]
-            line = wrap_text(Text(f"{first:>3} {describe_probe(probe, name_of, 14)}"), width)
+            plain = Text(f"{first:>3} {describe_probe(probe, name_of, 14)}")
+            line = wrap_text(plain, width)
             height = wrapped_height(line, width)
             earlier = 1 if first > 1 else 0  # the row saying how many are left out
-            if lines and rows + height + earlier > budget:
-                break
+            if rows + height + earlier > budget:
+                if lines:
+                    break
+                height = max(budget - earlier, 1)  # the latest probe, cut to what is left
+                line = first_rows(plain, width, height)
             lines.insert(0, line)
             rows += height
             first -= 1
