@@ -17,6 +17,7 @@ from engine.pacing import SPEEDS
 from engine.replay.cursor import TraceCursor
 from engine.replay.index import TraceIndex, build_index, open_for_index
 from tests.datafiles import FIXTURES
+from tests.test_scenario_steps import cut_panels
 from tests.tui_pilot import drawn_lines, paste, press_export
 from tui.app import MmuscopeApp, make_app
 from tui.screens import replay as replay_module
@@ -151,6 +152,35 @@ async def test_readable_at_80x24_and_120x40(tmp_path: Path) -> None:
             assert "L2" in shown(pages) and "valid_gen" in shown(state)
             assert "…" not in shown(state).split("\n")[1]  # the first line fits
             assert "#29/29" in shown(screen.query_one(TimelineBar))
+
+
+async def test_no_panel_is_cut_at_80x24_while_it_plays_steps_and_seeks(tmp_path: Path) -> None:
+    """At 80×24 the state panel and the spte grid are shorter than their rows: they
+    keep the rows that matter and count the others on their bottom border (issue 13 §2)."""
+    app = build(SAMPLE, tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = replay_screen(app)
+        cursor = await indexed(pilot, screen)
+        await pilot.press("space")  # a few frames played
+        for _ in range(200):
+            if cursor.position >= 8:
+                break
+            await pilot.pause(0.01)
+        await pilot.press("space")
+        await pilot.pause()
+        assert cursor.position >= 8 and not screen.pacer.playing
+        assert cut_panels(app) == []
+        for keys in (("s",), ("n", "n"), ("right_square_bracket",), ("end",)):
+            await pilot.press(*keys)
+            await pilot.pause()
+            assert cut_panels(app) == [], keys
+        state, grid = screen.query_one(ReplayState), screen.query_one(SpteGrid)
+        assert re.fullmatch(r"\+\d+ more rows?", str(state.border_subtitle))
+        assert re.fullmatch(r"\+\d+ more rows", str(grid.border_subtitle))
+        lines = shown(grid).split("\n")[1:-1]  # inside the border
+        assert lines[0].startswith("│ 000 ■")  # the row of the spte changed, labelled
+        assert "■ 4K" in lines[-1]  # the legend
+        assert "valid_gen" in shown(state) and "MMIO sptes" in shown(state)
 
 
 async def test_a_big_file_shows_indexing_progress_and_plays_meanwhile(tmp_path: Path) -> None:

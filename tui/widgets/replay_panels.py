@@ -8,20 +8,27 @@ stale MMIO spte `mmio-stale`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.cells import cell_len
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal
+from textual.geometry import Size
 from textual.widgets import Label, ProgressBar
 
 from engine.replay.filters import EventFilter
 from engine.replay.model import ReplayModel
-from engine.replay.views import LevelRow, SpteTable, mmio_rows, vcpu_rows
+from engine.replay.views import GridCell, LevelRow, SpteTable, mmio_rows, vcpu_rows
 
+from .fit import fit_rows, more_rows, refit_in_render
 from .mmu_panels import MmuDrawing
 from .row_cache import use_row_cache
+from .titles import set_border_subtitle
 
-GRID_LEGEND = "· none ▸ table ■ 4K █ huge ◆ MMIO"
+LEGEND_ITEMS = (("none", "· none"), ("nonleaf", "▸ table"), ("leaf", "■ 4K"),
+                ("large", "█ huge"), ("mmio", "◆ MMIO"))  # fmt: skip
+GRID_LEGEND = " ".join(item for _, item in LEGEND_ITEMS)
 SYMBOLS = {"none": "·", "nonleaf": "▸", "leaf": "■", "large": "█", "mmio": "◆"}
 CHANGE_STYLE = {"appeared": "path", "vanished": "mmio-stale", "flip": "mmio-stale",
                 "mmio": "mmio", "tdp": "leaf"}  # fmt: skip
@@ -148,11 +155,21 @@ class ReplayPages(ReplayPanel):
 
 
 class SpteGrid(ReplayPanel):
-    """The 512 sptes of one table as a grid of gfns; the last change marked."""
+    """The 512 sptes of one table as a grid of gfns; the last change marked.
+
+    Where the panel is shorter than the grid (80×24) it keeps, as the shadow-MMU screen's
+    grid does (tui/widgets/spt_grid.py), the row of the spte the last event changed, the
+    legend (then a row of its own: the bottom border says how many rows were left out),
+    the rows with present sptes, then the empty ones, each labelled with the index of
+    its first spte."""
+
+    _table: SpteTable | None = None
+    _fitted_for = Size(0, 0)
 
     def show(self, table: SpteTable | None) -> None:
-        self.border_subtitle = GRID_LEGEND
+        self._table = table
         if table is None:
+            set_border_subtitle(self, GRID_LEGEND)
             self.border_title = "sptes by gfn"
             self.show_text(
                 Text(
@@ -166,16 +183,68 @@ class SpteGrid(ReplayPanel):
             f"sptes: as {table.as_id} l{table.level} gfn {table.base_gfn:#x}"
             f"-{table.base_gfn + span - 1:#x}"
         )
+        self._fit()
+
+    def render(self) -> Text:
+        if self._table is not None and self._fitted_for != self.content_size:
+            refit_in_render(self, self._fit)  # laid out again (a resize)
+        return super().render()
+
+    def _fit(self) -> None:
+        """The whole grid where it fits; else the rows that matter most."""
+        table = self._table
+        assert table is not None
+        self._fitted_for = self.content_size
         columns, gap, rows = self._shape(len(table.cells))
-        marked = table.changed
-        first_row = 0
-        if marked is not None and rows * columns < len(table.cells):
-            last_row = len(table.cells) // columns - rows
-            first_row = max(0, min(marked // columns - rows // 2, last_row))
-        text = Text(no_wrap=True)
-        run: list[str] = []  # cells of one component, appended at once (few segments)
+        if rows * columns >= len(table.cells) or self.content_size.height <= 0:
+            set_border_subtitle(self, GRID_LEGEND)
+            text = Text(no_wrap=True)
+            self._append_cells(text, table.cells[: rows * columns], table.changed, columns, gap)
+            self.show_text(text)
+            return
+        width, room = self.content_size
+        lines, order = self._rows(table, columns, gap, label=width >= columns + 4)
+        kept, dropped = fit_rows(lines, width, room, order)
+        set_border_subtitle(self, more_rows(dropped))
+        self.show_text(Text("\n", no_wrap=True).join(lines[i] for i in kept))
+
+    def _rows(
+        self, table: SpteTable, columns: int, gap: str, *, label: bool
+    ) -> tuple[list[Text], list[int]]:
+        """The grid's rows and the legend (last), and their order of importance: the
+        changed spte's row, the legend, the rows with present sptes, the empty ones."""
+        cells, marked = table.cells, table.changed
+        rows: list[Text] = []
+        busy: list[bool] = []
+        for start in range(0, len(cells), columns):
+            row = Text(f"{start:03x} " if label else "", style=self.style_of("label"))
+            part = cells[start : start + columns]
+            self._append_cells(row, part, marked, columns, gap)
+            row.rstrip()
+            rows.append(row)
+            busy.append(any(cell.kind != "none" for cell in part))
+        kinds = {cell.kind for cell in cells}
+        rows.append(Text(self._legend(kinds), style=self.style_of("label")))
+        first = [marked // columns] if marked is not None and marked < len(cells) else []
+        grid = range(len(rows) - 1)
+        present = [i for i in grid if busy[i] and i not in first]
+        empty = [i for i in grid if not busy[i] and i not in first]
+        return rows, [*first, len(rows) - 1, *present, *empty]
+
+    def _legend(self, kinds: set[str]) -> str:
+        """The legend; narrower than it, only the symbols the grid shows."""
+        if len(GRID_LEGEND) <= self.content_size.width:
+            return GRID_LEGEND
+        return " ".join(item for kind, item in LEGEND_ITEMS if kind in kinds)
+
+    def _append_cells(
+        self, text: Text, cells: Sequence[GridCell], marked: int | None, columns: int, gap: str
+    ) -> None:
+        """`cells` appended to `text`, a row of `columns` a line, in runs of one component
+        (few segments)."""
+        run: list[str] = []
         component = ""
-        for cell in table.cells[first_row * columns : (first_row + rows) * columns]:
+        for cell in cells:
             now = "selected" if cell.index == marked else cell.kind
             if now != component and run:
                 text.append("".join(run), style=self.style_of(component))
@@ -184,7 +253,6 @@ class SpteGrid(ReplayPanel):
             run.append(SYMBOLS[cell.kind] + ("\n" if cell.index % columns == columns - 1 else gap))
         if run:
             text.append("".join(run), style=self.style_of(component))
-        self.show_text(text)
 
     def _shape(self, cells: int) -> tuple[int, str, int]:
         """(cells a row, the gap between them, rows shown): 32 spaced when 16 rows fit,
@@ -199,47 +267,92 @@ class SpteGrid(ReplayPanel):
 
 class ReplayState(ReplayPanel):
     """Generations, pages made and zapped, the MMIO sptes with their generation, TDP
-    changes, and the busiest vCPUs."""
+    changes, and the busiest vCPUs.
+
+    Where the panel is too short for its rows (80×24) it keeps the generations, the
+    pages, the MMIO sptes' count and the spte writes first, then the last flip, the
+    busiest vCPU, the MMIO sptes themselves, check_mmio, the other vCPUs and, last, the
+    note on what the trace started in the middle of; the bottom border says how many
+    rows it left out (tui/widgets/fit.py)."""
+
+    _rows: list[Text] = []
+    _order: list[int] = []
+    _fitted_for = Size(0, 0)
 
     def show(self, model: ReplayModel, start_ts: float | None) -> None:
         height = self.content_size.height
         names = 13
         label, plain = self.style_of("label"), self.style_of("page")
-        text = Text(no_wrap=True, overflow="ellipsis")
+        rows: list[Text] = []
+        at: dict[str, int] = {}  # the rows by what they say, for their importance
 
-        def line(name: str, value: str, style: str = "page") -> None:
-            text.append(f"{name:<{names}}", style=label)
-            text.append(f"{value}\n", style=self.style_of(style))
+        def line(key: str, name: str, value: str, style: str = "page") -> None:
+            at[key] = len(rows)
+            rows.append(Text.assemble((f"{name:<{names}}", label), (value, self.style_of(style))))
 
         gen = "?" if model.mmu_valid_gen is None else str(model.mmu_valid_gen)
-        line("valid_gen", f"{gen} · {model.flips_total} fast zaps")
+        line("gen", "valid_gen", f"{gen} · {model.flips_total} fast zaps")
         if model.flips:
             flip = model.flips[-1]
-            at = flip.ts - start_ts if start_ts is not None else flip.ts
+            at_ts = flip.ts - start_ts if start_ts is not None else flip.ts
             used = f" {flip.used_pages:#x} pages" if flip.used_pages is not None else ""
-            line("last flip", f"{flip.old}→{flip.new} +{seconds(at)}s{used}", "mmio-stale")
+            line(
+                "flip", "last flip", f"{flip.old}→{flip.new} +{seconds(at_ts)}s{used}", "mmio-stale"
+            )
         copies = sum(p.copies for p in model.pages.values())
-        line("pages", f"{copies} (+{model.created} -{model.zapped})")
+        line("pages", "pages", f"{copies} (+{model.created} -{model.zapped})")
         unknown = model.unknown_zaps + model.unkeyed_zaps
         if model.adopted or unknown:
             seen = f"{model.adopted} page{'s' * (model.adopted != 1)} adopted"
-            line("mid-run", f"{seen} · {unknown} zap{'s' * (unknown != 1)} unmatched", "label")
+            words = f"{seen} · {unknown} zap{'s' * (unknown != 1)} unmatched"
+            line("mid-run", "mid-run", words, "label")
         memslots = "?" if model.memslots_gen is None else f"{model.memslots_gen:#x}"
-        line("MMIO sptes", f"{len(model.mmio)} · gen {memslots}")
+        line("mmio", "MMIO sptes", f"{len(model.mmio)} · gen {memslots}")
         room = max(1, (max(height, 4) - 8) // 2)
+        mmio = []
         for spte, state in mmio_rows(model, min(3, room)):
             style = {"valid": "mmio", "stale": "mmio-stale", "obsolete": "obsolete"}[state]
-            text.append(f" {spte.gfn:#x} gen {spte.gen:#x} {state}\n", style=self.style_of(style))
+            mmio.append(len(rows))
+            rows.append(
+                Text(f" {spte.gfn:#x} gen {spte.gen:#x} {state}", style=self.style_of(style))
+            )
         if model.mmio_checks_ok or model.mmio_checks_stale:
-            line("check_mmio", f"{model.mmio_checks_ok} ok · {model.mmio_checks_stale} stale")
-        line("spte writes", f"{model.tdp_changes} tdp · {model.set_sptes} set_spte")
-        rows = vcpu_rows(model, room)
-        if rows:
-            text.append("vcpu  exits  entry    pf fast\n", style=label)
-            for vcpu, c in rows:
-                text.append(
-                    f"{vcpu:>4}{c.exits:>7}{c.entries:>7}{c.faults:>6} "
-                    f"{c.fast_fixed}/{c.fast_spurious}\n",
-                    style=plain,
-                )
-        self.show_text(text)
+            line(
+                "check",
+                "check_mmio",
+                f"{model.mmio_checks_ok} ok · {model.mmio_checks_stale} stale",
+            )
+        line("writes", "spte writes", f"{model.tdp_changes} tdp · {model.set_sptes} set_spte")
+        vcpus = []
+        for number, (vcpu, c) in enumerate(vcpu_rows(model, room)):
+            row = Text(
+                f"{vcpu:>4}{c.exits:>7}{c.entries:>7}{c.faults:>6} "
+                f"{c.fast_fixed}/{c.fast_spurious}",
+                style=plain,
+            )
+            if not number:  # the header goes with the first vCPU's row
+                row = Text("vcpu  exits  entry    pf fast\n", style=label).append_text(row)
+            vcpus.append(len(rows))
+            rows.append(row)
+        keys = ("gen", "pages", "mmio", "writes", "flip")
+        first = [at[key] for key in keys if key in at]
+        check = [at["check"]] if "check" in at else []
+        last = [at["mid-run"]] if "mid-run" in at else []
+        self._rows = rows
+        self._order = [*first, *vcpus[:1], *mmio, *check, *vcpus[1:], *last]
+        self._fit()
+
+    def render(self) -> Text:
+        if self._rows and self._fitted_for != self.content_size:
+            refit_in_render(self, self._fit)  # laid out again (a resize)
+        return super().render()
+
+    def _fit(self) -> None:
+        """The rows that fit, the others counted on the bottom border."""
+        self._fitted_for = self.content_size
+        width, room = self.content_size
+        kept, dropped = fit_rows(self._rows, width, room, self._order)
+        set_border_subtitle(self, more_rows(dropped))
+        self.show_text(
+            Text("\n", no_wrap=True, overflow="ellipsis").join(self._rows[i] for i in kept)
+        )
