@@ -181,6 +181,13 @@ async def test_no_panel_is_cut_at_80x24_while_it_plays_steps_and_seeks(tmp_path:
         assert lines[0].startswith("│ 000 ■")  # the row of the spte changed, labelled
         assert "■ 4K" in lines[-1]  # the legend
         assert "valid_gen" in shown(state) and "MMIO sptes" in shown(state)
+        await pilot.resize_terminal(120, 40)
+        await pilot.press("home", "n", "n", "n")  # drawn at 120 columns
+        await pilot.resize_terminal(80, 24)  # laid out again: fitted again, the bar too
+        await pilot.pause()
+        assert cut_panels(app) == []
+        assert shown(screen.query_one(TimelineBar)).rstrip().endswith("100/s")
+        assert shown(grid).split("\n")[1].startswith("│ 000 ■")
 
 
 async def test_a_big_file_shows_indexing_progress_and_plays_meanwhile(tmp_path: Path) -> None:

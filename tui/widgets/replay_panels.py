@@ -9,6 +9,7 @@ stale MMIO spte `mmio-stale`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from rich.cells import cell_len
 from rich.text import Text
@@ -59,6 +60,9 @@ class TimelineBar(ReplayPanel):
     TimelineBar { height: 1; border: none; padding: 0 1; background: $boost; }
     """
 
+    _shown: dict[str, Any] | None = None
+    _drawn_width = 0
+
     def show(
         self,
         *,
@@ -72,6 +76,31 @@ class TimelineBar(ReplayPanel):
         filters: EventFilter,
         earliest: int = 0,
     ) -> None:
+        self._shown = dict(
+            state=state, elapsed=elapsed, span=span, position=position, total=total,
+            complete=complete, speed=speed, filters=filters, earliest=earliest,
+        )  # fmt: skip
+        self._draw(**self._shown)
+
+    def render(self) -> Text:
+        if self._shown is not None and self.content_size.width != self._drawn_width:
+            self._draw(**self._shown)  # laid out again (a resize): the bar takes the new width
+        return super().render()
+
+    def _draw(
+        self,
+        *,
+        state: str,
+        elapsed: float,
+        span: float,
+        position: int,
+        total: int,
+        complete: bool,
+        speed: str,
+        filters: EventFilter,
+        earliest: int,
+    ) -> None:
+        self._drawn_width = self.content_size.width
         more = "" if complete else "+"
         head = f"{state} {seconds(elapsed)}/{seconds(span)}{more} s  #{position:,}/{total:,}{more} "
         tail = f" {speed}"
