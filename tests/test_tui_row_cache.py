@@ -9,12 +9,15 @@ from pathlib import Path
 
 from textual._styles_cache import StylesCache
 from textual.geometry import Region
+from textual.visual import Visual, visualize
 from textual.widget import Widget
 
 from tests.datafiles import FIXTURES
 from tests.tui_pilot import build, memslots
 from tui.app import make_app
+from tui.widgets.cost_panel import CostPanel
 from tui.widgets.event_log import EventLog
+from tui.widgets.panel import TextPanel
 from tui.widgets.replay_panels import ReplayPanel
 from tui.widgets.row_cache import RowStylesCache
 
@@ -74,3 +77,29 @@ async def test_rows_are_textuals_own_on_the_replay_panels(tmp_path: Path) -> Non
         for widget in panels:
             fast, plain = _both_ways(widget)
             assert fast == plain, type(widget).__name__
+
+
+async def test_panel_lines_from_templates_are_textuals_own(tmp_path: Path) -> None:
+    """tui/widgets/line_templates.py: a panel's lines poured into the segments Textual
+    drew the frame before are the strips Textual draws from scratch, in two themes and
+    after a resize (cost panel, lookup bar, path panel, counters)."""
+    app = build(tmp_path, "assigned-devices")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause()
+        screen = memslots(app)
+        for size, theme in (((120, 36), "textual-dark"), ((100, 30), "textual-light")):
+            await pilot.resize_terminal(*size)
+            app.theme = theme
+            await pilot.pause()
+            panels = [w for w in screen.walk_children(TextPanel) if w.size.width]
+            poured = {id(panel): panel._templates.poured for panel in panels}
+            for _ in range(4):
+                screen.action_next_lookup()
+                await pilot.pause()
+                for panel in panels:
+                    width, height = panel.size
+                    visual = visualize(panel, panel.render(), markup=panel._render_markup)
+                    scratch = Visual.to_strips(panel, visual, width, height, panel.visual_style)
+                    assert panel._draw() == scratch, f"{type(panel).__name__} in {theme}"
+            costs = screen.query_one(CostPanel)
+            assert costs._templates.poured > poured[id(costs)]  # the templates were used

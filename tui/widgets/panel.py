@@ -19,6 +19,7 @@ from textual.widget import Widget
 from typing_extensions import Self
 
 from .line_diff import row_regions
+from .line_templates import LineTemplates
 from .row_cache import use_row_cache
 from .wrap import WrapCache, wrapped_height
 
@@ -41,6 +42,7 @@ class TextPanel(Widget):
         self.set_reactive(Widget.auto_links, False)
         self.content: RenderableType = ""
         self._wrapped = WrapCache()
+        self._templates = LineTemplates()
         self._rows_of: tuple[Text, int, int] | None = None  # content, width, its rows
         self._lines: list[Strip] | None = None  # the content drawn at `_drawn_for`
         self._drawn_for: tuple[Size, object] = (Size(0, 0), None)  # size, visual style
@@ -122,10 +124,22 @@ class TextPanel(Widget):
         return self.size, self.visual_style
 
     def _draw(self) -> list[Strip]:
-        """The content's lines at the panel's size, as Widget._render_content draws them."""
+        """The content's lines at the panel's size, as Widget._render_content draws them
+        (from the templates of the lines Textual drew before where it can)."""
         width, height = self.size
-        visual = visualize(self, self.render(), markup=self._render_markup)
-        return Visual.to_strips(self, visual, width, height, self.visual_style)
+        renderable = self.render()
+
+        def draw() -> list[Strip]:
+            visual = visualize(self, renderable, markup=self._render_markup)
+            return Visual.to_strips(self, visual, width, height, self.visual_style)
+
+        if not isinstance(renderable, Text) or self.text_selection is not None or self.auto_links:
+            return draw()
+        styles = self.styles
+        rules = (styles.text_align, styles.text_overflow, styles.text_wrap, styles.line_pad,
+                 styles.content_align)  # fmt: skip
+        drawing = (self.size, self.visual_style, rules, self.app.theme)  # ANSI colours too
+        return self._templates.strips(renderable, width, height, drawing, draw)
 
     def render_line(self, y: int) -> Strip:
         key = self._drawing_key()
