@@ -5,8 +5,10 @@ replay screen's panels."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
+from rich.text import Text
 from textual._styles_cache import StylesCache
 from textual.geometry import Region
 from textual.visual import Visual, visualize
@@ -17,6 +19,7 @@ from tests.tui_pilot import build, memslots
 from tui.app import make_app
 from tui.widgets.cost_panel import CostPanel
 from tui.widgets.event_log import EventLog
+from tui.widgets.line_templates import _split
 from tui.widgets.panel import TextPanel
 from tui.widgets.replay_panels import ReplayPanel
 from tui.widgets.row_cache import RowStylesCache
@@ -103,3 +106,22 @@ async def test_panel_lines_from_templates_are_textuals_own(tmp_path: Path) -> No
                     assert panel._draw() == scratch, f"{type(panel).__name__} in {theme}"
             costs = screen.query_one(CostPanel)
             assert costs._templates.poured > poured[id(costs)]  # the templates were used
+
+
+def test_template_lines_cut_spans_as_rich_splits_them() -> None:
+    """line_templates._split: each line and the part of each span on it, as Rich's
+    `Text.split` gives them (spans left empty by the cut dropped), for random texts."""
+    rng = random.Random(13)
+    for _ in range(500):
+        plain = "".join(rng.choice("ab\n") for _ in range(rng.randint(0, 16)))
+        text = Text(plain)
+        for _ in range(rng.randint(0, 4)):
+            start = rng.randint(0, len(plain))
+            text.stylize(rng.choice(["bold", "red", "reverse"]), start, rng.randint(start, 16))
+        height = rng.randint(1, 6)
+        lines, spans = _split(text, height)
+        rich = [
+            (line.plain, [(s.start, s.end, s.style) for s in line.spans if s.end > s.start])
+            for line in text.split("\n", allow_blank=True)[:height]
+        ]
+        assert list(zip(lines, spans, strict=False))[: len(rich)] == rich, repr(plain)

@@ -15,6 +15,7 @@ them with Textual's on every panel, in two themes).  Anything else is drawn by T
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable
 
 from rich.cells import cell_len
@@ -41,21 +42,19 @@ class LineTemplates:
         if drawing != self._for:
             self._templates.clear()
             self._for = drawing
-        lines = text.split("\n", allow_blank=True)[:height]
+        lines, spans = _split(text, height)
         whole = (text.style, text.justify, text.overflow, text.no_wrap, text.end)
-        keys = [_key(line, y, width, whole) for y, line in enumerate(lines)]
+        keys = [_key(line, y, spans[y], width, whole) for y, line in enumerate(lines)]
         templates = self._templates
         if all(key is not None and key in templates for key in keys):
             self.poured += 1
             return [
-                _pour(line.plain, templates[key])
-                for line, key in zip(lines, keys, strict=True)
-                if key
+                _pour(line, templates[key]) for line, key in zip(lines, keys, strict=True) if key
             ]
         drawn = draw()
         if len(drawn) == len(lines):
             for line, key, strip in zip(lines, keys, drawn, strict=True):
-                template = _template(strip, line.plain)
+                template = _template(strip, line)
                 if key is not None and template is not None:
                     if len(templates) >= KEPT:
                         templates.clear()
@@ -67,15 +66,38 @@ def _pour(plain: str, template: Template) -> Strip:
     return Strip([Segment(plain[start:end], style) for start, end, style in template])
 
 
-def _key(line: Text, y: int, width: int, whole: object) -> tuple[object, ...] | None:
-    """What Textual's segments of `line` depend on, or None where they depend on more (a
-    line cut or folded at `width`, a tab, a wide or control character, an empty line)."""
-    plain = line.plain
+def _split(text: Text, height: int) -> tuple[list[str], list[list[tuple[object, ...]]]]:
+    """The first `height` lines of `text` and the part of each span on each (as
+    `Text.split` cuts them, without making a `Text` a line: Rich's own split is most
+    of what pouring costs)."""
+    lines = text.plain.split("\n")[:height]
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line) + 1)
+    spans: list[list[tuple[object, ...]]] = [[] for _ in lines]
+    for span in text.spans:
+        first = max(bisect_right(starts, span.start) - 1, 0)
+        for y in range(first, len(lines)):
+            start, end = starts[y], starts[y] + len(lines[y])
+            if span.end <= start:
+                break
+            cut_start, cut_end = max(span.start, start) - start, min(span.end, end) - start
+            if cut_end > cut_start:
+                spans[y].append((cut_start, cut_end, span.style))
+    return lines, spans
+
+
+def _key(
+    plain: str, y: int, spans: list[tuple[object, ...]], width: int, whole: object
+) -> tuple[object, ...] | None:
+    """What Textual's segments of line `y` depend on, or None where they depend on more
+    (a line cut or folded at `width`, a tab, a wide or control character, an empty line):
+    its length, row and the characters each span styles, in order."""
     if not plain or len(plain) > width or not plain.isprintable():
         return None
     if not plain.isascii() and cell_len(plain) != len(plain):
         return None
-    return (y, len(plain), tuple(line.spans), line.style, width, whole)
+    return (y, len(plain), tuple(spans), width, whole)
 
 
 def _template(strip: Strip, plain: str) -> Template | None:
