@@ -104,7 +104,42 @@ class MmuDrawing(Widget):
         self.refresh()
 
 
-class PageLevels(MmuDrawing):
+class FittedRows(MmuDrawing):
+    """A drawing of rows in an order of importance (`show_rows`): the rows that fit its
+    height, in their own order, and the others counted on the bottom border ("+N more
+    rows", tui/widgets/fit.py); chosen again when it is laid out at another size."""
+
+    _rows: list[Text] = []
+    _order: list[int] = []
+    _fitted_for = Size(0, 0)
+
+    def show_rows(self, rows: list[Text], order: list[int]) -> None:
+        """Draw the `rows` that fit, taken most important first in `order`."""
+        self._rows, self._order = rows, order
+        self._fit()
+
+    @property
+    def all_rows(self) -> str:
+        """Every row, those the panel's height leaves out too."""
+        return "\n".join(row.plain for row in self._rows)
+
+    def render(self) -> Text:
+        if self._rows and self._fitted_for != self.content_size:
+            refit_in_render(self, self._fit)  # laid out again (a resize, a caption)
+        return super().render()
+
+    def _fit(self) -> None:
+        """The rows that fit, the others counted on the bottom border."""
+        self._fitted_for = self.content_size
+        width, room = self.content_size
+        kept, dropped = fit_rows(self._rows, width, room, self._order)
+        set_border_subtitle(self, more_rows(dropped))
+        self.show_text(
+            Text("\n", no_wrap=True, overflow="ellipsis").join(self._rows[i] for i in kept)
+        )
+
+
+class PageLevels(FittedRows):
     """Per level: how many shadow pages, and the pages next to the one the fault used."""
 
     _obsolete: Callable[[KvmMmuPage], bool] = staticmethod(lambda sp: bool(sp.role.invalid))
@@ -137,43 +172,19 @@ class PageLevels(MmuDrawing):
             rows.append(Text("no shadow pages: the next fault builds a root", style=label))
         notes_rows = [Text(note, style=label) for note in notes or ()]
         zap = [Text(zapping, style=self.style_of("mmio-stale"))] if zapping else []
-        self._rows = [*roots, *rows, *notes_rows, *zap]
+        every = [*roots, *rows, *notes_rows, *zap]
         # kept first: the zap under way, the first root's reach, the levels from the
         # leaves up, the notes (the TDP MMU's roots, RCU), the other roots
         first = len(roots)
         after = first + len(rows)
-        self._order = [
-            *range(after + len(notes_rows), len(self._rows)),
+        order = [
+            *range(after + len(notes_rows), len(every)),
             *range(min(first, 1)),
             *reversed(range(first, after)),
             *range(after, after + len(notes_rows)),
             *range(1, first),
         ]
-        self._fit()
-
-    _rows: list[Text] = []
-    _order: list[int] = []
-    _fitted_for = Size(0, 0)
-
-    @property
-    def all_rows(self) -> str:
-        """Every row, those the panel's height leaves out too."""
-        return "\n".join(row.plain for row in self._rows)
-
-    def render(self) -> Text:
-        if self._rows and self._fitted_for != self.content_size:
-            refit_in_render(self, self._fit)  # laid out again (a caption came or went)
-        return super().render()
-
-    def _fit(self) -> None:
-        """The rows that fit, the others counted on the bottom border."""
-        self._fitted_for = self.content_size
-        width, room = self.content_size
-        kept, dropped = fit_rows(self._rows, width, room, self._order)
-        set_border_subtitle(self, more_rows(dropped))
-        self.show_text(
-            Text("\n", no_wrap=True, overflow="ellipsis").join(self._rows[i] for i in kept)
-        )
+        self.show_rows(every, order)
 
     def _level_row(
         self,

@@ -23,7 +23,7 @@ from engine.replay.model import ReplayModel
 from engine.replay.views import GridCell, LevelRow, SpteTable, mmio_rows, vcpu_rows
 
 from .fit import fit_rows, more_rows, refit_in_render
-from .mmu_panels import MmuDrawing
+from .mmu_panels import FittedRows, MmuDrawing
 from .row_cache import use_row_cache
 from .titles import set_border_subtitle
 
@@ -294,7 +294,8 @@ class SpteGrid(ReplayPanel):
         return columns, "", min(height, cells // columns)
 
 
-class ReplayState(ReplayPanel):
+# ReplayPanel first: Textual takes a widget's CSS type names from its first bases
+class ReplayState(ReplayPanel, FittedRows):
     """Generations, pages made and zapped, the MMIO sptes with their generation, TDP
     changes, and the busiest vCPUs.
 
@@ -303,10 +304,6 @@ class ReplayState(ReplayPanel):
     busiest vCPU, the MMIO sptes themselves, check_mmio, the other vCPUs and, last, the
     note on what the trace started in the middle of; the bottom border says how many
     rows it left out (tui/widgets/fit.py)."""
-
-    _rows: list[Text] = []
-    _order: list[int] = []
-    _fitted_for = Size(0, 0)
 
     def show(self, model: ReplayModel, start_ts: float | None) -> None:
         height = self.content_size.height
@@ -367,21 +364,4 @@ class ReplayState(ReplayPanel):
         first = [at[key] for key in keys if key in at]
         check = [at["check"]] if "check" in at else []
         last = [at["mid-run"]] if "mid-run" in at else []
-        self._rows = rows
-        self._order = [*first, *vcpus[:1], *mmio, *check, *vcpus[1:], *last]
-        self._fit()
-
-    def render(self) -> Text:
-        if self._rows and self._fitted_for != self.content_size:
-            refit_in_render(self, self._fit)  # laid out again (a resize)
-        return super().render()
-
-    def _fit(self) -> None:
-        """The rows that fit, the others counted on the bottom border."""
-        self._fitted_for = self.content_size
-        width, room = self.content_size
-        kept, dropped = fit_rows(self._rows, width, room, self._order)
-        set_border_subtitle(self, more_rows(dropped))
-        self.show_text(
-            Text("\n", no_wrap=True, overflow="ellipsis").join(self._rows[i] for i in kept)
-        )
+        self.show_rows(rows, [*first, *vcpus[:1], *mmio, *check, *vcpus[1:], *last])
