@@ -23,7 +23,14 @@ from engine.replay.seek import SeekTarget
 from engine.replay.views import page_levels, spte_table
 from engine.words import count
 
-from ..widgets.replay_panels import ReplayPages, ReplayState, SpteGrid, TimelineBar, seconds
+from ..widgets.replay_panels import (
+    ReplayPages,
+    ReplayState,
+    SpteGrid,
+    TimelineBar,
+    TimelineShown,
+    seconds,
+)
 from .base import PlayerScreen
 
 Timeline = TraceCursor | LiveTimeline
@@ -83,15 +90,17 @@ class ReplayDrawing(PlayerScreen):
             where = where or f"{seconds((target.ts or first) - first)} s"
             speed = f"seeking {where}…"
         self.query_one(TimelineBar).show(
-            state=state,
-            elapsed=elapsed,
-            span=span,
-            position=timeline.position,
-            total=timeline.total,
-            complete=complete,
-            speed=speed,
-            filters=self.filters,
-            earliest=timeline.earliest,
+            TimelineShown(
+                state=state,
+                elapsed=elapsed,
+                span=span,
+                position=timeline.position,
+                total=timeline.total,
+                complete=complete,
+                speed=speed,
+                filters=self.filters,
+                earliest=timeline.earliest,
+            )
         )
 
     def redraw(self, force: bool = False) -> None:

@@ -9,7 +9,7 @@ stale MMIO spte `mmio-stale`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import NamedTuple
 
 from rich.cells import cell_len
 from rich.text import Text
@@ -51,6 +51,20 @@ class ReplayPanel(MmuDrawing):
         use_row_cache(self)
 
 
+class TimelineShown(NamedTuple):
+    """What the timeline bar shows."""
+
+    state: str
+    elapsed: float
+    span: float
+    position: int
+    total: int
+    complete: bool
+    speed: str
+    filters: EventFilter
+    earliest: int = 0
+
+
 class TimelineBar(ReplayPanel):
     """One line: play state, time and event position, a bar, speed and filters."""
 
@@ -60,46 +74,20 @@ class TimelineBar(ReplayPanel):
     TimelineBar { height: 1; border: none; padding: 0 1; background: $boost; }
     """
 
-    _shown: dict[str, Any] | None = None
+    _shown: TimelineShown | None = None
     _drawn_width = 0
 
-    def show(
-        self,
-        *,
-        state: str,
-        elapsed: float,
-        span: float,
-        position: int,
-        total: int,
-        complete: bool,
-        speed: str,
-        filters: EventFilter,
-        earliest: int = 0,
-    ) -> None:
-        self._shown = dict(
-            state=state, elapsed=elapsed, span=span, position=position, total=total,
-            complete=complete, speed=speed, filters=filters, earliest=earliest,
-        )  # fmt: skip
-        self._draw(**self._shown)
+    def show(self, shown: TimelineShown) -> None:
+        self._shown = shown
+        self._draw(shown)
 
     def render(self) -> Text:
         if self._shown is not None and self.content_size.width != self._drawn_width:
-            self._draw(**self._shown)  # laid out again (a resize): the bar takes the new width
+            self._draw(self._shown)  # laid out again (a resize): the bar takes the new width
         return super().render()
 
-    def _draw(
-        self,
-        *,
-        state: str,
-        elapsed: float,
-        span: float,
-        position: int,
-        total: int,
-        complete: bool,
-        speed: str,
-        filters: EventFilter,
-        earliest: int,
-    ) -> None:
+    def _draw(self, shown: TimelineShown) -> None:
+        state, elapsed, span, position, total, complete, speed, filters, earliest = shown
         self._drawn_width = self.content_size.width
         more = "" if complete else "+"
         head = f"{state} {seconds(elapsed)}/{seconds(span)}{more} s  #{position:,}/{total:,}{more} "
