@@ -86,6 +86,8 @@ class PagingModes:
         _, config, kind = PAGING_MODES[self.paging]
         layout = self.session.layout
         nx = "on" if self.nx_huge_pages else "off"
+        # the module parameters of tdp_mmu=N: shadow paging and the direct MMU alike
+        tdp_mmu_off = TdpMmuParams(tdp_mmu=False, host_level=self.host_level, nx_huge_pages=nx)
         if kind == "shadow":  # B and X as for tdp_mmu=N; shadow paging's own H
             return ShadowSession(
                 layout,
@@ -93,7 +95,7 @@ class PagingModes:
                 seed=self.seed,
                 spte_config=config,
                 vtlb=self.vtlb,
-                params=TdpMmuParams(tdp_mmu=False, host_level=self.host_level, nx_huge_pages=nx),
+                params=tdp_mmu_off,
                 kernel_2m=self.kernel_2m,
             )
         if kind == "tdp":
@@ -109,7 +111,7 @@ class PagingModes:
             seed=self.seed,
             spte_config=config,
             huge_pages=self.huge_pages,
-            params=TdpMmuParams(tdp_mmu=False, host_level=self.host_level, nx_huge_pages=nx),
+            params=tdp_mmu_off,
         )
 
     def action_next_paging(self) -> None:
