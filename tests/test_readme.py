@@ -42,7 +42,11 @@ def test_the_readme_explains_what_users_asked_about() -> None:
         assert words in README, words
 
 
-def test_make_run_writes_exports_outside_the_checkouts_root() -> None:
+def test_make_run_writes_exports_outside_the_checkouts_root(tmp_path: Path) -> None:
+    """A dry run of `make run`, which must not touch the checkout: `make -n` still runs
+    the recipe of any target that is a makefile, so the install stamp stands in as a fresh
+    file of its own (with `STAMP=Makefile` a fresh clone, whose pyproject.toml is checked out
+    after its Makefile, reinstalled the project's venv under the running tests)."""
     import shutil
     import subprocess
 
@@ -51,8 +55,13 @@ def test_make_run_writes_exports_outside_the_checkouts_root() -> None:
 
         pytest.skip("make is not installed")
     root = Path(__file__).resolve().parent.parent
+    stamp = tmp_path / "installed"
+    stamp.touch()
+    makefile_mtime = (root / "Makefile").stat().st_mtime_ns
     dry = subprocess.run(
-        ["make", "-n", "run", "STAMP=Makefile"], cwd=root, capture_output=True, text=True
+        ["make", "-n", "run", f"STAMP={stamp}"], cwd=root, capture_output=True, text=True
     )
+    assert "pip install" not in dry.stdout, dry.stdout
+    assert (root / "Makefile").stat().st_mtime_ns == makefile_mtime
     assert "mmuscope --export-dir exports" in dry.stdout, dry.stdout
     assert "/exports/" in (root / ".gitignore").read_text().split()
