@@ -6,11 +6,14 @@ scrollbar repaints when its thumb moves, not at every append."""
 from __future__ import annotations
 
 from rich.console import RenderableType
+from rich.segment import Segment
+from rich.style import Style
 from textual.app import App, ComposeResult
 from textual.geometry import Region
+from textual.strip import Strip
 
 from tests.tui_pilot import drawn_lines
-from tui.widgets.event_log import EventLog
+from tui.widgets.event_log import EventLog, row_strip
 from tui.widgets.steady_scrollbar import SteadyScrollBar
 
 
@@ -80,3 +83,19 @@ async def test_the_scrollbar_repaints_when_its_thumb_moves_and_only_then() -> No
             assert repaints == 1 and _thumb_rows(log)[0] == 0  # moved: drawn at the top
         finally:
             SteadyScrollBar.render = original  # type: ignore[method-assign]
+
+
+def test_a_row_is_the_strip_textual_makes_of_its_text() -> None:
+    """row_strip makes at once what Strip([Segment]).crop_extend().apply_offsets() makes
+    (segments, styles and the selection offsets in their meta), also for an empty row,
+    a full one, one cut at the width, wide characters and a null style."""
+    styles = [Style(color="red", bgcolor="black"), Style.null()]
+    texts = ["", "x", "kvm_mmu_get_page gfn 1000", "a" * 20, "a" * 27, "日本語の行", "é" * 5]
+    for style in styles:
+        for text in texts:
+            for width, row in ((20, 0), (24, 7), (3, 41)):
+                made = Strip([Segment(text, style)])
+                expected = made.crop_extend(0, width, style).apply_offsets(0, row)
+                strip = row_strip(text, width, style, row)
+                assert list(strip) == list(expected), (text, width)
+                assert strip.cell_length == expected.cell_length

@@ -74,5 +74,6 @@ async def test_rows_kept_for_what_they_show_are_the_rows_drawn_afresh(
             cache = view._styles_cache
             assert isinstance(cache, RowStylesCache)
             cache._framed.clear()
+            cache._by_value.clear()
             cache.clear()
             assert framed == [list(s) for s in view.render_lines(Region(0, 0, *view.outer_size))]

@@ -23,6 +23,8 @@ from tui.widgets.line_templates import _split
 from tui.widgets.panel import TextPanel
 from tui.widgets.replay_panels import ReplayPanel
 from tui.widgets.row_cache import RowStylesCache
+from tui.widgets.steady_scrollbar import SteadyScrollBar
+from tui.widgets.structure import StructureView
 
 
 def _both_ways(widget: Widget) -> tuple[list[object], list[object]]:
@@ -125,3 +127,49 @@ def test_template_lines_cut_spans_as_rich_splits_them() -> None:
             for line in text.split("\n", allow_blank=True)[:height]
         ]
         assert list(zip(lines, spans, strict=False))[: len(rich)] == rich, repr(plain)
+
+
+async def test_scrollbar_rows_are_textuals_own_as_its_thumb_moves(tmp_path: Path) -> None:
+    """The drawing's scrollbar (SteadyScrollBar): its rows go through a RowStylesCache
+    that hands back the framed row it made for a row of the same segments; after the
+    thumb moved with lookups (binary search scrolls the array to each probe), in two
+    themes and after a resize, they are the rows Textual's StylesCache draws afresh."""
+    app = build(tmp_path, "assigned-devices", lookup="binary")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause()
+        screen = memslots(app)
+        view = screen.query_one(StructureView)
+        for size, theme in (((120, 36), "textual-dark"), ((100, 30), "textual-light")):
+            await pilot.resize_terminal(*size)
+            app.theme = theme
+            await pilot.pause()
+            bar = view.vertical_scrollbar
+            assert isinstance(bar, SteadyScrollBar) and bar.display
+            cache = bar._styles_cache
+            assert isinstance(cache, RowStylesCache)
+            reused, offsets = cache.reused, set()
+            for _ in range(6):
+                screen.action_next_lookup()
+                await pilot.pause()
+                offsets.add(view.scroll_offset.y)
+                fast, plain = _both_ways(bar)
+                assert fast == plain, f"scrollbar in {theme} at {size}"
+            assert len(offsets) > 1  # the thumb moved
+            assert cache.reused > reused  # and rows of known segments were handed back
+
+
+async def test_known_rows_framed_afresh_when_the_frame_changes(tmp_path: Path) -> None:
+    """A border of another colour around the same content: the rows kept for the content
+    (by strip or by its segments) were framed with the old border and are not handed
+    back (the cost panel's text does not change while paused)."""
+    app = build(tmp_path, "assigned-devices")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause()
+        costs = memslots(app).query_one(CostPanel)
+        before, _ = _both_ways(costs)
+        for colour in ("red", "green"):
+            costs.styles.border = ("round", colour)
+            await pilot.pause()
+            fast, plain = _both_ways(costs)
+            assert fast == plain, colour
+            assert fast[1:-1] != before[1:-1]  # the content rows' edges changed

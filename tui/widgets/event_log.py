@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Iterable
 from contextlib import AbstractContextManager, nullcontext
 
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -124,7 +125,7 @@ class EventLog(ScrollView, can_focus=True):
         known = self._row_strips.get(row)
         if known is not None and known[0] is text and known[1] == width and known[2] is style:
             return known[3]
-        strip = Strip([Segment(text, style)]).crop_extend(0, width, style).apply_offsets(0, row)
+        strip = row_strip(text, width, style, row)
         if len(self._row_strips) > 2 * self.max_lines:
             self._row_strips.clear()
         self._row_strips[row] = (text, width, style, strip)
@@ -155,3 +156,22 @@ class EventLog(ScrollView, can_focus=True):
 
     def selection_updated(self, selection: Selection | None) -> None:
         self.refresh()
+
+
+def row_strip(text: str, width: int, style: Style, row: int) -> Strip:
+    """Row `row` of the log showing `text` at `width`: the strip Textual's
+    `Strip([Segment(text, style)]).crop_extend(0, width, style).apply_offsets(0, row)`
+    makes, made at once where no cut is needed (one new strip a row, not three)."""
+    length = cell_len(text)
+    if length > width or length != len(text):
+        return Strip([Segment(text, style)]).crop_extend(0, width, style).apply_offsets(0, row)
+    segments = [Segment(text, _offset(style, 0, row))]
+    if length < width:
+        segments.append(Segment(" " * (width - length), _offset(style, length, row)))
+    return Strip(segments, width)
+
+
+def _offset(style: Style, x: int, y: int) -> Style:
+    """`style` with the selection offset of its first cell, as Strip.apply_offsets."""
+    offset = Style.from_meta({"offset": (x, y)})
+    return style + offset if style else offset

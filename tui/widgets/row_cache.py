@@ -14,13 +14,17 @@ segment (tests/test_tui_row_cache.py compares the two on every panel of a screen
 
 A content row that is the very strip framed before (a widget that hands back the strips
 it drew for rows that did not change: a log scrolled by its new rows, a drawing scrolled
-to follow a lookup) gets the very framed strip it got then, so Textual's own caches on
-that strip (the line filter's result, the compositor's cuts, the terminal bytes) are
-hits too.
+to follow a lookup), or a new strip of the same segments (a scrollbar drawn afresh for
+its thumb's new place: its track rows are the rows it drew before), gets the very framed
+strip it got then, so Textual's own caches on that strip (the line filter's result, the
+compositor's cuts, the terminal bytes) are hits too: a frame makes no new strips for it.
+A content row shorter than the content width is padded in the framed row itself, one
+new strip a row rather than Textual's two (`adjust_cell_length`, then the frame).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rich.segment import Segment
@@ -39,8 +43,6 @@ from textual.style import Style
 from textual.widget import Widget
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from textual.css.styles import StylesBase
 
 BorderLabel = tuple[Content, Color, Color, Style] | None
@@ -77,6 +79,8 @@ class RowStylesCache(StylesCache):
         super().__init__()
         self._frame: _Frame | bool | None = None  # None: not worked out; False: no fast rows
         self._framed: dict[int, tuple[Strip, Strip]] = {}  # id(content) -> (content, row)
+        self._by_value: dict[tuple[Segment, ...], Strip] = {}  # content's segments -> row
+        self.reused = 0  # rows handed back for a new strip of known segments (tests)
         # the frame they were framed in; a clear() (all lines dirty: a scroll, a resize)
         # keeps them, since a framed row depends on its content strip and the frame alone
         self._framed_key: tuple[object, ...] | None = None
@@ -142,6 +146,7 @@ class RowStylesCache(StylesCache):
             )
             if isinstance(frame, _Frame) and frame.key != self._framed_key:
                 self._framed.clear()
+                self._by_value.clear()
                 self._framed_key = frame.key
         if isinstance(frame, _Frame) and frame.top <= y < frame.end:
             return self._content_row(frame, y, size.width, render_content_line)
@@ -194,24 +199,49 @@ class RowStylesCache(StylesCache):
         self, frame: _Frame, y: int, width: int, render_content_line: RenderLineCallback
     ) -> Strip:
         """Branch (C) of StylesCache.render_line with the frame worked out; the row
-        framed before when the content line is the strip framed then."""
+        framed before when the content line is the strip framed then, or its segments."""
         content_y = y - frame.top
         content_width, content_height = frame.content
         inner = frame.inner
         if content_y >= content_height:
-            return self._framed_row(frame, width, Strip.blank(content_width, inner))
-        content = render_content_line(content_y)
-        known = self._framed.get(id(content))
+            content = Strip.blank(content_width, inner)
+        else:
+            content = render_content_line(content_y)
+        framed = self._framed
+        known = framed.get(id(content))
         if known is not None and known[0] is content:
             return known[1]
-        row = self._framed_row(frame, width, content.adjust_cell_length(content_width, inner))
-        if len(self._framed) >= FRAMED_KEPT:
-            self._framed.clear()
-        self._framed[id(content)] = (content, row)
+        segments = tuple(content)
+        row = self._by_value.get(segments)
+        if row is not None:
+            self.reused += 1
+        else:
+            row = self._framed_row(
+                frame, width, self._fitted(segments, content, content_width, inner)
+            )
+            if len(self._by_value) >= FRAMED_KEPT:
+                self._by_value.clear()
+            self._by_value[segments] = row
+        if len(framed) >= FRAMED_KEPT:
+            framed.clear()
+        framed[id(content)] = (content, row)
         return row
 
     @staticmethod
-    def _framed_row(frame: _Frame, width: int, line: Strip) -> Strip:
+    def _fitted(
+        segments: tuple[Segment, ...], content: Strip, content_width: int, inner: RichStyle
+    ) -> Sequence[Segment]:
+        """The content line at the content width, as `adjust_cell_length` cuts or pads
+        it (a pad is the same segment; no strip made for it)."""
+        length = content.cell_length
+        if length == content_width:
+            return segments
+        if length < content_width:
+            return (*segments, Segment(" " * (content_width - length), inner))
+        return list(content.adjust_cell_length(content_width, inner))
+
+    @staticmethod
+    def _framed_row(frame: _Frame, width: int, line: Sequence[Segment]) -> Strip:
         inner = frame.inner
         segments: list[Segment] = []
         if frame.left is not None:

@@ -7,6 +7,11 @@ is one cell at the bottom and the bar draws the same cells every time.  This bar
 the drawing it last rendered (its size, colours and the cells `ScrollBarRender` puts
 the thumb in) and lets a plain repaint through only when that changes; the reactives
 themselves (what a drag or a click reads) are always up to date.
+
+When it does repaint (a drawing scrolled to follow a lookup moves its thumb), only the
+rows around the thumb are new: its rows go through a RowStylesCache, which hands back
+the framed row it made before for a row of the same cells, so the track's rows cost no
+new strips (nor the line filter's nor the compositor's work on them).
 """
 
 from __future__ import annotations
@@ -21,11 +26,19 @@ from textual.scrollbar import ScrollBar
 from textual.widget import Widget
 from typing_extensions import Self
 
+from .row_cache import use_row_cache
+
 
 class SteadyScrollBar(ScrollBar):
     _drawn: tuple[object, ...] | None = None  # the drawing last rendered
     _holding = 0  # depth of `holding()` blocks
     _held = False  # a repaint was asked for while holding
+
+    def __init__(
+        self, vertical: bool = True, name: str | None = None, *, thickness: int = 1
+    ) -> None:
+        super().__init__(vertical, name, thickness=thickness)
+        use_row_cache(self)
 
     def _drawing(self) -> tuple[object, ...]:
         """What `render()` draws from: the colours it picks and the cells of the thumb."""
@@ -97,3 +110,16 @@ def steady_vertical_scrollbar(widget: Widget) -> ScrollBar:
         widget._vertical_scrollbar = bar
         widget.app._start_widget(widget, bar)
     return widget._vertical_scrollbar
+
+
+def steady_horizontal_scrollbar(widget: Widget) -> ScrollBar:
+    """`widget.horizontal_scrollbar` as Widget.horizontal_scrollbar makes it, a
+    SteadyScrollBar: for a widget's `horizontal_scrollbar` property."""
+    if widget._horizontal_scrollbar is None:
+        bar = SteadyScrollBar(
+            vertical=False, name="horizontal", thickness=widget.scrollbar_size_horizontal
+        )
+        bar.display = False
+        widget._horizontal_scrollbar = bar
+        widget.app._start_widget(widget, bar)
+    return widget._horizontal_scrollbar

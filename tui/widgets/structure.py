@@ -13,6 +13,7 @@ from rich.style import Style
 from textual import events
 from textual.geometry import Region, Size
 from textual.reactive import reactive
+from textual.scrollbar import ScrollBar
 from textual.strip import Strip
 
 from engine.lookup.base import ArrayView, Shape, TreeNodeView, TreeView
@@ -21,6 +22,7 @@ from engine.lookup.window import TreeIndex, TreeWindow, follow_root, layout_wind
 from ..messages import WindowMoved
 from .highlight import CACHE_HIT, COMPARE, HIT_STATE, IDLE, Highlight
 from .line_diff import LineDiffView
+from .steady_scrollbar import steady_horizontal_scrollbar, steady_vertical_scrollbar
 from .structure_states import (
     DrawnRows,
     TreeStates,
@@ -110,6 +112,15 @@ class StructureView(LineDiffView, can_focus=True):
         self._binary_cache: tuple[Highlight | None, dict[int, str] | None] | None = None
         self._windows: dict[tuple[int, int, int], TreeWindow] = {}  # (root, zoom, depth)
         self._geometries: dict[tuple[int, int, int], TreeGeometry] = {}
+
+    @property
+    def vertical_scrollbar(self) -> ScrollBar:
+        """Repainted when its thumb moves, its unchanged rows drawn once (SteadyScrollBar)."""
+        return steady_vertical_scrollbar(self)
+
+    @property
+    def horizontal_scrollbar(self) -> ScrollBar:
+        return steady_horizontal_scrollbar(self)
 
     # -- state ----------------------------------------------------------------------
 
