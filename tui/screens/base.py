@@ -10,7 +10,6 @@ from pathlib import Path
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.timer import Timer
@@ -23,6 +22,7 @@ from engine.stats import compile_filter
 from ..widgets.caption import Caption
 from ..widgets.events import EventPanel
 from ..widgets.header import MmuHeader
+from ..widgets.kept_lines import KeptHorizontal
 from ..widgets.key_bar import KeyBar
 
 MIN_WIDTH, MIN_HEIGHT = 80, 24
@@ -83,7 +83,7 @@ class MmuScreen(Screen[None]):
         the event panel, the footer, and the too-small message."""
         yield MmuHeader(one_row_below=WIDE)
         yield Caption(id="caption")
-        with Horizontal(id="main"):
+        with KeptHorizontal(id="main"):
             yield from self.compose_main()
         yield EventPanel(id="events")
         yield KeyBar(id="keys")  # Textual's compact Footer drawn by one widget

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
 
 from engine.explorer import LookupRecord, MemslotExplorer
 from engine.lookup import LOOKUP_STRATEGIES, STRATEGY_CLASSES
@@ -20,6 +19,7 @@ from engine.workload import WORKLOADS
 from ..messages import WindowMoved
 from ..widgets.cost_panel import CostPanel
 from ..widgets.highlight import Highlight
+from ..widgets.kept_lines import KeptVertical
 from ..widgets.lookup_bar import LookupBar
 from ..widgets.path_panel import PathPanel
 from ..widgets.slot_table import SlotTable
@@ -139,11 +139,11 @@ class MemslotsScreen(MemslotUpdates):
     # -- layout -----------------------------------------------------------------------
 
     def compose_main(self) -> ComposeResult:
-        with Vertical(id="left"):
+        with KeptVertical(id="left"):
             yield LookupBar(id="lookup-bar")
             yield StructureView(id="structure")
             yield PathPanel(id="path")
-        with Vertical(id="right"):
+        with KeptVertical(id="right"):
             yield SlotTable(id="slots")
             yield CostPanel(id="costs")
 

@@ -29,13 +29,14 @@ from textual.selection import Selection
 from textual.strip import Strip
 from textual.widget import Widget
 
+from .kept_lines import KeptLines
 from .row_cache import use_row_cache
 from .steady_scrollbar import SteadyScrollBar, steady_vertical_scrollbar
 
 _CONTROL = re.compile("[\u0000-\u0014]")  # as Log: control codes are drawn as U+FFFD
 
 
-class EventLog(ScrollView, can_focus=True):
+class EventLog(KeptLines, ScrollView, can_focus=True):
     """The last `max_lines` rows of the event log, the newest at the bottom."""
 
     ALLOW_SELECT = True

@@ -21,7 +21,6 @@ from typing import NamedTuple
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Horizontal
 from textual.markup import escape
 
 from engine.events import Event
@@ -31,6 +30,7 @@ from engine.trace.lines import TRACE_CMD
 
 from .event_log import EventLog
 from .fit import more_rows, names_in
+from .kept_lines import KeptHorizontal
 from .panel import TextPanel
 from .titles import fit_title, set_border_subtitle
 
@@ -152,7 +152,7 @@ class CountersTable(TextPanel):
     """
 
 
-class EventPanel(Horizontal):
+class EventPanel(KeptHorizontal):
     """Log and counters side by side, filtered by one regex."""
 
     DEFAULT_CSS = """

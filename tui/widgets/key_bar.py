@@ -19,6 +19,8 @@ from textual import events
 from textual.screen import Screen
 from textual.widget import Widget
 
+from .kept_lines import KeptLines, use_kept_cache
+
 SEPARATOR = "▏"  # before the palette key, as the Footer's `border-left: vkey`
 DIM = Style(dim=True)  # a key whose action is disabled now
 
@@ -31,7 +33,7 @@ class ShownKey(NamedTuple):
     tooltip: str
 
 
-class KeyBar(Widget):
+class KeyBar(KeptLines, Widget):
     ALLOW_SELECT = False
     COMPONENT_CLASSES = {"key-bar--key", "key-bar--description", "key-bar--separator"}
     DEFAULT_CSS = """
@@ -46,6 +48,7 @@ class KeyBar(Widget):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
+        use_kept_cache(self)
         self._spans: list[tuple[int, int, ShownKey]] = []
 
     def on_mount(self) -> None:

@@ -16,10 +16,11 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from typing_extensions import Self
 
+from .kept_lines import KeptLines
 from .row_cache import use_row_cache
 
 
-class LineDiffView(ScrollView):
+class LineDiffView(KeptLines, ScrollView):
     def __init__(self, *, name: str | None = None, id: str | None = None) -> None:
         super().__init__(name=name, id=id)
         use_row_cache(self)

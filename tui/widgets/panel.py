@@ -18,13 +18,14 @@ from textual.visual import Visual, visualize
 from textual.widget import Widget
 from typing_extensions import Self
 
+from .kept_lines import KeptLines
 from .line_diff import row_regions
 from .line_templates import LineTemplates
 from .row_cache import use_row_cache
 from .wrap import WrapCache, wrapped_height
 
 
-class TextPanel(Widget):
+class TextPanel(KeptLines, Widget):
     """`WRAP`: a `Text` too long for the panel wraps under its value column (explanations);
     tables that choose their columns for the width leave it off."""
 

@@ -23,6 +23,7 @@ from engine.replay.model import ReplayModel
 from engine.replay.views import GridCell, LevelRow, SpteTable, mmio_rows, vcpu_rows
 
 from .fit import fit_rows, more_rows, refit_in_render
+from .kept_lines import KeptLines
 from .mmu_panels import FittedRows, MmuDrawing
 from .row_cache import use_row_cache
 from .titles import set_border_subtitle
@@ -40,7 +41,7 @@ def seconds(value: float) -> str:
     return f"{value:.6f}" if abs(value) < 10 else f"{value:.3f}"
 
 
-class ReplayPanel(MmuDrawing):
+class ReplayPanel(KeptLines, MmuDrawing):
     """A drawing whose rows are framed once per render (tui/widgets/row_cache.py): while
     a trace plays, the replay screen repaints one of its panels nearly every frame, and
     Textual's per-row framing was about a third of what repainting the state panel or

@@ -33,7 +33,7 @@ from rich.terminal_theme import TerminalTheme
 from textual._ansi_theme import DEFAULT_TERMINAL_THEME
 from textual._border import get_box
 from textual._segment_tools import line_pad
-from textual._styles_cache import RenderLineCallback, StylesCache
+from textual._styles_cache import RenderLineCallback
 from textual.color import Color
 from textual.content import Content
 from textual.filter import LineFilter
@@ -41,6 +41,8 @@ from textual.geometry import Region, Size, Spacing
 from textual.strip import Strip
 from textual.style import Style
 from textual.widget import Widget
+
+from .kept_lines import KeptStylesCache
 
 if TYPE_CHECKING:
     from textual.css.styles import StylesBase
@@ -74,7 +76,7 @@ class _Frame:
         self.key = (size, self.top, self.end, content_size, padding, inner, edges)
 
 
-class RowStylesCache(StylesCache):
+class RowStylesCache(KeptStylesCache):
     def __init__(self) -> None:
         super().__init__()
         self._frame: _Frame | bool | None = None  # None: not worked out; False: no fast rows

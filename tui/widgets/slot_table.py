@@ -25,6 +25,7 @@ from textual.strip import Strip
 from engine.constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY
 from engine.memslot import MemorySlot
 
+from .kept_lines import KeptLines
 from .row_cache import use_row_cache
 
 # (title, width) at the most; each column is as wide as its widest cell (and its title)
@@ -42,7 +43,7 @@ def flag_names(flags: int) -> str:
     return "|".join(names) or "-"
 
 
-class SlotTable(ScrollView, can_focus=True):
+class SlotTable(KeptLines, ScrollView, can_focus=True):
     """Slots sorted by base_gfn; `hits` counts the lookups each slot answered."""
 
     BINDINGS = [

@@ -26,10 +26,11 @@ from textual.scrollbar import ScrollBar
 from textual.widget import Widget
 from typing_extensions import Self
 
+from .kept_lines import KeptLines
 from .row_cache import use_row_cache
 
 
-class SteadyScrollBar(ScrollBar):
+class SteadyScrollBar(KeptLines, ScrollBar):
     _drawn: tuple[object, ...] | None = None  # the drawing last rendered
     _holding = 0  # depth of `holding()` blocks
     _held = False  # a repaint was asked for while holding
