@@ -131,6 +131,31 @@ def test_the_printers_formats_are_the_tracepoint_templates(options: SimulateOpti
 @pytest.mark.parametrize(
     "options",
     [
+        SimulateOptions("tdp", "kernbench", 900, 3, "roots", 500),
+        SimulateOptions("tdp", "dirty", 900, 2, "fast", 420, layout="q35-16g", smi_every=150),
+    ],
+)
+def test_the_tdp_fast_paths_print_each_events_template_line(options: SimulateOptions) -> None:
+    """The TDP MMU's fast paths to the printer (`common_listener`, `fault_listener`: values,
+    no fields; used only while nothing wants an Event) print what the template prints
+    for each event, counted as lines."""
+    session = make_session(options)
+    events: list[Event] = []
+    session.subscribe(events.append)  # the Event path: no fast paths
+    run(session, options, io.StringIO())
+    fast = make_session(options)
+    out = io.StringIO()
+    printed = run(fast, options, out)
+    assert fast.mmu._common is not None and fast._fault_line is not None  # type: ignore[attr-defined]
+    lines = out.getvalue().splitlines()[1:]
+    assert printed == len(lines) == len(events) > 1000
+    for line, event in zip(lines, events, strict=True):
+        assert line == format_line(event, TRACE_CMD)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
         SimulateOptions("tdp", "dirty", 450, 1, "fast", 430),
         SimulateOptions("tdp", "churn", 600, 4, "roots", 300),
         SimulateOptions("tdp", "kernbench", 600, 5, "slow", 400),

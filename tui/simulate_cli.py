@@ -194,14 +194,15 @@ def run(session: GuestSession[object], options: SimulateOptions, out: TextIO) ->
         session.subscribe(lambda event: batch.append(_json_line(event)))
     else:
         out.write(f"cpus={session.nr_vcpus}\n")
-        LinePrinter().listen(session, batch.append)
+        LinePrinter().listen(session, batch.append, joined=True)
     done, stop = 0, options.accesses
     while True:
         if done == options.at and options.zap is not None:
             zap(session, options.zap)
         if len(batch) >= WRITE_BATCH or (done == stop and batch):
-            printed += len(batch)
-            out.write("\n".join(batch) + "\n")
+            text = "\n".join(batch) + "\n"
+            printed += text.count("\n")  # an entry may hold lines (`joined`)
+            out.write(text)
             batch.clear()
         if done == stop:
             return printed
@@ -338,22 +339,24 @@ class LinePrinter:
             named = self._names[name] = f"{name}: {pad}"
         return self._head + named + text
 
-    def listen(self, session: GuestSession[object], append: Callable[[str], None]) -> None:
+    def listen(
+        self, session: GuestSession[object], append: Callable[[str], None], joined: bool = False
+    ) -> None:
         """`session.raw_listener`: each event's `line()` appended, stamped as the session
         stamps it (`stamp()`), the column before the text made once per access and vCPU
         (`head`, its part before the timestamp once per vCPU), the events of FAST_FORMATS
-        by one `%` of their name's column and text (else FAST_PRINTK's f-string)."""
+        by one `%` of their name's column and text (else FAST_PRINTK's f-string).
+        On the TDP MMU also its fast paths, from the values without fields: a VM exit's
+        `kvm_page_fault` (`fault_listener`) and the common fault's three lines by one `%`
+        (`common_listener`), appended as one entry of three lines when `joined`."""
         names: dict[str, tuple[str, Callable[[Mapping[str, FieldValue]], tuple[Any, ...]]]] = {}
         line = self.line
         last_steps = last_cpu = -1
         head = ""
         prefixes: dict[int, str] = {}
 
-        def raw(name: str, fields: Mapping[str, FieldValue]) -> None:
+        def stamped() -> str:
             nonlocal last_steps, last_cpu, head
-            entry = names.get(name)
-            if entry is None:
-                entry = names[name] = _line_format(name)
             if session.steps != last_steps or session._vcpu != last_cpu:
                 last_steps, last_cpu = session.steps, session._vcpu
                 ts, cpu = session.stamp()
@@ -362,6 +365,13 @@ class LinePrinter:
                     prefix = prefixes[cpu] = f"{COMM:>16}-{0:<5} [{cpu:03d}] "
                 secs, usecs = divmod(round(ts * 1_000_000), 1_000_000)
                 head = f"{prefix}{secs:5d}.{usecs:06d}: "
+            return head
+
+        def raw(name: str, fields: Mapping[str, FieldValue]) -> None:
+            entry = names.get(name)
+            if entry is None:
+                entry = names[name] = _line_format(name)
+            head = stamped()
             fmt, args = entry
             try:
                 append(head + fmt % args(fields))
@@ -370,6 +380,33 @@ class LinePrinter:
                 pass
             append(line(name, fields, *session.stamp()))
 
+        fault_fmt = "%s" + _line_format("kvm_page_fault")[0]
+        common_fmt = "\n".join(
+            "%s" + _line_format(name)[0]
+            for name in ("kvm_mmu_spte_requested", "kvm_tdp_mmu_spte_changed", "kvm_mmu_set_spte")
+        )
+
+        def fault(vcpu: int, gpa: int, code: int) -> None:
+            append(fault_fmt % (stamped(), vcpu, 0, gpa, code))  # _page_fault_args
+
+        def common(
+            as_id: int, gfn: int, pfn: int, level: int, base: int, old: int, new: int,
+            access: str, sptep: int,
+        ) -> None:  # fmt: skip
+            head = stamped()
+            text = common_fmt % (
+                head, gfn, pfn, level, head, as_id, base, level, old, new,
+                head, base, new, access, level, sptep,
+            )  # fmt: skip
+            if joined:
+                append(text)
+            else:
+                for one in text.split("\n"):
+                    append(one)
+
+        if session.paging == "tdp":  # TdpSession's fast paths, set before raw_listener
+            session.fault_listener = fault  # type: ignore[attr-defined]
+            session.common_listener = common  # type: ignore[attr-defined]
         session.raw_listener = raw
 
     @staticmethod

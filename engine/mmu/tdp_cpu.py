@@ -73,6 +73,7 @@ def cpu_run(
     roots, walks = session._vcpu_roots()
     racing, results, page_fault = session.race_rate, session.results, mmu.page_fault
     listener = mmu._listener  # what _vm_exit()'s _forward_fields() calls
+    fault_line = session._fault_line  # a printer's kvm_page_fault, from the values
     ram_only = not (netperf or migrate)
     gpa, gfn, write, fetch, drawn = 0, 0, False, False, True
     fetch_rate = FETCH_RATE
@@ -139,8 +140,11 @@ def cpu_run(
                 reload_at = _first_unloaded(roots, at)
             else:  # _exit() and _fault(), inline: its first fault
                 session.exits += 1
-                if listener is not None:  # _vm_exit()
+                if fault_line is not None or listener is not None:  # _vm_exit()
                     code = (PFERR_WRITE if write else 0) | (PFERR_FETCH if fetch else 0)
+                if fault_line is not None:
+                    fault_line(vcpu, gpa, code)
+                elif listener is not None:
                     fields: dict[str, FieldValue] = {
                         "vcpu_id": vcpu,
                         "fault_address": gpa,

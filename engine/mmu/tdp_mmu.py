@@ -252,13 +252,13 @@ class TdpMmu(TdpHuge):
         new_spte = self._make_spte(pfn, goal, writable)
         if not new_spte & SPTE_MMU_PRESENT_MASK or not (goal == 1 or new_spte & PT_PAGE_SIZE_MASK):
             return False  # not a leaf to install
-        listener = self._listener
+        listener, common = self._listener, self._common
         base = gfn & ~mask
-        if listener is not None:
+        if listener is not None and common is None:
             requested: dict[str, FieldValue] = {"gfn": gfn, "pfn": pfn | gfn & mask, "level": goal}
             listener("kvm_mmu_spte_requested", requested)
         pt.spt[index] = new_spte
-        if listener is not None:
+        if listener is not None and common is None:
             listener(
                 "kvm_tdp_mmu_spte_changed",
                 {"as_id": root.role.smm, "gfn": base, "level": goal, "old_spte": old,
@@ -274,6 +274,10 @@ class TdpMmu(TdpHuge):
             access = access_strs.get(bits)
             if access is None:
                 access = access_strs[bits] = spte_access_str(self.cfg, new_spte)
+            if common is not None:  # the three events at once (nothing came between)
+                sptep, pfn = pt.spt_pa + 8 * index, pfn | gfn & mask
+                common(root.role.smm, gfn, pfn, goal, base, old, new_spte, access, sptep)
+                return True
             fields: dict[str, FieldValue] = {
                 "gfn": base,
                 "spte": new_spte,

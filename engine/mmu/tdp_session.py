@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import random
 import sys
+from collections.abc import Callable
 from typing import NamedTuple
 
 from ..layouts.layout import Layout
@@ -45,6 +46,7 @@ from .spte import (
     RetPf,
     is_executable_pte,
 )
+from .tdp_core import CommonListener
 from .tdp_cpu import MAX_RETRIES, TdpAccess, cpu_run
 from .tdp_iter import TdpIter
 from .tdp_mmu import TdpMmu
@@ -94,7 +96,14 @@ class TdpSession(EptSession[TdpStep]):
             )
         self.smi_every = smi_every
         self.mmu = TdpMmu(self.vm, SPTE_CONFIGS[spte_config], params)
-        self.mmu._listener = self.fields_listener()
+        #: a printer's fast paths beside its `raw_listener` (values, no fields): the
+        #: common fault's three events (`TdpMmu._common`) and a VM exit's `kvm_page_fault`
+        #: (vcpu_id, fault_address, error_code); used only while the raw listener is
+        #: what the MMU calls (no Event listener, no `_observe`)
+        self.common_listener: CommonListener | None = None
+        self.fault_listener: Callable[[int, int, int], None] | None = None
+        self._fault_line: Callable[[int, int, int], None] | None = None
+        self._listeners_changed()
         self.set_up_guest(seed)
         self._race_rng = random.Random(seed ^ 0xACE)
         self.race_rate = race_rate
@@ -129,8 +138,13 @@ class TdpSession(EptSession[TdpStep]):
 
     def _listeners_changed(self) -> None:
         """The MMU hands its names and fields to `fields_listener()` (None, bare mode:
-        no event is built while nobody listens)."""
-        self.mmu._listener = self.fields_listener()
+        no event is built while nobody listens), and to the printer's fast paths while
+        that is the raw listener."""
+        mmu = self.mmu
+        mmu._listener = self.fields_listener()
+        raw = mmu._listener is not None and mmu._listener is self._raw
+        mmu._common = self.common_listener if raw else None
+        self._fault_line = self.fault_listener if raw else None
 
     def _tick(self) -> None:
         """Guest time moves on: RCU callbacks whose grace period ended run, and the NX
