@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY, PAGE_SHIFT, PAGE_SIZE
@@ -28,6 +28,7 @@ from .layouts.layout import Layout, build_vm
 from .lookup import LOOKUP_STRATEGIES
 from .lookup.base import LookupTrace, Shape
 from .memslot import MemorySlot
+from .record import replace
 from .stats import LookupCost
 from .vm import Vm
 from .workload import DEFAULT_WORKLOAD, MMIO, RAM, Access, Workload

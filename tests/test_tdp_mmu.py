@@ -264,7 +264,8 @@ def test_split_children_are_make_huge_page_split_spte_of_each_index() -> None:
     """`tdp_mmu_split_huge_page`'s one-pass children equal the kernel's per-index
     `make_huge_page_split_spte()`, with and without the NX mitigation, for any spte."""
     import random
-    from dataclasses import replace
+
+    from engine.record import replace
 
     rng = random.Random(1)
     for nx in ("off", "on"):

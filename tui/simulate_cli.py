@@ -29,11 +29,11 @@ import argparse
 import gc
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, TextIO
 
 from engine.events import Event, FieldValue
+from engine.record import Record
 
 if TYPE_CHECKING:
     from engine.mmu.guest_session import GuestSession
@@ -45,20 +45,56 @@ RUN_CHUNK = 512  # accesses run between two looks at the batch
 _NAME_WIDTH = 20  # trace-cmd pads event names to this
 
 
-@dataclass(frozen=True)
-class SimulateOptions:
-    """The options of one `mmuscope simulate` run."""
+class SimulateOptions(Record):
+    """The options of one `mmuscope simulate` run (a frozen record)."""
 
+    __slots__ = (
+        "accesses",
+        "at",
+        "jsonl",
+        "layout",
+        "mmu",
+        "race_rate",
+        "seed",
+        "smi_every",
+        "workload",
+        "zap",
+    )
     mmu: str
     workload: str
-    accesses: int = 10_000
-    seed: int = 1
-    zap: str | None = None
-    at: int | None = None
-    jsonl: bool = False
-    layout: str = "pc-4g"
-    race_rate: float = 0.0
-    smi_every: int = 0
+    accesses: int
+    seed: int
+    zap: str | None
+    at: int | None
+    jsonl: bool
+    layout: str
+    race_rate: float
+    smi_every: int
+
+    def __init__(
+        self,
+        mmu: str,
+        workload: str,
+        accesses: int = 10_000,
+        seed: int = 1,
+        zap: str | None = None,
+        at: int | None = None,
+        jsonl: bool = False,
+        layout: str = "pc-4g",
+        race_rate: float = 0.0,
+        smi_every: int = 0,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "mmu", mmu)
+        put(self, "workload", workload)
+        put(self, "accesses", accesses)
+        put(self, "seed", seed)
+        put(self, "zap", zap)
+        put(self, "at", at)
+        put(self, "jsonl", jsonl)
+        put(self, "layout", layout)
+        put(self, "race_rate", race_rate)
+        put(self, "smi_every", smi_every)
 
 
 class SimulateError(ValueError):

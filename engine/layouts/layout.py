@@ -8,25 +8,42 @@ in registration order, with a name per slot so views can say "pc.bios" rather th
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from ..constants import KVM_MEM_READONLY, PAGE_SIZE
+from ..record import Record
 from ..vm import Vm
 
 HOST_BASE = 0x7F00_0000_0000  # where the model's "QEMU" mmaps guest RAM
 HUGE_2M = 1 << 21
 
 
-@dataclass(frozen=True, slots=True)
-class RegionSpec:
-    """One KVM_SET_USER_MEMORY_REGION call that creates a slot."""
+class RegionSpec(Record):
+    """One KVM_SET_USER_MEMORY_REGION call that creates a slot (`slot`: uapi, as_id << 16 | id)."""
 
+    __slots__ = ("flags", "gpa", "name", "size", "slot", "userspace_addr")
     name: str
-    slot: int  # uapi: as_id << 16 | id
+    slot: int
     gpa: int
     size: int
-    flags: int = 0
-    userspace_addr: int = 0
+    flags: int
+    userspace_addr: int
+
+    def __init__(
+        self,
+        name: str,
+        slot: int,
+        gpa: int,
+        size: int,
+        flags: int = 0,
+        userspace_addr: int = 0,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "name", name)
+        put(self, "slot", slot)
+        put(self, "gpa", gpa)
+        put(self, "size", size)
+        put(self, "flags", flags)
+        put(self, "userspace_addr", userspace_addr)
 
     @property
     def as_id(self) -> int:
@@ -41,13 +58,24 @@ class RegionSpec:
         return bool(self.flags & KVM_MEM_READONLY)
 
 
-@dataclass(frozen=True, slots=True)
-class Layout:
+class Layout(Record):
     """A guest's memory layout: the regions QEMU registers as memslots, by name."""
 
+    __slots__ = ("name", "regions", "title")
     name: str
     title: str
     regions: tuple[RegionSpec, ...]
+
+    def __init__(
+        self,
+        name: str,
+        title: str,
+        regions: tuple[RegionSpec, ...],
+    ) -> None:
+        put = object.__setattr__
+        put(self, "name", name)
+        put(self, "title", title)
+        put(self, "regions", regions)
 
     def name_of(self, as_id: int, slot_id: int) -> str:
         """The region name of a slot, or '' when the layout does not know it."""

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from ..memslot import MemorySlot
+from ..record import Record
 
 if TYPE_CHECKING:  # re-exported (__getattr__ below)
     from .views import ArrayView as ArrayView
@@ -36,36 +36,84 @@ EMPTY = "empty"  # linear scan over the 2011 array: an unused entry (npages == 0
 MISS = "miss"  # binary search: the final range check on memslots[start] fails
 
 
-@dataclass(frozen=True, slots=True)
-class Probe:
-    """One slot or node a lookup looked at."""
+class Probe(Record):
+    """One slot or node a lookup looked at: the slot (None: an empty array entry), its
+    position (array index, or depth in the tree, root = 0), the gfn comparisons made there
+    (short-circuit counted as the C code does), and the outcome (HIT, GO_LEFT, GO_RIGHT,
+    LOWER, HIGHER, NEXT, EMPTY, MISS)."""
 
-    slot: MemorySlot | None  # None: an empty array entry
-    position: int  # array index, or depth in the tree (root = 0)
-    comparisons: int  # gfn comparisons made here, short-circuit counted as the C code does
-    outcome: str  # HIT, GO_LEFT, GO_RIGHT, LOWER, HIGHER, NEXT, EMPTY, MISS
+    __slots__ = ("comparisons", "outcome", "position", "slot")
+    slot: MemorySlot | None
+    position: int
+    comparisons: int
+    outcome: str
+
+    def __init__(
+        self,
+        slot: MemorySlot | None,
+        position: int,
+        comparisons: int,
+        outcome: str,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "slot", slot)
+        put(self, "position", position)
+        put(self, "comparisons", comparisons)
+        put(self, "outcome", outcome)
 
 
-@dataclass(frozen=True, slots=True)
-class CacheProbe:
-    """A look at one of the caches in front of the structure (kvm-reference §1.3)."""
+class CacheProbe(Record):
+    """A look at one of the caches in front of the structure (kvm-reference §1.3): `cache`
+    is "vcpu" (vcpu->last_used_slot) or "vm" (slots->last_used_slot); `note` for example
+    "generation changed: cache reset"."""
 
-    cache: str  # "vcpu" (vcpu->last_used_slot) or "vm" (slots->last_used_slot)
+    __slots__ = ("cache", "hit", "note", "slot")
+    cache: str
     slot: MemorySlot | None
     hit: bool
-    note: str = ""  # for example "generation changed: cache reset"
+    note: str
+
+    def __init__(
+        self,
+        cache: str,
+        slot: MemorySlot | None,
+        hit: bool,
+        note: str = "",
+    ) -> None:
+        put = object.__setattr__
+        put(self, "cache", cache)
+        put(self, "slot", slot)
+        put(self, "hit", hit)
+        put(self, "note", note)
 
 
-@dataclass(frozen=True, slots=True)
-class LookupTrace:
+class LookupTrace(Record):
     """A lookup that explains itself: what it looked at, in order, and what it found."""
 
+    __slots__ = ("as_id", "cache_probes", "gfn", "probes", "slot", "strategy")
     gfn: int
     as_id: int
     strategy: str
     cache_probes: tuple[CacheProbe, ...]
     probes: tuple[Probe, ...]
     slot: MemorySlot | None
+
+    def __init__(
+        self,
+        gfn: int,
+        as_id: int,
+        strategy: str,
+        cache_probes: tuple[CacheProbe, ...],
+        probes: tuple[Probe, ...],
+        slot: MemorySlot | None,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "gfn", gfn)
+        put(self, "as_id", as_id)
+        put(self, "strategy", strategy)
+        put(self, "cache_probes", cache_probes)
+        put(self, "probes", probes)
+        put(self, "slot", slot)
 
     @property
     def cache_hit(self) -> bool:

@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Callable
-from dataclasses import replace
 
 from ..errors import AuditError
 from ..events import Event, FieldValue
+from ..record import replace
 from ..vm import Vm
 from .nx_huge_pages import (
     track_possible_nx_huge_page,
