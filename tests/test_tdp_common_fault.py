@@ -77,3 +77,21 @@ def test_the_common_fault_is_taken() -> None:
     s.mmu._map_common = counted  # type: ignore[method-assign]
     s.run(3000)
     assert taken > s.exits // 2
+
+
+@pytest.mark.parametrize(
+    ("workload", "seed", "zap"), [("kernbench", 9, "fast"), ("dirty", 10, "roots")]
+)
+def test_the_tight_hit_loop_is_the_general_one(
+    workload: str, seed: int, zap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cpu_run`'s loop for RAM draws on one root (`TIGHT_HITS`) gives the same events,
+    printed lines and final state as every access through the general loop."""
+    from engine.mmu import tdp_cpu
+
+    tight = run(True, workload, seed, TINY, zap)
+    monkeypatch.setattr(tdp_cpu, "TIGHT_HITS", False)
+    general = run(True, workload, seed, TINY, zap)
+    assert tight[2] == general[2]
+    assert tight[0] == general[0] and len(general[0]) > 100
+    assert tight[1] == general[1]
