@@ -139,7 +139,7 @@ def test_an_event_line_puts_name_and_fields_first_where_it_does_not_fit() -> Non
     assert event_rows(ENTRY._replace(ts=14.5), 100, t0=12.0)[0].endswith("+2.500000s")
 
 
-def test_kvm_stat_drops_percent_before_it_cuts_a_name() -> None:
+def test_kvm_stat_drops_percent_then_kvm_before_it_cuts_a_name() -> None:
     rows = [CounterRow("kvm_mmu_prepare_zap_page", 12345, 60.0, 3.0)]
     wide = counters_table(rows, 60).plain.splitlines()
     assert "%Total" in wide[0] and "kvm_mmu_prepare_zap_page" in wide[1]
@@ -147,8 +147,13 @@ def test_kvm_stat_drops_percent_before_it_cuts_a_name() -> None:
     assert "%Total" not in narrow[0] and "CurAvg/s" in narrow[0]
     assert "kvm_mmu_prepare_zap_page" in narrow[1] and narrow[1].split()[1:] == ["12345", "3"]
     assert all(len(line) <= 40 for line in narrow)
+    bare = counters_table(rows, 37).plain.splitlines()  # 22 columns for the names
+    assert bare[0].startswith("Event (-kvm_) ") and bare[1].startswith("mmu_prepare_zap_page ")
+    assert all(len(line) <= 37 for line in bare)
     cut = counters_table(rows, 30).plain.splitlines()
-    assert all(len(line) <= 30 for line in cut) and "…" in cut[1]
+    assert all(len(line) <= 30 for line in cut) and cut[1].startswith("mmu_prepare_za…")
+    other = counters_table([*rows, CounterRow("fast_page_fault", 2, 0.0, 0.0)], 37)
+    assert other.plain.splitlines()[2].startswith("fast_page_fault ")  # no kvm_ to leave off
 
 
 def test_the_cost_table_drops_worst_then_miss_and_never_wraps() -> None:

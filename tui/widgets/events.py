@@ -4,8 +4,8 @@ The log prints events as `trace-cmd report` does (comm-pid [cpu] ts: name: field
 the line fits; where it does not, the event's name and fields come first, then the CPU
 and the time since the log's first event, the task left out, and a long event wraps onto
 indented rows, so every event can be read whole (`event_rows`).  The counters table has
-kvm_stat's columns (Event, Total, %Total, CurAvg/s); a narrow panel drops %Total before
-it cuts a name (`counters_table`).  One regex filter
+kvm_stat's columns (Event, Total, %Total, CurAvg/s); a narrow panel drops %Total, then
+the names' `kvm_`, before it cuts a name (`counters_table`).  One regex filter
 (`f`, as in kvm_stat) applies to both.  Events arrive in batches once per frame; the log
 keeps the last `LOG_LINES_PER_FLUSH` events until the screen flushes it (a few times a
 second), the counters count all of them.
@@ -41,6 +41,8 @@ LOG_LINES_PER_FLUSH = 40  # at full speed the log scrolls faster than anyone rea
 LOG_MAX_LINES = 1000
 KEPT_EVENTS = 300  # laid out again when the log's width changes
 CONTINUATION = "  "  # the indent of an event's further rows
+KVM_PREFIX = "kvm_"  # most kvm tracepoints' names: left off in a narrow kvm_stat
+BARE_HEAD = f"Event (-{KVM_PREFIX})"
 NBSP = "\u00a0"  # textwrap breaks only at ASCII whitespace
 
 
@@ -113,20 +115,24 @@ def event_rows(entry: LogEntry, width: int, t0: float = 0.0) -> list[str]:
 def counters_table(rows: list[CounterRow], width: int = 48) -> Text:
     """kvm_stat's columns, biggest totals first, as fixed-width text that never wraps:
     where the names do not fit beside every column, %Total goes first (the others'
-    share of it is Total's), and only then are names cut."""
-    longest = max((len(shown_name(row.event)) for row in rows), default=5)
+    share of it is Total's), then the `kvm_` most tracepoints' names begin with (the header
+    says so: `Event (-kvm_)`), and only then are names cut."""
+    names = [shown_name(row.event) for row in rows]
     tot = max(6, *(len(str(row.total)) + 1 for row in rows)) if rows else 6
     pct, avg = 7, 9
-    if longest + tot + pct + avg > width:
+    if max(map(len, names), default=5) + tot + pct + avg > width:
         pct = 0
-    name = max(8, width - tot - pct - avg)
+    room = max(8, width - tot - pct - avg)
+    head = "Event"
+    if max(map(len, names), default=5) > room and any(n.startswith(KVM_PREFIX) for n in names):
+        names = [n.removeprefix(KVM_PREFIX) for n in names]
+        head = BARE_HEAD if len(BARE_HEAD) < room else head
     pct_head = f"{'%Total':>{pct}}" if pct else ""
-    text = Text(f"{'Event':<{name}}{'Total':>{tot}}{pct_head}{'CurAvg/s':>{avg}}\n", style="bold")
-    for row in rows:
-        event = shown_name(row.event)
-        event = event if len(event) <= name else event[: name - 1] + "…"
+    text = Text(f"{head:<{room}}{'Total':>{tot}}{pct_head}{'CurAvg/s':>{avg}}\n", style="bold")
+    for row, event in zip(rows, names, strict=True):
+        event = event if len(event) <= room else event[: room - 1] + "…"
         share = f"{row.percent:>{pct}.1f}" if pct else ""
-        text.append(f"{event:<{name}}{row.total:>{tot}}{share}{row.rate:>{avg}.0f}\n")
+        text.append(f"{event:<{room}}{row.total:>{tot}}{share}{row.rate:>{avg}.0f}\n")
     text.rstrip()
     text.no_wrap = True
     return text
