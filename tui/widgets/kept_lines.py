@@ -13,6 +13,11 @@ cache (`StylesCache.set_dirty`, `clear`: what every repaint, resize, scroll and 
 theme change does, and what Textual's own cache relies on), so `KeptStylesCache` keeps
 the list its last `render()` returned, with the crop and filters it was made for, until
 then; `KeptLines.render_lines` hands that list back.
+
+`KeptLines.refresh` widens the rows it is asked to repaint to the widget's whole width,
+border included: a row repaints whole anyway (the styles cache draws lines), and a dirty
+region narrower than the widget made the compositor cut every repainted row to the
+content's width before writing it (a new strip a row, and its terminal bytes again).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from textual.geometry import Region, Size, Spacing
 from textual.strip import Strip
 from textual.style import Style
 from textual.widget import Widget
+from typing_extensions import Self
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -114,6 +120,20 @@ class KeptLines(_Mixin):
             if lines is not None:
                 return lines
         return super().render_lines(crop)
+
+    def refresh(
+        self, *regions: Region, repaint: bool = True, layout: bool = False, recompose: bool = False
+    ) -> Self:
+        if regions:
+            regions = whole_rows(self, regions)
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
+
+def whole_rows(widget: Widget, regions: Sequence[Region]) -> tuple[Region, ...]:
+    """`regions` (relative to the content, as Widget.refresh takes them) widened to the
+    widget's rows from its left edge to its right, border and padding included."""
+    left, width = widget.styles.gutter.left, widget.outer_size.width
+    return tuple(Region(-left, region.y, width, region.height) for region in regions)
 
 
 def use_kept_cache(widget: Widget) -> None:

@@ -20,6 +20,7 @@ from textual.binding import Binding
 from textual.geometry import Region, Size
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
+from textual.scrollbar import ScrollBar
 from textual.strip import Strip
 
 from engine.constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY
@@ -27,6 +28,7 @@ from engine.memslot import MemorySlot
 
 from .kept_lines import KeptLines
 from .row_cache import use_row_cache
+from .steady_scrollbar import steady_vertical_scrollbar
 
 # (title, width) at the most; each column is as wide as its widest cell (and its title)
 # plus a space, and the name takes what is left.
@@ -45,6 +47,11 @@ def flag_names(flags: int) -> str:
 
 class SlotTable(KeptLines, ScrollView, can_focus=True):
     """Slots sorted by base_gfn; `hits` counts the lookups each slot answered."""
+
+    @property
+    def vertical_scrollbar(self) -> ScrollBar:
+        """Repainted when its thumb moves (SteadyScrollBar), not for every hit counted."""
+        return steady_vertical_scrollbar(self)
 
     BINDINGS = [
         Binding("up", "cursor(-1)", "Up", show=False),
