@@ -13,7 +13,7 @@ from textual.geometry import Region
 from textual.strip import Strip
 
 from tests.tui_pilot import drawn_lines
-from tui.widgets.event_log import EventLog, row_strip
+from tui.widgets.event_log import ROW_STRIPS_KEPT, EventLog, row_strip
 from tui.widgets.steady_scrollbar import SteadyScrollBar
 
 
@@ -99,3 +99,29 @@ def test_a_row_is_the_strip_textual_makes_of_its_text() -> None:
                 strip = row_strip(text, width, style, row)
                 assert list(strip) == list(expected), (text, width)
                 assert strip.cell_length == expected.cell_length
+
+
+class LongLogApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield EventLog(max_lines=1000, id="log")
+
+
+async def test_rows_kept_past_the_bound_are_drawn_again_as_they_were() -> None:
+    """The log keeps the strips of its last ROW_STRIPS_KEPT rows drawn (the first drawn
+    go first): scrolled back past them, and at the end again, every row is the strip
+    drawn from scratch."""
+    app = LongLogApp()
+    async with app.run_test(size=(40, 8)) as pilot:
+        log = app.query_one(EventLog)
+        await pilot.pause()
+        for batch in range(30):
+            log.write_lines(f"row {batch * 10 + i}" for i in range(10))
+            await pilot.pause()
+        assert len(log._row_strips) <= ROW_STRIPS_KEPT < log.line_count
+        for y in (0.0, 150.0, float(log.max_scroll_y)):
+            log.scroll_to(y=y, animate=False, immediate=True)
+            await pilot.pause()
+            kept = [list(log.render_line(row)) for row in range(log.size.height)]
+            log._row_strips.clear()
+            assert kept == [list(log.render_line(row)) for row in range(log.size.height)]
+            assert len(log._row_strips) <= ROW_STRIPS_KEPT

@@ -36,6 +36,12 @@ from .steady_scrollbar import SteadyScrollBar, steady_vertical_scrollbar
 _CONTROL = re.compile("[\u0000-\u0014]")  # as Log: control codes are drawn as U+FFFD
 
 
+# rows kept with their strips: the rows a following log shows and a few screens more (a
+# row further back is drawn again when scrolled to; each kept strip is rescanned by
+# every full garbage collection)
+ROW_STRIPS_KEPT = 128
+
+
 class EventLog(KeptLines, ScrollView, can_focus=True):
     """The last `max_lines` rows of the event log, the newest at the bottom."""
 
@@ -127,8 +133,8 @@ class EventLog(KeptLines, ScrollView, can_focus=True):
         if known is not None and known[0] is text and known[1] == width and known[2] is style:
             return known[3]
         strip = row_strip(text, width, style, row)
-        if len(self._row_strips) > 2 * self.max_lines:
-            self._row_strips.clear()
+        if len(self._row_strips) >= ROW_STRIPS_KEPT:
+            del self._row_strips[next(iter(self._row_strips))]  # the row drawn first
         self._row_strips[row] = (text, width, style, strip)
         return strip
 

@@ -48,7 +48,8 @@ if TYPE_CHECKING:
     from textual.css.styles import StylesBase
 
 BorderLabel = tuple[Content, Color, Color, Style] | None
-FRAMED_KEPT = 256  # content strips kept with their framed rows (about two screens' rows)
+FRAMED_KEPT = 64  # content strips kept with their framed rows (a few screens of a panel's rows)
+BY_VALUE_KEPT = 64  # framed rows kept by their content's segments
 
 
 class _Frame:
@@ -77,8 +78,13 @@ class _Frame:
 
 
 class RowStylesCache(KeptStylesCache):
-    def __init__(self) -> None:
+    """`kept`: content strips kept with their framed rows (what they keep alive is
+    rescanned by each full garbage collection: a cache no bigger than what is shown
+    again keeps those pauses short)."""
+
+    def __init__(self, kept: int = FRAMED_KEPT) -> None:
         super().__init__()
+        self._kept_rows = kept
         self._frame: _Frame | bool | None = None  # None: not worked out; False: no fast rows
         self._framed: dict[int, tuple[Strip, Strip]] = {}  # id(content) -> (content, row)
         self._by_value: dict[tuple[Segment, ...], Strip] = {}  # content's segments -> row
@@ -221,10 +227,10 @@ class RowStylesCache(KeptStylesCache):
             row = self._framed_row(
                 frame, width, self._fitted(segments, content, content_width, inner)
             )
-            if len(self._by_value) >= FRAMED_KEPT:
+            if len(self._by_value) >= BY_VALUE_KEPT:
                 self._by_value.clear()
             self._by_value[segments] = row
-        if len(framed) >= FRAMED_KEPT:
+        if len(framed) >= self._kept_rows:
             framed.clear()
         framed[id(content)] = (content, row)
         return row
@@ -257,6 +263,6 @@ class RowStylesCache(KeptStylesCache):
         return Strip(segments, width)
 
 
-def use_row_cache(widget: Widget) -> None:
+def use_row_cache(widget: Widget, kept: int = FRAMED_KEPT) -> None:
     """Give `widget` a RowStylesCache (call in its __init__, after Widget's)."""
-    widget._styles_cache = RowStylesCache()
+    widget._styles_cache = RowStylesCache(kept)
