@@ -18,6 +18,11 @@ then; `KeptLines.render_lines` hands that list back.
 border included: a row repaints whole anyway (the styles cache draws lines), and a dirty
 region narrower than the widget made the compositor cut every repainted row to the
 content's width before writing it (a new strip a row, and its terminal bytes again).
+
+`KeptStylesCache` is a subclass of `textual._styles_cache.StylesCache`, a private class
+(its `render`, `set_dirty` and `clear` as of Textual 8.2.8): pyproject.toml pins Textual to
+the 8.2 series for it, and tests/test_tui_kept_lines.py compares every kept line with the
+line Textual draws from scratch, so a Textual that changed it fails there first.
 """
 
 from __future__ import annotations
