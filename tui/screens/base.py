@@ -145,7 +145,8 @@ class MmuScreen(Screen[None]):
             panel.show_counters()
 
     def _refresh_counters(self) -> None:
-        self.events_panel.refresh_counters(time.monotonic())
+        if self.is_attached:  # not while the app exits: Textual removes the widgets first
+            self.events_panel.refresh_counters(time.monotonic())
 
     # -- filter -----------------------------------------------------------------------
 
@@ -230,6 +231,8 @@ class PlayerScreen(MmuScreen):
         return False
 
     def _frame(self) -> Awaitable[None] | None:
+        if not self.is_attached:  # the app exits: its widgets go before the screen's timers
+            return None
         now = time.monotonic()
         dt, self._last_tick = now - self._last_tick, now
         return self.tick(now, min(dt, 0.25))
