@@ -3,6 +3,8 @@ pytest-xdist worker under `make test` (`-n 2 --dist=loadgroup`)."""
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 # The Pilot and CLI helpers assert on what the app shows: let pytest explain their failures too.
@@ -25,6 +27,11 @@ ONE_WORKER["test_cli_trace_dat.py"] = "kvm"  # its private tracefs instance too
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # `make test &` from a script (no job control) starts with SIGINT ignored, which every
+    # child inherits: the mmuscope the Ctrl+C tests interrupt would never see it. A handler
+    # (unlike SIG_IGN) is reset to the default in a child, so the children get Ctrl+C again.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     # registered here too, so that a run without pytest-xdist knows the mark
     config.addinivalue_line("markers", "xdist_group(name): run these tests in one worker")
 
