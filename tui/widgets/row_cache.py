@@ -25,19 +25,17 @@ new strip a row rather than Textual's two (`adjust_cell_length`, then the frame)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.segment import Segment
 from rich.style import Style as RichStyle
 from rich.terminal_theme import TerminalTheme
-from textual._ansi_theme import DEFAULT_TERMINAL_THEME
 from textual._border import get_box
 from textual._segment_tools import line_pad
 from textual._styles_cache import RenderLineCallback
 from textual.color import Color
 from textual.content import Content
-from textual.filter import LineFilter
-from textual.geometry import Region, Size, Spacing
+from textual.geometry import Size, Spacing
 from textual.strip import Strip
 from textual.style import Style
 from textual.widget import Widget
@@ -93,41 +91,11 @@ class RowStylesCache(KeptStylesCache):
         # keeps them, since a framed row depends on its content strip and the frame alone
         self._framed_key: tuple[object, ...] | None = None
 
-    def render(
-        self,
-        styles: StylesBase,
-        size: Size,
-        base_background: Color,
-        background: Color,
-        render_content_line: RenderLineCallback,
-        filters: Sequence[LineFilter],
-        border_title: BorderLabel,
-        border_subtitle: BorderLabel,
-        content_size: Size | None = None,
-        padding: Spacing | None = None,
-        crop: Region | None = None,
-        opacity: float = 1.0,
-        ansi_theme: TerminalTheme = DEFAULT_TERMINAL_THEME,
-        native_ansi: bool = False,
-    ) -> list[Strip]:
+    def render(self, *args: Any, **kwargs: Any) -> list[Strip]:
+        """KeptStylesCache.render (StylesCache's parameters), the frame worked out afresh."""
         self._frame = None  # worked out at the first content row this render draws
         try:
-            return super().render(
-                styles,
-                size,
-                base_background,
-                background,
-                render_content_line,
-                filters,
-                border_title,
-                border_subtitle,
-                content_size=content_size,
-                padding=padding,
-                crop=crop,
-                opacity=opacity,
-                ansi_theme=ansi_theme,
-                native_ansi=native_ansi,
-            )
+            return super().render(*args, **kwargs)
         finally:
             self._frame = None
 

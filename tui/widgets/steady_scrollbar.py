@@ -103,24 +103,23 @@ class SteadyScrollBar(KeptLines, ScrollBar):
 def steady_vertical_scrollbar(widget: Widget) -> ScrollBar:
     """`widget.vertical_scrollbar` made as Widget.vertical_scrollbar makes it (Textual 8),
     a SteadyScrollBar: for a widget's `vertical_scrollbar` property."""
-    if widget._vertical_scrollbar is None:
-        bar = SteadyScrollBar(
-            vertical=True, name="vertical", thickness=widget.scrollbar_size_vertical
-        )
-        bar.display = False
-        widget._vertical_scrollbar = bar
-        widget.app._start_widget(widget, bar)
-    return widget._vertical_scrollbar
+    return _steady_scrollbar(widget, vertical=True)
 
 
 def steady_horizontal_scrollbar(widget: Widget) -> ScrollBar:
     """`widget.horizontal_scrollbar` as Widget.horizontal_scrollbar makes it, a
     SteadyScrollBar: for a widget's `horizontal_scrollbar` property."""
-    if widget._horizontal_scrollbar is None:
-        bar = SteadyScrollBar(
-            vertical=False, name="horizontal", thickness=widget.scrollbar_size_horizontal
-        )
+    return _steady_scrollbar(widget, vertical=False)
+
+
+def _steady_scrollbar(widget: Widget, vertical: bool) -> ScrollBar:
+    """The widget's scrollbar of that direction, made (hidden, started) on first use."""
+    name = "vertical" if vertical else "horizontal"
+    bar: ScrollBar | None = getattr(widget, f"_{name}_scrollbar")
+    if bar is None:
+        thickness = widget.scrollbar_size_vertical if vertical else widget.scrollbar_size_horizontal
+        bar = SteadyScrollBar(vertical=vertical, name=name, thickness=thickness)
         bar.display = False
-        widget._horizontal_scrollbar = bar
+        setattr(widget, f"_{name}_scrollbar", bar)
         widget.app._start_widget(widget, bar)
-    return widget._horizontal_scrollbar
+    return bar
