@@ -314,3 +314,35 @@ async def test_a_timer_that_fires_while_the_app_exits_touches_no_widget(tmp_path
     assert not screen.query("EventPanel")  # the widgets are gone, the screen object is not
     screen._refresh_counters()
     assert screen._frame() is None
+
+
+class _ShutdownProbe(Static):
+    """Stands for a screen's timer firing while its widgets are closed: when the probe
+    unmounts, the screen is still attached but its widgets are going."""
+
+    def __init__(self, owner: object, calls: list[str]) -> None:
+        super().__init__()
+        self.owner, self.calls = owner, calls
+
+    def on_unmount(self) -> None:
+        self.calls.append(f"leaving={self.owner.leaving}")  # type: ignore[attr-defined]
+        self.owner._refresh_counters()  # type: ignore[attr-defined]
+        self.calls.append(f"frame={self.owner._frame()}")  # type: ignore[attr-defined]
+
+
+async def test_a_timer_that_fires_while_an_installed_screen_closes_touches_no_widget(
+    tmp_path: Path,
+) -> None:
+    """run_test's shutdown closes the widgets of an installed screen that is not the
+    current one one by one, before the screen and its timers, while the screen still
+    counts as attached (App.exit was never called): the memslots screen's kvm_stat
+    sample, due while the TLB screen was shown, found no EventPanel (CI's NoMatches in
+    test_play_pause_and_speed).  A sample or a frame then does nothing."""
+    app = build(tmp_path)
+    calls: list[str] = []
+    async with app.run_test(size=SIZE) as pilot:
+        screen = memslots(app)
+        await screen.mount(_ShutdownProbe(screen, calls), before=0)
+        await pilot.press("f4")
+        await pilot.pause()
+    assert calls == ["leaving=True", "frame=None"]

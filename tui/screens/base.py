@@ -97,6 +97,18 @@ class MmuScreen(Screen[None]):
     def events_panel(self) -> EventPanel:
         return self.query_one(EventPanel)
 
+    @property
+    def leaving(self) -> bool:
+        """True once the screen's widgets may be gone while its timers still run.
+        - App.exit: `is_attached` is then False.
+        - App shutdown without exit (run_test's): `is_running` is False from its first
+          step.  An installed screen that is not on the stack (the app's screens but the
+          current one) is then never pruned: Textual closes its widgets one by one, in
+          the order of its registry (a set), before the screen and its timers.
+        - A prune: Textual marks every node `_pruning` before it removes the widgets, as
+          its own signal.py and widget.py check."""
+        return not self.is_attached or not self.app.is_running or self._pruning
+
     def on_mount(self) -> None:
         # Textual calls every class's on_mount up the MRO, and the screens' own call
         # super().on_mount() too: without this check a screen had two or three counter
@@ -145,7 +157,7 @@ class MmuScreen(Screen[None]):
             panel.show_counters()
 
     def _refresh_counters(self) -> None:
-        if self.is_attached:  # not while the app exits: Textual removes the widgets first
+        if not self.leaving:
             self.events_panel.refresh_counters(time.monotonic())
 
     # -- filter -----------------------------------------------------------------------
@@ -231,7 +243,7 @@ class PlayerScreen(MmuScreen):
         return False
 
     def _frame(self) -> Awaitable[None] | None:
-        if not self.is_attached:  # the app exits: its widgets go before the screen's timers
+        if self.leaving:
             return None
         now = time.monotonic()
         dt, self._last_tick = now - self._last_tick, now

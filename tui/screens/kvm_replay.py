@@ -146,6 +146,8 @@ class KvmReplayScreen(ReplayScreen):
             child.wait()
 
     def poll_child(self) -> None:
+        if self.leaving:  # on_unmount stops the child
+            return
         for record in self._new_records():
             self._take(record)
         child = self.child
