@@ -8,20 +8,15 @@ tool (one line on stderr), 1 a bug.  Modules are imported when their command run
 
 from __future__ import annotations
 
-import argparse
 import gc
 import importlib
 import sys
 from collections.abc import Callable, Sequence
 
-from .cliparts import (
-    EXPLORER_OPTION_STRINGS,
-    CliError,
-    CliParser,
-    add_explorer_options,
-    add_guest_options,
-    int_arg,
-)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (start-up)
+if TYPE_CHECKING:
+    import argparse
+    from typing import Any
 
 # command -> (module in tui, function taking the parsed arguments and returning the exit code)
 RUNNERS: dict[str | None, tuple[str, str]] = {
@@ -87,8 +82,10 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     the explorer imports no command module (issue 13 §4: start-up)."""
     if argv and argv[0] in OWN_ARGUMENTS_ONLY:
         return _own_parser(argv[0])
-    parser = CliParser(prog="mmuscope", description=DESCRIPTION)
     from . import __version__
+    from .cliparts import CliParser, add_explorer_options
+
+    parser = CliParser(prog="mmuscope", description=DESCRIPTION)
 
     parser.add_argument("--version", action="version", version=f"mmuscope {__version__}")
     add_explorer_options(parser)
@@ -104,7 +101,10 @@ def _own_parser(command: str) -> argparse.ArgumentParser:
     choices and defaults, and no other command, as no such command line reaches them:
     two parsers made instead of 13, and no explorer option's imports (issue 14 "Speed":
     `mmuscope simulate` start-up).  tests/test_cli_own_parser.py compares the two."""
+    import argparse
+
     from . import __version__
+    from .cliparts import EXPLORER_OPTION_STRINGS, CliParser
 
     parser = CliParser(prog="mmuscope", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"mmuscope {__version__}")
@@ -132,6 +132,8 @@ def _replay(replay: argparse.ArgumentParser) -> None:
 
 
 def _lookup(lookup: argparse.ArgumentParser) -> None:
+    from .cliparts import add_guest_options, int_arg
+
     lookup.add_argument("gfn", type=int_arg, help="guest frame number (0x... or decimal)")
     lookup.add_argument("--gpa", action="store_true", help="the number is an address")
     lookup.add_argument("--no-cache", action="store_true", help="bypass last_used_slot")
@@ -142,6 +144,8 @@ def _lookup(lookup: argparse.ArgumentParser) -> None:
 
 def _export(export: argparse.ArgumentParser) -> None:
     from pathlib import Path
+
+    from .cliparts import add_guest_options, int_arg
 
     export.add_argument("-o", "--output", type=Path, required=True, metavar="OUT")
     export.add_argument("--path", type=int_arg, metavar="GFN", help="highlight one lookup")
@@ -165,6 +169,8 @@ def _layout(layout: argparse.ArgumentParser) -> None:
 
 
 def _rmaps_stat(rmaps: argparse.ArgumentParser) -> None:
+    from .cliparts import int_arg
+
     rmaps.add_argument("--workload", default="fork", choices=("fork", "kernbench"))
     rmaps.add_argument("--children", type=int_arg, default=500, help="forked children (fork)")
     rmaps.add_argument("--pages", type=int_arg, default=16, help="pages each process maps")
@@ -250,6 +256,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
+    if words[:1] == ["simulate"]:
+        # its usual command line is read without argparse (simulate_cli.options_of: issue
+        # 14 "Speed", start-up); any other goes through the parser below
+        from .simulate_cli import options_of, run_options
+
+        options = options_of(words[1:])
+        if options is not None:
+            return _run(run_options, options)
+    from .cliparts import CliError
+
     parser = build_parser(words)
     args = parser.parse_args(words)
     if args.command not in RUNNERS:
@@ -261,11 +277,16 @@ def _main(argv: Sequence[str] | None) -> int:
         # the collector back on after its first frame (MmuscopeApp._freeze_startup_objects).
         gc.disable()
     try:
-        run = getattr(importlib.import_module(f"{__package__}.{module}"), function)
-        return int(run(args))
+        return _run(getattr(importlib.import_module(f"{__package__}.{module}"), function), args)
     except CliError as err:
         print(f"mmuscope: error: {err}", file=sys.stderr)
         return 2
+
+
+def _run(runner: Callable[[Any], int], args: object) -> int:
+    """The runner's exit code; 0 when the reader of stdout went away (`| head`)."""
+    try:
+        return int(runner(args))
     except BrokenPipeError:
-        _quiet_stdout()  # the reader went away (| head): no "Exception ignored" at exit
+        _quiet_stdout()  # no "Exception ignored" at exit
         return 0
