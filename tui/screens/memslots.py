@@ -19,7 +19,7 @@ from engine.workload import WORKLOADS
 from ..messages import WindowMoved
 from ..widgets.cost_panel import CostPanel
 from ..widgets.highlight import Highlight
-from ..widgets.kept_lines import KeptVertical
+from ..widgets.kept_lines import KeptVertical, Tiled
 from ..widgets.lookup_bar import LookupBar
 from ..widgets.path_panel import PathPanel
 from ..widgets.slot_table import SlotTable
@@ -39,7 +39,7 @@ LEGEND = (
 )  # scans whose probes are positions 0..visits-1
 
 
-class MemslotsScreen(MemslotUpdates):
+class MemslotsScreen(Tiled, MemslotUpdates):
     BINDINGS = [
         Binding("space", "play_pause", "Play/Pause", tooltip="Play or pause the workload"),
         Binding("s", "step", "Step", tooltip="Reveal the next probe (or start the next lookup)"),

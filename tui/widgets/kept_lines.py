@@ -19,6 +19,15 @@ border included: a row repaints whole anyway (the styles cache draws lines), and
 region narrower than the widget made the compositor cut every repainted row to the
 content's width before writing it (a new strip a row, and its terminal bytes again).
 
+A container whose shown children cover every cell of it, none over another (the
+memslots screen's columns, the main row, the event panel, the screen itself) hands the
+compositor no lines at all (`Tiled`): the compositor paints front to back and keeps the
+first strip each cell gets, so a tiled container's own lines were cut at every cell
+boundary of each row it spans and then thrown away (some eighty rows a frame, about a
+tenth of a frame of the memslots screen).  Where anything of it shows (a border,
+padding, a gap, a child over another: a notification over the screen), it draws as
+Textual does; tests/test_tui_kept_lines.py compares the composed screen both ways.
+
 `KeptStylesCache` is a subclass of `textual._styles_cache.StylesCache`, a private class
 (its `render`, `set_dirty` and `clear` as of Textual 8.2.8): pyproject.toml pins Textual to
 the 8.2 series for it, and tests/test_tui_kept_lines.py compares every kept line with the
@@ -27,6 +36,7 @@ line Textual draws from scratch, so a Textual that changed it fails there first.
 
 from __future__ import annotations
 
+from itertools import combinations
 from typing import TYPE_CHECKING
 
 from rich.terminal_theme import TerminalTheme
@@ -37,6 +47,7 @@ from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.filter import LineFilter
 from textual.geometry import Region, Size, Spacing
+from textual.screen import Screen
 from textual.strip import Strip
 from textual.style import Style
 from textual.widget import Widget
@@ -141,12 +152,50 @@ def whole_rows(widget: Widget, regions: Sequence[Region]) -> tuple[Region, ...]:
     return tuple(Region(-left, region.y, width, region.height) for region in regions)
 
 
+def tiled_by_children(widget: Widget, visible: dict[Widget, tuple[Region, Region]]) -> bool:
+    """Whether the shown part of `widget` (in the compositor's `visible` map: region and
+    clip) is covered cell for cell by the shown parts of its children, none over another."""
+    placed = visible.get(widget)
+    if placed is None:
+        return False
+    shown = placed[0].intersection(placed[1])
+    parts = []
+    for child in widget.children:
+        if (found := visible.get(child)) is not None:
+            part = found[0].intersection(found[1]).intersection(shown)
+            if part.area:
+                parts.append(part)
+    if not shown.area or sum(part.area for part in parts) != shown.area:
+        return False
+    return not any(a.overlaps(b) for a, b in combinations(parts, 2))
+
+
+class Tiled(_Mixin):
+    """Mixin (first in the bases) of a container that hands the compositor no lines
+    while its children tile it (`tiled_by_children`, worked out once per map of the
+    compositor's visible widgets: a layout or a scroll makes a new one)."""
+
+    _tiled_for: tuple[object, bool] | None = None
+    draw_tiled = False  # tests: draw the lines anyway, as Textual does
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        if self.children and not self.draw_tiled:
+            screen = self if isinstance(self, Screen) else self.screen
+            visible = screen._compositor.visible_widgets
+            known = self._tiled_for
+            if known is None or known[0] is not visible:
+                known = self._tiled_for = (visible, tiled_by_children(self, visible))
+            if known[1]:
+                return []
+        return super().render_lines(crop)
+
+
 def use_kept_cache(widget: Widget) -> None:
     """Give `widget` a KeptStylesCache (call in its __init__, after Widget's)."""
     widget._styles_cache = KeptStylesCache()
 
 
-class KeptHorizontal(KeptLines, Horizontal):
+class KeptHorizontal(Tiled, KeptLines, Horizontal):
     """Textual's Horizontal, its lines kept (CSS that names Horizontal applies)."""
 
     def __init__(self, *children: Widget, id: str | None = None) -> None:
@@ -154,7 +203,7 @@ class KeptHorizontal(KeptLines, Horizontal):
         use_kept_cache(self)
 
 
-class KeptVertical(KeptLines, Vertical):
+class KeptVertical(Tiled, KeptLines, Vertical):
     """Textual's Vertical, its lines kept (CSS that names Vertical applies)."""
 
     def __init__(self, *children: Widget, id: str | None = None) -> None:
