@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rich.text import Text
 from textual._styles_cache import StylesCache
+from textual.app import App, ComposeResult
 from textual.geometry import Region
 from textual.visual import Visual, visualize
 from textual.widget import Widget
@@ -173,3 +174,35 @@ async def test_known_rows_framed_afresh_when_the_frame_changes(tmp_path: Path) -
             fast, plain = _both_ways(costs)
             assert fast == plain, colour
             assert fast[1:-1] != before[1:-1]  # the content rows' edges changed
+
+
+class _AnsiText(App[None]):
+    """A panel whose text has ANSI colours in a truecolour theme: the app's
+    ANSIToTruecolor filter changes its rows."""
+
+    CSS = "TextPanel { height: 4; border: round $primary; }"
+
+    def compose(self) -> ComposeResult:
+        yield TextPanel(id="ansi")
+
+
+async def test_rows_the_truecolour_filter_changes_are_filtered() -> None:
+    """A framed row is its own filtered row only where the filter changes nothing."""
+    app = _AnsiText()
+    async with app.run_test(size=(30, 5)) as pilot:
+        panel = app.query_one(TextPanel)
+        text = Text("red ", style="red")
+        text.append("on blue", style="on blue")
+        text.append("\ntruecolour only")
+        panel.show_content(text)
+        await pilot.pause()
+        fast, plain = _both_ways(panel)
+        assert fast == plain
+        colours = [s.style.color for row in fast for s in row if s.style and s.style.color]
+        assert colours and all(c.triplet is not None for c in colours)  # no ANSI left
+        lines = panel.render_lines(Region(0, 0, 30, 4))
+        filters, background = app.get_line_filters(), panel.background_colors[1]
+        assert filters
+        as_is = [all(row.apply_filter(f, background) is row for f in filters) for row in lines]
+        assert as_is == [False, False, True, False]  # the truecolour row only (the border
+        # rows take Textual's path)

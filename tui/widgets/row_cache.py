@@ -20,6 +20,13 @@ strip it got then, so Textual's own caches on that strip (the line filter's resu
 compositor's cuts, the terminal bytes) are hits too: a frame makes no new strips for it.
 A content row shorter than the content width is padded in the framed row itself, one
 new strip a row rather than Textual's two (`adjust_cell_length`, then the frame).
+
+A framed row that the app's `ANSIToTruecolor` line filter leaves as it is (no ANSI or
+default colour, no dim colour, as a theme of truecolours draws) is its own filtered row:
+Textual's `Strip.apply_filter` looks the filter up in the strip's `_filter_cache` first,
+and finds the row itself there instead of making a copy of every segment (a new strip a
+changed row, and the cuts and terminal bytes of that copy afresh).  The ANSI theme's rows
+are filtered as Textual filters them (tests/test_tui_row_cache.py draws both themes).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from rich.color import Color as RichColor
 from rich.segment import Segment
 from rich.style import Style as RichStyle
 from rich.terminal_theme import TerminalTheme
@@ -35,6 +43,7 @@ from textual._segment_tools import line_pad
 from textual._styles_cache import RenderLineCallback
 from textual.color import Color
 from textual.content import Content
+from textual.filter import ANSIToTruecolor, LineFilter
 from textual.geometry import Size, Spacing
 from textual.strip import Strip
 from textual.style import Style
@@ -84,6 +93,7 @@ class RowStylesCache(KeptStylesCache):
         super().__init__()
         self._kept_rows = kept
         self._frame: _Frame | bool | None = None  # None: not worked out; False: no fast rows
+        self._truecolor: list[tuple[ANSIToTruecolor, Color, RichColor]] = []  # this render's
         self._framed: dict[int, tuple[Strip, Strip]] = {}  # id(content) -> (content, row)
         self._by_value: dict[tuple[Segment, ...], Strip] = {}  # content's segments -> row
         self.reused = 0  # rows handed back for a new strip of known segments (tests)
@@ -91,11 +101,27 @@ class RowStylesCache(KeptStylesCache):
         # keeps them, since a framed row depends on its content strip and the frame alone
         self._framed_key: tuple[object, ...] | None = None
 
-    def render(self, *args: Any, **kwargs: Any) -> list[Strip]:
+    def render(
+        self,
+        styles: StylesBase,
+        size: Size,
+        base_background: Color,
+        background: Color,
+        render_content_line: RenderLineCallback,
+        filters: Sequence[LineFilter],
+        *args: Any,
+        **kwargs: Any,
+    ) -> list[Strip]:
         """KeptStylesCache.render (StylesCache's parameters), the frame worked out afresh."""
         self._frame = None  # worked out at the first content row this render draws
+        self._truecolor = [
+            (f, background, background.rich_color) for f in filters if type(f) is ANSIToTruecolor
+        ]
         try:
-            return super().render(*args, **kwargs)
+            return super().render(
+                styles, size, base_background, background, render_content_line, filters,
+                *args, **kwargs,
+            )  # fmt: skip
         finally:
             self._frame = None
 
@@ -195,6 +221,7 @@ class RowStylesCache(KeptStylesCache):
             row = self._framed_row(
                 frame, width, self._fitted(segments, content, content_width, inner)
             )
+            self._filtered_as_is(row)
             if len(self._by_value) >= BY_VALUE_KEPT:
                 self._by_value.clear()
             self._by_value[segments] = row
@@ -202,6 +229,17 @@ class RowStylesCache(KeptStylesCache):
             framed.clear()
         framed[id(content)] = (content, row)
         return row
+
+    def _filtered_as_is(self, row: Strip) -> None:
+        """Make `row` its own result of the ANSIToTruecolor filter where the filter
+        changes none of its segments (`truecolor_style` hands back the very style)."""
+        for line_filter, background, rich_background in self._truecolor:
+            truecolor = line_filter.truecolor_style
+            if all(
+                control is None and (style is None or truecolor(style, rich_background) is style)
+                for _, style, control in row._segments
+            ):
+                row._filter_cache[(line_filter, background)] = row
 
     @staticmethod
     def _fitted(
