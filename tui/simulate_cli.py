@@ -318,22 +318,24 @@ def run(session: GuestSession[object], options: SimulateOptions, out: TextIO) ->
     written in batches of at least WRITE_BATCH."""
     batch: list[str] = []
     printed = 0
+    printer: LinePrinter | None = None
     if options.jsonl:
         session.subscribe(lambda event: batch.append(_json_line(event)))
     else:
         out.write(f"cpus={session.nr_vcpus}\n")
-        LinePrinter().listen(session, batch.append, joined=True)
+        printer = LinePrinter()
+        printer.listen(session, batch.append, joined=True)
     done, stop = 0, options.accesses
     while True:
         if done == options.at and options.zap is not None:
             zap(session, options.zap)
         if len(batch) >= WRITE_BATCH or (done == stop and batch):
-            text = "\n".join(batch) + "\n"
-            printed += text.count("\n")  # an entry may hold lines (`joined`)
-            out.write(text)
+            printed += len(batch)
+            batch.append("")  # the last line's newline
+            out.write("\n".join(batch))
             batch.clear()
         if done == stop:
-            return printed
+            return printed + (printer.extra_lines if printer is not None else 0)
         until = options.at if options.at is not None and done < options.at else stop
         chunk = min(until - done, RUN_CHUNK)
         session.run(chunk)
@@ -438,6 +440,8 @@ class LinePrinter:
         self._stamp: tuple[float, int, str, int] | None = None
         self._head = ""
         self._names: dict[str, str] = {}
+        #: lines beyond one in the entries `listen(joined=True)` appended
+        self.extra_lines = 0
 
     def line(
         self,
@@ -481,18 +485,21 @@ class LinePrinter:
         line = self.line
         last_steps = last_cpu = -1
         head = ""
-        prefixes: dict[int, str] = {}
+        heads: dict[int, str] = {}  # per CPU: its columns, the timestamp's `%` left open
+        usecs_per_step = _usecs_per_step()
 
         def stamped() -> str:
             nonlocal last_steps, last_cpu, head
-            if session.steps != last_steps or session._vcpu != last_cpu:
-                last_steps, last_cpu = session.steps, session._vcpu
-                ts, cpu = session.stamp()
-                prefix = prefixes.get(cpu)
-                if prefix is None:
-                    prefix = prefixes[cpu] = f"{COMM:>16}-{0:<5} [{cpu:03d}] "
-                secs, usecs = divmod(round(ts * 1_000_000), 1_000_000)
-                head = f"{prefix}{secs:5d}.{usecs:06d}: "
+            steps, cpu = session.steps, session._vcpu
+            if steps != last_steps or cpu != last_cpu:
+                last_steps, last_cpu = steps, cpu
+                fmt = heads.get(cpu)
+                if fmt is None:
+                    fmt = heads[cpu] = f"{COMM:>16}-{0:<5} [{cpu:03d}] %5d.%06d: "
+                if usecs_per_step:  # round(stamp()[0] * 1e6), in integers
+                    head = fmt % divmod(steps * usecs_per_step, 1_000_000)
+                else:
+                    head = fmt % divmod(round(session.stamp()[0] * 1_000_000), 1_000_000)
             return head
 
         def raw(name: str, fields: Mapping[str, FieldValue]) -> None:
@@ -508,25 +515,29 @@ class LinePrinter:
                 pass
             append(line(name, fields, *session.stamp()))
 
-        fault_fmt = "%s" + _line_format("kvm_page_fault")[0]
-        common_fmt = "\n".join(
-            "%s" + _line_format(name)[0]
-            for name in ("kvm_mmu_spte_requested", "kvm_tdp_mmu_spte_changed", "kvm_mmu_set_spte")
-        )
+        fault_fmts: dict[int, str] = {}  # per vCPU, its number and rip 0 in the text
+        common_fmts: dict[tuple[int, int, int, str], str] = {}
 
         def fault(vcpu: int, gpa: int, code: int) -> None:
-            append(fault_fmt % (stamped(), vcpu, 0, gpa, code))  # _page_fault_args
+            fmt = fault_fmts.get(vcpu)
+            if fmt is None:
+                fmt = fault_fmts[vcpu] = "%s" + _line_format("kvm_page_fault")[0].replace(
+                    "vcpu %s rip 0x%x", f"vcpu {vcpu} rip 0x0"
+                )  # _page_fault_args, guest_rip 0
+            append(fmt % (stamped(), gpa, code))
 
         def common(
             as_id: int, gfn: int, pfn: int, level: int, base: int, old: int, new: int,
             access: str, sptep: int,
         ) -> None:  # fmt: skip
             head = stamped()
-            text = common_fmt % (
-                head, gfn, pfn, level, head, as_id, base, level, old, new,
-                head, base, new, access, level, sptep,
-            )  # fmt: skip
+            key = (as_id, level, old, access)
+            fmt = common_fmts.get(key)
+            if fmt is None:
+                fmt = common_fmts[key] = _common_format(as_id, level, old, access)
+            text = fmt % (head, gfn, pfn, head, base, new, head, base, new, sptep)
             if joined:
+                self.extra_lines += 2
                 append(text)
             else:
                 for one in text.split("\n"):
@@ -547,8 +558,7 @@ class LinePrinter:
 def _line_format(name: str) -> tuple[str, Callable[[Mapping[str, FieldValue]], tuple[Any, ...]]]:
     """The `%` format of an event's line after the head (its name's column, then the
     text) and what makes the tuple it formats; KeyError when the event has neither."""
-    pad = " " * (_NAME_WIDTH - len(name)) if len(name) < _NAME_WIDTH else ""
-    named = f"{name}: {pad}".replace("%", "%%")
+    named = _named(name)
     entry = FAST_FORMATS.get(name)
     if entry is not None:
         return named + entry[0], entry[1]
@@ -556,6 +566,35 @@ def _line_format(name: str) -> tuple[str, Callable[[Mapping[str, FieldValue]], t
     if fast is not None:
         return named + "%s", lambda fields: (fast(fields),)
     return named, _no_fast_format
+
+
+def _common_format(as_id: int, level: int, old: int, access: str) -> str:
+    """The `%` format of the common fault's three lines (`kvm_mmu_spte_requested`,
+    `kvm_tdp_mmu_spte_changed`, `kvm_mmu_set_spte`: FAST_FORMATS' texts) with what stays
+    the same from fault to fault written in (as id, level, old_spte, access_str): the
+    head, gfn, pfn; head, the leaf's gfn, new_spte; head, the leaf's gfn, new_spte, sptep
+    left to fill."""
+    texts = {
+        "kvm_mmu_spte_requested": f"gfn %x pfn %x level {level}",
+        "kvm_tdp_mmu_spte_changed": f"as id {as_id} gfn %x level {level} "
+        f"old_spte {old:x} new_spte %x",
+        "kvm_mmu_set_spte": f"gfn %x spte %x ({access.replace('%', '%%')}) level {level} at %x",
+    }
+    return "\n".join("%s" + _named(name) + text for name, text in texts.items())
+
+
+def _usecs_per_step() -> int:
+    """Microseconds of virtual time per access when whole (`stamp()` is steps *
+    ACCESS_NS / 1e9 seconds, so `round(ts * 1e6)` is steps * ACCESS_NS // 1000), else 0."""
+    from engine.mmu.guest_session import ACCESS_NS
+
+    return ACCESS_NS // 1000 if ACCESS_NS % 1000 == 0 else 0
+
+
+def _named(name: str) -> str:
+    """The event name's column (`name: `, padded to _NAME_WIDTH), as a `%` format."""
+    pad = " " * (_NAME_WIDTH - len(name)) if len(name) < _NAME_WIDTH else ""
+    return f"{name}: {pad}".replace("%", "%%")
 
 
 def _no_fast_format(fields: Mapping[str, FieldValue]) -> tuple[Any, ...]:

@@ -60,7 +60,8 @@ def cpu_run(
     write, not executable for a fetch, access-tracked for a read).  While every vCPU
     runs on the same root and the workload draws only RAM accesses (kernbench, churn,
     dirty) without races, the hits run in a loop of their own: the same draws, one memo,
-    write and fetch read back from the mask at the exit."""
+    the spte read before the kind of access is drawn and tested against that kind's mask
+    in its own branch."""
     mmu = session.mmu
     stat, cfg, pages = mmu.stat, mmu.cfg, mmu.pages
     rng = session._rng
@@ -101,22 +102,24 @@ def cpu_run(
                 while r >= npages:
                     r = getrandbits(kpages)
                 gfn = base_gfn + r
-                if random() < 0.3:
-                    mask = want = written
-                elif fetch_random() < fetch_rate:
-                    mask, want = fetch_mask, fetch_want
-                else:
-                    mask = want = read
                 at += 1
-                try:
+                try:  # the walk (no draws) before the kind of access is drawn
                     spt, shift = memo[gfn >> 9]
                     spte = spt[(gfn >> shift) & 511]
                 except KeyError:
                     spte = _walk(root, gfn, by_pa, memo if walk_cache else None)
-                if spte & mask != want:
+                if random() < 0.3:
+                    if spte & written != written:
+                        write, fetch = True, False
+                        break
+                elif fetch_random() < fetch_rate:
+                    if spte & fetch_mask != fetch_want:
+                        write, fetch = False, True
+                        break
+                elif spte & read != read:
+                    write = fetch = False
                     break
-            write, fetch = want == written, mask == fetch_mask
-            if spte & mask == want:
+            else:
                 continue  # the run ended without an exit
             vcpu = (at - 1) % nr_vcpus
         else:

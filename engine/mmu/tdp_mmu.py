@@ -96,6 +96,9 @@ class TdpMmu(TdpHuge):
         self.common_fault = True  # model-only: `_map_common` for the common fault
         self._access_strs: dict[int, str] = {}  # spte_access_str() by the non-address bits
         self.fast_pf = FastPageFault(self, self.kvm_tdp_mmu_fast_pf_get_last_sptep)
+        #: `_map_common` may take an empty spte's fault: A/D bits (fast_page_fault()
+        #: leaves it alone) and no NX huge pages (the goal level is the mapping level)
+        self._common_ok = self.fast_pf.kvm_ad_enabled and not self._nx
         self._slot_flags = {
             (s.as_id, s.id): s.flags for a in range(vm.address_spaces) for s in vm.memslots(a)
         }
@@ -164,26 +167,28 @@ class TdpMmu(TdpHuge):
                 sp, index = self.last_spte(root, gfn)
                 walked = sp.spt[index]
             spte = walked
-            if is_mmio_spte(cfg, spte) and check_mmio_spte(
+            if not spte & ~SHADOW_NONPRESENT_VALUE:  # is_empty_spte(): neither MMIO nor
+                slot = self._vcpu_gfn_to_memslot(vcpu, gfn)  # fast_page_fault()'s
+                if (
+                    slot is not None
+                    and self.common_fault
+                    and self.race is None
+                    and not (write and slot.flags & KVM_MEM_READONLY)
+                    and self._common_ok
+                    and self._map_common(root, gfn, slot)
+                ):
+                    stat["pf_fixed"] += 1
+                    return RetPf.FIXED
+            elif is_mmio_spte(cfg, spte) and check_mmio_spte(
                 cfg, spte, self.vm.generation(root.role.smm)
             ):
                 access = get_mmio_spte_access(cfg, spte)
                 self._emit("handle_mmio_page_fault", addr=0, gfn=gfn, access=access)
                 return self._emulate(gpa, write)
-        slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
-        if (
-            self.common_fault
-            and walked_to
-            and slot is not None
-            and not spte & ~SHADOW_NONPRESENT_VALUE  # is_empty_spte(): not fast_page_fault's
-            and self.fast_pf.kvm_ad_enabled
-            and not (write and slot.flags & KVM_MEM_READONLY)
-            and not self._nx
-            and self.race is None
-            and self._map_common(root, gfn, slot)
-        ):
-            stat["pf_fixed"] += 1
-            return RetPf.FIXED
+            else:
+                slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
+        else:
+            slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
         # kvm_tdp_mmu_page_fault(): fast_page_fault() first
         ret = self.fast_pf.try_fast_page_fault(vcpu, gpa, slot, spte, write, exec_)
         if ret is not RetPf.INVALID:
@@ -236,7 +241,7 @@ class TdpMmu(TdpHuge):
                     return False
                 level -= 1
                 path[level - 1] = pt = child
-        elif any(memo[: goal - 1]):
+        elif goal > PG_LEVEL_4K and any(memo[: goal - 1]):
             path = [None] * (goal - 1)
             path += memo[goal - 1 :]  # as the walk's pt_path
         else:
@@ -248,8 +253,12 @@ class TdpMmu(TdpHuge):
             return False  # not an empty spte: a spurious fault, a frozen or MMIO spte, ...
         mask = (1 << shift) - 1  # KVM_PAGES_PER_HPAGE(goal) - 1
         pfn = ((slot.userspace_addr >> PAGE_SHIFT) + gfn - slot.base_gfn) & ~mask
-        writable = not slot.readonly  # fault->map_writable
-        new_spte = self._make_spte(pfn, goal, writable)
+        writable = not slot.flags & KVM_MEM_READONLY  # fault->map_writable
+        leaf = self._leaf_bits.get((goal, writable, ACC_ALL))  # _make_spte(), no NX here
+        if leaf is None or pfn & leaf[1]:
+            new_spte = self._make_spte(pfn, goal, writable)
+        else:
+            new_spte = leaf[0] | pfn << PAGE_SHIFT
         if not new_spte & SPTE_MMU_PRESENT_MASK or not (goal == 1 or new_spte & PT_PAGE_SIZE_MASK):
             return False  # not a leaf to install
         listener, common = self._listener, self._common
@@ -266,8 +275,8 @@ class TdpMmu(TdpHuge):
             )  # fmt: skip
         self.stat[_PAGE_STATS[goal]] += 1
         walks[gfn >> 9] = path
-        if writable and dirty_logging:
-            mark_page_dirty_in_slot(self, slot, gfn)  # make_spte()
+        if writable and dirty_logging and self.mark_page_dirty is not None:
+            self.mark_page_dirty(slot, gfn)  # make_spte(): mark_page_dirty_in_slot()
         if listener is not None:
             access_strs = self._access_strs
             bits = new_spte & ~SPTE_BASE_ADDR_MASK
