@@ -232,11 +232,12 @@ class RowStylesCache(KeptStylesCache):
 
     def _filtered_as_is(self, row: Strip) -> None:
         """Make `row` its own result of the ANSIToTruecolor filter where the filter
-        changes none of its segments (`truecolor_style` hands back the very style)."""
+        changes none of its segments (`truecolor_style` hands back an equal style: the
+        very style, or the equal one it was first asked for, from its lru_cache)."""
         for line_filter, background, rich_background in self._truecolor:
             truecolor = line_filter.truecolor_style
             if all(
-                control is None and (style is None or truecolor(style, rich_background) is style)
+                control is None and (style is None or truecolor(style, rich_background) == style)
                 for _, style, control in row._segments
             ):
                 row._filter_cache[(line_filter, background)] = row
