@@ -204,5 +204,36 @@ async def test_rows_the_truecolour_filter_changes_are_filtered() -> None:
         filters, background = app.get_line_filters(), panel.background_colors[1]
         assert filters
         as_is = [all(row.apply_filter(f, background) is row for f in filters) for row in lines]
-        assert as_is == [False, False, True, False]  # the truecolour row only (the border
-        # rows take Textual's path)
+        assert as_is == [True, False, True, True]  # all but the row with ANSI colours
+
+
+async def test_border_rows_are_textuals_own_as_titles_themes_and_sizes_change(
+    tmp_path: Path,
+) -> None:
+    """The kept top and bottom border rows: a title of the same text in other styles, a
+    subtitle, a theme, a size and a border colour each draw them as Textual does."""
+    app = build(tmp_path, "assigned-devices", lookup="binary")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause()
+        view = memslots(app).query_one(StructureView)
+        cache = view._styles_cache
+        assert isinstance(cache, RowStylesCache)
+        titles = ("binary · [b]window[/b]", "binary · window", "binary · [i]window[/i]")
+        for size, theme in (((120, 36), "textual-dark"), ((100, 30), "textual-light")):
+            await pilot.resize_terminal(*size)
+            app.theme = theme
+            for title in (*titles, titles[0]):
+                view.border_title = title
+                view.border_subtitle = title.replace("binary", "legend")
+                await pilot.pause()
+                fast, plain = _both_ways(view)
+                assert fast[0] == plain[0], f"title {title!r} in {theme} at {size}"
+                assert fast[-1] == plain[-1], f"subtitle {title!r} in {theme} at {size}"
+        kept = dict(cache._borders)
+        assert kept
+        _both_ways(view)
+        assert all(cache._borders[key] is row for key, row in kept.items())  # handed back
+        view.styles.border = ("round", "red")
+        await pilot.pause()
+        fast, plain = _both_ways(view)
+        assert fast == plain

@@ -18,6 +18,11 @@ to follow a lookup), or a new strip of the same segments (a scrollbar drawn afre
 its thumb's new place: its track rows are the rows it drew before), gets the very framed
 strip it got then, so Textual's own caches on that strip (the line filter's result, the
 compositor's cuts, the terminal bytes) are hits too: a frame makes no new strips for it.
+A top or bottom border row is kept under all it is drawn from (its edges' types and
+colours, the size, the backgrounds, the title or subtitle's text, spans, colours, style
+and alignment): a drawing scrolled to follow a lookup repaints whole, and Textual drew
+its bottom border with the legend afresh each time (some 0.7 ms, the title 0.2 ms).
+
 A content row shorter than the content width is padded in the framed row itself, one
 new strip a row rather than Textual's two (`adjust_cell_length`, then the frame).
 
@@ -57,6 +62,7 @@ if TYPE_CHECKING:
 BorderLabel = tuple[Content, Color, Color, Style] | None
 FRAMED_KEPT = 64  # content strips kept with their framed rows (a few screens of a panel's rows)
 BY_VALUE_KEPT = 64  # framed rows kept by their content's segments
+BORDERS_KEPT = 16  # top and bottom border rows kept (a few titles of one widget)
 
 
 class _Frame:
@@ -96,6 +102,7 @@ class RowStylesCache(KeptStylesCache):
         self._truecolor: list[tuple[ANSIToTruecolor, Color, RichColor]] = []  # this render's
         self._framed: dict[int, tuple[Strip, Strip]] = {}  # id(content) -> (content, row)
         self._by_value: dict[tuple[Segment, ...], Strip] = {}  # content's segments -> row
+        self._borders: dict[tuple[object, ...], Strip] = {}  # _border_key -> the border row
         self.reused = 0  # rows handed back for a new strip of known segments (tests)
         # the frame they were framed in; a clear() (all lines dirty: a scroll, a resize)
         # keeps them, since a framed row depends on its content strip and the frame alone
@@ -152,7 +159,13 @@ class RowStylesCache(KeptStylesCache):
                 self._framed_key = frame.key
         if isinstance(frame, _Frame) and frame.top <= y < frame.end:
             return self._content_row(frame, y, size.width, render_content_line)
-        return super().render_line(
+        key = None
+        if isinstance(frame, _Frame):
+            key = _border_key(styles, y, size, base_background, background, border_title,
+                              border_subtitle)  # fmt: skip
+            if key is not None and (row := self._borders.get(key)) is not None:
+                return row
+        row = super().render_line(
             styles,
             y,
             size,
@@ -167,6 +180,12 @@ class RowStylesCache(KeptStylesCache):
             ansi_theme,
             native_ansi,
         )
+        if key is not None:
+            if len(self._borders) >= BORDERS_KEPT:
+                self._borders.clear()
+            self._borders[key] = row
+            self._filtered_as_is(row)
+        return row
 
     def _work_out_frame(
         self,
@@ -268,6 +287,33 @@ class RowStylesCache(KeptStylesCache):
         if frame.right is not None:
             segments.append(frame.right)
         return Strip(segments, width)
+
+
+def _border_key(
+    styles: StylesBase,
+    y: int,
+    size: Size,
+    base_background: Color,
+    background: Color,
+    border_title: BorderLabel,
+    border_subtitle: BorderLabel,
+) -> tuple[object, ...] | None:
+    """All a top or bottom border row (branch (A) of StylesCache.render_line, in a frame
+    without outline, tint, opacity or hatch) is drawn from; None for any other row.  A
+    label's Content is compared by its text and spans (Content.__eq__ compares the text
+    alone)."""
+    top, bottom = styles.border_top[0], styles.border_bottom[0]
+    if y == 0 and top:
+        label, align = border_title, styles.border_title_align
+    elif y == size.height - 1 and bottom:
+        label, align = border_subtitle, styles.border_subtitle_align
+    else:
+        return None
+    drawn = None
+    if label is not None:
+        content, color, label_background, style = label
+        drawn = (content.plain, tuple(content.spans), color, label_background, style)
+    return (y == 0, size, styles.border, base_background, background, drawn, align)
 
 
 def use_row_cache(widget: Widget, kept: int = FRAMED_KEPT) -> None:
