@@ -530,12 +530,14 @@ class LinePrinter:
             as_id: int, gfn: int, pfn: int, level: int, base: int, old: int, new: int,
             access: str, sptep: int,
         ) -> None:  # fmt: skip
-            head = stamped()
+            now = head  # the access's fault() stamped it just before
+            if session.steps != last_steps or session._vcpu != last_cpu:
+                now = stamped()
             key = (as_id, level, old, access)
             fmt = common_fmts.get(key)
             if fmt is None:
                 fmt = common_fmts[key] = _common_format(as_id, level, old, access)
-            text = fmt % (head, gfn, pfn, head, base, new, head, base, new, sptep)
+            text = fmt % (now, gfn, pfn, now, base, new, now, base, new, sptep)
             if joined:
                 self.extra_lines += 2
                 append(text)

@@ -92,8 +92,8 @@ def cpu_run(
     memo, root = walks[0], roots[0]
     while at < limit:
         if one_root and root is not None:
-            drawn = False
-            while at < limit:
+            drawn, first = False, at + 1
+            for at in range(first, limit + 1):  # noqa: B007 (`at`: the accesses run so far)
                 r = getrandbits(kram)
                 while r >= nram:
                     r = getrandbits(kram)
@@ -102,10 +102,9 @@ def cpu_run(
                 while r >= npages:
                     r = getrandbits(kpages)
                 gfn = base_gfn + r
-                at += 1
                 try:  # the walk (no draws) before the kind of access is drawn
-                    spt, shift = memo[gfn >> 9]
-                    spte = spt[(gfn >> shift) & 511]
+                    spt, index = memo[gfn >> 9]
+                    spte = spt[index] if index >= 0 else spt[gfn & 511]
                 except KeyError:
                     spte = _walk(root, gfn, by_pa, memo if walk_cache else None)
                 if random() < 0.3:
@@ -156,8 +155,8 @@ def cpu_run(
             at += 1
             memo = walks[vcpu]
             try:
-                spt, shift = memo[gfn >> 9]
-                spte = spt[(gfn >> shift) & 511]
+                spt, index = memo[gfn >> 9]
+                spte = spt[index] if index >= 0 else spt[gfn & 511]
             except KeyError:
                 sp = roots[vcpu]
                 assert sp is not None
@@ -213,7 +212,8 @@ def _walk(
     memo: dict[int, tuple[list[int], int]] | None,
 ) -> int:
     """The CPU's walk of `root` for `gfn` from the top: the spte it ends at (a leaf, not
-    present, or level 1), remembered in `memo` by its table and index shift."""
+    present, or level 1), remembered in `memo` by its table and index: above level 1 the
+    same for every gfn of the 2M region, -1 in a 4K table (the index is gfn & 511)."""
     sp, level = root, root.role.level
     while True:
         spte = sp.spt[(gfn >> (9 * level - 9)) & 511]
@@ -222,7 +222,7 @@ def _walk(
         sp = by_pa[spte & SPTE_BASE_ADDR_MASK]
         level -= 1
     if memo is not None:
-        memo[gfn >> 9] = (sp.spt, 9 * level - 9)
+        memo[gfn >> 9] = (sp.spt, (gfn >> (9 * level - 9)) & 511 if level > 1 else -1)
     return spte
 
 

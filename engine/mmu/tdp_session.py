@@ -110,8 +110,9 @@ class TdpSession(EptSession[TdpStep]):
         self._racing: TdpAccess | None = None
         self.walk_cache = walk_cache
         #: where the CPU's walks of each root (by seq) ended, per 2M region: the entries of
-        #: the page table read last and the shift of its index.  While no table was linked
-        #: or taken out since (`_memos_checked`), a walk of the same root ends there again.
+        #: the page table read last and the index in it (-1 in a 4K table: gfn & 511).
+        #: While no table was linked or taken out since (`_memos_checked`), a walk of the
+        #: same root ends there again.
         #: Model-only, a memo of `last_spte` (`walk_cache=False`: walk from the root).
         self._walks: dict[int, dict[int, tuple[list[int], int]]] = {}
         self._memo_changes = -1
