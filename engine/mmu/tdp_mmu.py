@@ -42,9 +42,8 @@ from .fast_pf import FastPageFault, mark_page_dirty_in_slot
 from .mapping_level import KvmPageFault as KvmPageFault
 from .mapping_level import MappingLevels
 from .mmio_spte import mark_mmio_spte_fields
-from .role import ACC_ALL, ACC_EXEC_MASK, PG_LEVEL_4K
+from .role import ACC_ALL, ACC_EXEC_MASK, PG_LEVEL_1G, PG_LEVEL_2M, PG_LEVEL_4K
 from .spte import (
-    KVM_MAX_HUGEPAGE_LEVEL,
     PT_PAGE_SIZE_MASK,
     SHADOW_NONPRESENT_VALUE,
     SPTE_BASE_ADDR_MASK,
@@ -219,8 +218,13 @@ class TdpMmu(TdpHuge):
         pages, no race).  False, with nothing changed or emitted: the general path."""
         dirty_logging = slot.flags & KVM_MEM_LOG_DIRTY_PAGES
         goal = PG_LEVEL_4K  # kvm_mmu_hugepage_adjust(): 4K in a slot that logs dirty pages
-        if not dirty_logging:
-            goal = self.levels.kvm_mmu_max_mapping_level(slot, gfn, KVM_MAX_HUGEPAGE_LEVEL)
+        if not dirty_logging:  # kvm_mmu_max_mapping_level(slot, gfn, KVM_MAX_HUGEPAGE_LEVEL)
+            levels = self.levels  # (its lpage_allowed() of 1G, then of 2M, on slot_limits)
+            (lo_2m, hi_2m), (lo_1g, hi_1g) = levels.slot_limits(slot)
+            if lo_1g <= gfn < hi_1g:
+                goal = min(levels.host_level, PG_LEVEL_1G)  # host_pfn_mapping_level()
+            elif lo_2m <= gfn < hi_2m:
+                goal = min(levels.host_level, PG_LEVEL_2M)
         root_level = root.role.level
         walks = self._walks.get(root.seq)
         if walks is None or goal >= root_level:
