@@ -21,7 +21,11 @@ rest is shared:
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Any, ClassVar, TypeVar
+
+from .typing_lite import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from typing import Any, ClassVar
 
 R = TypeVar("R")
 

@@ -29,13 +29,14 @@ import gc
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, TextIO
 
 from engine.events import Event, FieldValue
 from engine.record import Record
+from engine.typing_lite import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import argparse
+    from typing import Any, TextIO
 
     from engine.mmu.guest_session import GuestSession
 

@@ -11,9 +11,8 @@ unspecified order).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..memslot import MemorySlot
+from ..typing_lite import TYPE_CHECKING
 from .base import Probe, explain_scan
 from .sorted_array import Key, SortedArrayStrategy
 

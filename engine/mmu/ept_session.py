@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import KvmError
+from ..typing_lite import TYPE_CHECKING, TypeVar
 from ..vm import Vm
 from .dirty_log import DirtyLogging
 from .fast_session import FastPathControls

@@ -19,10 +19,10 @@ the sessions of the two MMUs that have it (`MmuSession`: direct pages, tdp_mmu=N
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING
 
 from ..constants import KVM_MEM_LOG_DIRTY_PAGES, PAGE_SHIFT
 from ..memslot import MemorySlot
+from ..typing_lite import TYPE_CHECKING
 from ..vm import Vm
 from .dirty_log import DirtyLogging
 
