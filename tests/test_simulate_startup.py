@@ -1,7 +1,8 @@
 """`mmuscope simulate`'s start-up (issue 14 "Speed": the whole command at 200,000 lines
 per second, start-up included) imports none of the modules it once spent its time on:
 argparse (its usual command line is read by `simulate_cli.options_of`) and the other
-commands' parts (tui.cliparts), the dataclasses module (engine.record) and inspect."""
+commands' parts (tui.cliparts), the dataclasses module (engine.record) and inspect, typing
+(engine.typing_lite) and the ast module a typing.NamedTuple's annotations compile into."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import sys
 
 import pytest
 
-NOT_IMPORTED = ("argparse", "gettext", "locale", "tui.cliparts", "dataclasses", "inspect")
+NOT_IMPORTED = (
+    "argparse", "gettext", "locale", "tui.cliparts", "dataclasses", "inspect", "typing", "ast",
+)  # fmt: skip
 
 
 @pytest.mark.parametrize(

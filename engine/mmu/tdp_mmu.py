@@ -31,12 +31,12 @@ No rmap is kept: the TDP MMU finds a gfn's sptes by walking the roots.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import cast
 
 from ..constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY, KVM_MR_FLAGS_ONLY
 from ..errors import AuditError
 from ..events import Event, FieldValue
 from ..memslot import MemorySlot
+from ..typing_lite import cast
 from ..vm import Vm
 from .fast_pf import FastPageFault, mark_page_dirty_in_slot
 from .mapping_level import KvmPageFault as KvmPageFault
