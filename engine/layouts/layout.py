@@ -116,10 +116,16 @@ def assign_host_addresses(
 
 
 def build_vm(
-    layout: Layout, lookup: str = "rbtree", *, last_used_slot: bool = True, vcpu_cache: bool = True
+    layout: Layout,
+    lookup: str = "rbtree",
+    *,
+    last_used_slot: bool = True,
+    vcpu_cache: bool = True,
+    track_all: bool = True,
 ) -> Vm:
-    """A new `Vm` with every region of `layout` registered in order."""
-    vm = Vm(lookup, last_used_slot=last_used_slot, vcpu_cache=vcpu_cache)
+    """A new `Vm` with every region of `layout` registered in order (`track_all`: as
+    `Vm`'s, every strategy's structure kept, or only the rbtree and `lookup`'s)."""
+    vm = Vm(lookup, last_used_slot=last_used_slot, vcpu_cache=vcpu_cache, track_all=track_all)
     for r in layout.regions:
         vm.set_user_memory_region(r.slot, r.flags, r.gpa, r.size, r.userspace_addr)
     return vm

@@ -50,7 +50,10 @@ class GuestSession(Generic[StepT]):
         self.check_workload(workload)
         self.layout = layout
         self.workload = workload
-        self.vm = build_vm(layout)
+        # the MMU's lookups are the rbtree's (gfn_to_memslot), and no view explains one
+        # under another strategy: the other five structures are not kept (nor their
+        # modules imported: `mmuscope simulate`'s start-up, issue 14 "Speed")
+        self.vm = build_vm(layout, track_all=False)
         self.nr_vcpus = nr_vcpus
         self._rng = random.Random(seed)
         self._listeners: list[Callable[[Event], None]] = []
