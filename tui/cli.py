@@ -9,13 +9,13 @@ tool (one line on stderr), 1 a bug.  Modules are imported when their command run
 from __future__ import annotations
 
 import gc
-import importlib
 import sys
 from collections.abc import Callable, Sequence
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (start-up)
 if TYPE_CHECKING:
     import argparse
+    from types import ModuleType
     from typing import Any
 
 # command -> (module in tui, function taking the parsed arguments and returning the exit code)
@@ -112,8 +112,15 @@ def _own_parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument(option, help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CliParser)
     module, function, _ = EXTERNAL[command]
-    getattr(importlib.import_module(f"{__package__}.{module}"), function)(sub)
+    getattr(_command_module(module), function)(sub)
     return parser
+
+
+def _command_module(module: str) -> ModuleType:
+    """The module `tui.<module>` of a command (importlib is not on simulate's path)."""
+    from importlib import import_module
+
+    return import_module(f"{__package__}.{module}")
 
 
 def _replay(replay: argparse.ArgumentParser) -> None:
@@ -227,7 +234,7 @@ def _add_commands(sub: argparse._SubParsersAction, only: str | None) -> None:  #
             add_arguments(parser)
     for name, (module, function, help) in EXTERNAL.items():
         if only is None or only == name:
-            getattr(importlib.import_module(f"{__package__}.{module}"), function)(sub)
+            getattr(_command_module(module), function)(sub)
         else:
             sub.add_parser(name, help=help)
 
@@ -258,12 +265,16 @@ def _main(argv: Sequence[str] | None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     if words[:1] == ["simulate"]:
         # its usual command line is read without argparse (simulate_cli.options_of: issue
-        # 14 "Speed", start-up); any other goes through the parser below
+        # 14 "Speed", start-up); any other goes through the parser below.  The modules and
+        # the session live to the end: no collection while they are made (run_options
+        # freezes them and turns the collector back on for the run)
+        gc.disable()
         from .simulate_cli import options_of, run_options
 
         options = options_of(words[1:])
         if options is not None:
             return _run(run_options, options)
+        gc.enable()
     from .cliparts import CliError
 
     parser = build_parser(words)
@@ -277,7 +288,7 @@ def _main(argv: Sequence[str] | None) -> int:
         # the collector back on after its first frame (MmuscopeApp._freeze_startup_objects).
         gc.disable()
     try:
-        return _run(getattr(importlib.import_module(f"{__package__}.{module}"), function), args)
+        return _run(getattr(_command_module(module), function), args)
     except CliError as err:
         print(f"mmuscope: error: {err}", file=sys.stderr)
         return 2

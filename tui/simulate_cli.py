@@ -249,8 +249,10 @@ def run_options(options: SimulateOptions) -> int:
     # The modules, classes and the session live to the end: out of the collector's sight
     # (as the app's _freeze_startup_objects), so neither the run's full collections nor
     # the interpreter's at exit rescan them (about 20M of 280M instructions for 10
-    # accesses; issue 14 "Speed", start-up).
+    # accesses; issue 14 "Speed", start-up); the collector, off while they were made
+    # (tui/cli.py), runs again for the run's garbage.
     gc.freeze()
+    gc.enable()
     run(session, options, sys.stdout)
     sys.stdout.flush()
     return 0
