@@ -22,6 +22,7 @@ from engine.lookup.window import TreeIndex, TreeWindow, follow_root, layout_wind
 from ..messages import WindowMoved
 from .highlight import CACHE_HIT, COMPARE, HIT_STATE, IDLE, Highlight
 from .line_diff import LineDiffView
+from .scroll_through import scroll_through
 from .steady_scrollbar import steady_horizontal_scrollbar, steady_vertical_scrollbar
 from .structure_states import (
     DrawnRows,
@@ -85,6 +86,7 @@ class StructureView(LineDiffView, can_focus=True):
     zoom: reactive[int] = reactive(1)
     levels: reactive[int] = reactive(0)  # tree levels shown; 0 = fit the height
     follow: reactive[bool] = reactive(True)
+    merge_scrolls = True  # an array's scrolls to a lookup's stages as one (tests: False)
 
     def __init__(self, *, name: str | None = None, id: str | None = None) -> None:
         super().__init__(name=name, id=id)
@@ -147,7 +149,12 @@ class StructureView(LineDiffView, can_focus=True):
         that the window follows and scrolls to first (a lookup shown whole at once
         moves the window as if revealed from its first probe), drawn once, at the end."""
         drawn_with = self._drawing()
-        for stage in (via, highlight) if via is not None else (highlight,):
+        stages = (via, highlight) if via is not None else (highlight,)
+        if isinstance(self.shape, ArrayView) and self.merge_scrolls:  # no window to follow
+            self.highlight = highlight
+            scroll_through(self, [self._array_head(stage) for stage in stages])
+            stages = ()
+        for stage in stages:
             self.highlight = stage
             if self.follow and stage is not None and self.index is not None:
                 self._follow(stage)
@@ -416,11 +423,8 @@ class StructureView(LineDiffView, can_focus=True):
         if highlight is None or self.shape is None:
             return
         if isinstance(self.shape, ArrayView):
-            position = self._head_position(highlight)
-            if position is not None:
-                per_row = self._cells_per_row()
-                x = (position % per_row) * self._cell_width
-                region = Region(x, position // per_row, self._cell_width, 1)
+            region = self._array_head(highlight)
+            if region is not None:
                 self.scroll_to_region(region, animate=False, immediate=True)
             return
         if self._geometry is None:
@@ -432,6 +436,15 @@ class StructureView(LineDiffView, can_focus=True):
                 region = Region(placed.x, 2 * placed.level, len(placed.label), 1)
                 self.scroll_to_region(region, animate=False, spacing=None, immediate=True)
                 return
+
+    def _array_head(self, highlight: Highlight | None) -> Region | None:
+        """The cell of an array's probe in progress (None: none)."""
+        position = None if highlight is None else self._head_position(highlight)
+        if position is None:
+            return None
+        per_row = self._cells_per_row()
+        x = (position % per_row) * self._cell_width
+        return Region(x, position // per_row, self._cell_width, 1)
 
     def _head_position(self, highlight: Highlight) -> int | None:
         assert isinstance(self.shape, ArrayView)
