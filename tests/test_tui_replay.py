@@ -8,6 +8,7 @@ import asyncio
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,9 @@ from tui.widgets.replay_panels import IndexingBar, ReplayPages, ReplayState, Spt
 
 SAMPLE = FIXTURES / "trace-kvmmmu-sample.txt"
 MMUSCOPE = Path(sys.executable).parent / "mmuscope"
+# seconds a test waits for the index or for frames: a bound, not a speed (indexing ~130k lines while
+# playing took over 4 s on a 2-core machine running three suites)
+INDEX_WAIT = 60.0
 
 
 def build(trace: Path, export_dir: Path) -> MmuscopeApp:
@@ -45,12 +49,11 @@ def replay_screen(app: MmuscopeApp) -> ReplayScreen:
 async def indexed(pilot, screen: ReplayScreen) -> TraceCursor:  # type: ignore[no-untyped-def]
     timeline = screen.timeline
     assert isinstance(timeline, TraceCursor)
-    for _ in range(200):
-        if timeline.index.done:
-            break
+    deadline = time.monotonic() + INDEX_WAIT
+    while not timeline.index.done and time.monotonic() < deadline:
         await pilot.pause(0.02)
     await pilot.pause()
-    assert timeline.index.done
+    assert timeline.index.done, f"not indexed within {INDEX_WAIT} s"
     return timeline
 
 
@@ -162,9 +165,8 @@ async def test_no_panel_is_cut_at_80x24_while_it_plays_steps_and_seeks(tmp_path:
         screen = replay_screen(app)
         cursor = await indexed(pilot, screen)
         await pilot.press("space")  # a few frames played
-        for _ in range(200):
-            if cursor.position >= 8:
-                break
+        deadline = time.monotonic() + INDEX_WAIT
+        while cursor.position < 8 and time.monotonic() < deadline:
             await pilot.pause(0.01)
         await pilot.press("space")
         await pilot.pause()
