@@ -40,3 +40,32 @@ async def test_one_scroll_ends_where_the_scrolls_step_by_step_end(tmp_path: Path
             assert fast[2] == slow[2], f"{strategy}: offset at {fast[:2]}"
             assert fast[3] == slow[3], f"{strategy}: drawing at {fast[:2]}"
         assert len({entry[2] for entry in merged}) > 2, strategy  # the drawing scrolled
+
+
+async def _drawing_after(
+    tmp_path: Path, strategy: str, sizes: tuple[tuple[int, int], ...]
+) -> list[list[object]]:
+    """The structure drawing as composed after three lookups at each of `sizes` in turn."""
+    app = build(tmp_path, "assigned-devices", lookup=strategy)
+    async with app.run_test(size=sizes[0]) as pilot:
+        await pilot.pause()
+        screen = memslots(app)
+        view = screen.query_one(StructureView)
+        for size in sizes:
+            await pilot.resize_terminal(*size)
+            await pilot.pause()
+            for _ in range(3):
+                screen.action_next_lookup()
+                await pilot.pause()
+        strips = app.screen._compositor.render_strips()
+        region = view.region
+        return [list(strips[y].crop(region.x, region.right)) for y in region.line_range]
+
+
+async def test_a_resized_drawing_is_the_drawing_made_at_that_size(tmp_path: Path) -> None:
+    """The drawing's width is worked out once per drawing pass (StructureView._view_width):
+    after a resize it is the new one, as in an app started at the new size."""
+    for strategy in ("binary", "rbtree"):
+        resized = await _drawing_after(tmp_path, strategy, ((120, 36), (80, 24)))
+        fresh = await _drawing_after(tmp_path, strategy, ((80, 24), (80, 24)))
+        assert resized == fresh, strategy

@@ -87,6 +87,7 @@ class StructureView(LineDiffView, can_focus=True):
     levels: reactive[int] = reactive(0)  # tree levels shown; 0 = fit the height
     follow: reactive[bool] = reactive(True)
     merge_scrolls = True  # an array's scrolls to a lookup's stages as one (tests: False)
+    _width_in_pass: int | None = None  # see _view_width
 
     def __init__(self, *, name: str | None = None, id: str | None = None) -> None:
         super().__init__(name=name, id=id)
@@ -459,13 +460,33 @@ class StructureView(LineDiffView, can_focus=True):
     # -- drawing --------------------------------------------------------------------
 
     def _cells_per_row(self) -> int:
-        width = self.scrollable_content_region.width or 80
+        width = self._view_width() or 80
         return max(1, width // self._cell_width)
+
+    def _view_width(self) -> int:
+        """The scrollable content's width: worked out once per drawing pass (a pass of
+        the compositor, or of refresh_changed_lines; nothing is laid out during one)."""
+        width = self._width_in_pass
+        return self.scrollable_content_region.width if width is None else width
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._width_in_pass = self.scrollable_content_region.width
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._width_in_pass = None
+
+    def refresh_changed_lines(self) -> None:
+        self._width_in_pass = self.scrollable_content_region.width
+        try:
+            super().refresh_changed_lines()
+        finally:
+            self._width_in_pass = None
 
     def draw_line(self, y: int) -> Strip:
         """Line `y` of the view: drawn once for what it shows (DrawnRows)."""
         scroll_x, scroll_y = self.scroll_offset
-        width = self.scrollable_content_region.width
+        width = self._view_width()
         base = self._base_style()
         row = y + scroll_y
         shape, geometry = self.shape, self._geometry
