@@ -20,14 +20,14 @@ from engine.lookup.base import ArrayView, Shape, TreeNodeView, TreeView
 from engine.lookup.window import TreeIndex, TreeWindow, follow_root, layout_window
 
 from ..messages import WindowMoved
-from .highlight import CACHE_HIT, COMPARE, HIT_STATE, IDLE, Highlight
+from .highlight import CACHE_HIT, COMPARE, HIT_STATE, Highlight
 from .line_diff import LineDiffView
 from .scroll_through import scroll_through
 from .steady_scrollbar import steady_horizontal_scrollbar, steady_vertical_scrollbar
+from .structure_array import ArrayCells
 from .structure_states import (
     DrawnRows,
     TreeStates,
-    binary_states,
     styled_strip,
     tree_row_states,
     tree_row_styles,
@@ -45,8 +45,9 @@ from .tree_geometry import (
 WINDOWS_KEPT = 256  # tree windows laid out and kept per tree (a few KB each)
 
 
-class StructureView(LineDiffView, can_focus=True):
-    """Draws the current strategy's structure and animates the lookup on it."""
+class StructureView(ArrayCells, LineDiffView, can_focus=True):
+    """Draws the current strategy's structure and animates the lookup on it (an array's
+    cells: ArrayCells)."""
 
     COMPONENT_CLASSES = {
         "structure--idle",
@@ -397,25 +398,6 @@ class StructureView(LineDiffView, can_focus=True):
             cached = self._row_states_cache = (self.highlight, self._geometry, rows)
         return cached[2]
 
-    def _array_state(self, position: int, binary: dict[int, str] | None) -> str | None:
-        highlight = self.highlight
-        if highlight is None:
-            return None
-        if highlight.cache_hit:
-            slot = highlight.slot
-            entry = self.shape.entries[position] if isinstance(self.shape, ArrayView) else None
-            return CACHE_HIT if slot is not None and entry is slot else None
-        if binary is not None:
-            return binary.get(position)
-        return highlight.state_at(position)
-
-    def _binary_states(self) -> dict[int, str] | None:
-        """binary_states of the highlight, once per highlight."""
-        cached = self._binary_cache
-        if cached is None or cached[0] is not self.highlight:
-            cached = self._binary_cache = (self.highlight, binary_states(self.highlight))
-        return cached[1]
-
     def _scroll_to_head(self) -> None:
         """Scroll the probe in progress into view, now: `set_highlight` then repaints
         the lines that change at the new offset (a deferred scroll would have them
@@ -438,30 +420,7 @@ class StructureView(LineDiffView, can_focus=True):
                 self.scroll_to_region(region, animate=False, spacing=None, immediate=True)
                 return
 
-    def _array_head(self, highlight: Highlight | None) -> Region | None:
-        """The cell of an array's probe in progress (None: none)."""
-        position = None if highlight is None else self._head_position(highlight)
-        if position is None:
-            return None
-        per_row = self._cells_per_row()
-        x = (position % per_row) * self._cell_width
-        return Region(x, position // per_row, self._cell_width, 1)
-
-    def _head_position(self, highlight: Highlight) -> int | None:
-        assert isinstance(self.shape, ArrayView)
-        if highlight.cache_hit:
-            entries = self.shape.entries
-            return next((i for i, e in enumerate(entries) if e is highlight.slot), None)
-        if highlight.probes is not None:
-            probes = highlight.probes[: highlight.shown]
-            return probes[-1].position if probes else None
-        return max(0, highlight.shown - 1)
-
     # -- drawing --------------------------------------------------------------------
-
-    def _cells_per_row(self) -> int:
-        width = self._view_width() or 80
-        return max(1, width // self._cell_width)
 
     def _view_width(self) -> int:
         """The scrollable content's width: worked out once per drawing pass (a pass of
@@ -531,27 +490,6 @@ class StructureView(LineDiffView, can_focus=True):
         assert self._geometry is not None
         text, styles = tree_row_styles(self._geometry, row, scroll_x, width, self._tree_states())
         return self._segments(text, styles)
-
-    def _array_line(self, row: int, scroll_x: int, width: int) -> Strip:
-        shape = self.shape
-        assert isinstance(shape, ArrayView)
-        per_row = self._cells_per_row()
-        cell = self._cell_width
-        binary = self._binary_states() if shape.strategy == "binary" else None
-        parts: list[str] = []
-        styles: list[str | None] = []
-        start = row * per_row
-        for position in range(start, min(start + per_row, len(shape.entries))):
-            entry = shape.entries[position]
-            label = slot_label(entry, self.zoom) if entry is not None else "·"
-            state = self._array_state(position, binary)
-            component = state or (IDLE if entry is not None else "empty")
-            if entry is not None and entry.readonly and state is None:
-                component = "stub"
-            parts.append(label.ljust(cell - 1) + " ")
-            styles.extend([component] * (cell - 1) + [None])
-        text = "".join(parts)[scroll_x : scroll_x + width]
-        return self._segments(text, styles[scroll_x : scroll_x + width])
 
     def _segments(self, text: str, styles: list[str | None]) -> Strip:
         return styled_strip(text, styles, self._base_style(), self._style)
