@@ -463,11 +463,8 @@ class StructureView(ArrayCells, LineDiffView, can_focus=True):
         """What the highlight paints on view row `row` (the scroll included)."""
         shape = self.shape
         if isinstance(shape, ArrayView):
-            per_row = self._cells_per_row()
-            binary = self._binary_states() if shape.strategy == "binary" else None
-            start = row * per_row
-            end = min(start + per_row, len(shape.entries))
-            return tuple(self._array_state(position, binary) for position in range(start, end))
+            start = row * self._cells_per_row()
+            return self._cells_states(start, min(start + self._cells_per_row(), len(shape.entries)))
         if self._geometry is None:
             return ()
         return self._row_states().get(row - self._pad_y, ())

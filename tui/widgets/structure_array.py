@@ -46,6 +46,27 @@ class ArrayCells:
             return binary.get(position)
         return highlight.state_at(position)
 
+    def _cells_states(self, start: int, end: int) -> tuple[str | None, ...]:
+        """`_array_state` of positions `start` to `end` (excluded), a row's at once: a
+        binary search's few probes looked up, a scan's revealed prefix (state_at), None
+        past it; a drawing pass asks this for each row it draws."""
+        highlight = self.highlight
+        count = max(0, end - start)
+        if highlight is None:
+            return (None,) * count
+        if highlight.cache_hit:
+            return tuple(self._array_state(position, None) for position in range(start, end))
+        shape = self.shape
+        binary = (
+            self._binary_states()
+            if isinstance(shape, ArrayView) and shape.strategy == "binary"
+            else None
+        )
+        if binary is not None:
+            return tuple(map(binary.get, range(start, end)))
+        revealed = min(end, max(start, highlight.shown))
+        return tuple(map(highlight.state_at, range(start, revealed))) + (None,) * (end - revealed)
+
     def _binary_states(self) -> dict[int, str] | None:
         """binary_states of the highlight, once per highlight."""
         cached = self._binary_cache
@@ -81,14 +102,14 @@ class ArrayCells:
         assert isinstance(shape, ArrayView)
         per_row = self._cells_per_row()
         cell = self._cell_width
-        binary = self._binary_states() if shape.strategy == "binary" else None
         parts: list[str] = []
         styles: list[str | None] = []
+        entries, zoom = shape.entries, self.zoom
         start = row * per_row
-        for position in range(start, min(start + per_row, len(shape.entries))):
-            entry = shape.entries[position]
-            label = slot_label(entry, self.zoom) if entry is not None else "·"
-            state = self._array_state(position, binary)
+        end = min(start + per_row, len(entries))
+        for position, state in zip(range(start, end), self._cells_states(start, end), strict=True):
+            entry = entries[position]
+            label = slot_label(entry, zoom) if entry is not None else "·"
             component = state or (IDLE if entry is not None else "empty")
             if entry is not None and entry.readonly and state is None:
                 component = "stub"
