@@ -463,8 +463,9 @@ class StructureView(ArrayCells, LineDiffView, can_focus=True):
         """What the highlight paints on view row `row` (the scroll included)."""
         shape = self.shape
         if isinstance(shape, ArrayView):
-            start = row * self._cells_per_row()
-            return self._cells_states(start, min(start + self._cells_per_row(), len(shape.entries)))
+            per_row = self._cells_per_row()
+            start = row * per_row
+            return self._cells_states(start, min(start + per_row, len(shape.entries)))
         if self._geometry is None:
             return ()
         return self._row_states().get(row - self._pad_y, ())
