@@ -12,6 +12,7 @@ import struct
 import sys
 import termios
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -45,15 +46,22 @@ def read_until(fd: int, wanted: list[bytes], timeout: float) -> bytes:
 def test_mmuscope_opens_in_a_terminal_and_quits_on_ctrl_q(tmp_path: Path) -> None:
     assert MMUSCOPE.exists(), f"console script not installed next to {sys.executable}"
     status: int | None = None
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: the command, as a user starts it
-        env = dict(
-            os.environ,
-            TERM="xterm-256color",
-            MMUSCOPE_CONFIG_DIR=str(tmp_path),
-            TEXTUAL_ANIMATIONS="none",
-        )
-        os.execve(str(MMUSCOPE), [str(MMUSCOPE)], env)
+    env = dict(
+        os.environ,
+        TERM="xterm-256color",
+        MMUSCOPE_CONFIG_DIR=str(tmp_path),
+        TEXTUAL_ANIMATIONS="none",
+    )
+    with warnings.catch_warnings():
+        # Python 3.12+ warns that forking a multi-threaded process may deadlock the
+        # child; this child runs no Python beyond the exec below (all made before fork)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid, fd = pty.fork()
+    if pid == 0:  # the child: the command, as a user starts it, and nothing else
+        try:
+            os.execve(str(MMUSCOPE), [str(MMUSCOPE)], env)
+        finally:
+            os._exit(127)  # never back into pytest, in a copy of its process
     try:
         fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 110, 0, 0))
         screen = read_until(fd, [b"memslots", b"kvm_stat", b"pc-4g"], timeout=30)
