@@ -1,0 +1,40 @@
+"""benchmarks/tdp_speed.py --instructions: callgrind's count of a command, the same from
+run to run (the number two commits are compared by, where times swing by x1.2-1.4)."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "tdp_speed.py"
+needs_valgrind = pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
+
+
+def tdp_speed() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("tdp_speed", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@needs_valgrind
+def test_a_count_repeats_exactly_and_grows_with_the_work() -> None:
+    instructions = tdp_speed().instructions
+    idle = [sys.executable, "-c", "pass"]
+    busy = [sys.executable, "-c", "sum(range(200_000))"]
+    first, again, more = instructions(idle), instructions(idle), instructions(busy)
+    assert first == again
+    assert 10_000_000 < first < more
+
+
+@needs_valgrind
+def test_a_failing_command_is_an_error_not_a_count() -> None:
+    with pytest.raises(subprocess.CalledProcessError):
+        tdp_speed().instructions([sys.executable, "-c", "raise SystemExit(3)"])
