@@ -6,8 +6,10 @@
   each, in CPU time: `tdp_over_direct` below 1 means the TDP fault is the faster;
 - `mmuscope simulate --mmu tdp --workload kernbench --accesses 100000`: lines printed per
   second, against the 200,000 lines/s target, in process (to /dev/null, best of 3) and
-  through the installed command (start-up included, with the .pyc files an installation
-  has; best and median of 9), and as a ratio to a baseline run in
+  through the installed command (start-up included; best and median of 9): a wheel of
+  this checkout installed into a fresh venv of this Python, as `pip install .` does, not
+  this environment's editable install, whose import hook costs ~50M instructions at each
+  start (`--editable` times that one instead), and as a ratio to a baseline run in
   between: a bare loop writing the same lines, already formatted, one by one to the same
   sink (`over_bare_loop`: how many times longer the simulation takes than printing alone).
   The machine's load average is printed with them (absolute numbers fall with the load;
@@ -116,12 +118,38 @@ def simulate_rate(accesses: int) -> dict[str, float]:
     }
 
 
-def command_rate(accesses: int, runs: int = COMMAND_RUNS) -> dict[str, float]:
+SOURCES = ("engine", "tui", "themes", "pyproject.toml", "setup.py", "README.md")
+CHECKOUT = Path(__file__).resolve().parent.parent
+
+
+def installed_command(tmp: Path) -> Path:
+    """`mmuscope` as `pip install .` leaves it: a wheel built from a copy of the checkout
+    (this environment's setuptools, offline, nothing written into the checkout) and
+    installed with its .pyc files into a fresh venv of this Python, without dependencies
+    (`simulate` imports none).  tests/test_install.py builds its wheel the same way."""
+    src, dist, env_dir = tmp / "src", tmp / "dist", tmp / "venv"
+    for name in SOURCES:
+        path = CHECKOUT / name
+        if path.is_dir():
+            ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
+            shutil.copytree(path, src / name, ignore=ignore)
+        else:
+            shutil.copy2(path, src / name)
+    build = "import sys; from setuptools import build_meta; build_meta.build_wheel(sys.argv[1])"
+    subprocess.run([sys.executable, "-c", build, dist], cwd=src, capture_output=True, check=True)
+    (wheel,) = dist.glob("mmuscope-*.whl")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", env_dir], check=True)
+    pip = [sys.executable, "-m", "pip", "--python", env_dir / "bin" / "python", "install"]
+    subprocess.run([*pip, "-q", "--no-deps", "--no-index", wheel], capture_output=True, check=True)
+    return env_dir / "bin" / "mmuscope"
+
+
+def command_rate(mmuscope: Path, accesses: int, runs: int = COMMAND_RUNS) -> dict[str, float]:
     """`mmuscope simulate ...` as a user runs it, start-up included: with the .pyc files an
     installation has (PYTHONDONTWRITEBYTECODE cleared, as startup_speed.py does, and a
-    warm-up run that writes them), the output to a pipe; best and median of `runs`, and
-    lines per second of the median's CPU time (user + sys of the child)."""
-    argv = [str(Path(sys.executable).with_name("mmuscope")), "simulate", "--mmu", "tdp"]
+    warm-up run that writes any missing), the output to a pipe; best and median of `runs`,
+    and lines per second of the median's CPU time (user + sys of the child)."""
+    argv = [str(mmuscope), "simulate", "--mmu", "tdp"]
     argv += ["--workload", "kernbench", "--accesses", str(accesses)]
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": ""}
     done = subprocess.run(argv, capture_output=True, text=True, check=True, env=env)
@@ -169,15 +197,16 @@ def instructions(argv: list[str]) -> int:
     return int(found.group(1))
 
 
-def instruction_counts(accesses: int) -> dict[str, float]:
-    """Millions of instructions: `python -c pass` (the baseline), the command's start-up
-    (10 accesses) and the whole command, with their ratios and the command's per line."""
-    command = [str(Path(sys.executable).with_name("mmuscope")), "simulate", "--mmu", "tdp"]
+def instruction_counts(mmuscope: Path, accesses: int) -> dict[str, float]:
+    """Millions of instructions: `python -c pass` of the command's Python (the baseline),
+    the command's start-up (10 accesses) and the whole command, with their ratios and the
+    command's per line."""
+    command = [str(mmuscope), "simulate", "--mmu", "tdp"]
     command += ["--workload", "kernbench", "--accesses"]
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": ""}  # writes the .pyc files
     done = subprocess.run([*command, str(accesses)], capture_output=True, text=True, env=env)
     lines = done.stdout.count("\n") - 1  # the cpus= header is not an event
-    base = instructions([sys.executable, "-c", "pass"])
+    base = instructions([str(mmuscope.with_name("python")), "-c", "pass"])
     startup = instructions([*command, "10"])
     whole = instructions([*command, str(accesses)])
     return {
@@ -196,16 +225,27 @@ def main() -> None:
     parser.add_argument("--accesses", type=int, default=100_000)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--instructions", action="store_true", help="count, not time")
+    parser.add_argument(
+        "--editable", action="store_true", help="this environment's mmuscope, not a wheel's"
+    )
     args = parser.parse_args()
+    if args.instructions and shutil.which("valgrind") is None:
+        parser.exit(2, "tdp_speed.py: --instructions needs valgrind (apt-get install valgrind)\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.editable:
+            mmuscope = Path(sys.executable).with_name("mmuscope")
+        else:
+            mmuscope = installed_command(Path(tmp))
+        rows = measure(args, mmuscope)
+    rows["command"] = {"mmuscope": "editable" if args.editable else "wheel"}
+    _print(rows, args.json)
+
+
+def measure(args: argparse.Namespace, mmuscope: Path) -> dict[str, object]:
     rows: dict[str, object] = {}
     if args.instructions:
-        if shutil.which("valgrind") is None:
-            parser.exit(
-                2, "tdp_speed.py: --instructions needs valgrind (apt-get install valgrind)\n"
-            )
-        rows["instructions"] = instruction_counts(args.accesses)
-        _print(rows, args.json)
-        return
+        rows["instructions"] = instruction_counts(mmuscope, args.accesses)
+        return rows
     gpas = first_touches(args.faults)
     for huge in (False, True):
         size = "2M" if huge else "4K"
@@ -217,11 +257,11 @@ def main() -> None:
         }
     sim = simulate_rate(args.accesses)
     rows["simulate_kernbench"] = {**sim, "over_target": sim["lines_per_s"] / TARGET_LINES_PER_S}
-    cmd = command_rate(args.accesses)
+    cmd = command_rate(mmuscope, args.accesses)
     over = cmd["median_lines_per_s"] / TARGET_LINES_PER_S
     rows["simulate_command"] = {**cmd, "over_target": over}
     rows["load"] = dict(zip(("load1", "load5", "load15"), os.getloadavg(), strict=True))
-    _print(rows, args.json)
+    return rows
 
 
 def _print(rows: dict[str, object], as_json: bool) -> None:
@@ -230,7 +270,12 @@ def _print(rows: dict[str, object], as_json: bool) -> None:
         return
     for name, row in rows.items():
         assert isinstance(row, dict)
-        print(name, " ".join(f"{k}={v:.3g}" for k, v in row.items()))
+        print(
+            name,
+            " ".join(
+                f"{k}={v:.3g}" if isinstance(v, float | int) else f"{k}={v}" for k, v in row.items()
+            ),
+        )
 
 
 if __name__ == "__main__":
