@@ -204,7 +204,8 @@ def instruction_counts(mmuscope: Path, accesses: int) -> dict[str, float]:
     command = [str(mmuscope), "simulate", "--mmu", "tdp"]
     command += ["--workload", "kernbench", "--accesses"]
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": ""}  # writes the .pyc files
-    done = subprocess.run([*command, str(accesses)], capture_output=True, text=True, env=env)
+    argv = [*command, str(accesses)]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, check=True)
     lines = done.stdout.count("\n") - 1  # the cpus= header is not an event
     base = instructions([str(mmuscope.with_name("python")), "-c", "pass"])
     startup = instructions([*command, "10"])
@@ -235,7 +236,12 @@ def main() -> None:
         if args.editable:
             mmuscope = Path(sys.executable).with_name("mmuscope")
         else:
-            mmuscope = installed_command(Path(tmp))
+            try:
+                mmuscope = installed_command(Path(tmp))
+            except subprocess.CalledProcessError as err:
+                why = (err.stderr or b"").decode(errors="replace").strip().splitlines()[-1:]
+                parser.exit(2, f"tdp_speed.py: no wheel to time ({': '.join(why) or err}); "
+                            "--editable times this environment's command\n")  # fmt: skip
         rows = measure(args, mmuscope)
     rows["command"] = {"mmuscope": "editable" if args.editable else "wheel"}
     _print(rows, args.json)
