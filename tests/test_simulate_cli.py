@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -201,3 +202,36 @@ def test_simulate_imports_only_the_chosen_mmu_and_no_tui() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_help_names_every_workload_layout_and_working_examples(tmp_path: Path) -> None:
+    """`simulate --help` lists what each --mmu takes, and its examples run as printed."""
+    from engine.layouts import PRESETS
+    from engine.mmu.session import MmuSession
+    from engine.mmu.shadow_session import ShadowSession
+    from engine.mmu.tdp_session import TdpSession
+    from tui.simulate_cli import HELP_EXAMPLES, HELP_LAYOUTS, HELP_WORKLOADS
+
+    assert {
+        "tdp, direct": TdpSession.workloads,
+        "shadow": ShadowSession.workloads,
+    } == HELP_WORKLOADS
+    assert MmuSession.workloads == TdpSession.workloads
+    assert tuple(PRESETS) == HELP_LAYOUTS
+    shown = simulate("--help")
+    assert shown.returncode == 0
+    text = " ".join(shown.stdout.split())
+    for names in HELP_WORKLOADS.values():
+        assert ", ".join(names) in text
+    assert "q35-16g" in text and "tdp_mmu=N" in text and "examples:" in text
+    examples = HELP_EXAMPLES.replace("\\\n", "").splitlines()[1:]  # continued lines joined
+    commands = [e.split("#")[0].strip() for e in examples if "mmuscope simulate" in e]
+    path = f"{Path(MMUSCOPE).parent}:{os.environ['PATH']}"
+    for command in commands:  # as a user pastes them, pipelines too
+        run = subprocess.run(
+            ["bash", "-o", "pipefail", "-c", command], capture_output=True, text=True,
+            cwd=tmp_path, env={**os.environ, "PATH": path}, timeout=120,
+        )  # fmt: skip
+        assert run.returncode == 0, (command, run.stderr)
+    assert len(commands) == 3
+    assert (tmp_path / "tdp.txt").read_text().startswith("cpus=")

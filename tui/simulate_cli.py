@@ -44,6 +44,25 @@ if TYPE_CHECKING:
 
 MMUS = ("tdp", "direct", "shadow")
 ZAPS = ("fast", "slow", "roots")
+# for --help without importing the sessions (tests/test_simulate_cli.py compares them
+# with TdpSession's, MmuSession's and ShadowSession's `workloads`, and the layouts)
+HELP_WORKLOADS = {
+    "tdp, direct": ("kernbench", "netperf", "churn", "dirty", "migrate"),
+    "shadow": ("kernbench", "netperf", "fork", "pfault", "churn"),
+}
+HELP_LAYOUTS = ("pc-2g", "pc-4g", "pc-8g", "q35-16g", "assigned-devices", "max")
+HELP_DESCRIPTION = """\
+A simulated guest run printed as trace-cmd report text, each event as the kernel
+prints it, for `mmuscope replay` or any tool that reads trace text (--jsonl: the
+objects of `replay --jsonl`). A seed draws the same guest accesses under tdp and
+direct, so the two eras can be compared on one workload."""
+HELP_EXAMPLES = """examples:
+  mmuscope simulate --mmu tdp --workload kernbench --accesses 2000 > tdp.txt
+  mmuscope replay tdp.txt                      # the run in the replay screen
+  mmuscope simulate --mmu direct --workload kernbench --zap fast --at 500 \\
+      | mmuscope replay --summary -            # 2013's fast zap, counted
+  mmuscope simulate --mmu tdp --workload kernbench --zap roots --at 500 --jsonl
+"""
 WRITE_BATCH = 4096
 RUN_CHUNK = 512  # accesses run between two looks at the batch
 
@@ -105,16 +124,38 @@ class SimulateError(ValueError):
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    import argparse
+
     parser = sub.add_parser(
-        "simulate", help="a simulated run printed as trace-cmd report text (or --jsonl)"
+        "simulate",
+        help="a simulated run printed as trace-cmd report text (or --jsonl)",
+        description=HELP_DESCRIPTION,
+        epilog=HELP_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--mmu", required=True, choices=MMUS, help="tdp (today), direct, shadow")
-    parser.add_argument("--workload", required=True, metavar="NAME", help="the access mix")
-    parser.add_argument("--accesses", type=_count, default=10_000, help="guest accesses")
+    parser.add_argument(
+        "--mmu", required=True, choices=MMUS,
+        help="tdp: today's TDP MMU (tdp_mmu=Y, the default under EPT/NPT); direct: the "
+        "shadow MMU's direct pages under EPT (tdp_mmu=N); shadow: shadow paging (EPT off)",
+    )  # fmt: skip
+    workloads = "; ".join(f"{', '.join(w)} ({m})" for m, w in HELP_WORKLOADS.items())
+    parser.add_argument(
+        "--workload", required=True, metavar="NAME", help=f"the access mix: {workloads}"
+    )
+    parser.add_argument(
+        "--accesses", type=_count, default=10_000, help="guest accesses (default 10000)"
+    )
     parser.add_argument("--seed", type=_count, default=1, help="workload seed (default 1)")
-    parser.add_argument("--zap", choices=ZAPS, help="zap once, before access --at")
+    parser.add_argument(
+        "--zap", choices=ZAPS,
+        help="zap once, before access --at: fast (kvm_mmu_zap_all_fast), slow (everything "
+        "under one lock hold, before 2013), roots (tdp: invalidate and zap the roots)",
+    )  # fmt: skip
     parser.add_argument("--at", type=_count, metavar="K", help="the access the zap comes before")
-    parser.add_argument("--layout", default="pc-4g", metavar="NAME", help="preset guest")
+    parser.add_argument(
+        "--layout", default="pc-4g", metavar="NAME",
+        help=f"preset guest: {', '.join(HELP_LAYOUTS)} (default pc-4g)",
+    )  # fmt: skip
     parser.add_argument("--jsonl", action="store_true", help="JSON objects, as replay --jsonl")
     parser.add_argument(
         "--race-rate", type=_rate, default=0.0, metavar="P",
