@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from importlib.metadata import version
 from pathlib import Path
 
 from engine.layouts import preset
@@ -236,6 +237,10 @@ def main() -> None:
         if args.editable:
             mmuscope = Path(sys.executable).with_name("mmuscope")
         else:
+            if int(version("setuptools").split(".")[0]) < 77:  # as tests/test_install.py
+                parser.exit(2, f"tdp_speed.py: setuptools {version('setuptools')} cannot build "
+                            "the wheel (pyproject needs >=77: pip install -e '.[test]'); "
+                            "--editable times this environment's command\n")  # fmt: skip
             try:
                 mmuscope = installed_command(Path(tmp))
             except subprocess.CalledProcessError as err:
