@@ -210,18 +210,17 @@ def test_help_names_every_workload_layout_and_working_examples(tmp_path: Path) -
     from engine.mmu.session import MmuSession
     from engine.mmu.shadow_session import ShadowSession
     from engine.mmu.tdp_session import TdpSession
-    from tui.simulate_cli import HELP_EXAMPLES, HELP_LAYOUTS, HELP_WORKLOADS
+    from tui.simulate_cli import HELP_EXAMPLES, HELP_WORKLOADS
 
     assert {
         "tdp, direct": TdpSession.workloads,
         "shadow": ShadowSession.workloads,
     } == HELP_WORKLOADS
     assert MmuSession.workloads == TdpSession.workloads
-    assert tuple(PRESETS) == HELP_LAYOUTS
     shown = simulate("--help")
     assert shown.returncode == 0
-    text = " ".join(shown.stdout.split())
-    for names in HELP_WORKLOADS.values():
+    text = " ".join(shown.stdout.split()).replace("- ", "-")  # argparse wraps after a "-"
+    for names in (*HELP_WORKLOADS.values(), PRESETS):
         assert ", ".join(names) in text
     assert "q35-16g" in text and "tdp_mmu=N" in text and "examples:" in text
     examples = HELP_EXAMPLES.replace("\\\n", "").splitlines()[1:]  # continued lines joined

@@ -45,12 +45,11 @@ if TYPE_CHECKING:
 MMUS = ("tdp", "direct", "shadow")
 ZAPS = ("fast", "slow", "roots")
 # for --help without importing the sessions (tests/test_simulate_cli.py compares them
-# with TdpSession's, MmuSession's and ShadowSession's `workloads`, and the layouts)
+# with TdpSession's, MmuSession's and ShadowSession's `workloads`)
 HELP_WORKLOADS = {
     "tdp, direct": ("kernbench", "netperf", "churn", "dirty", "migrate"),
     "shadow": ("kernbench", "netperf", "fork", "pfault", "churn"),
 }
-HELP_LAYOUTS = ("pc-2g", "pc-4g", "pc-8g", "q35-16g", "assigned-devices", "max")
 HELP_DESCRIPTION = """\
 A simulated guest run printed as trace-cmd report text, each event as the kernel
 prints it, for `mmuscope replay` or any tool that reads trace text (--jsonl: the
@@ -126,6 +125,8 @@ class SimulateError(ValueError):
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     import argparse
 
+    from engine.layouts import DEFAULT_LAYOUT, PRESETS
+
     parser = sub.add_parser(
         "simulate",
         help="a simulated run printed as trace-cmd report text (or --jsonl)",
@@ -153,8 +154,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )  # fmt: skip
     parser.add_argument("--at", type=_count, metavar="K", help="the access the zap comes before")
     parser.add_argument(
-        "--layout", default="pc-4g", metavar="NAME",
-        help=f"preset guest: {', '.join(HELP_LAYOUTS)} (default pc-4g)",
+        "--layout", default=DEFAULT_LAYOUT, metavar="NAME",
+        help=f"preset guest: {', '.join(PRESETS)} (default {DEFAULT_LAYOUT})",
     )  # fmt: skip
     parser.add_argument("--jsonl", action="store_true", help="JSON objects, as replay --jsonl")
     parser.add_argument(
