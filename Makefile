@@ -21,9 +21,14 @@ PYTEST_ARGS ?= -n 2
 test: $(STAMP) graphviz trace-cmd chromium lint
 	$(BIN)/python -m pytest --dist=loadgroup $(PYTEST_ARGS)
 
+# mypy checks the packages as installed (mmuscope.engine, mmuscope.tui): two links make
+# that layout in build/typecheck (see [tool.mypy] in pyproject.toml).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	@mkdir -p build/typecheck/mmuscope
+	@ln -sfn ../../../engine build/typecheck/mmuscope/engine
+	@ln -sfn ../../../tui build/typecheck/mmuscope/tui
 	$(BIN)/mypy
 
 bench: $(STAMP)

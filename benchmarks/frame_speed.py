@@ -28,14 +28,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from mmuscope.engine.lookup import LOOKUP_STRATEGIES
+from mmuscope.tui.app import make_app
+from mmuscope.tui.screens.memslots import MemslotsScreen
 from textual.app import App, ComposeResult
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Header
-
-from engine.lookup import LOOKUP_STRATEGIES
-from tui.app import make_app
-from tui.screens.memslots import MemslotsScreen
 
 SIZE, FRAMES, WARMUP = (120, 36), 40, 3
 GOAL_MEDIAN_MS, GOAL_P95_MS = 8.0, 12.0

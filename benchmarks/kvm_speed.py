@@ -26,9 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from engine.kvm.vmm import kvm_unavailable_reason
-from engine.replay.live import LiveTimeline
-from engine.replay.stream import EventAssembler
+from mmuscope.engine.kvm.vmm import kvm_unavailable_reason
+from mmuscope.engine.replay.live import LiveTimeline
+from mmuscope.engine.replay.stream import EventAssembler
 
 MMUSCOPE = Path(sys.executable).parent / "mmuscope"
 REPEAT = 3
@@ -51,7 +51,7 @@ def live_model(children: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="mmuscope-bench-") as tmp:
         folder = Path(tmp)
         os.mkfifo(folder / "trace")
-        argv = [sys.executable, "-m", "tui", "kvm", "fork", "--children", str(children),
+        argv = [sys.executable, "-m", "mmuscope.tui", "kvm", "fork", "--children", str(children),
                 "--follow", str(folder)]  # fmt: skip
         child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         timeline, assembler = LiveTimeline(keep=1 << 30), EventAssembler()

@@ -18,9 +18,9 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable
 
-from engine import Vm
-from engine.layouts import build_vm, preset
-from engine.memslot import MemorySlot
+from mmuscope.engine import Vm
+from mmuscope.engine.layouts import build_vm, preset
+from mmuscope.engine.memslots.memslot import MemorySlot
 
 UA = 0x7F00_0000_0000
 REPEAT = 7

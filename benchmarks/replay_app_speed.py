@@ -44,13 +44,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from mmuscope.engine.pacing import SPEEDS
+from mmuscope.engine.replay.cursor import TraceCursor
+from mmuscope.engine.replay.index import TraceIndex, build_index, open_for_index
+from mmuscope.tui.app import make_app
+from mmuscope.tui.screens.replay import ReplayScreen
 from replay_speed import make_trace
-
-from engine.pacing import SPEEDS
-from engine.replay.cursor import TraceCursor
-from engine.replay.index import TraceIndex, build_index, open_for_index
-from tui.app import make_app
-from tui.screens.replay import ReplayScreen
 
 TICK = 0.01
 
@@ -176,7 +175,7 @@ def summary_seconds(trace: Path) -> float:
     13 §4: the app's indexing within 2x of it)."""
     started = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "tui", "replay", str(trace), "--summary"],
+        [sys.executable, "-m", "mmuscope.tui", "replay", str(trace), "--summary"],
         check=True,
         capture_output=True,
     )

@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from engine.trace.lines import _LINE_RE
-from engine.trace.reader import TraceCounts, iter_events, summarize
+from mmuscope.engine.trace.lines import _LINE_RE
+from mmuscope.engine.trace.reader import TraceCounts, iter_events, summarize
 
 SAMPLE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "trace-kvmmmu-sample.txt"
 MMUSCOPE = Path(sys.executable).parent / "mmuscope"

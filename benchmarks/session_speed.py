@@ -12,9 +12,9 @@ import json
 import time
 from collections.abc import Callable
 
-from engine.layouts import preset
-from engine.mmu.session import MMU_WORKLOADS, MmuSession
-from engine.mmu.shadow_session import SHADOW_WORKLOADS, ShadowSession
+from mmuscope.engine.layouts import preset
+from mmuscope.engine.mmu.direct.session import MMU_WORKLOADS, MmuSession
+from mmuscope.engine.mmu.shadow.session import SHADOW_WORKLOADS, ShadowSession
 
 REPEAT = 3
 

@@ -44,12 +44,12 @@ from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 
-from engine.layouts import preset
-from engine.layouts.layout import build_vm
-from engine.mmu.direct import DirectMmu
-from engine.mmu.tdp_mmu import TdpMmu
-from engine.mmu.tdp_params import TdpMmuParams
-from tui.simulate_cli import SimulateOptions, simulate
+from mmuscope.engine.layouts import preset
+from mmuscope.engine.layouts.layout import build_vm
+from mmuscope.engine.mmu.direct.mmu import DirectMmu
+from mmuscope.engine.mmu.params import TdpMmuParams
+from mmuscope.engine.mmu.tdp.mmu import TdpMmu
+from mmuscope.tui.simulate_cli import SimulateOptions, simulate
 
 ROUNDS = 7
 clock = time.process_time  # CPU time: the shared cores' waits do not count

@@ -29,11 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import frame_speed  # benchmarks/, beside this script
+from mmuscope.engine.pacing import SPEEDS
+from mmuscope.tui.app import make_app
+from mmuscope.tui.screens.memslots import MemslotsScreen
 from textual.pilot import Pilot
-
-from engine.pacing import SPEEDS
-from tui.app import make_app
-from tui.screens.memslots import MemslotsScreen
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZE = (120, 36)  # terminal
@@ -58,7 +57,7 @@ BARE = (
     "class Bare(App):\n    def compose(self):\n        yield Header()\n        yield Label('hi')\n"
     "app = Bare()"
 )
-MMUSCOPE = "import tui.cli\nfrom tui.app import make_app\napp = make_app()"
+MMUSCOPE = "import mmuscope.tui.cli\nfrom mmuscope.tui.app import make_app\napp = make_app()"
 
 
 def startup_once(setup: str, marker: str) -> tuple[float, list[str]]:

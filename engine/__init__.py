@@ -14,29 +14,31 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, as engine.typing_lite: no submodu
 
 # name -> the module (under engine) that defines it
 _EXPORTS: dict[str, str] = {
-    "KVM_MEM_GUEST_MEMFD": "constants",
-    "KVM_MEM_LOG_DIRTY_PAGES": "constants",
-    "KVM_MEM_MAX_NR_PAGES": "constants",
-    "KVM_MEM_READONLY": "constants",
-    "KVM_MEM_SLOTS_NUM": "constants",
-    "KVM_USER_MEM_SLOTS": "constants",
-    "PAGE_SHIFT": "constants",
-    "PAGE_SIZE": "constants",
+    "KVM_MEM_GUEST_MEMFD": "memslots.constants",
+    "KVM_MEM_LOG_DIRTY_PAGES": "memslots.constants",
+    "KVM_MEM_MAX_NR_PAGES": "memslots.constants",
+    "KVM_MEM_READONLY": "memslots.constants",
+    "KVM_MEM_SLOTS_NUM": "memslots.constants",
+    "KVM_USER_MEM_SLOTS": "memslots.constants",
+    "PAGE_SHIFT": "memslots.constants",
+    "PAGE_SIZE": "memslots.constants",
     "AuditError": "errors",
     "KvmError": "errors",
     "Event": "events",
     "LOOKUP_STRATEGIES": "lookup",
     "LookupTrace": "lookup.base",
-    "MemorySlot": "memslot",
-    "Vm": "vm",
+    "MemorySlot": "memslots.memslot",
+    "Vm": "memslots.vm",
 }
-# the submodules `import engine` used to load (and so to make attributes of the package)
-_SUBMODULES = frozenset(
-    {"constants", "errors", "events", "lookup", "memslot", "memslots", "set_memory_region", "vm"}
-)
+# the submodules `import mmuscope.engine` used to load (and so to make attributes of the package)
+_SUBMODULES = frozenset({"errors", "events", "lookup", "memslots"})
 
 if TYPE_CHECKING:
-    from .constants import (
+    from .errors import AuditError, KvmError
+    from .events import Event
+    from .lookup import LOOKUP_STRATEGIES
+    from .lookup.base import LookupTrace
+    from .memslots.constants import (
         KVM_MEM_GUEST_MEMFD,
         KVM_MEM_LOG_DIRTY_PAGES,
         KVM_MEM_MAX_NR_PAGES,
@@ -46,12 +48,8 @@ if TYPE_CHECKING:
         PAGE_SHIFT,
         PAGE_SIZE,
     )
-    from .errors import AuditError, KvmError
-    from .events import Event
-    from .lookup import LOOKUP_STRATEGIES
-    from .lookup.base import LookupTrace
-    from .memslot import MemorySlot
-    from .vm import Vm
+    from .memslots.memslot import MemorySlot
+    from .memslots.vm import Vm
 
 
 def __getattr__(name: str) -> object:

@@ -17,8 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.export.render import write_atomically  # noqa: E402
-from tui.app import make_app  # noqa: E402
+from mmuscope.engine.export.render import write_atomically  # noqa: E402
+from mmuscope.tui.app import make_app  # noqa: E402
 
 SIZE = (132, 40)
 
@@ -29,9 +29,9 @@ ENGINE_TRACE = "engine"  # a trace made of the engine's own events (see engine_t
 def engine_trace(path: Path) -> Path:
     """A kvmmmu trace as the kernel would print it, of a kernbench guest (4K leaves),
     then netperf, a fast zap and kernbench again: the replay screen's demo input."""
-    from engine.layouts import preset
-    from engine.mmu.session import MmuSession
-    from engine.trace import format_line
+    from mmuscope.engine.layouts import preset
+    from mmuscope.engine.mmu.direct.session import MmuSession
+    from mmuscope.engine.trace import format_line
 
     session = MmuSession(preset("pc-4g"), workload="kernbench", seed=3, huge_pages=False)
     lines: list[str] = []

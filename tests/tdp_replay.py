@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from engine.mmu.tdp_pages import TdpMmuPage
-from engine.replay.model import ReplayModel
-from engine.replay.records import NONE, classify
-from engine.trace.lines import parse_trace
+from mmuscope.engine.mmu.tdp.pages import TdpMmuPage
+from mmuscope.engine.replay.model import ReplayModel
+from mmuscope.engine.replay.records import NONE, classify
+from mmuscope.engine.trace.lines import parse_trace
 
 
 def replay_audited(text: str) -> ReplayModel:

@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from engine.mmu.bench import (
+from mmuscope.engine.claims.engine_speed import (
     GFNS_PER_2M,
     bare_mmu,
     fast_zap,
@@ -29,8 +28,8 @@ from engine.mmu.bench import (
     sparse_guest_with_pages,
     zap_all,
 )
-from engine.mmu.mmu_pages import BATCH_ZAP_PAGES
-from engine.mmu.spte import RetPf
+from mmuscope.engine.mmu.mmu_pages import BATCH_ZAP_PAGES
+from mmuscope.engine.mmu.spte import RetPf
 
 MMUSCOPE = Path(sys.executable).parent / "mmuscope"
 REQUIRED = {

@@ -7,8 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from engine.claims.band import (
+from mmuscope.engine.claims.band import (
     DIRECTION_ONLY,
     IN_BAND,
     NOT_REPRODUCED,
@@ -16,7 +15,8 @@ from engine.claims.band import (
     band_of,
     corners,
 )
-from engine.claims.table import ClaimTable
+from mmuscope.engine.claims.table import ClaimTable
+
 from tests.test_bench_claims import tables  # noqa: F401  (the shared quick run)
 
 SEED_TIMES: dict[str, dict[str, float]] = {

@@ -20,11 +20,9 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rich.console import Console
-
-from engine.claims import memslot_lookup, rmap_ext, slot_cache, zap
-from engine.claims.chart import chart_dot, chart_svg, infer_spec, write_chart
-from engine.claims.registry import (
+from mmuscope.engine.claims import memslot_lookup, rmap_ext, slot_cache, zap
+from mmuscope.engine.claims.chart import chart_dot, chart_svg, infer_spec, write_chart
+from mmuscope.engine.claims.registry import (
     CHART_SPECS,
     RUNNERS,
     TABLES,
@@ -33,11 +31,13 @@ from engine.claims.registry import (
     run_table,
     run_tables,
 )
-from engine.claims.table import ClaimTable
-from engine.lookup import LOOKUP_STRATEGIES
-from engine.mmu.rmap import ERAS, KvmRmapHead
+from mmuscope.engine.claims.table import ClaimTable
+from mmuscope.engine.lookup import LOOKUP_STRATEGIES
+from mmuscope.engine.mmu.rmap import ERAS, KvmRmapHead
+from mmuscope.tui.bench import claim_table
+from rich.console import Console
+
 from tests.test_bench import mmuscope, quick_json_run
-from tui.bench import claim_table
 
 SEED_FILE = re.compile(r"^\d{3}_[0-9a-f]{16}\.txt$")
 REQUIRED_COLUMNS = {
@@ -346,7 +346,7 @@ def test_a_missing_table_is_reported_and_the_others_run(monkeypatch: pytest.Monk
     monkeypatch.setitem(sys.modules, "fake_claims", fake)
     monkeypatch.setitem(RUNNERS, "tlb_flush", ("fake_claims", "tlb_flush_table"))
     monkeypatch.setitem(RUNNERS, "ppc_keys", ("fake_claims", "ppc_keys_table"))
-    monkeypatch.setitem(RUNNERS, "zap", ("engine.claims.not_there", "zap_table"))
+    monkeypatch.setitem(RUNNERS, "zap", ("mmuscope.engine.claims.not_there", "zap_table"))
     missing: list[MissingTable] = []
     out = run_tables(["zap", "tlb_flush", "ppc_keys"], quick=True, on_missing=missing.append)
     assert list(out) == ["tlb_flush"]
@@ -358,13 +358,15 @@ def test_a_missing_table_is_reported_and_the_others_run(monkeypatch: pytest.Monk
 def test_the_cli_reports_a_missing_table_on_stderr(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tui.cli import main
+    from mmuscope.tui.cli import main
 
     fake = types.ModuleType("fake_claims2")
     fake.tlb_flush_table = _fake_table  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "fake_claims2", fake)
     monkeypatch.setitem(RUNNERS, "tlb_flush", ("fake_claims2", "tlb_flush_table"))
-    monkeypatch.setitem(RUNNERS, "ppc_keys", ("engine.ppc.not_written_yet", "ppc_keys_table"))
+    monkeypatch.setitem(
+        RUNNERS, "ppc_keys", ("mmuscope.engine.ppc.not_written_yet", "ppc_keys_table")
+    )
     assert main(["bench", "--json", "--table", "tlb_flush", "--table", "ppc_keys"]) == 0
     captured = capsys.readouterr()
     assert list(json.loads(captured.out)) == ["tlb_flush"]
@@ -373,6 +375,6 @@ def test_the_cli_reports_a_missing_table_on_stderr(
 
 def test_bench_help_lists_the_tables() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "tui", "bench", "--help"], capture_output=True, text=True
+        [sys.executable, "-m", "mmuscope.tui", "bench", "--help"], capture_output=True, text=True
     )
     assert done.returncode == 0 and "--svg" in done.stdout and "memslot_lookup" in done.stdout

@@ -36,7 +36,10 @@ def test_subcommand_help(command: str) -> None:
 
 def test_python_dash_m_tui_is_the_same_command() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "tui", "--help"], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "mmuscope.tui", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     assert "lookup" in done.stdout and "export" in done.stdout

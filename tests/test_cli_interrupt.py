@@ -139,7 +139,7 @@ def test_the_max_layout_is_refused_up_front_in_one_line(tmp_path: Path) -> None:
 def test_a_dot_that_takes_too_long_is_stopped(
     slow_dot: tuple[dict[str, str], Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from engine.export.render import ExportError, run_dot
+    from mmuscope.engine.export.render import ExportError, run_dot
 
     env, pid_file = slow_dot
     monkeypatch.setenv("PATH", env["PATH"])

@@ -12,8 +12,7 @@ import ast
 from pathlib import Path
 
 import networkx as nx
-
-from tui.cli import build_parser, command_of
+from mmuscope.tui.cli import build_parser, command_of
 
 TUI = Path(__file__).resolve().parent.parent / "tui"
 

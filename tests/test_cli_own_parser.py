@@ -15,11 +15,15 @@ import shutil
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from tui import simulate_cli
-from tui.cli import OWN_ARGUMENTS_ONLY, build_parser
-from tui.cliparts import EXPLORER_OPTION_STRINGS, CliParser, add_explorer_options, help_width
-from tui.simulate_cli import SimulateOptions
+from mmuscope.tui import simulate_cli
+from mmuscope.tui.cli import OWN_ARGUMENTS_ONLY, build_parser
+from mmuscope.tui.cliparts import (
+    EXPLORER_OPTION_STRINGS,
+    CliParser,
+    add_explorer_options,
+    help_width,
+)
+from mmuscope.tui.simulate_cli import SimulateOptions
 
 GOOD = [
     ["simulate", "--mmu", "tdp", "--workload", "kernbench"],

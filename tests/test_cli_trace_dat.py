@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from mmuscope.engine.trace.widths import HEX64_FIELDS
 
-from engine.trace.widths import HEX64_FIELDS
 from tests.datafiles import FIXTURES
 
 MMUSCOPE = Path(sys.executable).parent / "mmuscope"

@@ -8,11 +8,10 @@ import ast
 import inspect
 from pathlib import Path
 
+import mmuscope.engine.costs as costs
 import pytest
-
-import engine.costs as costs
-from engine.claims.registry import TABLES, run_table
-from engine.costs import COSTS, ESTIMATE, EXACT_KINDS, KINDS, MEASURED, Cost
+from mmuscope.engine.claims.registry import TABLES, run_table
+from mmuscope.engine.costs import COSTS, ESTIMATE, EXACT_KINDS, KINDS, MEASURED, Cost
 
 ROOT = Path(__file__).resolve().parent.parent
 MIN_SOURCE = 60  # characters: a sentence saying where the number comes from
@@ -74,7 +73,7 @@ def test_a_cost_without_a_source_or_a_band_is_refused() -> None:
 def test_every_cost_a_table_names_exists() -> None:
     """Each timed table says which costs it charges; each is defined here (quick runs of
     the cheap tables; tlb_flush's are listed in its module)."""
-    from engine.tlbflush import config
+    from mmuscope.engine.tlbflush import config
 
     for name in ("zap", "ppc_keys", "shadow_2011"):
         assert name in TABLES

@@ -10,14 +10,12 @@ import importlib
 import subprocess
 import sys
 
+import mmuscope.engine as engine
 import pytest
-
-import engine
-import engine.lookup
 
 
 def test_the_contracts_names_import_and_behave() -> None:
-    from engine import (
+    from mmuscope.engine import (
         KVM_MEM_GUEST_MEMFD,
         KVM_MEM_LOG_DIRTY_PAGES,
         KVM_MEM_READONLY,
@@ -47,9 +45,11 @@ def test_the_contracts_names_import_and_behave() -> None:
 def test_every_export_is_its_modules_object() -> None:
     assert sorted(engine.__all__) == sorted(engine._EXPORTS)
     for name, module in engine._EXPORTS.items():
-        assert getattr(engine, name) is getattr(importlib.import_module(f"engine.{module}"), name)
+        assert getattr(engine, name) is getattr(
+            importlib.import_module(f"mmuscope.engine.{module}"), name
+        )
     for name in engine._SUBMODULES:
-        assert getattr(engine, name) is importlib.import_module(f"engine.{name}")
+        assert getattr(engine, name) is importlib.import_module(f"mmuscope.engine.{name}")
     assert set(engine.__all__) <= set(dir(engine))
     with pytest.raises(AttributeError):
         engine.no_such_name  # noqa: B018
@@ -60,7 +60,7 @@ def test_every_export_is_its_modules_object() -> None:
 
 
 def test_the_lookup_table_names_each_strategy_class() -> None:
-    from engine.lookup import LOOKUP_STRATEGIES, STRATEGY_CLASSES, make_strategy
+    from mmuscope.engine.lookup import LOOKUP_STRATEGIES, STRATEGY_CLASSES, make_strategy
 
     assert tuple(STRATEGY_CLASSES) == LOOKUP_STRATEGIES
     for name, cls in STRATEGY_CLASSES.items():
@@ -70,8 +70,8 @@ def test_the_lookup_table_names_each_strategy_class() -> None:
 
 
 def test_the_explorer_options_name_the_engines_workloads() -> None:
-    from engine.workload import DEFAULT_WORKLOAD, WORKLOADS
-    from tui.cliparts import DEFAULT_EXPLORER_WORKLOAD, EXPLORER_WORKLOADS
+    from mmuscope.engine.memslots.workload import DEFAULT_WORKLOAD, WORKLOADS
+    from mmuscope.tui.cliparts import DEFAULT_EXPLORER_WORKLOAD, EXPLORER_WORKLOADS
 
     assert tuple(WORKLOADS) == EXPLORER_WORKLOADS
     assert DEFAULT_EXPLORER_WORKLOAD == DEFAULT_WORKLOAD
@@ -81,17 +81,18 @@ def test_import_engine_loads_what_is_used() -> None:
     """`import engine` loads none of its submodules; a name, only its own module; a VM
     that keeps only the structure it looks up with, only the rbtree among the strategies."""
     code = (
-        "import sys, engine\n"
-        "def loaded(): return sorted(m for m in sys.modules if m.startswith('engine.'))\n"
+        "import sys\nimport mmuscope.engine as engine\n"
+        "def loaded(): return sorted(m for m in sys.modules if m.startswith('mmuscope.engine.'))\n"
         "print(loaded())\n"
-        "from engine import KVM_USER_MEM_SLOTS\n"
+        "from mmuscope.engine import KVM_USER_MEM_SLOTS\n"
         "print(loaded())\n"
         "engine.Vm(track_all=False)\n"
-        "print([m for m in loaded() if m.startswith('engine.lookup.')])\n"
+        "print([m for m in loaded() if m.startswith('mmuscope.engine.lookup.')])\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     bare, constants, strategies = result.stdout.splitlines()
     assert bare == "[]"
-    assert constants == "['engine.constants']"
-    assert strategies == "['engine.lookup.base', 'engine.lookup.bst', 'engine.lookup.rbtree']"
+    assert constants == "['mmuscope.engine.memslots', 'mmuscope.engine.memslots.constants']"
+    lookup = "mmuscope.engine.lookup"
+    assert strategies == f"['{lookup}.base', '{lookup}.bst', '{lookup}.rbtree']"

@@ -8,17 +8,16 @@ import errno
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from engine import KvmError
-from engine.events import Event
-from engine.explorer import MemslotExplorer
-from engine.layouts import preset
-from engine.lookup import LOOKUP_STRATEGIES
-from engine.lookup.base import TreeView
-from engine.lookup.window import TreeIndex, follow_root, layout_window
-from engine.pacing import ANIMATE_BELOW, SPEEDS, Pacer
-from engine.stats import EventCounters, LookupCost, compile_filter
-from engine.workload import MMIO, RAM, WORKLOADS, Workload, mmio_gfns
+from mmuscope.engine import KvmError
+from mmuscope.engine.events import Event
+from mmuscope.engine.layouts import preset
+from mmuscope.engine.lookup import LOOKUP_STRATEGIES
+from mmuscope.engine.lookup.base import TreeView
+from mmuscope.engine.lookup.window import TreeIndex, follow_root, layout_window
+from mmuscope.engine.memslots.explorer import MemslotExplorer
+from mmuscope.engine.memslots.workload import MMIO, RAM, WORKLOADS, Workload, mmio_gfns
+from mmuscope.engine.pacing import ANIMATE_BELOW, SPEEDS, Pacer
+from mmuscope.engine.stats import EventCounters, LookupCost, compile_filter
 
 MiB = 1 << 20
 

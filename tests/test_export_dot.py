@@ -9,11 +9,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from engine.export import render
-from engine.export.dot import HIT_FILL, VISIT_FILL, shape_to_dot
-from engine.export.render import ExportError, write_export
-from engine.lookup.base import (
+from mmuscope.engine.export import render
+from mmuscope.engine.export.dot import HIT_FILL, VISIT_FILL, shape_to_dot
+from mmuscope.engine.export.render import ExportError, write_export
+from mmuscope.engine.lookup.base import (
     EMPTY,
     GO_LEFT,
     GO_RIGHT,
@@ -26,7 +25,7 @@ from engine.lookup.base import (
     TreeNodeView,
     TreeView,
 )
-from engine.memslot import MemorySlot
+from mmuscope.engine.memslots.memslot import MemorySlot
 
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz dot not installed")
 

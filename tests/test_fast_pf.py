@@ -11,14 +11,14 @@ from collections.abc import Callable
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from engine import KVM_MEM_LOG_DIRTY_PAGES, Vm
-from engine.events import Event
-from engine.layouts import preset
-from engine.mmu.aging import kvm_age_gfn
-from engine.mmu.direct import DirectMmu
-from engine.mmu.dirty_log import DirtyLogging
-from engine.mmu.fast_pf import (
+from mmuscope.engine import KVM_MEM_LOG_DIRTY_PAGES, Vm
+from mmuscope.engine.events import Event
+from mmuscope.engine.layouts import preset
+from mmuscope.engine.mmu.aging import kvm_age_gfn
+from mmuscope.engine.mmu.direct.mmu import DirectMmu
+from mmuscope.engine.mmu.direct.session import MmuSession
+from mmuscope.engine.mmu.dirty_log import DirtyLogging
+from mmuscope.engine.mmu.fast_pf import (
     FAST_PF_MAX_RETRIES,
     PFERR_PRESENT_MASK,
     PFERR_RSVD_MASK,
@@ -26,9 +26,9 @@ from engine.mmu.fast_pf import (
     fault_error_code,
     restore_acc_track_spte,
 )
-from engine.mmu.mmu_pages import KvmMmuPage
-from engine.mmu.session import MmuSession
-from engine.mmu.spte import (
+from mmuscope.engine.mmu.mmu_pages import KvmMmuPage
+from mmuscope.engine.mmu.params import TdpMmuParams
+from mmuscope.engine.mmu.spte import (
     PT_PRESENT_MASK,
     PT_WRITABLE_MASK,
     SHADOW_NONPRESENT_VALUE,
@@ -37,9 +37,8 @@ from engine.mmu.spte import (
     is_access_track_spte,
     is_shadow_present_pte,
 )
-from engine.mmu.tdp_mmu import TdpMmu
-from engine.mmu.tdp_params import TdpMmuParams
-from engine.mmu.tdp_session import TdpSession
+from mmuscope.engine.mmu.tdp.mmu import TdpMmu
+from mmuscope.engine.mmu.tdp.session import TdpSession
 
 MIB = 1 << 20
 UA = 0x7F00_0000_0000
@@ -260,9 +259,9 @@ def test_the_2011_direct_mmu_has_no_fast_path() -> None:
 def test_the_shadow_mmu_never_takes_the_fast_path_as_the_kernel_under_kvm_pvm() -> None:
     """FNAME(page_fault) does not call fast_page_fault() (6.18 paging_tmpl.h): the model
     of `mmuscope kvm dirty`, dirty logging and all, fixes every write under mmu_lock."""
-    from engine.kvm.compare import STAT_ROWS
-    from engine.kvm.model import model_stats, run_on_model
-    from engine.kvm.program import build_program
+    from mmuscope.engine.kvm.compare import STAT_ROWS
+    from mmuscope.engine.kvm.model import model_stats, run_on_model
+    from mmuscope.engine.kvm.program import build_program
 
     program = build_program("dirty", pages=8)
     run = run_on_model(program, SPTE_CONFIGS["shadow"])
@@ -387,8 +386,9 @@ def test_a_printed_run_with_fast_faults_replays_to_the_same_sptes(config: str) -
     """`mmuscope simulate`'s text of a TDP MMU run (NPT dirty logging; EPT without A/D
     bits, aged) read back by the replay model: every spte it shows is the live one, the
     fast path's among them (its new_spte applied where no other event says so)."""
+    from mmuscope.tui.simulate_cli import LinePrinter
+
     from tests.tdp_replay import assert_shown_sptes_are_live, replay_audited
-    from tui.simulate_cli import LinePrinter
 
     session = TdpSession(preset("pc-2g"), workload="migrate", seed=2, spte_config=config)
     lines: list[str] = []

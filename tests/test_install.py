@@ -23,10 +23,9 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-
-from engine.scenarios.scenario import scenario_names
-from tui import __version__
-from tui.themes import BUILTIN_THEMES
+from mmuscope.engine.scenarios.scenario import scenario_names
+from mmuscope.tui import __version__
+from mmuscope.tui.themes import BUILTIN_THEMES
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("engine", "tui", "themes", "pyproject.toml", "setup.py", "README.md")
@@ -36,10 +35,10 @@ HEADLESS = """
 import sys
 from pathlib import Path
 
-import tui
-from tui.app import make_app
-from tui.resources import theme_dir
-from tui.themes import BUILTIN_THEMES
+import mmuscope.tui as tui
+from mmuscope.tui.app import make_app
+from mmuscope.tui.resources import theme_dir
+from mmuscope.tui.themes import BUILTIN_THEMES
 
 prefix = Path(sys.prefix).resolve()
 assert Path(tui.__file__).resolve().is_relative_to(prefix), tui.__file__

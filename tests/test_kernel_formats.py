@@ -20,11 +20,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from engine.events import FieldValue
-from engine.trace import PFERR_FLAGS, TRACEPOINTS, Tracepoint, parse_line
-from engine.trace.kernel_format import KernelFormat, parse_format_file, read_format
-from engine.trace.printk import ACCESS_STR, Slot
+from mmuscope.engine.events import FieldValue
+from mmuscope.engine.trace import PFERR_FLAGS, TRACEPOINTS, Tracepoint, parse_line
+from mmuscope.engine.trace.kernel_format import KernelFormat, parse_format_file, read_format
+from mmuscope.engine.trace.printk import ACCESS_STR, Slot
 
 TRACEFS = Path("/sys/kernel/tracing")
 RECORDED = Path(__file__).parent / "fixtures" / "trace-kvm-pvm-6.18.txt"

@@ -8,13 +8,14 @@ import argparse
 import os
 from pathlib import Path
 
-from engine.replay.live import LiveTimeline
+from mmuscope.engine.replay.live import LiveTimeline
+from mmuscope.tui.app import make_app
+from mmuscope.tui.kvm_app import child_argv, preflight
+from mmuscope.tui.kvm_launch import KvmLaunch
+from mmuscope.tui.screens.kvm_replay import ComparePanel, KernelStats, KvmReplayScreen
+from mmuscope.tui.widgets.events import EventPanel
+
 from tests.kvm_host import needs_tracing, our_instances
-from tui.app import make_app
-from tui.kvm_app import child_argv, preflight
-from tui.kvm_launch import KvmLaunch
-from tui.screens.kvm_replay import ComparePanel, KernelStats, KvmReplayScreen
-from tui.widgets.events import EventPanel
 
 
 @needs_tracing
@@ -34,7 +35,7 @@ async def test_the_replay_screen_follows_a_real_fork_storm(tmp_path: Path) -> No
         timeline = screen.timeline
         assert isinstance(timeline, LiveTimeline)
         for _ in range(100):  # the tail hands the last batch over
-            if timeline.model.set_sptes >= 8 + 5:
+            if timeline.model.set_sptes >= 5 * 9:
                 break
             await pilot.pause(0.05)
         # 5 processes each map the code page and the 8 shared pages
@@ -53,7 +54,7 @@ async def test_the_replay_screen_follows_a_real_fork_storm(tmp_path: Path) -> No
 
 @needs_tracing
 async def test_the_classroom_scenario_runs_the_storm_on_the_real_kernel(tmp_path: Path) -> None:
-    from tui.screens.rmaps import RmapScreen
+    from mmuscope.tui.screens.rmaps import RmapScreen
 
     app = make_app(scenario="real-kvm", export_dir=tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:

@@ -7,13 +7,14 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from engine.kvm.tracing import find_tracefs
-from engine.replay.live import LiveTimeline
+from mmuscope.engine.kvm.tracing import find_tracefs
+from mmuscope.engine.replay.live import LiveTimeline
+from mmuscope.tui.app import make_app
+from mmuscope.tui.live import live_instance
+from mmuscope.tui.screens.replay import ReplayScreen
+from mmuscope.tui.widgets.events import EventPanel
+
 from tests.kvm_host import MMUSCOPE, needs_tracing, our_instances
-from tui.app import make_app
-from tui.live import live_instance
-from tui.screens.replay import ReplayScreen
-from tui.widgets.events import EventPanel
 
 
 def _global_switches(root: Path) -> tuple[str, str, str]:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import os
 
-from engine import KvmError, Vm
-from engine.kvm.memslot_fuzz import random_calls
+from mmuscope.engine import KvmError, Vm
+from mmuscope.engine.kvm.memslot_fuzz import random_calls
+
 from tests.kvm_host import needs_kvm
 
 CALLS, PER_VM = 10_000, 2_500
@@ -24,7 +25,7 @@ def _errno(vm: object, call: tuple[int, int, int, int, int]) -> int:
 
 @needs_kvm
 def test_every_call_gets_the_kernels_errno() -> None:
-    from engine.kvm.vmm import Kvm
+    from mmuscope.engine.kvm.vmm import Kvm
 
     seed = int(os.environ.get("MMUSCOPE_FUZZ_SEED", "11"))
     outcomes: dict[int, int] = {}

@@ -7,12 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from engine.kvm.asm import Sweep, assemble_slice, decode
-from engine.kvm.compare import MODEL_MISSING, KernelCounts, compare, host_config
-from engine.kvm.host import read_host_mmu
-from engine.kvm.model import run_on_model
-from engine.kvm.program import PROGRAMS, build_program
+from mmuscope.engine.kvm.asm import Sweep, assemble_slice, decode
+from mmuscope.engine.kvm.compare import MODEL_MISSING, KernelCounts, compare, host_config
+from mmuscope.engine.kvm.host import read_host_mmu
+from mmuscope.engine.kvm.model import run_on_model
+from mmuscope.engine.kvm.program import PROGRAMS, build_program
 
 
 @pytest.mark.parametrize("name", PROGRAMS)
@@ -85,7 +84,7 @@ def test_a_difference_is_named_by_the_mechanism_the_kernel_showed() -> None:
 
 
 def test_churn_prefetches_accessed_neighbours_and_dirty_logging_write_protects() -> None:
-    from engine.kvm.model import ModelRunner
+    from mmuscope.engine.kvm.model import ModelRunner
 
     program = build_program("churn", 16)
     runner = ModelRunner(program, host_config(False, 46))
@@ -102,7 +101,7 @@ def test_churn_prefetches_accessed_neighbours_and_dirty_logging_write_protects()
 
 
 def test_each_dirty_log_round_reports_the_pages_written_and_protects_them() -> None:
-    from engine.kvm.model import ModelRunner
+    from mmuscope.engine.kvm.model import ModelRunner
 
     program = build_program("dirty", 8)
     runner = ModelRunner(program, host_config(False, 46))

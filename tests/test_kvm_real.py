@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 
 import pytest
+from mmuscope.engine import KvmError, Vm
 
-from engine import KvmError, Vm
 from tests.kvm_host import needs_kvm, needs_tracing, our_instances, run_cli
 
 EQUAL_PROGRAMS = ("touch", "fork", "mmio", "ptwrite", "churn", "dirty")
@@ -83,7 +83,7 @@ def test_bad_options_are_one_line_errors() -> None:
 
 @needs_kvm
 def test_memslot_calls_refused_alike_by_the_kernel_and_the_engine() -> None:
-    from engine.kvm.vmm import Kvm
+    from mmuscope.engine.kvm.vmm import Kvm
 
     with Kvm() as kvm, kvm.create_vm() as kernel:
         spaces = kvm.check_extension(118)  # KVM_CAP_MULTI_ADDRESS_SPACE
@@ -134,9 +134,9 @@ def test_ctrl_c_in_the_middle_of_a_run_releases_everything() -> None:
 
 @needs_kvm
 def test_a_guest_run_is_bounded_in_time_and_closes_every_fd() -> None:
-    from engine.kvm.program import build_program
-    from engine.kvm.runner import run_on_kernel
-    from engine.kvm.vmm import GuestTimeoutError
+    from mmuscope.engine.kvm.program import build_program
+    from mmuscope.engine.kvm.runner import run_on_kernel
+    from mmuscope.engine.kvm.vmm import GuestTimeoutError
 
     fds = len(os.listdir("/proc/self/fd"))
     with pytest.raises(GuestTimeoutError, match="longer than"):

@@ -7,12 +7,13 @@ import os
 import subprocess
 import sys
 
-from engine.kvm.tracing import (
+from mmuscope.engine.kvm.tracing import (
     TraceInstance,
     find_tracefs,
     reap_stale_instances,
     stale_instance_pid,
 )
+
 from tests.kvm_host import needs_tracing, our_instances
 
 

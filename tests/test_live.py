@@ -13,15 +13,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from mmuscope.engine.replay.live import LiveTimeline
+from mmuscope.tui import live, trace_pipe
+from mmuscope.tui.app import make_app
+from mmuscope.tui.cli import main
+from mmuscope.tui.screens.replay import ReplayScreen
+from mmuscope.tui.widgets.events import EventPanel
+from mmuscope.tui.widgets.replay_panels import ReplayPages
 
-from engine.replay.live import LiveTimeline
 from tests.datafiles import FIXTURES
-from tui import live, trace_pipe
-from tui.app import make_app
-from tui.cli import main
-from tui.screens.replay import ReplayScreen
-from tui.widgets.events import EventPanel
-from tui.widgets.replay_panels import ReplayPages
 
 SAMPLE = FIXTURES / "trace-kvmmmu-sample.txt"
 MMUSCOPE = Path(sys.executable).parent / "mmuscope"

@@ -5,11 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from engine import Vm
-from engine.layouts import build_vm, preset
-from engine.lookup import make_strategy
-from engine.lookup.base import ArrayView, TreeView
-from engine.memslot import MemorySlot
+from mmuscope.engine import Vm
+from mmuscope.engine.layouts import build_vm, preset
+from mmuscope.engine.lookup import make_strategy
+from mmuscope.engine.lookup.base import ArrayView, TreeView
+from mmuscope.engine.memslots.memslot import MemorySlot
 
 UA = 0x7F00_0000_0000
 PAGE = 4096
@@ -138,8 +138,8 @@ def test_engine_never_imports_textual_or_rich() -> None:
     """Every module under engine/ (found on disk, so new ones are covered) imports
     without pulling in the UI."""
     code = (
-        "import sys, pkgutil, importlib, engine;"
-        "names = [m.name for m in pkgutil.walk_packages(engine.__path__, 'engine.')];"
+        "import sys, pkgutil, importlib, mmuscope.engine as engine;"
+        "names = [m.name for m in pkgutil.walk_packages(engine.__path__, 'mmuscope.engine.')];"
         "[importlib.import_module(n) for n in names];"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'rich')];"
         "print(len(names), bad); sys.exit(1 if bad or len(names) < 20 else 0)"

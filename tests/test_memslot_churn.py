@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from mmuscope.engine.layouts.qemu_trace import TraceFormatError
+from mmuscope.engine.memslots.churn import describe_call, recorded_churn
+from mmuscope.engine.memslots.explorer import MemslotExplorer
 
-from engine.explorer import MemslotExplorer
-from engine.layouts.qemu_trace import TraceFormatError
-from engine.memslot_churn import describe_call, recorded_churn
 from tests.datafiles import REALDATA, fixture_text
 from tests.tui_pilot import build, memslots
 

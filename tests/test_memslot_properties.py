@@ -9,8 +9,7 @@ import errno
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from engine import LOOKUP_STRATEGIES, KvmError, Vm
+from mmuscope.engine import LOOKUP_STRATEGIES, KvmError, Vm
 
 PAGE = 4096
 UA_BASE = 0x7F00_0000_0000

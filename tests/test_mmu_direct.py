@@ -8,12 +8,11 @@ import functools
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from engine import AuditError, KvmError, Vm
-from engine.events import Event
-from engine.layouts import build_vm, preset
-from engine.mmu.direct import DirectMmu, gfn_to_index, spte_constants
-from engine.mmu.rmap import (
+from mmuscope.engine import AuditError, KvmError, Vm
+from mmuscope.engine.events import Event
+from mmuscope.engine.layouts import build_vm, preset
+from mmuscope.engine.mmu.direct.mmu import DirectMmu, gfn_to_index, spte_constants
+from mmuscope.engine.mmu.rmap import (
     ERAS,
     KvmRmapHead,
     rmap_val_add,
@@ -21,8 +20,8 @@ from engine.mmu.rmap import (
     rmap_val_remove,
     rmap_val_sptes,
 )
-from engine.mmu.role import ACC_ALL, PG_LEVEL_1G, PG_LEVEL_2M, PG_LEVEL_4K
-from engine.mmu.spte import (
+from mmuscope.engine.mmu.role import ACC_ALL, PG_LEVEL_1G, PG_LEVEL_2M, PG_LEVEL_4K
+from mmuscope.engine.mmu.spte import (
     SPTE_CONFIGS,
     RetPf,
     is_empty_spte,

@@ -7,18 +7,18 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from engine import Vm
-from engine.constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY
-from engine.events import Event
-from engine.layouts import build_vm, preset
-from engine.mmu import guest_pt as gpt
-from engine.mmu.direct import DirectMmu
-from engine.mmu.mapping_level import MappingLevels, kvm_pages_per_hpage
-from engine.mmu.role import PG_LEVEL_1G, PG_LEVEL_2M, PG_LEVEL_4K
-from engine.mmu.session import MmuSession
-from engine.mmu.shadow import ShadowMmu
-from engine.mmu.spte import (
+from mmuscope.engine import Vm
+from mmuscope.engine.events import Event
+from mmuscope.engine.layouts import build_vm, preset
+from mmuscope.engine.memslots.constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY
+from mmuscope.engine.mmu.direct.mmu import DirectMmu
+from mmuscope.engine.mmu.direct.session import MmuSession
+from mmuscope.engine.mmu.guest import page_tables as gpt
+from mmuscope.engine.mmu.mapping_level import MappingLevels, kvm_pages_per_hpage
+from mmuscope.engine.mmu.params import TdpMmuParams
+from mmuscope.engine.mmu.role import PG_LEVEL_1G, PG_LEVEL_2M, PG_LEVEL_4K
+from mmuscope.engine.mmu.shadow.mmu import ShadowMmu
+from mmuscope.engine.mmu.spte import (
     SHADOW_NONPRESENT_VALUE,
     SPTE_CONFIGS,
     VMX_EPT_ACCESS_BIT,
@@ -27,9 +27,8 @@ from engine.mmu.spte import (
     describe_spte,
     is_shadow_present_pte,
 )
-from engine.mmu.tdp_mmu import TdpMmu
-from engine.mmu.tdp_params import TdpMmuParams
-from engine.mmu.views import NONE, spt_cells
+from mmuscope.engine.mmu.tdp.mmu import TdpMmu
+from mmuscope.engine.mmu.views import NONE, spt_cells
 
 MiB, GiB = 1 << 20, 1 << 30
 HVA = 0x7F00_0000_0000  # 1G-aligned
@@ -166,7 +165,7 @@ def test_the_cpu_sets_the_accessed_bit_of_a_prefetched_spte_on_first_use() -> No
         if is_shadow_present_pte(s) and not s & VMX_EPT_ACCESS_BIT
     )
     gpa = (sp.gfn + index) << 12
-    from engine.mmu.session import MmuAccess
+    from mmuscope.engine.mmu.direct.session import MmuAccess
 
     session.next_access = lambda: MmuAccess(0, gpa, False)  # type: ignore[method-assign]
     step = session.step()

@@ -7,17 +7,16 @@ from __future__ import annotations
 import errno
 
 import pytest
-
-from engine import KvmError, Vm
-from engine.events import Event
-from engine.layouts import build_vm, preset
-from engine.mmu import guest_pt as gpt
-from engine.mmu.direct import DirectMmu
-from engine.mmu.mmu_pages import BATCH_ZAP_PAGES, KVM_MIN_ALLOC_MMU_PAGES, MmuPages
-from engine.mmu.role import ACC_ALL, tdp_root_role
-from engine.mmu.session import MmuSession
-from engine.mmu.shadow import ShadowMmu
-from engine.mmu.spte import (
+from mmuscope.engine import KvmError, Vm
+from mmuscope.engine.events import Event
+from mmuscope.engine.layouts import build_vm, preset
+from mmuscope.engine.mmu.direct.mmu import DirectMmu
+from mmuscope.engine.mmu.direct.session import MmuSession
+from mmuscope.engine.mmu.guest import page_tables as gpt
+from mmuscope.engine.mmu.mmu_pages import BATCH_ZAP_PAGES, KVM_MIN_ALLOC_MMU_PAGES, MmuPages
+from mmuscope.engine.mmu.role import ACC_ALL, tdp_root_role
+from mmuscope.engine.mmu.shadow.mmu import ShadowMmu
+from mmuscope.engine.mmu.spte import (
     MMIO_SPTE_GEN_MASK,
     SPTE_CONFIGS,
     SPTE_MMU_PRESENT_MASK,
@@ -174,7 +173,7 @@ def test_a_write_to_an_unmapped_read_only_page_makes_no_spte() -> None:
     assert sp is None
     session = MmuSession(preset("pc-4g"))
     session.mmu.page_fault(0, gpa)
-    from engine.mmu.session import MmuAccess
+    from mmuscope.engine.mmu.direct.session import MmuAccess
 
     assert session.needs_exit(MmuAccess(0, gpa, True))  # the CPU: W on a read-only leaf
 

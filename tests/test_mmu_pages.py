@@ -10,11 +10,10 @@ import subprocess
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from engine.errors import KvmError
-from engine.events import FieldValue
-from engine.export.mmu_dot import pages_to_dot
-from engine.mmu.mmu_pages import (
+from mmuscope.engine.errors import KvmError
+from mmuscope.engine.events import FieldValue
+from mmuscope.engine.export.mmu_dot import pages_to_dot
+from mmuscope.engine.mmu.mmu_pages import (
     BATCH_ZAP_PAGES,
     KVM_MIN_ALLOC_MMU_PAGES,
     KvmMmuPage,
@@ -22,8 +21,8 @@ from engine.mmu.mmu_pages import (
     default_mmu_pages,
     hash_64,
 )
-from engine.mmu.role import ACC_ALL, KvmMmuPageRole, tdp_root_role
-from engine.mmu.spte import is_empty_spte
+from mmuscope.engine.mmu.role import ACC_ALL, KvmMmuPageRole, tdp_root_role
+from mmuscope.engine.mmu.spte import is_empty_spte
 
 
 def test_role_word_packs_the_kernel_bit_order() -> None:

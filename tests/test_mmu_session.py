@@ -4,11 +4,10 @@ once, churn zapping and staling, all deterministic for a seed."""
 from __future__ import annotations
 
 import pytest
-
-from engine.events import Event
-from engine.layouts import preset
-from engine.mmu.session import MMU_WORKLOADS, MmuSession
-from engine.mmu.spte import RetPf
+from mmuscope.engine.events import Event
+from mmuscope.engine.layouts import preset
+from mmuscope.engine.mmu.direct.session import MMU_WORKLOADS, MmuSession
+from mmuscope.engine.mmu.spte import RetPf
 
 
 @pytest.mark.parametrize("workload", MMU_WORKLOADS)

@@ -8,17 +8,16 @@ import contextlib
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from engine import KvmError, Vm
-from engine.events import Event
-from engine.layouts import build_vm, preset
-from engine.mmu import guest_pt as gpt
-from engine.mmu.guest_pt import GuestOutOfMemoryError, GuestPageTables
-from engine.mmu.rmaps_stat import bucket_labels, format_mmu_rmaps_stat
-from engine.mmu.shadow import ShadowMmu
-from engine.mmu.spte import PT_WRITABLE_MASK, SPTE_CONFIGS, RetPf, is_empty_spte
-from engine.mmu.tdp_params import TdpMmuParams
-from engine.mmu.vtlb import Vtlb
+from mmuscope.engine import KvmError, Vm
+from mmuscope.engine.events import Event
+from mmuscope.engine.layouts import build_vm, preset
+from mmuscope.engine.mmu.guest import page_tables as gpt
+from mmuscope.engine.mmu.guest.page_tables import GuestOutOfMemoryError, GuestPageTables
+from mmuscope.engine.mmu.params import TdpMmuParams
+from mmuscope.engine.mmu.rmap.stat import bucket_labels, format_mmu_rmaps_stat
+from mmuscope.engine.mmu.shadow.mmu import ShadowMmu
+from mmuscope.engine.mmu.shadow.vtlb import Vtlb
+from mmuscope.engine.mmu.spte import PT_WRITABLE_MASK, SPTE_CONFIGS, RetPf, is_empty_spte
 
 MiB, GiB = 1 << 20, 1 << 30
 LAPIC_GFN = 0xFEE00

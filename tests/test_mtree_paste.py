@@ -10,10 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from engine.layouts import build_vm
-from engine.layouts.mtree_guest import mtree_guest
-from engine.layouts.qemu_mtree import (
+from mmuscope.engine.layouts import build_vm
+from mmuscope.engine.layouts.mtree_guest import mtree_guest
+from mmuscope.engine.layouts.qemu_mtree import (
     RULE_FLAT,
     RULE_MARKED,
     RULE_TREE,
@@ -22,9 +21,10 @@ from engine.layouts.qemu_mtree import (
     parse_mtree,
     read_mtree,
 )
+from mmuscope.tui.cli import build_parser
+from mmuscope.tui.explorer_cli import explorer_app
+
 from tests.datafiles import FIXTURES, fixture_text, realdata_path
-from tui.cli import build_parser
-from tui.explorer_cli import explorer_app
 
 MMUSCOPE = Path(sys.executable).parent / "mmuscope"
 R = RamRegion

@@ -13,10 +13,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from engine.errors import AuditError
-from engine.ppc.claim import COLUMNS, ppc_keys_table
-from engine.ppc.faults import (
+from mmuscope.engine.errors import AuditError
+from mmuscope.engine.ppc.claim import COLUMNS, ppc_keys_table
+from mmuscope.engine.ppc.faults import (
     CACHED,
     CLASSIFY,
     EMULATED,
@@ -27,9 +26,9 @@ from engine.ppc.faults import (
     FaultRecord,
     classify_by_search,
 )
-from engine.ppc.guest import LinuxGuest
-from engine.ppc.hpt import HashPageTable
-from engine.ppc.hpte import (
+from mmuscope.engine.ppc.guest import LinuxGuest
+from mmuscope.engine.ppc.hpt import HashPageTable
+from mmuscope.engine.ppc.hpte import (
     ABSENT,
     DSISR_KEYFAULT,
     DSISR_NOHPTE,
@@ -45,10 +44,18 @@ from engine.ppc.hpte import (
     hpte_key,
     key_to_r,
 )
-from engine.ppc.keys import ERAS, H_PARAMETER, H_PTEG_FULL, H_SUCCESS, Amr, amr_bits, key_conflict
-from engine.ppc.machine import PpcMachine
-from engine.ppc.pfault import DEMO, DEMO_ORDER, PFAULT, PRESSURE, PfaultProgram, PfaultRun
-from engine.ppc.views import searched_groups_dot
+from mmuscope.engine.ppc.keys import (
+    ERAS,
+    H_PARAMETER,
+    H_PTEG_FULL,
+    H_SUCCESS,
+    Amr,
+    amr_bits,
+    key_conflict,
+)
+from mmuscope.engine.ppc.machine import PpcMachine
+from mmuscope.engine.ppc.pfault import DEMO, DEMO_ORDER, PFAULT, PRESSURE, PfaultProgram, PfaultRun
+from mmuscope.engine.ppc.views import searched_groups_dot
 
 SEED, TODAY = "2014-seed", "today"
 SHIFT = 16

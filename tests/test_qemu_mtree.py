@@ -5,8 +5,13 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mmuscope.engine.layouts.qemu_mtree import (
+    MtreeError,
+    RamRegion,
+    list_address_spaces,
+    parse_mtree,
+)
 
-from engine.layouts.qemu_mtree import MtreeError, RamRegion, list_address_spaces, parse_mtree
 from tests.datafiles import fixture_text, realdata_path
 
 R = RamRegion

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from engine.layouts.qemu_trace import (
+from mmuscope.engine.layouts.qemu_trace import (
     MemoryRegionCall,
     TraceFormatError,
     parse_memory_region_calls,
     replay_calls,
 )
-from engine.vm import Vm
+from mmuscope.engine.memslots.vm import Vm
+
 from tests.datafiles import fixture_text, realdata_path
 
 C = MemoryRegionCall

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tui.screens.shadow_mmu import PAGING_MODES
+from mmuscope.tui.screens.shadow_mmu import PAGING_MODES
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 

@@ -11,12 +11,11 @@ import subprocess
 import sys
 
 import pytest
-
-from engine.events import Event
-from engine.memslot import MemorySlot
-from engine.mmu.role import KvmMmuPageRole, role_field_names
-from engine.mmu.spte import SPTE_CONFIGS, SpteConfig
-from engine.record import FrozenRecordError, replace
+from mmuscope.engine.events import Event
+from mmuscope.engine.memslots.memslot import MemorySlot
+from mmuscope.engine.mmu.role import KvmMmuPageRole, role_field_names
+from mmuscope.engine.mmu.spte import SPTE_CONFIGS, SpteConfig
+from mmuscope.engine.record import FrozenRecordError, replace
 
 
 def test_equality_hash_and_repr_are_the_dataclass_ones() -> None:
@@ -56,7 +55,7 @@ def test_derived_fields_are_compared_but_not_shown() -> None:
 
 def test_simulate_start_up_imports_no_dataclasses() -> None:
     code = (
-        "import sys; from tui.cli import main; "
+        "import sys; from mmuscope.tui.cli import main; "
         "main(['simulate', '--mmu', 'tdp', '--workload', 'kernbench', '--accesses', '3']); "
         "print(sorted({'dataclasses', 'inspect'} & set(sys.modules)))"
     )

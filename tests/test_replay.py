@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mmuscope.engine.trace.reader import TraceCounts, iter_events, rejoin, summarize
 
-from engine.trace.reader import TraceCounts, iter_events, rejoin, summarize
 from tests.datafiles import REALDATA
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -185,7 +185,7 @@ def test_fuzzed_and_truncated_traces_never_raise(
 
 
 def test_write_jsonl_batches_and_counts() -> None:
-    from tui.replay_cli import write_jsonl
+    from mmuscope.tui.replay_cli import write_jsonl
 
     out = io.StringIO()
     counts = write_jsonl(io.StringIO("".join(_many_lines(1500))), out)
@@ -197,11 +197,11 @@ def test_write_jsonl_batches_and_counts() -> None:
 def test_the_engines_own_events_replay_into_the_same_pages(shadow: bool) -> None:
     """Round trip: a session's events printed as a trace, parsed back and replayed, leave
     the replay model with the pages the MMU has (EPT and shadow paging, a fast zap)."""
-    from engine.layouts import preset
-    from engine.mmu.session import MmuSession
-    from engine.mmu.shadow_session import ShadowSession
-    from engine.replay.model import ReplayModel
-    from engine.trace import format_line
+    from mmuscope.engine.layouts import preset
+    from mmuscope.engine.mmu.direct.session import MmuSession
+    from mmuscope.engine.mmu.shadow.session import ShadowSession
+    from mmuscope.engine.replay.model import ReplayModel
+    from mmuscope.engine.trace import format_line
 
     session: MmuSession | ShadowSession
     if shadow:

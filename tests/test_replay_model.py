@@ -13,19 +13,19 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mmuscope.engine.events import Event
+from mmuscope.engine.mmu.spte import SPTE_CONFIGS, make_mmio_spte
+from mmuscope.engine.replay.cursor import TraceCursor
+from mmuscope.engine.replay.dot import replay_to_dot
+from mmuscope.engine.replay.filters import EventFilter, describe_ids, parse_ids
+from mmuscope.engine.replay.index import TraceIndex, build_index
+from mmuscope.engine.replay.live import LiveTimeline
+from mmuscope.engine.replay.model import ReplayModel
+from mmuscope.engine.replay.records import LARGE, LEAF, MMIO, NONE, TABLE, classify, page_key
+from mmuscope.engine.replay.stream import EventAssembler, iter_positioned
+from mmuscope.engine.replay.views import LevelRow, mmio_rows, page_levels, spte_table, vcpu_rows
+from mmuscope.engine.trace.reader import iter_events
 
-from engine.events import Event
-from engine.mmu.spte import SPTE_CONFIGS, make_mmio_spte
-from engine.replay.cursor import TraceCursor
-from engine.replay.dot import replay_to_dot
-from engine.replay.filters import EventFilter, describe_ids, parse_ids
-from engine.replay.index import TraceIndex, build_index
-from engine.replay.live import LiveTimeline
-from engine.replay.model import ReplayModel
-from engine.replay.records import LARGE, LEAF, MMIO, NONE, TABLE, classify, page_key
-from engine.replay.stream import EventAssembler, iter_positioned
-from engine.replay.views import LevelRow, mmio_rows, page_levels, spte_table, vcpu_rows
-from engine.trace.reader import iter_events
 from tests.datafiles import FIXTURES, REALDATA
 
 SAMPLE = FIXTURES / "trace-kvmmmu-sample.txt"
@@ -347,7 +347,7 @@ def test_views_of_the_sample() -> None:
 
 
 def test_seek_words() -> None:
-    from engine.replay.seek import SeekTarget, parse_seek
+    from mmuscope.engine.replay.seek import SeekTarget, parse_seek
 
     assert parse_seek("#1,234", 100.0, 10.0, 104.0) == SeekTarget(event=1234)
     assert parse_seek("50%", 100.0, 10.0, 104.0) == SeekTarget(ts=105.0)
@@ -422,7 +422,7 @@ def test_index_stays_bounded_and_seeks_equal_a_straight_replay(tmp_path: Path) -
 def test_snapshot_budget_thins_too() -> None:
     model = replay(events_of([line("kvm_mmu_get_page", SP.format(gen=0, gfn=g, level=1) + " new")
                               for g in range(10)]))  # fmt: skip
-    from engine.replay.index import Checkpoint
+    from mmuscope.engine.replay.index import Checkpoint
 
     index = TraceIndex(every=1, budget=25)
     for event in range(6):

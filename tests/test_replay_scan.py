@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
+from mmuscope.engine.replay.index import TraceIndex, _scanned_events, build_index
+from mmuscope.engine.replay.model import MODEL_EVENTS
+from mmuscope.engine.replay.scan import PACE_EVERY, TraceScan, scan_trace
+from mmuscope.engine.replay.stream import iter_positioned
+from mmuscope.engine.trace.reader import summarize
+from mmuscope.tui.screens.replay_sources import GATE_WAIT, FrameGate, index_trace
 
-from engine.replay.index import TraceIndex, _scanned_events, build_index
-from engine.replay.model import MODEL_EVENTS
-from engine.replay.scan import PACE_EVERY, TraceScan, scan_trace
-from engine.replay.stream import iter_positioned
-from engine.trace.reader import summarize
 from tests.test_replay_model import fixture_files, wrapped_traces
-from tui.screens.replay_sources import GATE_WAIT, FrameGate, index_trace
 
 
 def check_scan(data: bytes) -> TraceScan:

@@ -14,9 +14,8 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from engine.errors import AuditError
-from engine.mmu.rmap import (
+from mmuscope.engine.errors import AuditError
+from mmuscope.engine.mmu.rmap import (
     DEFAULT_ERA,
     ERAS,
     RMAP_RECYCLE_THRESHOLD,
@@ -26,7 +25,7 @@ from engine.mmu.rmap import (
     rmap_add,
     rmap_add_would_recycle,
 )
-from engine.mmu.rmaps_stat import (
+from mmuscope.engine.mmu.rmap.stat import (
     LOG2_BANNER,
     RMAP_LOG_SIZE,
     RmapHistogram,
@@ -34,6 +33,7 @@ from engine.mmu.rmaps_stat import (
     bucket_log2,
     format_mmu_rmaps_stat,
 )
+
 from tests.datafiles import FIXTURES
 
 SPTE_BASE = 0x1_2345_6000

@@ -12,16 +12,15 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from mmuscope.engine.scenarios import list_scenarios, load_scenario
+from mmuscope.engine.scenarios.checks import failures
+from mmuscope.tui.app import MmuscopeApp, make_app
+from mmuscope.tui.scenario_runner import ScenarioRun, goto_step
+from mmuscope.tui.widgets.caption import Caption
 from textual.pilot import Pilot
 from textual.scroll_view import ScrollView
 from textual.scrollbar import ScrollBar, ScrollBarCorner
 from textual.widget import Widget
-
-from engine.scenarios import list_scenarios, load_scenario
-from engine.scenarios.checks import failures
-from tui.app import MmuscopeApp, make_app
-from tui.scenario_runner import ScenarioRun, goto_step
-from tui.widgets.caption import Caption
 
 SIZE = (120, 40)
 WIDE = (200, 60)

@@ -7,16 +7,15 @@ import re
 from pathlib import Path
 
 import pytest
-
-from engine.layouts import PRESETS
-from engine.scenarios import (
+from mmuscope.engine.layouts import PRESETS
+from mmuscope.engine.scenarios import (
     SCREENS,
     ScenarioError,
     list_scenarios,
     load_scenario,
     parse_scenario,
 )
-from engine.scenarios.checks import CheckError, Values, evaluate, failures, render
+from mmuscope.engine.scenarios.checks import CheckError, Values, evaluate, failures, render
 
 MECHANISMS = {
     "memslot-search",

@@ -28,9 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tui import serve
-from tui.cli import build_parser, main
+from mmuscope.tui import serve
+from mmuscope.tui.cli import build_parser, main
 
 MMUSCOPE = Path(sys.executable).with_name("mmuscope")
 ANSI = re.compile(r"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]|\x1b\][^\x07]*\x07")
@@ -56,7 +55,7 @@ def test_served_command_is_this_mmuscope_with_the_explorer_options() -> None:
     command = serve.served_command(args)
     words = command.split()
     assert words[0] == "exec"
-    assert words[1:6] == [sys.executable, "-m", "tui", "serve", serve.APP_FLAG]
+    assert words[1:6] == [sys.executable, "-m", "mmuscope.tui", "serve", serve.APP_FLAG]
     assert "--scenario vtlb" in command and "--theme projector" in command
     assert "--paused" in words and "--port" not in words and "--host" not in words
     # What the browser tab runs parses back to the same explorer.
@@ -132,7 +131,7 @@ def _wait_for_line(proc: subprocess.Popen[bytes], log: Path, pattern: str) -> re
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, str]]:
     port = free_port()
-    command = [str(MMUSCOPE)] if MMUSCOPE.exists() else [sys.executable, "-m", "tui"]
+    command = [str(MMUSCOPE)] if MMUSCOPE.exists() else [sys.executable, "-m", "mmuscope.tui"]
     env = dict(os.environ, TEXTUAL_ANIMATIONS="none")
     log = tmp_path / "serve.log"
     with log.open("wb") as out:

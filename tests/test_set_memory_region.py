@@ -5,8 +5,7 @@ from __future__ import annotations
 import errno
 
 import pytest
-
-from engine import (
+from mmuscope.engine import (
     KVM_MEM_GUEST_MEMFD,
     KVM_MEM_LOG_DIRTY_PAGES,
     KVM_MEM_MAX_NR_PAGES,
@@ -15,7 +14,7 @@ from engine import (
     KvmError,
     Vm,
 )
-from engine.constants import TASK_SIZE_MAX
+from mmuscope.engine.memslots.constants import TASK_SIZE_MAX
 
 UA = 0x7F00_0000_0000
 MiB = 1 << 20

@@ -7,14 +7,14 @@ of slot 1, gfn 0xdc000 on."""
 
 from __future__ import annotations
 
-from engine.events import Event
-from engine.layouts import build_vm, preset
-from engine.mmu import guest_pt as gpt
-from engine.mmu.guest_pt import GuestPageTables
-from engine.mmu.role import PG_LEVEL_2M
-from engine.mmu.shadow import ShadowMmu
-from engine.mmu.spte import PT_PAGE_SIZE_MASK, PT_WRITABLE_MASK, SPTE_CONFIGS, RetPf
-from engine.mmu.tdp_params import TdpMmuParams
+from mmuscope.engine.events import Event
+from mmuscope.engine.layouts import build_vm, preset
+from mmuscope.engine.mmu.guest import page_tables as gpt
+from mmuscope.engine.mmu.guest.page_tables import GuestPageTables
+from mmuscope.engine.mmu.params import TdpMmuParams
+from mmuscope.engine.mmu.role import PG_LEVEL_2M
+from mmuscope.engine.mmu.shadow.mmu import ShadowMmu
+from mmuscope.engine.mmu.spte import PT_PAGE_SIZE_MASK, PT_WRITABLE_MASK, SPTE_CONFIGS, RetPf
 
 GVA_2M = 0x4000_0000  # PML4[0] PDPT[1] PD[0]
 SLOT2, SLOT2_PFN = 0x10_0000, 0x7F00E0200

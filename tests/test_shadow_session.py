@@ -8,11 +8,10 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from engine.events import Event
-from engine.layouts import preset
-from engine.mmu.guest_pt import GuestPageTables
-from engine.mmu.shadow_session import (
+from mmuscope.engine.events import Event
+from mmuscope.engine.layouts import preset
+from mmuscope.engine.mmu.guest.page_tables import GuestPageTables
+from mmuscope.engine.mmu.shadow.session import (
     FORK_LIVE,
     FORK_PAGES,
     HEAP,
@@ -20,7 +19,7 @@ from engine.mmu.shadow_session import (
     SHADOW_WORKLOADS,
     ShadowSession,
 )
-from engine.mmu.spte import RetPf
+from mmuscope.engine.mmu.spte import RetPf
 
 
 def session(workload: str, **kw: object) -> ShadowSession:
@@ -209,12 +208,12 @@ def test_guest_pool_is_where_the_tables_are() -> None:
 
 
 def test_kernel_2m_gives_guest_2m_leaves_fetches_and_nx_splits() -> None:
-    """kernel_2m: the guest kernel's 2M text and direct map (shadow_kernel.py) in every
+    """kernel_2m: the guest kernel's 2M text and direct map (engine/mmu/shadow/kernel.py) in every
     process; a fetch maps a 2M spte on a THP host, 4K on a 4K host, and splits under
     nx_huge_pages; the direct map over the page tables stays 4K (disallow_lpage)."""
-    from engine.mmu.shadow_kernel import DIRECT_MAP_GVA, KERNEL_TEXT_GVA
-    from engine.mmu.spte import PT_PAGE_SIZE_MASK, is_shadow_present_pte
-    from engine.mmu.tdp_params import TdpMmuParams
+    from mmuscope.engine.mmu.params import TdpMmuParams
+    from mmuscope.engine.mmu.shadow.kernel import DIRECT_MAP_GVA, KERNEL_TEXT_GVA
+    from mmuscope.engine.mmu.spte import PT_PAGE_SIZE_MASK, is_shadow_present_pte
 
     def run(**params: object) -> tuple[ShadowSession, int]:
         s = session("fork", kernel_2m=True, params=TdpMmuParams(tdp_mmu=False, **params))  # type: ignore[arg-type]

@@ -13,18 +13,18 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
-from engine.events import Event
-from engine.replay.model import SMM_KEY
-from engine.trace.lines import TRACE_CMD, format_line, parse_line, parse_trace
-from tests.tdp_replay import assert_shown_sptes_are_live, replay_audited
-from tui.simulate_cli import (
+from mmuscope.engine.events import Event
+from mmuscope.engine.replay.model import SMM_KEY
+from mmuscope.engine.trace.lines import TRACE_CMD, format_line, parse_line, parse_trace
+from mmuscope.tui.simulate_cli import (
     FAST_FORMATS,
     SimulateOptions,
     make_session,
     run,
     trace_cmd_line,
 )
+
+from tests.tdp_replay import assert_shown_sptes_are_live, replay_audited
 
 MMUSCOPE = str(Path(sys.executable).with_name("mmuscope"))
 
@@ -191,12 +191,13 @@ def test_simulate_imports_only_the_chosen_mmu_and_no_tui() -> None:
     """`simulate --mmu tdp` starts without the Textual app, the direct or shadow MMU."""
     code = (
         "import sys, io, contextlib\n"
-        "from tui.cli import main\n"
+        "from mmuscope.tui.cli import main\n"
         "out = io.StringIO()\n"
         "with contextlib.redirect_stdout(out):\n"
         "    main(['simulate', '--mmu', 'tdp', '--workload', 'kernbench', '--accesses', '50'])\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'rich')"
-        " or m in ('engine.mmu.direct', 'engine.mmu.shadow', 'tui.app')]\n"
+        " or m in ('mmuscope.engine.mmu.direct', 'mmuscope.engine.mmu.shadow',"
+        " 'mmuscope.tui.app')]\n"
         "print(bad)\n"
         "sys.exit(1 if bad or 'kvm_page_fault' not in out.getvalue() else 0)\n"
     )
@@ -206,11 +207,11 @@ def test_simulate_imports_only_the_chosen_mmu_and_no_tui() -> None:
 
 def test_help_names_every_workload_layout_and_working_examples(tmp_path: Path) -> None:
     """`simulate --help` lists what each --mmu takes, and its examples run as printed."""
-    from engine.layouts import PRESETS
-    from engine.mmu.session import MmuSession
-    from engine.mmu.shadow_session import ShadowSession
-    from engine.mmu.tdp_session import TdpSession
-    from tui.simulate_cli import HELP_EXAMPLES, HELP_WORKLOADS
+    from mmuscope.engine.layouts import PRESETS
+    from mmuscope.engine.mmu.direct.session import MmuSession
+    from mmuscope.engine.mmu.shadow.session import ShadowSession
+    from mmuscope.engine.mmu.tdp.session import TdpSession
+    from mmuscope.tui.simulate_cli import HELP_EXAMPLES, HELP_WORKLOADS
 
     assert {
         "tdp, direct": TdpSession.workloads,

@@ -12,7 +12,8 @@ import sys
 import pytest
 
 NOT_IMPORTED = (
-    "argparse", "gettext", "locale", "tui.cliparts", "dataclasses", "inspect", "typing", "ast",
+    "argparse", "gettext", "locale", "mmuscope.tui.cliparts", "dataclasses", "inspect",
+    "typing", "ast",
 )  # fmt: skip
 
 
@@ -27,7 +28,7 @@ NOT_IMPORTED = (
 def test_simulate_starts_without(argv: list[str]) -> None:
     code = (
         "import sys, io, contextlib\n"
-        "from tui.cli import main\n"
+        "from mmuscope.tui.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
         f"    code = main(['simulate', *{argv!r}])\n"
         f"print(code, 'kvm_page_fault' in out.getvalue(), [m for m in {NOT_IMPORTED!r}"
@@ -42,7 +43,7 @@ def test_any_other_simulate_line_is_argparses() -> None:
     """A line options_of leaves (here an abbreviation) is parsed by argparse, as before."""
     code = (
         "import sys, io, contextlib\n"
-        "from tui.cli import main\n"
+        "from mmuscope.tui.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         "    code = main(['simulate', '--mmu', 'tdp', '--work', 'kernbench', '--acc', '5'])\n"
         "print(code, 'argparse' in sys.modules)\n"

@@ -9,8 +9,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from engine.mmu.spte import (
+from mmuscope.engine.mmu.spte import (
     ACC_ALL,
     ACC_EXEC_MASK,
     ACC_USER_MASK,

@@ -6,13 +6,12 @@ printed trace and the same final tables, stats and exits, and audit clean."""
 from __future__ import annotations
 
 import pytest
-
-from engine.events import Event
-from engine.layouts import preset
-from engine.layouts.layout import Layout, layout_from_ram_regions
-from engine.mmu.tdp_params import TdpMmuParams
-from engine.mmu.tdp_session import TdpSession
-from tui.simulate_cli import LinePrinter
+from mmuscope.engine.events import Event
+from mmuscope.engine.layouts import preset
+from mmuscope.engine.layouts.layout import Layout, layout_from_ram_regions
+from mmuscope.engine.mmu.params import TdpMmuParams
+from mmuscope.engine.mmu.tdp.session import TdpSession
+from mmuscope.tui.simulate_cli import LinePrinter
 
 MIB = 1 << 20
 TINY = layout_from_ram_regions(
@@ -87,7 +86,7 @@ def test_the_tight_hit_loop_is_the_general_one(
 ) -> None:
     """`cpu_run`'s loop for RAM draws on one root (`TIGHT_HITS`) gives the same events,
     printed lines and final state as every access through the general loop."""
-    from engine.mmu import tdp_cpu
+    from mmuscope.engine.mmu.tdp import cpu as tdp_cpu
 
     tight = run(True, workload, seed, TINY, zap)
     monkeypatch.setattr(tdp_cpu, "TIGHT_HITS", False)

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from engine import KVM_MEM_LOG_DIRTY_PAGES, Vm
-from engine.events import Event
-from engine.layouts import preset
-from engine.mmu.spte import (
+from mmuscope.engine import KVM_MEM_LOG_DIRTY_PAGES, Vm
+from mmuscope.engine.events import Event
+from mmuscope.engine.layouts import preset
+from mmuscope.engine.mmu.params import TdpMmuParams
+from mmuscope.engine.mmu.spte import (
     FROZEN_SPTE,
     PT_WRITABLE_MASK,
     SHADOW_NONPRESENT_VALUE,
@@ -22,11 +22,10 @@ from engine.mmu.spte import (
     is_shadow_present_pte,
     spte_to_pfn,
 )
-from engine.mmu.tdp_iter import for_each_tdp_pte
-from engine.mmu.tdp_mmu import TdpMmu
-from engine.mmu.tdp_pages import RCU_GRACE_PERIOD_NS
-from engine.mmu.tdp_params import TdpMmuParams
-from engine.mmu.tdp_session import TdpSession
+from mmuscope.engine.mmu.tdp.iter import for_each_tdp_pte
+from mmuscope.engine.mmu.tdp.mmu import TdpMmu
+from mmuscope.engine.mmu.tdp.pages import RCU_GRACE_PERIOD_NS
+from mmuscope.engine.mmu.tdp.session import TdpSession
 
 GIB = 1 << 30
 UA = 0x7F00_0000_0000  # 1G-aligned host address
@@ -265,7 +264,7 @@ def test_split_children_are_make_huge_page_split_spte_of_each_index() -> None:
     `make_huge_page_split_spte()`, with and without the NX mitigation, for any spte."""
     import random
 
-    from engine.record import replace
+    from mmuscope.engine.record import replace
 
     rng = random.Random(1)
     for nx in ("off", "on"):

@@ -13,21 +13,20 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from engine import Vm
-from engine.events import Event
-from engine.mmu.spte import (
+from mmuscope.engine import Vm
+from mmuscope.engine.events import Event
+from mmuscope.engine.mmu.params import TdpMmuParams
+from mmuscope.engine.mmu.spte import (
     FROZEN_SPTE,
     REMOVED_SPTE,
     SHADOW_NONPRESENT_VALUE,
     SPTE_CONFIGS,
     is_shadow_present_pte,
 )
-from engine.mmu.tdp_iter import TdpIter
-from engine.mmu.tdp_mmu import TdpMmu
-from engine.mmu.tdp_params import TdpMmuParams
-from engine.replay.records import NONE, classify
-from engine.trace.lines import parse_trace
+from mmuscope.engine.mmu.tdp.iter import TdpIter
+from mmuscope.engine.mmu.tdp.mmu import TdpMmu
+from mmuscope.engine.replay.records import NONE, classify
+from mmuscope.engine.trace.lines import parse_trace
 
 MMUSCOPE = str(Path(sys.executable).with_name("mmuscope"))
 GIB = 1 << 30

@@ -5,12 +5,11 @@ session that walks its root from the top on every access."""
 from __future__ import annotations
 
 import pytest
-
-from engine.events import Event
-from engine.layouts import preset
-from engine.layouts.layout import Layout, layout_from_ram_regions
-from engine.mmu.tdp_params import TdpMmuParams
-from engine.mmu.tdp_session import TdpSession
+from mmuscope.engine.events import Event
+from mmuscope.engine.layouts import preset
+from mmuscope.engine.layouts.layout import Layout, layout_from_ram_regions
+from mmuscope.engine.mmu.params import TdpMmuParams
+from mmuscope.engine.mmu.tdp.session import TdpSession
 
 MIB = 1 << 20
 # 8 MiB of RAM in four 2M regions: every region is walked again and again

@@ -7,12 +7,8 @@ from itertools import combinations
 from pathlib import Path
 
 import pytest
-from textual.app import App, ComposeResult
-from textual.color import Color
-from textual.widgets import Static
-
-from tui import themes
-from tui.themes import (
+from mmuscope.tui import themes
+from mmuscope.tui.themes import (
     BUILTIN_THEME_DIR,
     BUILTIN_THEMES,
     DEFAULT_THEME,
@@ -23,6 +19,9 @@ from tui.themes import (
     register_themes,
     user_theme_dir,
 )
+from textual.app import App, ComposeResult
+from textual.color import Color
+from textual.widgets import Static
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -14,15 +14,14 @@ from collections.abc import Callable
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from engine.errors import AuditError
-from engine.events import Event
-from engine.tlbflush import PROTOCOL_NAMES, TlbConfig, TlbSim, protocol
-from engine.tlbflush.claim import COLUMNS, SEED_TABLE, tlb_flush_table
-from engine.tlbflush.config import NS_PER_MS, PV_FLUSH_SPIN_NS, sched_slice
-from engine.tlbflush.dot import flush_to_dot
-from engine.tlbflush.lanes import LaneHistory
-from engine.tlbflush.vcpu import RUNNING, VIS_PREEMPTED
+from mmuscope.engine.errors import AuditError
+from mmuscope.engine.events import Event
+from mmuscope.engine.tlbflush import PROTOCOL_NAMES, TlbConfig, TlbSim, protocol
+from mmuscope.engine.tlbflush.claim import COLUMNS, SEED_TABLE, tlb_flush_table
+from mmuscope.engine.tlbflush.config import NS_PER_MS, PV_FLUSH_SPIN_NS, sched_slice
+from mmuscope.engine.tlbflush.dot import flush_to_dot
+from mmuscope.engine.tlbflush.lanes import LaneHistory
+from mmuscope.engine.tlbflush.vcpu import RUNNING, VIS_PREEMPTED
 
 PAYS_A_FLUSH = ("smp_invalidate_interrupt", "kvm_pv_tlb_flush")
 

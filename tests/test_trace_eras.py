@@ -12,9 +12,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from engine.replay.model import ReplayModel
-from engine.trace import (
+from mmuscope.engine.replay.model import ReplayModel
+from mmuscope.engine.trace import (
     CURRENT,
     NO_GEN_2019,
     PFERR_FLAGS_OLD,
@@ -27,6 +26,7 @@ from engine.trace import (
     json_fields,
     parse_line,
 )
+
 from tests.test_replay import MMUSCOPE
 
 EXIT_618 = (
@@ -225,7 +225,7 @@ def test_replay_jsonl_prints_the_kernel_names_and_the_aliases(tmp_path: Path) ->
 
 
 def test_engine_events_use_the_kernel_names() -> None:
-    from engine.mmu.mmu_pages import MmuPages
+    from mmuscope.engine.mmu.mmu_pages import MmuPages
 
     events: list[tuple[str, dict[str, object]]] = []
     pages = MmuPages(emit=lambda name, **fields: events.append((name, fields)))

@@ -8,11 +8,10 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from engine.events import Event
-from engine.explorer import MemslotExplorer
-from engine.layouts import preset
-from engine.trace import (
+from mmuscope.engine.events import Event
+from mmuscope.engine.layouts import preset
+from mmuscope.engine.memslots.explorer import MemslotExplorer
+from mmuscope.engine.trace import (
     CURRENT,
     LIBTRACEEVENT,
     PRE_2019,
@@ -26,7 +25,8 @@ from engine.trace import (
     parse_trace,
     trace_summary,
 )
-from engine.trace.tracepoints import Slot
+from mmuscope.engine.trace.tracepoints import Slot
+
 from tests.datafiles import fixture_text, realdata_path
 
 SP_FIELDS = ["gen", "gfn", "level", "gpte_bytes", "quadrant", "direct", "access", "invalid"]

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.lookup.base import ArrayView
+from mmuscope.engine.lookup.base import ArrayView
+from mmuscope.tui.widgets.structure import StructureView
+
 from tests.tui_pilot import build, memslots
-from tui.widgets.structure import StructureView
 
 
 def _cell_by_cell(view: StructureView, start: int, end: int) -> tuple[str | None, ...]:

@@ -5,6 +5,8 @@ scrollbar repaints when its thumb moves, not at every append."""
 
 from __future__ import annotations
 
+from mmuscope.tui.widgets.event_log import ROW_STRIPS_KEPT, EventLog, row_strip
+from mmuscope.tui.widgets.steady_scrollbar import SteadyScrollBar
 from rich.console import RenderableType
 from rich.segment import Segment
 from rich.style import Style
@@ -13,8 +15,6 @@ from textual.geometry import Region
 from textual.strip import Strip
 
 from tests.tui_pilot import drawn_lines
-from tui.widgets.event_log import ROW_STRIPS_KEPT, EventLog, row_strip
-from tui.widgets.steady_scrollbar import SteadyScrollBar
 
 
 class LogApp(App[None]):

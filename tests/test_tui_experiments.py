@@ -10,16 +10,16 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import mmuscope.tui.screens.experiments as experiments
 import pytest
+from mmuscope.engine.claims.chart import ChartSpec
+from mmuscope.engine.claims.registry import BAND, TABLES, MissingTable
+from mmuscope.engine.claims.table import ClaimTable
+from mmuscope.tui.app import MmuscopeApp
+from mmuscope.tui.screens.experiments import ExperimentsScreen, TableList
+from mmuscope.tui.widgets.bar_chart import BarChart, bar_cells, chart_lines
 
-import tui.screens.experiments as experiments
-from engine.claims.chart import ChartSpec
-from engine.claims.registry import BAND, TABLES, MissingTable
-from engine.claims.table import ClaimTable
 from tests.tui_pilot import SIZE, build, press_export
-from tui.app import MmuscopeApp
-from tui.screens.experiments import ExperimentsScreen, TableList
-from tui.widgets.bar_chart import BarChart, bar_cells, chart_lines
 
 
 def small_table(name: str, quick: bool = False) -> ClaimTable:
@@ -162,7 +162,7 @@ def test_the_band_is_an_error_bar_beside_the_seed() -> None:
 
 
 async def test_help_lists_the_screens_keys_with_tooltips(tmp_path: Path) -> None:
-    from tui.screens.help import HelpScreen, key_rows
+    from mmuscope.tui.screens.help import HelpScreen, key_rows
 
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:

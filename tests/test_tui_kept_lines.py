@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mmuscope.tui.app import MmuscopeApp
+from mmuscope.tui.widgets.kept_lines import KeptStylesCache, KeptVertical, Tiled
+from mmuscope.tui.widgets.row_cache import RowStylesCache
 from textual._styles_cache import StylesCache
 from textual.app import App, ComposeResult
 from textual.geometry import Region
@@ -15,9 +18,6 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from tests.tui_pilot import build, memslots
-from tui.app import MmuscopeApp
-from tui.widgets.kept_lines import KeptStylesCache, KeptVertical, Tiled
-from tui.widgets.row_cache import RowStylesCache
 
 
 def _keeping(app: MmuscopeApp) -> list[Widget]:

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.mmu.session import MmuSession
-from engine.mmu.shadow_session import ShadowSession
-from engine.mmu.spte import SPTE_CONFIGS
-from engine.mmu.tdp_session import TdpSession
+from mmuscope.engine.mmu.direct.session import MmuSession
+from mmuscope.engine.mmu.shadow.session import ShadowSession
+from mmuscope.engine.mmu.spte import SPTE_CONFIGS
+from mmuscope.engine.mmu.tdp.session import TdpSession
+from mmuscope.tui.screens.shadow_mmu import ShadowMmuScreen
+from mmuscope.tui.widgets.lookup_bar import LookupBar
+from mmuscope.tui.widgets.mmu_panels import MmuCounters
+
 from tests.tui_pilot import SIZE, build, shadow_mmu
-from tui.screens.shadow_mmu import ShadowMmuScreen
-from tui.widgets.lookup_bar import LookupBar
-from tui.widgets.mmu_panels import MmuCounters
 
 RUNS = 40  # batches of 50 accesses a test may run before the fast path must have fired
 

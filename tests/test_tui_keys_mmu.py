@@ -7,20 +7,20 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from mmuscope.engine.mmu.direct.session import MMU_WORKLOADS, MmuAccess, MmuSession
+from mmuscope.engine.mmu.mapping_level import MappingLevels
+from mmuscope.engine.mmu.mmu_pages import BATCH_ZAP_PAGES
+from mmuscope.engine.mmu.shadow.session import SHADOW_WORKLOADS, ShadowSession
+from mmuscope.engine.mmu.spte import FROZEN_SPTE, SPTE_CONFIGS
+from mmuscope.engine.mmu.tdp.session import TDP_WORKLOADS, TdpSession
+from mmuscope.tui.screens.memslots import MemslotsScreen
+from mmuscope.tui.screens.shadow_mmu import ShadowMmuScreen
+from mmuscope.tui.widgets.lookup_bar import LookupBar
+from mmuscope.tui.widgets.mmu_panels import GuestPanel, MmuCounters, PageLevels
+from mmuscope.tui.widgets.spt_grid import SptGrid
 from textual.pilot import Pilot
 
-from engine.mmu.mapping_level import MappingLevels
-from engine.mmu.mmu_pages import BATCH_ZAP_PAGES
-from engine.mmu.session import MMU_WORKLOADS, MmuAccess, MmuSession
-from engine.mmu.shadow_session import SHADOW_WORKLOADS, ShadowSession
-from engine.mmu.spte import FROZEN_SPTE, SPTE_CONFIGS
-from engine.mmu.tdp_session import TDP_WORKLOADS, TdpSession
 from tests.tui_pilot import SIZE, build, memslots, press_export, shadow_mmu
-from tui.screens.memslots import MemslotsScreen
-from tui.screens.shadow_mmu import ShadowMmuScreen
-from tui.widgets.lookup_bar import LookupBar
-from tui.widgets.mmu_panels import GuestPanel, MmuCounters, PageLevels
-from tui.widgets.spt_grid import SptGrid
 
 
 async def test_f2_opens_the_screen_and_f1_returns_with_state_kept(tmp_path: Path) -> None:

@@ -11,16 +11,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from mmuscope.engine.lookup import LOOKUP_STRATEGIES
+from mmuscope.engine.lookup.base import ArrayView, TreeView
+from mmuscope.engine.memslots.workload import WORKLOADS
+from mmuscope.engine.pacing import SPEEDS
+from mmuscope.tui.screens.dialogs import GfnDialog
+from mmuscope.tui.widgets.lookup_bar import LookupBar
+from mmuscope.tui.widgets.structure import StructureView
 from textual.widgets import Input, Static
 
-from engine.lookup import LOOKUP_STRATEGIES
-from engine.lookup.base import ArrayView, TreeView
-from engine.pacing import SPEEDS
-from engine.workload import WORKLOADS
 from tests.tui_pilot import SIZE, build, fill, memslots, paste, text_of
-from tui.screens.dialogs import GfnDialog
-from tui.widgets.lookup_bar import LookupBar
-from tui.widgets.structure import StructureView
 
 SHAPE_KIND = {
     "linear": ArrayView,

@@ -7,11 +7,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from engine.mmu.rmap_lab import ForkLab
+from mmuscope.engine.mmu.shadow.rmap_lab import ForkLab
+from mmuscope.tui.app import MmuscopeApp
+from mmuscope.tui.screens.rmaps import RmapScreen
+from mmuscope.tui.widgets.rmap_panels import RmapBars, RmapChain
+
 from tests.tui_pilot import SIZE, build, press_export
-from tui.app import MmuscopeApp
-from tui.screens.rmaps import RmapScreen
-from tui.widgets.rmap_panels import RmapBars, RmapChain
 
 
 def rmaps(app: MmuscopeApp) -> RmapScreen:

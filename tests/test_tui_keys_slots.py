@@ -11,15 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from mmuscope.engine.lookup import LOOKUP_STRATEGIES
+from mmuscope.tui.screens.dialogs import FilterDialog, GfnDialog, SlotDialog
+from mmuscope.tui.screens.memslots import MemslotsScreen
+from mmuscope.tui.widgets.events import EventPanel
+from mmuscope.tui.widgets.slot_table import SlotTable
 from textual.pilot import Pilot
 from textual.widgets import Input, Static
 
-from engine.lookup import LOOKUP_STRATEGIES
 from tests.tui_pilot import SIZE, build, cost_rows, fill, memslots, paste, table_rows, text_of
-from tui.screens.dialogs import FilterDialog, GfnDialog, SlotDialog
-from tui.screens.memslots import MemslotsScreen
-from tui.widgets.events import EventPanel
-from tui.widgets.slot_table import SlotTable
 
 FREE_GPA = 0x2_0000_0000  # 8 GiB: above every slot of pc-4g (RAM above 4G ends at 4.5 GiB)
 
@@ -297,7 +297,7 @@ async def test_x_clears_the_cost_table(tmp_path: Path) -> None:
 
 async def test_a_strategy_switch_does_not_claim_a_generation_change(tmp_path: Path) -> None:
     """The first lookup after `l` runs on a fresh vCPU cache: nothing was reset."""
-    from tui.widgets.path_panel import PathPanel
+    from mmuscope.tui.widgets.path_panel import PathPanel
 
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -309,7 +309,7 @@ async def test_a_strategy_switch_does_not_claim_a_generation_change(tmp_path: Pa
 
 
 def test_a_real_generation_change_still_says_so() -> None:
-    from engine import Vm
+    from mmuscope.engine import Vm
 
     vm = Vm()
     vm.set_user_memory_region(0, 0, 0, 1 << 20, 0x7F0000000000)

@@ -15,11 +15,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from mmuscope.engine.lookup import LOOKUP_STRATEGIES
+from mmuscope.tui.messages import WindowMoved
+from mmuscope.tui.screens.base import TooSmall
+from mmuscope.tui.screens.dialogs import FilterDialog
+from mmuscope.tui.screens.help import HelpScreen
+from mmuscope.tui.screens.memslots import MemslotsScreen
+from mmuscope.tui.themes import BUILTIN_THEMES, DEFAULT_THEME
+from mmuscope.tui.widgets.events import CountersTable, EventLog, EventPanel, shown_name
+from mmuscope.tui.widgets.structure import StructureView
 from textual.command import CommandList, CommandPalette
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Static
 
-from engine.lookup import LOOKUP_STRATEGIES
 from tests.tui_pilot import (
     SIZE,
     build,
@@ -31,14 +39,6 @@ from tests.tui_pilot import (
     structure_text,
     text_of,
 )
-from tui.messages import WindowMoved
-from tui.screens.base import TooSmall
-from tui.screens.dialogs import FilterDialog
-from tui.screens.help import HelpScreen
-from tui.screens.memslots import MemslotsScreen
-from tui.themes import BUILTIN_THEMES, DEFAULT_THEME
-from tui.widgets.events import CountersTable, EventLog, EventPanel, shown_name
-from tui.widgets.structure import StructureView
 
 
 def counter_events(screen: MemslotsScreen) -> list[str]:

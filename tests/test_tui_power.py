@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.ppc.faults import CLASSIFY, FORWARDED, NO_SEARCH
+from mmuscope.engine.ppc.faults import CLASSIFY, FORWARDED, NO_SEARCH
+from mmuscope.tui.app import MmuscopeApp
+from mmuscope.tui.screens.power import PowerScreen
+from mmuscope.tui.widgets.lookup_bar import LookupBar
+from mmuscope.tui.widgets.power_panels import FaultSteps, HptGroups, PowerCounters
+
 from tests.tui_pilot import build, drawn_lines, press_export
-from tui.app import MmuscopeApp
-from tui.screens.power import PowerScreen
-from tui.widgets.lookup_bar import LookupBar
-from tui.widgets.power_panels import FaultSteps, HptGroups, PowerCounters
 
 SIZE = (120, 40)
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from mmuscope.tui.app import MmuscopeApp
+from mmuscope.tui.widgets.event_log import EventLog
+from mmuscope.tui.widgets.row_cache import RowStylesCache
+from mmuscope.tui.widgets.structure import StructureView
 from textual.geometry import Region
 from textual.widget import Widget
 
 from tests.tui_pilot import SIZE, build, memslots
-from tui.app import MmuscopeApp
-from tui.widgets.event_log import EventLog
-from tui.widgets.row_cache import RowStylesCache
-from tui.widgets.structure import StructureView
 
 
 def repaint_whole(app: MmuscopeApp) -> None:

@@ -12,20 +12,26 @@ import time
 from pathlib import Path
 
 import pytest
+from mmuscope.engine.pacing import SPEEDS
+from mmuscope.engine.replay.cursor import TraceCursor
+from mmuscope.engine.replay.index import TraceIndex, build_index, open_for_index
+from mmuscope.tui.app import MmuscopeApp, make_app
+from mmuscope.tui.screens import replay as replay_module
+from mmuscope.tui.screens.base import TooSmall
+from mmuscope.tui.screens.replay import STEP_CHUNK, ReplayScreen
+from mmuscope.tui.widgets.events import EventPanel
+from mmuscope.tui.widgets.replay_panels import (
+    IndexingBar,
+    ReplayPages,
+    ReplayState,
+    SpteGrid,
+    TimelineBar,
+)
 from textual.widgets import Input
 
-from engine.pacing import SPEEDS
-from engine.replay.cursor import TraceCursor
-from engine.replay.index import TraceIndex, build_index, open_for_index
 from tests.datafiles import FIXTURES
 from tests.test_scenario_steps import cut_panels
 from tests.tui_pilot import drawn_lines, paste, press_export
-from tui.app import MmuscopeApp, make_app
-from tui.screens import replay as replay_module
-from tui.screens.base import TooSmall
-from tui.screens.replay import STEP_CHUNK, ReplayScreen
-from tui.widgets.events import EventPanel
-from tui.widgets.replay_panels import IndexingBar, ReplayPages, ReplayState, SpteGrid, TimelineBar
 
 SAMPLE = FIXTURES / "trace-kvmmmu-sample.txt"
 MMUSCOPE = Path(sys.executable).parent / "mmuscope"
@@ -283,7 +289,7 @@ async def test_dialog_texts_keep_their_brackets(tmp_path: Path) -> None:
 
 
 async def test_the_footer_says_what_seeking_and_speed_keys_do(tmp_path: Path) -> None:
-    from tui.widgets.key_bar import KeyBar
+    from mmuscope.tui.widgets.key_bar import KeyBar
 
     app = build(SAMPLE, tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -340,7 +346,7 @@ async def test_one_event_is_one_event(tmp_path: Path) -> None:
 
 
 def test_counted_nouns() -> None:
-    from engine.words import count
+    from mmuscope.engine.words import count
 
     assert [count(n, "child", "children") for n in (0, 1, 2)] == [
         "0 children",

@@ -8,6 +8,15 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from mmuscope.tui.app import make_app
+from mmuscope.tui.widgets.cost_panel import CostPanel
+from mmuscope.tui.widgets.event_log import EventLog
+from mmuscope.tui.widgets.line_templates import _split
+from mmuscope.tui.widgets.panel import TextPanel
+from mmuscope.tui.widgets.replay_panels import ReplayPanel
+from mmuscope.tui.widgets.row_cache import RowStylesCache
+from mmuscope.tui.widgets.steady_scrollbar import SteadyScrollBar
+from mmuscope.tui.widgets.structure import StructureView
 from rich.text import Text
 from textual._styles_cache import StylesCache
 from textual.app import App, ComposeResult
@@ -17,15 +26,6 @@ from textual.widget import Widget
 
 from tests.datafiles import FIXTURES
 from tests.tui_pilot import build, memslots
-from tui.app import make_app
-from tui.widgets.cost_panel import CostPanel
-from tui.widgets.event_log import EventLog
-from tui.widgets.line_templates import _split
-from tui.widgets.panel import TextPanel
-from tui.widgets.replay_panels import ReplayPanel
-from tui.widgets.row_cache import RowStylesCache
-from tui.widgets.steady_scrollbar import SteadyScrollBar
-from tui.widgets.structure import StructureView
 
 
 def _both_ways(widget: Widget) -> tuple[list[object], list[object]]:

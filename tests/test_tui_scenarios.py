@@ -9,10 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from engine.scenarios import list_scenarios, load_scenario
-from tui.app import MmuscopeApp, make_app
-from tui.widgets.caption import Caption
+from mmuscope.engine.scenarios import list_scenarios, load_scenario
+from mmuscope.tui.app import MmuscopeApp, make_app
+from mmuscope.tui.widgets.caption import Caption
 
 SIZE = (120, 40)
 MMUSCOPE = Path(sys.executable).parent / "mmuscope"
@@ -127,7 +126,7 @@ async def test_the_step_keys_type_into_a_dialog_in_a_scenario(tmp_path: Path) ->
 
 
 async def test_stepping_back_keeps_the_event_filter(tmp_path: Path) -> None:
-    from tui.widgets.events import EventLog, EventPanel
+    from mmuscope.tui.widgets.events import EventLog, EventPanel
 
     app = make_app(scenario="mmio-caching", export_dir=tmp_path)
     async with app.run_test(size=SIZE) as pilot:

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mmuscope.engine.mmu.shadow.kernel import KERNEL_TEXT_GVA
+from mmuscope.engine.mmu.shadow.session import ShadowSession, ShadowStep
+from mmuscope.engine.mmu.spte import PT_PAGE_SIZE_MASK
+from mmuscope.tui.screens.shadow_mmu import ShadowMmuScreen
+from mmuscope.tui.widgets.mmu_panels import MmuCounters
 from textual.pilot import Pilot
 
-from engine.mmu.shadow_kernel import KERNEL_TEXT_GVA
-from engine.mmu.shadow_session import ShadowSession, ShadowStep
-from engine.mmu.spte import PT_PAGE_SIZE_MASK
 from tests.tui_pilot import build, shadow_mmu
-from tui.screens.shadow_mmu import ShadowMmuScreen
-from tui.widgets.mmu_panels import MmuCounters
 
 WIDE = (150, 44)  # the counters keep a long `level (why)` on one row
 

@@ -14,15 +14,15 @@ import io
 from collections.abc import Awaitable, Callable
 
 import pytest
+from mmuscope.engine.stats import CounterRow, LookupCost
+from mmuscope.tui.app import MmuscopeApp, make_app
+from mmuscope.tui.screens import base
+from mmuscope.tui.widgets.cost_panel import cost_table
+from mmuscope.tui.widgets.events import EventLog, EventPanel, LogEntry, counters_table, event_rows
 from rich.console import Console
 from textual.pilot import Pilot
 
-from engine.stats import CounterRow, LookupCost
 from tests.datafiles import FIXTURES
-from tui.app import MmuscopeApp, make_app
-from tui.screens import base
-from tui.widgets.cost_panel import cost_table
-from tui.widgets.events import EventLog, EventPanel, LogEntry, counters_table, event_rows
 
 SIZES = [(80, 24), (120, 40), (200, 60)]
 SAMPLE = FIXTURES / "trace-kvmmmu-sample.txt"

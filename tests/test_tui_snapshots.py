@@ -25,15 +25,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable
 
 import pytest
+from mmuscope.tui.app import MmuscopeApp, make_app
+from mmuscope.tui.screens import base
+from mmuscope.tui.screens.memslots import MemslotsScreen
+from mmuscope.tui.themes import DEFAULT_THEME
+from mmuscope.tui.widgets.cost_panel import CostPanel
+from mmuscope.tui.widgets.events import EventPanel
 from textual.pilot import Pilot
 from textual.widgets import Input
-
-from tui.app import MmuscopeApp, make_app
-from tui.screens import base
-from tui.screens.memslots import MemslotsScreen
-from tui.themes import DEFAULT_THEME
-from tui.widgets.cost_panel import CostPanel
-from tui.widgets.events import EventPanel
 
 SIZE = (120, 36)
 SEED = 3  # its third lookup walks three rbtree nodes down to slot 2

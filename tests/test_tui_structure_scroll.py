@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mmuscope.tui.widgets.structure import StructureView
+
 from tests.tui_pilot import build, memslots
-from tui.widgets.structure import StructureView
 
 
 async def _offsets(tmp_path: Path, strategy: str, merge: bool) -> list[object]:

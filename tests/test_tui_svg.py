@@ -20,13 +20,13 @@ from itertools import pairwise
 from pathlib import Path
 from typing import NamedTuple
 
+from mmuscope.tui.app import MmuscopeApp
+from mmuscope.tui.themes import BUILTIN_THEMES
+from mmuscope.tui.widgets.cost_panel import CostPanel
 from rich.cells import cell_len
 
 from tests.test_tui_sizes import SIZES, keys_for, screen_app, screen_text
 from tests.test_tui_sizes import deterministic as deterministic  # the same autouse fixture
-from tui.app import MmuscopeApp
-from tui.themes import BUILTIN_THEMES
-from tui.widgets.cost_panel import CostPanel
 
 TEXT = re.compile(
     r'<text class="[^"]*" x="([\d.]+)" y="([\d.]+)" textLength="([\d.]+)"[^>]*>([^<]*)</text>'

@@ -10,6 +10,11 @@ show); what each panel was asked to show is only the expectation.
 from __future__ import annotations
 
 import pytest
+from mmuscope.tui.app import MmuscopeApp
+from mmuscope.tui.widgets.events import CountersTable
+from mmuscope.tui.widgets.key_bar import KeyBar
+from mmuscope.tui.widgets.mmu_panels import MmuCounters
+from mmuscope.tui.widgets.slot_table import SlotTable
 from rich.text import Text
 from textual.content import Content
 from textual.geometry import Region
@@ -20,11 +25,6 @@ from textual.widgets import Static
 
 from tests.test_tui_sizes import SCREENS, keys_for, screen_app, screen_text
 from tests.test_tui_sizes import deterministic as deterministic  # the same autouse fixture
-from tui.app import MmuscopeApp
-from tui.widgets.events import CountersTable
-from tui.widgets.key_bar import KeyBar
-from tui.widgets.mmu_panels import MmuCounters
-from tui.widgets.slot_table import SlotTable
 
 WIDE_SIZES = [(120, 40), (200, 60)]
 STATES = {
@@ -181,9 +181,8 @@ async def test_no_explanation_is_cut_and_nothing_overlaps(name: str) -> None:
 async def test_the_kernel_comparison_puts_a_long_name_on_its_own_row() -> None:
     """The `mmuscope kvm` side panel (it needs a guest on /dev/kvm, so here alone in a
     narrow app): a quantity's name too long for the column is shown whole."""
+    from mmuscope.tui.screens.kvm_replay import ComparePanel
     from textual.app import App, ComposeResult
-
-    from tui.screens.kvm_replay import ComparePanel
 
     long_name = "kvm_mmu_prepare_zap_page calls under mmu_lock"
     rows = [

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mmuscope.tui.app import MmuscopeApp
+from mmuscope.tui.screens.tlb import TlbScreen
+from mmuscope.tui.widgets.tlb_panels import TlbLanes, TlbSide
+
 from tests.tui_pilot import build, drawn_lines, press_export
-from tui.app import MmuscopeApp
-from tui.screens.tlb import TlbScreen
-from tui.widgets.tlb_panels import TlbLanes, TlbSide
 
 BIG, SMALL = (120, 40), (80, 24)
 
@@ -40,7 +41,7 @@ async def test_step_and_next_wait_advance_the_lanes(tmp_path: Path) -> None:
         assert sum(line.lstrip("│ ").startswith("vcpu") for line in lines) == 8
         assert any("pcpu7" in line for line in lines)  # room for the pCPUs at 120×40
         assert any("▒" in line for line in lines if "vcpu" in line)  # the stalled spin
-        from tui.widgets.tlb_panels import LEGEND
+        from mmuscope.tui.widgets.tlb_panels import LEGEND
 
         glyphs = [glyph for glyph, _, _ in LEGEND]
         assert len(glyphs) == len(set(glyphs)), glyphs  # one glyph per meaning

@@ -9,8 +9,7 @@ import types
 import typing
 
 import pytest
-
-from engine import typing_lite as lite
+from mmuscope.engine import typing_lite as lite
 
 
 class LiteAccess(lite.NamedTuple):

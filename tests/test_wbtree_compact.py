@@ -9,12 +9,11 @@ import random
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from engine.layouts import build_vm, preset
-from engine.lookup import LOOKUP_STRATEGIES, make_strategy
-from engine.lookup.base import TreeView
-from engine.lookup.wbtree_compact import alignment, mix64
-from engine.memslot import MemorySlot
+from mmuscope.engine.layouts import build_vm, preset
+from mmuscope.engine.lookup import LOOKUP_STRATEGIES, make_strategy
+from mmuscope.engine.lookup.base import TreeView
+from mmuscope.engine.lookup.wbtree_compact import alignment, mix64
+from mmuscope.engine.memslots.memslot import MemorySlot
 
 
 def shape_of(tree: object) -> list[tuple[int, int | None, int | None]]:

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mmuscope.tui.widgets.wrap import wrap_text
 from rich.text import Text
-
-from tui.widgets.wrap import wrap_text
 
 WORD = st.text(alphabet="abcxyz0123_→·", min_size=1, max_size=12)
 LINE = st.lists(st.tuples(WORD, st.sampled_from([" ", "  ", "   "])), max_size=12).map(
@@ -49,9 +48,8 @@ def test_a_row_breaks_between_two_fields_first() -> None:
 def test_a_counters_row_never_wraps_and_keeps_its_label() -> None:
     """Issue 13 §2, tables never wrap a row: the value takes the label column's padding,
     then drops its closing "(explanation)", then is cut with an ellipsis."""
+    from mmuscope.tui.widgets.fit import table_row
     from rich.style import Style
-
-    from tui.widgets.fit import table_row
 
     label = Style()
     assert table_row("host pages", "2M (host_pfn_mapping_level)", 0, 22, label).plain == (

@@ -9,19 +9,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mmuscope.tui.app import MmuscopeApp, make_app
+from mmuscope.tui.screens.memslots import MemslotsScreen
+from mmuscope.tui.screens.shadow_mmu import ShadowMmuScreen
+from mmuscope.tui.widgets.cost_panel import CostPanel
+from mmuscope.tui.widgets.slot_table import SlotTable
+from mmuscope.tui.widgets.structure import StructureView
 from textual import events
 from textual.geometry import Region
 from textual.pilot import Pilot
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Input, Static
-
-from tui.app import MmuscopeApp, make_app
-from tui.screens.memslots import MemslotsScreen
-from tui.screens.shadow_mmu import ShadowMmuScreen
-from tui.widgets.cost_panel import CostPanel
-from tui.widgets.slot_table import SlotTable
-from tui.widgets.structure import StructureView
 
 SIZE = (120, 36)
 

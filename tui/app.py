@@ -12,22 +12,21 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mmuscope.engine.layouts import DEFAULT_LAYOUT, Layout, preset
+from mmuscope.engine.memslots.explorer import MemslotExplorer
+from mmuscope.engine.memslots.workload import DEFAULT_WORKLOAD
+from mmuscope.engine.pacing import DEFAULT_SPEED, Pacer
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.notifications import Notification, SeverityLevel
 from textual.screen import ModalScreen, Screen
 
-from engine.explorer import MemslotExplorer
-from engine.layouts import DEFAULT_LAYOUT, Layout, preset
-from engine.pacing import DEFAULT_SPEED, Pacer
-from engine.workload import DEFAULT_WORKLOAD
-
 from .resources import stylesheet
 from .themes import DEFAULT_THEME, THEME_VARIABLES, register_themes
 
 if TYPE_CHECKING:
-    from engine.memslot_churn import RecordedChurn
-    from engine.scenarios import Scenario
+    from mmuscope.engine.memslots.churn import RecordedChurn
+    from mmuscope.engine.scenarios import Scenario
 
     from .kvm_launch import KvmLaunch
     from .scenario_runner import ScenarioRun
@@ -153,7 +152,7 @@ class MmuscopeApp(App[None]):
 
     def on_unmount(self) -> None:
         gc.unfreeze()  # the app is done; let its objects be collected
-        render = sys.modules.get("engine.export.render")
+        render = sys.modules.get("mmuscope.engine.export.render")
         if render is not None:
             render.kill_running_dots()  # an export still in `dot` does not outlive the app
 
@@ -171,7 +170,7 @@ class MmuscopeApp(App[None]):
         return MemslotsScreen(explorer, Pacer(config.speed, config.playing), config.churn)
 
     def mmu_screen(self) -> Screen[None]:
-        from engine.mmu.tdp_session import TdpSession
+        from mmuscope.engine.mmu.tdp.session import TdpSession
 
         from .screens.shadow_mmu import ShadowMmuScreen
 
@@ -322,7 +321,7 @@ class MmuscopeApp(App[None]):
 
     def _write_screenshot(self) -> None:
         """The SVG written to a temporary name and renamed."""
-        from engine.export.render import ExportError, write_atomically
+        from mmuscope.engine.export.render import ExportError, write_atomically
 
         view = getattr(self.screen, "view_name", "view")
         path = self.export_dir / f"mmuscope-{view}-{time.strftime('%Y%m%d-%H%M%S')}.svg"
@@ -373,7 +372,7 @@ def make_app(
     layout and settings replace the guest's, paused on its first step; with a `trace`
     file or a `tracefs` directory, open on the replay screen (F7)."""
     if isinstance(scenario, str):
-        from engine.scenarios import load_scenario
+        from mmuscope.engine.scenarios import load_scenario
 
         scenario = load_scenario(scenario)
     if scenario is not None:

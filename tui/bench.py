@@ -27,15 +27,14 @@ import os
 import sys
 from pathlib import Path
 
+from mmuscope.engine.claims.band import BAND_COLUMNS
+from mmuscope.engine.claims.engine_speed import BARS, FULL_ONLY_BARS, Row, bar_met
+from mmuscope.engine.claims.registry import TABLES, MissingTable, chart_spec, run_tables
+from mmuscope.engine.claims.table import Cell, ClaimTable
 from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
-
-from engine.claims.band import BAND_COLUMNS
-from engine.claims.registry import TABLES, MissingTable, chart_spec, run_tables
-from engine.claims.table import Cell, ClaimTable
-from engine.mmu.bench import BARS, FULL_ONLY_BARS, Row, bar_met
 
 from .cliparts import CliError
 
@@ -163,8 +162,8 @@ def check_svg_dir(directory: Path) -> None:
 
 
 def write_charts(tables: dict[str, ClaimTable], directory: Path) -> list[Path]:
-    from engine.claims.chart import write_chart
-    from engine.export.render import ExportError
+    from mmuscope.engine.claims.chart import write_chart
+    from mmuscope.engine.export.render import ExportError
 
     written = []
     for table in tables.values():

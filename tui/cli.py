@@ -192,7 +192,7 @@ def _rmaps_stat(rmaps: argparse.ArgumentParser) -> None:
 def _bench(bench: argparse.ArgumentParser) -> None:
     from pathlib import Path
 
-    from engine.claims.registry import TABLES
+    from mmuscope.engine.claims.registry import TABLES
 
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.add_argument("--quick", action="store_true", help="smaller runs (well under a minute)")
@@ -256,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     finally:
         gc.enable()  # _main turns it off for the explorer's start-up
-        render = sys.modules.get("engine.export.render")
+        render = sys.modules.get("mmuscope.engine.export.render")
         if render is not None:
             render.kill_running_dots()
 

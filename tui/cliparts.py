@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from engine.layouts import Layout
+    from mmuscope.engine.layouts import Layout
 
 
 class CliError(Exception):
@@ -83,8 +83,8 @@ def add_guest_options(parser: argparse.ArgumentParser) -> None:
     """--lookup, --layout | --mtree and --as: which guest, which address space."""
     from pathlib import Path
 
-    from engine.layouts import DEFAULT_LAYOUT, PRESETS
-    from engine.lookup import LOOKUP_STRATEGIES
+    from mmuscope.engine.layouts import DEFAULT_LAYOUT, PRESETS
+    from mmuscope.engine.lookup import LOOKUP_STRATEGIES
 
     parser.add_argument(
         "--lookup",
@@ -121,7 +121,7 @@ def add_explorer_options(parser: argparse.ArgumentParser) -> None:
     """The explorer's options (the bare command, and `serve` for each browser tab)."""
     from pathlib import Path
 
-    from engine.pacing import DEFAULT_SPEED
+    from mmuscope.engine.pacing import DEFAULT_SPEED
 
     group = parser.add_argument_group("explorer")
     add_guest_options(group)  # type: ignore[arg-type]
@@ -192,11 +192,11 @@ def load_layout(name: str | None, mtree: Path | None, as_id: int = 0) -> Layout:
     """A preset by name, or the slots QEMU would register with KVM for an `info mtree`
     dump: both address spaces (memory and KVM-SMRAM); asking for one the dump lacks is
     one line, exit 2."""
-    from engine.layouts import DEFAULT_LAYOUT, preset
+    from mmuscope.engine.layouts import DEFAULT_LAYOUT, preset
 
     if mtree is not None:
-        from engine.layouts.mtree_guest import mtree_guest
-        from engine.layouts.qemu_mtree import MtreeError
+        from mmuscope.engine.layouts.mtree_guest import mtree_guest
+        from mmuscope.engine.layouts.qemu_mtree import MtreeError
 
         try:
             guest = mtree_guest(read_text(mtree), mtree.name, source=str(mtree))

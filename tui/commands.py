@@ -6,12 +6,12 @@ import argparse
 import json
 import sys
 
-from engine import KvmError, Vm
-from engine.constants import PAGE_SHIFT
-from engine.layouts import Layout, build_vm
-from engine.lookup.base import LookupTrace
-from engine.lookup.describe import describe_probe
-from engine.memslot import MemorySlot
+from mmuscope.engine import KvmError, Vm
+from mmuscope.engine.layouts import Layout, build_vm
+from mmuscope.engine.lookup.base import LookupTrace
+from mmuscope.engine.lookup.describe import describe_probe
+from mmuscope.engine.memslots.constants import PAGE_SHIFT
+from mmuscope.engine.memslots.memslot import MemorySlot
 
 from .cliparts import CliError, load_layout, read_text
 
@@ -94,8 +94,8 @@ def run_lookup(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from engine.export.dot import shape_to_dot
-    from engine.export.render import ExportError, check_dot_size, write_export
+    from mmuscope.engine.export.dot import shape_to_dot
+    from mmuscope.engine.export.render import ExportError, check_dot_size, write_export
 
     layout, vm = load_guest(args)
     if args.path is not None and args.path >= 1 << (64 - PAGE_SHIFT):
@@ -121,7 +121,7 @@ def run_layout(args: argparse.Namespace) -> int:
     if args.trace is not None:
         return _replay_trace(args)
     if args.mtree is not None:
-        from engine.layouts.qemu_mtree import MtreeError, read_mtree
+        from mmuscope.engine.layouts.qemu_mtree import MtreeError, read_mtree
 
         try:
             slots = read_mtree(read_text(args.mtree), args.address_space, source=str(args.mtree))
@@ -156,7 +156,11 @@ def run_layout(args: argparse.Namespace) -> int:
 
 
 def _replay_trace(args: argparse.Namespace) -> int:
-    from engine.layouts.qemu_trace import TraceFormatError, parse_memory_region_calls, replay_calls
+    from mmuscope.engine.layouts.qemu_trace import (
+        TraceFormatError,
+        parse_memory_region_calls,
+        replay_calls,
+    )
 
     try:
         calls = parse_memory_region_calls(read_text(args.trace))
@@ -178,7 +182,7 @@ def _replay_trace(args: argparse.Namespace) -> int:
 
 
 def _result_json(r: object) -> dict[str, object]:
-    from engine.layouts.qemu_trace import ReplayResult
+    from mmuscope.engine.layouts.qemu_trace import ReplayResult
 
     assert isinstance(r, ReplayResult)
     c = r.call
@@ -202,7 +206,7 @@ def _result_json(r: object) -> dict[str, object]:
 
 def run_rmaps_stat(args: argparse.Namespace) -> int:
     """The VM's `mmu_rmaps_stat` after a workload, byte for byte as debugfs prints it."""
-    from engine.mmu.rmap_workloads import run_rmap_workload
+    from mmuscope.engine.mmu.shadow.rmap_workloads import run_rmap_workload
 
     try:
         mmu = run_rmap_workload(

@@ -3,12 +3,11 @@ with rich (for a pipe, a log or a terminal where the explorer cannot run)."""
 
 from __future__ import annotations
 
+from mmuscope.engine.layouts import DEFAULT_LAYOUT, build_vm, preset
+from mmuscope.engine.lookup import LOOKUP_STRATEGIES
+from mmuscope.engine.memslots.constants import PAGE_SHIFT
 from rich.console import Console
 from rich.table import Table
-
-from engine.constants import PAGE_SHIFT
-from engine.layouts import DEFAULT_LAYOUT, build_vm, preset
-from engine.lookup import LOOKUP_STRATEGIES
 
 SAMPLE_GFNS = (
     (0x1_2345, "RAM below the PCI hole"),

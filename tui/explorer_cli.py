@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 from .cliparts import CliError, check_display_options, load_layout
 
 if TYPE_CHECKING:
-    from engine.memslot_churn import RecordedChurn
-    from engine.scenarios import Scenario
+    from mmuscope.engine.memslots.churn import RecordedChurn
+    from mmuscope.engine.scenarios import Scenario
 
     from .app import MmuscopeApp
 
@@ -54,8 +54,8 @@ def explorer_app(args: argparse.Namespace) -> MmuscopeApp:
 
 
 def _churn(args: argparse.Namespace) -> RecordedChurn:
-    from engine.layouts.qemu_trace import TraceFormatError
-    from engine.memslot_churn import recorded_churn
+    from mmuscope.engine.layouts.qemu_trace import TraceFormatError
+    from mmuscope.engine.memslots.churn import recorded_churn
 
     if args.layout or args.mtree:
         raise CliError("--qemu-trace builds the guest from the recording: drop --layout/--mtree")
@@ -70,7 +70,7 @@ def _churn(args: argparse.Namespace) -> RecordedChurn:
 
 
 def _scenario(name: str) -> Scenario:
-    from engine.scenarios import ScenarioError, load_scenario
+    from mmuscope.engine.scenarios import ScenarioError, load_scenario
 
     try:
         return load_scenario(name)
@@ -80,8 +80,8 @@ def _scenario(name: str) -> Scenario:
 
 def list_scenarios(args: argparse.Namespace | None = None) -> int:
     """`mmuscope scenarios`: one line per scenario, then how to open one."""
-    from engine.scenarios import ScenarioError
-    from engine.scenarios import list_scenarios as load_all
+    from mmuscope.engine.scenarios import ScenarioError
+    from mmuscope.engine.scenarios import list_scenarios as load_all
 
     try:
         scenarios = load_all()

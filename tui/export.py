@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.export.render import (
+from mmuscope.engine.export.render import (
     INSTALL_HINT,
     ExportError,
     check_dot_size,

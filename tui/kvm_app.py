@@ -24,7 +24,7 @@ from .kvm_launch import TRACE_FIFO, KvmLaunch
 
 
 def child_argv(args: argparse.Namespace, folder: Path) -> tuple[str, ...]:
-    argv = [sys.executable, "-m", "tui", "kvm", args.program, "--follow", str(folder)]
+    argv = [sys.executable, "-m", "mmuscope.tui", "kvm", args.program, "--follow", str(folder)]
     if args.pages is not None:
         argv += ["--pages", str(args.pages)]
     if args.children is not None:
@@ -36,9 +36,9 @@ def child_argv(args: argparse.Namespace, folder: Path) -> tuple[str, ...]:
 
 def preflight() -> str:
     """/dev/kvm and tracefs usable (one-line errors otherwise); the header text."""
-    from engine.kvm.host import kernel_release, read_host_mmu
-    from engine.kvm.tracing import TracefsError, find_tracefs
-    from engine.kvm.vmm import Kvm, KvmUnavailableError
+    from mmuscope.engine.kvm.host import kernel_release, read_host_mmu
+    from mmuscope.engine.kvm.tracing import TracefsError, find_tracefs
+    from mmuscope.engine.kvm.vmm import Kvm, KvmUnavailableError
 
     try:
         Kvm().close()

@@ -35,7 +35,7 @@ PROGRAM_HELP = {
 
 
 def add_kvm_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from engine.kvm.program import PROGRAMS
+    from mmuscope.engine.kvm.program import PROGRAMS
 
     kvm = sub.add_parser(
         "kvm", help="run a guest program on this host's KVM and record what its MMU did (root)"
@@ -57,7 +57,7 @@ def add_kvm_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
 
 
 def run_kvm(args: argparse.Namespace) -> int:
-    from engine.kvm.program import build_program
+    from mmuscope.engine.kvm.program import build_program
 
     if args.json and not args.compare:
         raise CliError("--json goes with --compare (--summary and --jsonl are JSON already)")
@@ -94,7 +94,7 @@ def run_kvm(args: argparse.Namespace) -> int:
 
 
 def summary(recording: Any, lines: io.StringIO) -> dict[str, Any]:
-    from engine.trace.reader import summarize
+    from mmuscope.engine.trace.reader import summarize
 
     out: dict[str, Any] = summarize(lines).summary()
     lines.seek(0)
@@ -117,8 +117,8 @@ def emulated_instructions(lines: io.StringIO) -> dict[str, int]:
     """The instructions `kvm_emulate_insn` reported, decoded (iced-x86), with counts."""
     from collections import Counter
 
-    from engine.kvm.asm import decode_emulated
-    from engine.trace.lines import parse_line
+    from mmuscope.engine.kvm.asm import decode_emulated
+    from mmuscope.engine.trace.lines import parse_line
 
     found: Counter[str] = Counter()
     for line in lines:
@@ -131,11 +131,11 @@ def emulated_instructions(lines: io.StringIO) -> dict[str, int]:
 
 def compare_rows(program_name: str, recording: Any, lines: io.StringIO) -> list[Any]:
     """The kernel's recording against the model run on a fresh copy of the program."""
-    from engine.kvm.compare import MODEL_MISSING, KernelCounts, compare, host_config
-    from engine.kvm.host import host_phys_bits
-    from engine.kvm.model import run_on_model
-    from engine.kvm.program import build_program
-    from engine.trace.reader import iter_events
+    from mmuscope.engine.kvm.compare import MODEL_MISSING, KernelCounts, compare, host_config
+    from mmuscope.engine.kvm.host import host_phys_bits
+    from mmuscope.engine.kvm.model import run_on_model
+    from mmuscope.engine.kvm.program import build_program
+    from mmuscope.engine.trace.reader import iter_events
 
     run = recording.run
     if recording.host.tdp:

@@ -24,10 +24,10 @@ class LiveCompare:
     """The kernel's counts from the text so far against the model, slice by slice."""
 
     def __init__(self, program: Any) -> None:
-        from engine.kvm.compare import KernelCounts, host_config
-        from engine.kvm.host import host_phys_bits, read_host_mmu
-        from engine.kvm.model import ModelRunner
-        from engine.kvm.program import build_program
+        from mmuscope.engine.kvm.compare import KernelCounts, host_config
+        from mmuscope.engine.kvm.host import host_phys_bits, read_host_mmu
+        from mmuscope.engine.kvm.model import ModelRunner
+        from mmuscope.engine.kvm.program import build_program
 
         host = read_host_mmu()
         self.enabled = not host.tdp
@@ -38,13 +38,13 @@ class LiveCompare:
         self._rest = ""
 
     def text(self, text: str) -> None:
-        from engine.trace.reader import iter_events
+        from mmuscope.engine.trace.reader import iter_events
 
         *lines, self._rest = (self._rest + text).split("\n")
         self.kernel.add(iter_events(line + "\n" for line in lines))
 
     def rows(self, index: int, stats: dict[str, int], mmio_exits: int) -> list[dict[str, Any]]:
-        from engine.kvm.compare import MODEL_MISSING, compare
+        from mmuscope.engine.kvm.compare import MODEL_MISSING, compare
 
         if self.model is None:
             return []
@@ -87,8 +87,8 @@ def run_follow(args: argparse.Namespace, program: Any) -> int:
 
 
 def _slice_record(state: dict[str, Any], result: Any, live: LiveCompare) -> dict[str, Any]:
-    from engine.kvm.record import merged_stats
-    from engine.kvm.stats import stats_delta
+    from mmuscope.engine.kvm.record import merged_stats
+    from mmuscope.engine.kvm.stats import stats_delta
 
     run = state["run"]
     vm = stats_delta(run.vm_before, result.vm_stats, run.peaks)

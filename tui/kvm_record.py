@@ -12,10 +12,10 @@ from .cliparts import CliError
 
 def record_or_fail(program: Any, on_text: Any, *, trace: bool = True, **hooks: Any) -> Any:
     """`engine.kvm.record.record`, its failures as one-line errors."""
-    from engine.kvm.record import record
-    from engine.kvm.runner import GuestError
-    from engine.kvm.tracing import TracefsError
-    from engine.kvm.vmm import GuestTimeoutError, KvmUnavailableError
+    from mmuscope.engine.kvm.record import record
+    from mmuscope.engine.kvm.runner import GuestError
+    from mmuscope.engine.kvm.tracing import TracefsError
+    from mmuscope.engine.kvm.vmm import GuestTimeoutError, KvmUnavailableError
 
     try:
         return record(program, on_text=on_text, trace=trace, **hooks)

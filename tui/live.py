@@ -68,7 +68,7 @@ def _run_app(tracefs: Path, args: argparse.Namespace) -> None:
 @contextlib.contextmanager
 def live_instance(tracefs: Path) -> Iterator[Path]:
     """A private tracefs instance recording kvm and kvmmmu events, on, then removed."""
-    from engine.kvm.tracing import TracefsError, TraceInstance
+    from mmuscope.engine.kvm.tracing import TracefsError, TraceInstance
 
     instance = TraceInstance(tracefs, tag="live")
     try:

@@ -18,10 +18,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
-from engine.events import Event
-from engine.trace import widths
-from engine.trace.reader import TraceCounts, iter_events, summarize
-from engine.trace.tracepoints import json_fields
+from mmuscope.engine.events import Event
+from mmuscope.engine.trace import widths
+from mmuscope.engine.trace.reader import TraceCounts, iter_events, summarize
+from mmuscope.engine.trace.tracepoints import json_fields
 
 from .cliparts import CliError, check_replay_app_options
 from .trace_dat import (

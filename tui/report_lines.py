@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from operator import itemgetter
 
-from engine.events import Event, FieldValue
-from engine.typing_lite import TYPE_CHECKING
+from mmuscope.engine.events import Event, FieldValue
+from mmuscope.engine.typing_lite import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from typing import Any
 
-    from engine.mmu.guest_session import GuestSession
+    from mmuscope.engine.mmu.guest.session import GuestSession
 
 _NAME_WIDTH = 20  # trace-cmd pads event names to this
 
@@ -124,7 +124,7 @@ class LinePrinter:
             except KeyError:
                 fast = None
         if fast is None:
-            from engine.trace.lines import TRACE_CMD, format_line
+            from mmuscope.engine.trace.lines import TRACE_CMD, format_line
 
             return format_line(Event(name, fields, ts, cpu, pid, comm), TRACE_CMD)
         if self._stamp != (ts, cpu, comm, pid):
@@ -253,7 +253,7 @@ def _common_format(as_id: int, level: int, old: int, access: str) -> str:
 def _usecs_per_step() -> int:
     """Microseconds of virtual time per access when whole (`stamp()` is steps *
     ACCESS_NS / 1e9 seconds, so `round(ts * 1e6)` is steps * ACCESS_NS // 1000), else 0."""
-    from engine.mmu.guest_session import ACCESS_NS
+    from mmuscope.engine.mmu.guest.session import ACCESS_NS
 
     return ACCESS_NS // 1000 if ACCESS_NS % 1000 == 0 else 0
 

@@ -24,7 +24,7 @@ STYLESHEET = "app.tcss"
 
 def package_dir() -> Path:
     """The installed `tui` package (a regular package: its files are a directory)."""
-    return Path(str(files(__package__ or "tui")))
+    return Path(str(files(__package__ or "mmuscope.tui")))
 
 
 def theme_dir() -> Path:
@@ -35,7 +35,7 @@ def theme_dir() -> Path:
 
 def scenario_dir() -> Path:
     """engine.scenarios.SCENARIO_DIR, found without importing the scenarios' loader."""
-    return Path(str(files("engine"))) / "scenarios" / "data"
+    return Path(str(files("mmuscope.engine"))) / "scenarios" / "data"
 
 
 def stylesheet() -> Path:

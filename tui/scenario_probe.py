@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from engine.scenarios.checks import Value
+from mmuscope.engine.scenarios.checks import Value
 
 if TYPE_CHECKING:
     from textual.screen import Screen
@@ -68,8 +68,8 @@ def _memslots(screen: Any) -> Probe:
 
 
 def _mmu(screen: Any) -> Probe:
-    from engine.mmu.shadow_session import ShadowSession
-    from engine.mmu.spte import MMIO_SPTE_GEN_MASK, get_mmio_spte_generation, is_mmio_spte
+    from mmuscope.engine.mmu.shadow.session import ShadowSession
+    from mmuscope.engine.mmu.spte import MMIO_SPTE_GEN_MASK, get_mmio_spte_generation, is_mmio_spte
 
     from .screens.shadow_mmu import PAGING_MODES
 
@@ -129,7 +129,7 @@ def _mmu(screen: Any) -> Probe:
 
 def _tdp(session: Any) -> Probe:
     """The TDP MMU's roots (count, validity), RCU-pending tables and frozen sptes."""
-    from engine.mmu.tdp_session import TdpSession
+    from mmuscope.engine.mmu.tdp.session import TdpSession
 
     if not isinstance(session, TdpSession):
         return {}
@@ -164,7 +164,7 @@ def _fast(session: Any) -> Probe:
 
 
 def _rmaps(screen: Any) -> Probe:
-    from engine.mmu.rmaps_stat import bucket_kernel, bucket_labels, bucket_log2
+    from mmuscope.engine.mmu.rmap.stat import bucket_kernel, bucket_labels, bucket_log2
 
     lab = screen.lab
     head = lab.head(0)

@@ -13,14 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from mmuscope.engine.scenarios.checks import CheckError, Values, render
 from textual.screen import Screen
-
-from engine.scenarios.checks import CheckError, Values, render
 
 from .scenario_probe import Probe, probe
 
 if TYPE_CHECKING:
-    from engine.scenarios import Scenario
+    from mmuscope.engine.scenarios import Scenario
 
     from .app import MmuscopeApp
 

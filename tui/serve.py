@@ -103,7 +103,7 @@ def explorer_argv(args: argparse.Namespace) -> list[str]:
 def served_command(args: argparse.Namespace) -> str:
     """The shell command textual-serve starts for each browser tab: this interpreter's
     `mmuscope` (python -m tui), so the served app is this very installation."""
-    argv = [sys.executable, "-m", "tui", "serve", APP_FLAG, *explorer_argv(args)]
+    argv = [sys.executable, "-m", "mmuscope.tui", "serve", APP_FLAG, *explorer_argv(args)]
     return "exec " + shlex.join(argv)
 
 

@@ -28,9 +28,9 @@ import gc
 import sys
 from collections.abc import Callable, Sequence
 
-from engine.events import Event
-from engine.record import Record
-from engine.typing_lite import TYPE_CHECKING
+from mmuscope.engine.events import Event
+from mmuscope.engine.record import Record
+from mmuscope.engine.typing_lite import TYPE_CHECKING
 
 from .report_lines import FAST_FORMATS as FAST_FORMATS
 from .report_lines import FAST_PRINTK as FAST_PRINTK
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     import argparse
     from typing import Any, TextIO
 
-    from engine.mmu.guest_session import GuestSession
+    from mmuscope.engine.mmu.guest.session import GuestSession
 
 MMUS = ("tdp", "direct", "shadow")
 ZAPS = ("fast", "slow", "roots")
@@ -125,7 +125,7 @@ class SimulateError(ValueError):
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     import argparse
 
-    from engine.layouts import DEFAULT_LAYOUT, PRESETS
+    from mmuscope.engine.layouts import DEFAULT_LAYOUT, PRESETS
 
     parser = sub.add_parser(
         "simulate",
@@ -304,7 +304,7 @@ def run_options(options: SimulateOptions) -> int:
 def make_session(options: SimulateOptions) -> GuestSession[object]:
     """The guest of these options, checked first (SimulateError/ValueError on bad ones);
     only the chosen MMU's modules are imported."""
-    from engine.layouts import preset
+    from mmuscope.engine.layouts import preset
 
     if (options.zap is None) != (options.at is None):
         raise SimulateError("--zap and --at go together")
@@ -333,14 +333,14 @@ def make_session(options: SimulateOptions) -> GuestSession[object]:
 
 def _session_class(mmu: str) -> type[GuestSession[Any]]:
     if mmu == "tdp":
-        from engine.mmu.tdp_session import TdpSession
+        from mmuscope.engine.mmu.tdp.session import TdpSession
 
         return TdpSession
     if mmu == "direct":
-        from engine.mmu.session import MmuSession
+        from mmuscope.engine.mmu.direct.session import MmuSession
 
         return MmuSession
-    from engine.mmu.shadow_session import ShadowSession
+    from mmuscope.engine.mmu.shadow.session import ShadowSession
 
     return ShadowSession
 
@@ -393,7 +393,7 @@ def _json_line(event: Event) -> str:
     the timestamp in microseconds)."""
     import json
 
-    from engine.trace.lines import parse_line
+    from mmuscope.engine.trace.lines import parse_line
 
     from .replay_cli import event_json
 

@@ -15,7 +15,7 @@ strategy at once (`LookupStrategy.visits`), as the explorer's cost panel does:
   emulated from the spte without a memslot search; anything else checks the vCPU's
   `last_used_slot` (§1.3) and searches only when it misses.  The MMIO spte is modelled as
   the set of gfns marked since the run began (no memslot update happens in a run, so no
-  generation change drops them; `engine/mmu/direct.py` does the same with real sptes).
+  generation change drops them; `engine/mmu/direct/` does the same with real sptes).
 Before counting, every device page of the workload is touched once and `warmup`
 accesses run: the steady state Avi describes ("the cache will stay valid for long
 periods").  The workloads: `ram` is the `kernbench` mix (RAM faults only), `mmio` misses
@@ -40,9 +40,9 @@ from collections.abc import Iterable
 from ..layouts import Layout, build_vm, preset
 from ..layouts.layout import assign_host_addresses
 from ..lookup import LOOKUP_STRATEGIES
+from ..memslots.vm import Vm
+from ..memslots.workload import WORKLOADS, Access, Workload, WorkloadMix
 from ..stats import LookupCost
-from ..vm import Vm
-from ..workload import WORKLOADS, Access, Workload, WorkloadMix
 from .table import Cell, ClaimTable
 
 SEED = "000_df0d32b1438c86b7.txt"

@@ -4,7 +4,7 @@ Tables come from their own modules and are imported only when run: `tlb_flush`
 (engine/tlbflush/claim.py) and `ppc_keys` (engine/ppc/claim.py) belong to other parts of
 the engine, and when one of them cannot be imported the others still run — `run_tables`
 reports it through `on_missing` and leaves it out.  `engine` is the shadow-MMU issue's
-speed and memory table (engine/mmu/bench.py) as a `ClaimTable`, its rows unchanged.
+speed and memory table (engine_speed.py) as a `ClaimTable`, its rows unchanged.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from .table import Cell, ClaimTable
 TableRunner = Callable[..., ClaimTable]
 
 RUNNERS: dict[str, tuple[str, str]] = {
-    "memslot_lookup": ("engine.claims.memslot_lookup", "memslot_lookup_table"),
-    "slot_cache": ("engine.claims.slot_cache", "slot_cache_table"),
-    "shadow_2011": ("engine.claims.shadow_2011", "shadow_2011_table"),
-    "rmap_ext": ("engine.claims.rmap_ext", "rmap_ext_table"),
-    "zap": ("engine.claims.zap", "zap_table"),
-    "tlb_flush": ("engine.tlbflush.claim", "tlb_flush_table"),
-    "ppc_keys": ("engine.ppc.claim", "ppc_keys_table"),
-    "engine": ("engine.claims.registry", "engine_table"),
+    "memslot_lookup": ("mmuscope.engine.claims.memslot_lookup", "memslot_lookup_table"),
+    "slot_cache": ("mmuscope.engine.claims.slot_cache", "slot_cache_table"),
+    "shadow_2011": ("mmuscope.engine.claims.shadow_2011", "shadow_2011_table"),
+    "rmap_ext": ("mmuscope.engine.claims.rmap_ext", "rmap_ext_table"),
+    "zap": ("mmuscope.engine.claims.zap", "zap_table"),
+    "tlb_flush": ("mmuscope.engine.tlbflush.claim", "tlb_flush_table"),
+    "ppc_keys": ("mmuscope.engine.ppc.claim", "ppc_keys_table"),
+    "engine": ("mmuscope.engine.claims.registry", "engine_table"),
 }
 TABLES: tuple[str, ...] = tuple(RUNNERS)
 BAND = {"central": ("low", "high")}  # the model's band around its central value
@@ -163,7 +163,7 @@ ENGINE_CLAIM = (
 
 def engine_verdict(rows: Iterable[tuple[str, float | int, str]], quick: bool) -> dict[str, bool]:
     """Each bar judged on this run (the 6 GiB bars only on a full run)."""
-    from ..mmu.bench import BARS, FULL_ONLY_BARS, bar_met
+    from .engine_speed import BARS, FULL_ONLY_BARS, bar_met
 
     values = {name: value for name, value, _ in rows}
     return {
@@ -175,7 +175,7 @@ def engine_verdict(rows: Iterable[tuple[str, float | int, str]], quick: bool) ->
 
 def engine_table(quick: bool = False) -> ClaimTable:
     """`engine_rows()` as a ClaimTable: columns name, value, unit, rows unchanged."""
-    from ..mmu.bench import engine_rows
+    from .engine_speed import engine_rows
 
     rows = engine_rows(quick=quick)
     bars = engine_verdict(rows, quick)

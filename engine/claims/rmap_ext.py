@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..mmu.rmap import CACHE_LINE, ERAS, KvmRmapHead, PteListDesc, PteListEra
-from ..mmu.rmap_workloads import run_rmap_workload
+from ..mmu.shadow.rmap_workloads import run_rmap_workload
 from .band import BAND_COLUMNS, NO_BAND, Band, Values, band_of
 from .table import Cell, ClaimTable
 

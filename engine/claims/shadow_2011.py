@@ -37,9 +37,9 @@ from functools import partial
 
 from ..layouts import build_vm
 from ..layouts.layout import Layout, assign_host_addresses
-from ..memslots import MemslotSet
-from ..mmu.shadow_session import ShadowSession
-from ..workload import Workload
+from ..memslots.slot_set import MemslotSet
+from ..memslots.workload import Workload
+from ..mmu.shadow.session import ShadowSession
 from .band import BAND_COLUMNS, Band, Values, band_of
 from .memslot_lookup import alex_layout
 from .table import Cell, ClaimTable

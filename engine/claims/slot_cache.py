@@ -20,7 +20,7 @@ judged.  That choice was made before the numbers were run.
 from __future__ import annotations
 
 from ..layouts import build_vm, preset
-from ..workload import WORKLOADS, Workload
+from ..memslots.workload import WORKLOADS, Workload
 from .table import Cell, ClaimTable
 
 SEED = "000_df0d32b1438c86b7.txt"

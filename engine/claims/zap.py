@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import itertools
 
-from ..mmu.bench import GFNS_PER_2M, PAGE_SHIFT, GiB, bare_mmu, one_slot_guest
-from ..mmu.direct import DirectMmu
+from ..mmu.direct.mmu import DirectMmu
 from ..mmu.mmu_pages import BATCH_ZAP_PAGES
 from .band import BAND_COLUMNS, NO_BAND, Band, Values, band_of
+from .engine_speed import GFNS_PER_2M, PAGE_SHIFT, GiB, bare_mmu, one_slot_guest
 from .table import Cell, ClaimTable
 
 SEED = "003_04d8d0fcc1d93881.txt"

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 
 from ..lookup.base import HIT, LookupTrace
 from ..lookup.views import ArrayView, TreeNodeView, TreeView
-from ..memslot import MemorySlot
+from ..memslots.memslot import MemorySlot
 
 FONT = "Helvetica"
 HIT_FILL = "#a6e3a1"

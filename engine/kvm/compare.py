@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..constants import KVM_MEM_LOG_DIRTY_PAGES
 from ..events import Event
+from ..memslots.constants import KVM_MEM_LOG_DIRTY_PAGES
 from ..mmu.spte import SpteConfig
 from .model import ModelRun, model_stats
 from .program import GuestProgram, MemslotOp
@@ -137,7 +137,7 @@ def host_config(mmio_caching: bool, host_phys_bits: int | None) -> SpteConfig:
 
 
 # What the engine's shadow MMU does not model yet: nothing these programs use.  Pte
-# prefetch (engine/mmu/prefetch.py), dirty logging (engine/mmu/dirty_log.py) and unsync
-# pages (engine/mmu/shadow_sync.py) are modelled; MECHANISMS keeps their names for a
+# prefetch (engine/mmu/shadow/prefetch.py), dirty logging (engine/mmu/dirty_log.py) and unsync
+# pages (engine/mmu/shadow/sync.py) are modelled; MECHANISMS keeps their names for a
 # comparison against an older model (ShadowMmu(unsync=False), before 2.6.27).
 MODEL_MISSING: tuple[str, ...] = ()

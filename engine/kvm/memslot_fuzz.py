@@ -2,7 +2,7 @@
 kernel: the same calls applied to both, which must answer with the same errno each time.
 
 The values are chosen to reach every check of `__kvm_set_memory_region()` (engine/
-set_memory_region.py lists them in the kernel's order): slot ids below, at and above
+memslots/set_memory_region.py lists them in the kernel's order): slot ids below, at and above
 KVM_USER_MEM_SLOTS and in address spaces 1 and 2, every flag bit the v1 ioctl refuses,
 unaligned and wrapping addresses and sizes, host addresses at the end of the user range
 (access_ok), gfns at `kvm_mmu_max_gfn()`, sizes above KVM_MEM_MAX_NR_PAGES, and, among a
@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
-from ..constants import (
+from ..memslots.constants import (
     KVM_MEM_GUEST_MEMFD,
     KVM_MEM_LOG_DIRTY_PAGES,
     KVM_MEM_MAX_NR_PAGES,

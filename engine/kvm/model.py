@@ -23,8 +23,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..events import Event
+from ..memslots.vm import Vm
 from ..mmu.dirty_log import DirtyLogging
-from ..mmu.shadow import ShadowMmu
+from ..mmu.shadow.mmu import ShadowMmu
 from ..mmu.spte import (
     PT_USER_MASK,
     PT_WRITABLE_MASK,
@@ -33,7 +34,6 @@ from ..mmu.spte import (
     is_shadow_present_pte,
 )
 from ..mmu.walk import last_on_path
-from ..vm import Vm
 from .asm import READ, RMW, WRITE
 from .program import PAGE, DirtyLogOp, GuestProgram, MemslotOp, Slice
 

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..constants import KVM_MEM_LOG_DIRTY_PAGES
-from ..mmu.guest_pt import ENTRIES, GuestPageTables
+from ..memslots.constants import KVM_MEM_LOG_DIRTY_PAGES
+from ..mmu.guest.page_tables import ENTRIES, GuestPageTables
 from .asm import READ, RMW, WRITE, Sweep, assemble_slice
 
 PAGE = 4096

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from types import FrameType
 
 from ..errors import KvmError
-from ..set_memory_region import KvmSetUserMemoryRegion, RegionRequest
+from ..memslots.set_memory_region import KvmSetUserMemoryRegion, RegionRequest
 from .stats import StatsFd
 from .uapi import (
     CAPABILITIES,

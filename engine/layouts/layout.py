@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..constants import KVM_MEM_READONLY, PAGE_SIZE
+from ..memslots.constants import KVM_MEM_READONLY, PAGE_SIZE
+from ..memslots.vm import Vm
 from ..record import Record
-from ..vm import Vm
 
 HOST_BASE = 0x7F00_0000_0000  # where the model's "QEMU" mmaps guest RAM
 HUGE_2M = 1 << 21

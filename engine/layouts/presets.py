@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from ..constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY, KVM_USER_MEM_SLOTS
+from ..memslots.constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY, KVM_USER_MEM_SLOTS
 from .layout import Layout, assign_host_addresses
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30

@@ -28,7 +28,7 @@ from bisect import bisect_left, insort
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ..constants import PAGE_SIZE
+from ..memslots.constants import PAGE_SIZE
 
 
 @dataclass(frozen=True, slots=True)

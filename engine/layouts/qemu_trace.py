@@ -20,9 +20,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..constants import KVM_MEM_GUEST_MEMFD, KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY
 from ..errors import KvmError
-from ..vm import Vm
+from ..memslots.constants import KVM_MEM_GUEST_MEMFD, KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY
+from ..memslots.vm import Vm
 
 QEMU_TRACE = "qemu-trace"
 STRACE = "strace"

@@ -15,7 +15,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 
-from ..memslot import MemorySlot
+from ..memslots.memslot import MemorySlot
 from ..record import Record
 from ..typing_lite import TYPE_CHECKING
 

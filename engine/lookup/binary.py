@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-from ..memslot import MemorySlot
+from ..memslots.memslot import MemorySlot
 from ..typing_lite import TYPE_CHECKING
 from .base import EMPTY, HIGHER, HIT, LOWER, MISS, Probe
 from .sorted_array import Key, SortedArrayStrategy

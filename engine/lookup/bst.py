@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from ..memslot import MemorySlot
+from ..memslots.memslot import MemorySlot
 from ..typing_lite import TYPE_CHECKING, Generic, Protocol, TypeVar
 from .base import GO_LEFT, GO_RIGHT, HIT, LookupStrategy, Probe
 

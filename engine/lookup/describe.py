@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..memslot import MemorySlot
+from ..memslots.memslot import MemorySlot
 from .base import EMPTY, GO_LEFT, GO_RIGHT, HIGHER, HIT, LOWER, MISS, NEXT, Probe
 
 OUTCOME_WORDS = {

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..errors import AuditError
-from ..memslot import MemorySlot
+from ..memslots.memslot import MemorySlot
 from ..typing_lite import TYPE_CHECKING
 from . import bst
 

@@ -11,7 +11,7 @@ unspecified order).
 
 from __future__ import annotations
 
-from ..memslot import MemorySlot
+from ..memslots.memslot import MemorySlot
 from ..typing_lite import TYPE_CHECKING
 from .base import Probe, explain_scan
 from .sorted_array import Key, SortedArrayStrategy

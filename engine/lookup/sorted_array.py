@@ -12,7 +12,7 @@ from bisect import bisect_left
 from collections.abc import Callable
 
 from ..errors import AuditError
-from ..memslot import MemorySlot
+from ..memslots.memslot import MemorySlot
 from .base import LookupStrategy
 
 Key = tuple[int, int]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..memslot import MemorySlot
+from ..memslots.memslot import MemorySlot
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from bisect import bisect_left
 
 from ..errors import AuditError
-from ..memslot import MemorySlot
+from ..memslots.memslot import MemorySlot
 from ..typing_lite import TYPE_CHECKING
 from . import bst
 

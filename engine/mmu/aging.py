@@ -21,8 +21,8 @@ stays old until it is made again).  Only the A/D-off case changes what faults.
 
 from __future__ import annotations
 
-from ..memslot import MemorySlot
-from .direct import DirectMmu, gfn_to_index
+from ..memslots.memslot import MemorySlot
+from .direct.mmu import DirectMmu, gfn_to_index
 from .role import PG_LEVEL_4K
 from .spte import (
     KVM_MAX_HUGEPAGE_LEVEL,
@@ -34,8 +34,8 @@ from .spte import (
     is_shadow_present_pte,
     mark_spte_for_access_track,
 )
-from .tdp_iter import for_each_tdp_pte
-from .tdp_mmu import TdpMmu
+from .tdp.iter import for_each_tdp_pte
+from .tdp.mmu import TdpMmu
 
 
 def spte_ad_enabled(spte: int) -> bool:

@@ -28,16 +28,16 @@ spte stays MMU-writable, so the next write is fixed by the fast path.
 
 from __future__ import annotations
 
-from ..constants import KVM_MEM_LOG_DIRTY_PAGES
 from ..events import Event
-from ..memslot import MemorySlot
+from ..memslots.constants import KVM_MEM_LOG_DIRTY_PAGES
+from ..memslots.memslot import MemorySlot
 from ..typing_lite import TYPE_CHECKING
 from .spte import KVM_MAX_HUGEPAGE_LEVEL, PT_WRITABLE_MASK
 
 if TYPE_CHECKING:
-    from .direct import DirectMmu
-    from .shadow import ShadowMmu
-    from .tdp_mmu import TdpMmu
+    from .direct.mmu import DirectMmu
+    from .shadow.mmu import ShadowMmu
+    from .tdp.mmu import TdpMmu
 
 
 class DirtyLogging:

@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..events import FieldValue
-from ..memslot import MemorySlot
+from ..memslots.memslot import MemorySlot
 from ..typing_lite import Protocol
 from .mmu_pages import KvmMmuPage
 from .role import PG_LEVEL_4K

@@ -12,7 +12,7 @@ torvalds/linux 6.17/6.18 `arch/x86/kvm/mmu/mmu.c`:
   slot's head or tail that the slot does not cover whole, or every one when `base_gfn` and
   `userspace_addr` are aligned differently for that size (`lpage_limits`); the shadow
   MMU also raises it for a shadowed table's gfn (`kvm_mmu_gfn_disallow_lpage`:
-  `ShadowLpageInfo` in shadow_huge.py overrides `lpage_allowed`).
+  `ShadowLpageInfo` in shadow/huge.py overrides `lpage_allowed`).
 - `kvm_mmu_hugepage_adjust()`: `huge_page_disallowed = exec && nx_huge_page_workaround`;
   nothing above 4K for a max level of 4K, a fault with no slot (`is_error_noslot_pfn`) or
   a slot that logs dirty pages (`kvm_slot_dirty_track_enabled`); else `req_level` =
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..memslot import MemorySlot
+from ..memslots.memslot import MemorySlot
 from .role import PG_LEVEL_1G, PG_LEVEL_2M, PG_LEVEL_4K
 from .spte import KVM_MAX_HUGEPAGE_LEVEL, KVM_PFN_NOSLOT, is_large_pte, is_shadow_present_pte
 

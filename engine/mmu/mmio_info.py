@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..constants import KVM_MEMSLOT_GEN_UPDATE_IN_PROGRESS
+from ..memslots.constants import KVM_MEMSLOT_GEN_UPDATE_IN_PROGRESS
 
 PAGE_MASK = ~0xFFF
 

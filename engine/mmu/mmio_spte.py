@@ -10,7 +10,7 @@ which re-exports the spte helpers here.
 
 from __future__ import annotations
 
-from ..constants import PAGE_SHIFT
+from ..memslots.constants import PAGE_SHIFT
 from ..typing_lite import TYPE_CHECKING
 from .role import ACC_ALL
 from .spte import (
@@ -28,7 +28,7 @@ from .spte import (
 
 if TYPE_CHECKING:  # annotations only: spte.py imports this module, mmu_pages.py imports spte
     from ..events import Event
-    from ..vm import Vm
+    from ..memslots.vm import Vm
     from .mmu_pages import MmuPages
 
 

@@ -25,9 +25,9 @@ from collections.abc import Callable
 from ..typing_lite import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from ..vm import Vm
+    from ..memslots.vm import Vm
     from .mmu_pages import KvmMmuPage, MmuPages
-    from .tdp_params import TdpMmuParams
+    from .params import TdpMmuParams
 
 
 class NxTracked(Protocol):

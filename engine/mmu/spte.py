@@ -36,8 +36,10 @@ from collections.abc import Mapping
 from enum import IntEnum
 from types import MappingProxyType
 
-from ..constants import KVM_MEMSLOT_GEN_UPDATE_IN_PROGRESS as KVM_MEMSLOT_GEN_UPDATE_IN_PROGRESS
-from ..constants import PAGE_SHIFT
+from ..memslots.constants import (
+    KVM_MEMSLOT_GEN_UPDATE_IN_PROGRESS as KVM_MEMSLOT_GEN_UPDATE_IN_PROGRESS,
+)
+from ..memslots.constants import PAGE_SHIFT
 from ..record import Record
 
 

@@ -18,7 +18,7 @@ else:  # pragma: no cover - Python 3.10
     # everywhere, and the ignore is unused where tomli is found
     import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
 
-SCENARIO_DIR = Path(str(files(__package__ or "engine.scenarios") / "data"))
+SCENARIO_DIR = Path(str(files(__package__ or "mmuscope.engine.scenarios") / "data"))
 """The scenario files, installed with the package (pyproject's package-data)."""
 SCREENS = ("memslots", "mmu", "rmaps", "tlb", "power")
 SETTINGS = {"lookup": str, "workload": str, "seed": int, "speed": (int, float)}

@@ -7,6 +7,9 @@ import time
 from collections.abc import Awaitable
 from pathlib import Path
 
+from mmuscope.engine.events import Event
+from mmuscope.engine.pacing import Pacer
+from mmuscope.engine.stats import compile_filter
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -14,10 +17,6 @@ from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Static
-
-from engine.events import Event
-from engine.pacing import Pacer
-from engine.stats import compile_filter
 
 from ..widgets.caption import Caption
 from ..widgets.events import EventPanel

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import time
 
+from mmuscope.engine.claims.registry import TABLES, MissingTable, chart_spec, run_table
+from mmuscope.engine.claims.table import ClaimTable
+from mmuscope.engine.events import Event
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -24,10 +27,6 @@ from textual.containers import Vertical
 from textual.widget import Widget
 from textual.widgets import ProgressBar, Static
 from textual.worker import get_current_worker
-
-from engine.claims.registry import TABLES, MissingTable, chart_spec, run_table
-from engine.claims.table import ClaimTable
-from engine.events import Event
 
 from ..widgets.bar_chart import BarChart
 from .base import MmuScreen
@@ -267,6 +266,6 @@ class ExperimentsScreen(MmuScreen):
         table = self.results.get(self.selected_name)
         if table is None:
             return None
-        from engine.claims.chart import chart_dot
+        from mmuscope.engine.claims.chart import chart_dot
 
         return chart_dot(table, chart_spec(table)), 1

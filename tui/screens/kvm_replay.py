@@ -18,14 +18,13 @@ import signal
 import subprocess
 from typing import Any
 
+from mmuscope.engine.events import Event
+from mmuscope.engine.kvm.asm import decode_emulated
+from mmuscope.engine.pacing import Pacer
+from mmuscope.engine.replay.live import LiveTimeline
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
-
-from engine.events import Event
-from engine.kvm.asm import decode_emulated
-from engine.pacing import Pacer
-from engine.replay.live import LiveTimeline
 
 from ..kvm_launch import KvmLaunch
 from ..widgets.panel import TextPanel

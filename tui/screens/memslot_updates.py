@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.errors import KvmError
-from engine.explorer import MemslotExplorer
+from mmuscope.engine.errors import KvmError
+from mmuscope.engine.memslots.explorer import MemslotExplorer
 
 from ..widgets.slot_table import SlotTable
 from .base import PlayerScreen
 
 if TYPE_CHECKING:
-    from engine.memslot_churn import RecordedChurn
+    from mmuscope.engine.memslots.churn import RecordedChurn
 
     from .dialogs import SlotRequest
 
@@ -72,7 +72,7 @@ class MemslotUpdates(PlayerScreen):
 
     def _replay_ioctl(self, notify: bool) -> bool:
         """Replay one recorded call; True when there was one (the caller redraws)."""
-        from engine.memslot_churn import describe_call
+        from mmuscope.engine.memslots.churn import describe_call
 
         churn = self.churn
         assert churn is not None

@@ -6,15 +6,14 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from mmuscope.engine.lookup import LOOKUP_STRATEGIES, STRATEGY_CLASSES
+from mmuscope.engine.lookup.base import TreeView
+from mmuscope.engine.memslots.explorer import LookupRecord, MemslotExplorer
+from mmuscope.engine.memslots.workload import WORKLOADS
+from mmuscope.engine.pacing import Pacer
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-
-from engine.explorer import LookupRecord, MemslotExplorer
-from engine.lookup import LOOKUP_STRATEGIES, STRATEGY_CLASSES
-from engine.lookup.base import TreeView
-from engine.pacing import Pacer
-from engine.workload import WORKLOADS
 
 from ..messages import WindowMoved
 from ..widgets.cost_panel import CostPanel
@@ -28,7 +27,7 @@ from ..widgets.titles import fit_title, set_border_title
 from .memslot_updates import MemslotUpdates
 
 if TYPE_CHECKING:
-    from engine.memslot_churn import RecordedChurn
+    from mmuscope.engine.memslots.churn import RecordedChurn
 
 ENGINE_BUDGET = 0.008  # seconds of engine work per tick, at most (the rest waits)
 CHURN_LOOKUPS = 25  # while playing a recording: one recorded ioctl every this many lookups
@@ -461,7 +460,7 @@ class MemslotsScreen(Tiled, MemslotUpdates):
     # -- export -----------------------------------------------------------------------
 
     def export_dot(self) -> tuple[str, int] | None:
-        from engine.export.dot import shape_to_dot  # only when exporting: not at start-up
+        from mmuscope.engine.export.dot import shape_to_dot  # only when exporting: not at start-up
 
         explorer = self.explorer
         shape = explorer.shape()

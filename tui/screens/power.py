@@ -14,17 +14,16 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+from mmuscope.engine.pacing import Pacer
+from mmuscope.engine.ppc.faults import FaultRecord, Phase
+from mmuscope.engine.ppc.guest import MAX_RETRIES
+from mmuscope.engine.ppc.keys import DEFAULT_ERA, ERAS, key_conflict
+from mmuscope.engine.ppc.machine import PpcCounters
+from mmuscope.engine.ppc.pfault import DEMO, DEMO_ORDER, PASSES, PfaultRun
+from mmuscope.engine.ppc.views import searched_groups_dot
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-
-from engine.pacing import Pacer
-from engine.ppc.faults import FaultRecord, Phase
-from engine.ppc.guest import MAX_RETRIES
-from engine.ppc.keys import DEFAULT_ERA, ERAS, key_conflict
-from engine.ppc.machine import PpcCounters
-from engine.ppc.pfault import DEMO, DEMO_ORDER, PASSES, PfaultRun
-from engine.ppc.views import searched_groups_dot
 
 from ..widgets.lookup_bar import LookupBar
 from ..widgets.power_panels import FaultSteps, HptGroups, PowerCounters

@@ -17,21 +17,20 @@ import time
 from collections.abc import Awaitable
 from pathlib import Path
 
+from mmuscope.engine.events import Event
+from mmuscope.engine.pacing import Pacer
+from mmuscope.engine.replay.cursor import TraceCursor
+from mmuscope.engine.replay.filters import EventFilter, parse_ids
+from mmuscope.engine.replay.index import TraceIndex
+from mmuscope.engine.replay.live import LiveTimeline
+from mmuscope.engine.replay.seek import SeekTarget, parse_seek
+from mmuscope.engine.words import count
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.worker import get_current_worker
-
-from engine.events import Event
-from engine.pacing import Pacer
-from engine.replay.cursor import TraceCursor
-from engine.replay.filters import EventFilter, parse_ids
-from engine.replay.index import TraceIndex
-from engine.replay.live import LiveTimeline
-from engine.replay.seek import SeekTarget, parse_seek
-from engine.words import count
 
 from ..widgets.replay_panels import (
     IndexingBar,
@@ -447,7 +446,7 @@ class ReplayScreen(ReplayDrawing):
 
     def export_dot(self) -> tuple[str, int] | None:
         """The shadow pages at the current position, ranked by level."""
-        from engine.replay.dot import replay_to_dot
+        from mmuscope.engine.replay.dot import replay_to_dot
 
         model = self.timeline.model
         if not model.pages:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from engine.replay.filters import describe_ids
+from mmuscope.engine.replay.filters import describe_ids
 
 from .dialogs import TextDialog
 

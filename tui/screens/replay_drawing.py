@@ -13,15 +13,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from mmuscope.engine.pacing import Pacer
+from mmuscope.engine.replay.cursor import TraceCursor
+from mmuscope.engine.replay.filters import EventFilter
+from mmuscope.engine.replay.live import LiveTimeline
+from mmuscope.engine.replay.seek import SeekTarget
+from mmuscope.engine.replay.views import page_levels, spte_table
+from mmuscope.engine.words import count
 from textual.reactive import Reactive
-
-from engine.pacing import Pacer
-from engine.replay.cursor import TraceCursor
-from engine.replay.filters import EventFilter
-from engine.replay.live import LiveTimeline
-from engine.replay.seek import SeekTarget
-from engine.replay.views import page_levels, spte_table
-from engine.words import count
 
 from ..widgets.replay_panels import (
     ReplayPages,

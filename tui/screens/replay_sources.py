@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from engine.events import Event
-from engine.replay.index import TraceIndex, build_index, open_for_index
-from engine.replay.stream import EventAssembler
+from mmuscope.engine.events import Event
+from mmuscope.engine.replay.index import TraceIndex, build_index, open_for_index
+from mmuscope.engine.replay.stream import EventAssembler
 
 PROGRESS_EVERY = 0.1  # seconds between progress messages of the index worker
 LIVE_BATCH = 0.05  # seconds the live reader gathers events before handing them over

@@ -4,16 +4,15 @@ era switchable live (seed 002, kvm-reference §3)."""
 
 from __future__ import annotations
 
+from mmuscope.engine.mmu.rmap import ERAS
+from mmuscope.engine.mmu.shadow.rmap_lab import ForkLab
+from mmuscope.engine.mmu.shadow.rmap_workloads import DATA_GFN
+from mmuscope.engine.pacing import Pacer
+from mmuscope.engine.words import count
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-
-from engine.mmu.rmap import ERAS
-from engine.mmu.rmap_lab import ForkLab
-from engine.mmu.rmap_workloads import DATA_GFN
-from engine.pacing import Pacer
-from engine.words import count
 
 from ..widgets.rmap_panels import RmapBars, RmapChain
 from .base import PlayerScreen
@@ -74,7 +73,7 @@ class RmapScreen(PlayerScreen):
 
     def export_dot(self) -> tuple[str, int] | None:
         """The shared gfn's rmap chain as a graph."""
-        from engine.export.mmu_dot import rmap_to_dot
+        from mmuscope.engine.export.mmu_dot import rmap_to_dot
 
         head = self.lab.head(0)
         if head is None or head.is_empty:
@@ -114,7 +113,7 @@ class RmapScreen(PlayerScreen):
     def action_real_fork(self, children: int) -> None:
         """The same storm on this machine's own KVM (`mmuscope kvm fork`): the kernel's
         max_mmu_rmap_size beside the model's chain; without KVM, say so and go on."""
-        from engine.kvm.vmm import kvm_unavailable_reason
+        from mmuscope.engine.kvm.vmm import kvm_unavailable_reason
 
         reason = kvm_unavailable_reason()
         if reason is not None:
@@ -131,7 +130,7 @@ class RmapScreen(PlayerScreen):
         import subprocess
         import sys
 
-        argv = [sys.executable, "-m", "tui", "kvm", "fork", "--pages", "16",
+        argv = [sys.executable, "-m", "mmuscope.tui", "kvm", "fork", "--pages", "16",
                 "--children", str(children), "--summary"]  # fmt: skip
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120,
                               stdin=subprocess.DEVNULL)  # fmt: skip

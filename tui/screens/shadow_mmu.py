@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import time
 
+from mmuscope.engine.mmu.dag import RootReach, root_reach
+from mmuscope.engine.mmu.mmu_pages import KvmMmuPage
+from mmuscope.engine.mmu.tdp.session import TdpSession
+from mmuscope.engine.mmu.views import spt_cells
+from mmuscope.engine.pacing import Pacer
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-
-from engine.mmu.dag import RootReach, root_reach
-from engine.mmu.mmu_pages import KvmMmuPage
-from engine.mmu.tdp_session import TdpSession
-from engine.mmu.views import spt_cells
-from engine.pacing import Pacer
 
 from ..widgets.lookup_bar import FaultBar
 from ..widgets.mmu_panels import GuestPanel, MmuCounters, PageLevels
@@ -251,7 +250,7 @@ class ShadowMmuScreen(ZapReplay, PagingModes, GuestActions, FastPathActions, Pla
 
     def export_dot(self) -> tuple[str, int] | None:
         """The shadow pages as a graph, the last fault's path filled."""
-        from engine.export.mmu_dot import pages_to_dot
+        from mmuscope.engine.export.mmu_dot import pages_to_dot
 
         pages = self.session.mmu.pages
         title = f"{self.session.layout.name} · shadow pages · mmu_valid_gen {pages.mmu_valid_gen}"

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from engine.mmu.mmu_pages import KvmMmuPage
+    from mmuscope.engine.mmu.mmu_pages import KvmMmuPage
 
     from .shadow_mmu_modes import Session, Step
 
@@ -108,7 +108,7 @@ class GuestActions:
     def action_memslot_update(self) -> None:
         """One memslot update (a BAR-like slot created or deleted): the generation moves
         on, cached MMIO sptes go stale, and a DELETE zaps."""
-        from engine.mmu.session import churn_update
+        from mmuscope.engine.mmu.direct.session import churn_update
 
         done = churn_update(self.session.vm)
         self.notify(f"memslot update: {done}; generation {self.session.vm.generation()}")
@@ -118,7 +118,7 @@ class GuestActions:
     def action_near_wrap(self, left: int = 2) -> None:
         """Fast-forward to `left` memslot swaps (a CREATE is one, a DELETE two) before the
         MMIO generation's 19 bits wrap (262,144 updates with two address spaces)."""
-        from engine.mmu.spte import updates_until_mmio_wrap
+        from mmuscope.engine.mmu.spte import updates_until_mmio_wrap
 
         vm = self.session.vm
         skip = max(0, updates_until_mmio_wrap(vm.generation(), vm.address_spaces) - left)

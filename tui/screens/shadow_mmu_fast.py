@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.mmu.shadow_session import ShadowSession
-from engine.mmu.tdp_session import TdpSession
+from mmuscope.engine.mmu.shadow.session import ShadowSession
+from mmuscope.engine.mmu.tdp.session import TdpSession
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from engine.mmu.session import MmuSession
+    from mmuscope.engine.mmu.direct.session import MmuSession
 
     from .shadow_mmu_modes import Session, Step
 

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.mmu.session import MmuSession, MmuStep
-from engine.mmu.shadow_session import ShadowSession, ShadowStep
-from engine.mmu.tdp_params import TdpMmuParams
-from engine.mmu.tdp_session import TdpSession, TdpStep
+from mmuscope.engine.mmu.direct.session import MmuSession, MmuStep
+from mmuscope.engine.mmu.params import TdpMmuParams
+from mmuscope.engine.mmu.shadow.session import ShadowSession, ShadowStep
+from mmuscope.engine.mmu.tdp.session import TdpSession, TdpStep
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from engine.events import Event
-    from engine.mmu.mmu_pages import KvmMmuPage
+    from mmuscope.engine.events import Event
+    from mmuscope.engine.mmu.mmu_pages import KvmMmuPage
 
     from ..widgets.events import EventPanel
 

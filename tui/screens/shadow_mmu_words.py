@@ -8,11 +8,11 @@ fault and why and the NX huge page splits, and with direct pages the sptes
 
 from __future__ import annotations
 
-from engine.mmu.mapping_level import LEVEL_NAMES
-from engine.mmu.role import ACC_EXEC_MASK, ACC_USER_MASK, ACC_WRITE_MASK
-from engine.mmu.session import MmuSession, MmuStep
-from engine.mmu.shadow_session import ShadowSession, ShadowStep
-from engine.mmu.tdp_session import TdpSession, TdpStep
+from mmuscope.engine.mmu.direct.session import MmuSession, MmuStep
+from mmuscope.engine.mmu.mapping_level import LEVEL_NAMES
+from mmuscope.engine.mmu.role import ACC_EXEC_MASK, ACC_USER_MASK, ACC_WRITE_MASK
+from mmuscope.engine.mmu.shadow.session import ShadowSession, ShadowStep
+from mmuscope.engine.mmu.tdp.session import TdpSession, TdpStep
 
 from ..widgets.mmu_panels import GuestPanel
 from .shadow_mmu_fast import fast_path_lines
@@ -111,11 +111,11 @@ def fault_level_lines(session: MmuSession, last: Step | None) -> list[tuple[str,
 
 
 def shadow_level_lines(session: ShadowSession, last: Step | None) -> list[tuple[str, str]]:
-    """Shadow paging's fault levels (shadow_huge.py): NX huge page splits, and the level
+    """Shadow paging's fault levels (engine/mmu/shadow/huge.py): NX huge page splits, and the level
     of the last fault with the kernel's reason (`walker.level` first)."""
     mmu = session.mmu
     nx = f"{mmu.pages.stat['nx_lpage_splits']} · nx_huge_pages={'on' if mmu.nx else 'off'}"
-    if session.kernel is not None:  # H: guest 2M leaves (shadow_kernel.py), B: the host
+    if session.kernel is not None:  # H: guest 2M leaves (engine/mmu/shadow/kernel.py), B: the host
         nx += f" · host {LEVEL_NAMES[mmu.params.host_level]}"
     lines = [("nx_lpage_splits", nx)]
     if isinstance(last, ShadowStep) and last.exited:

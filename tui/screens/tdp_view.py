@@ -7,9 +7,9 @@ invalidated, then zapped one by one with mmu_lock held for read)."""
 
 from __future__ import annotations
 
-from engine.mmu.spte import FROZEN_SPTE
-from engine.mmu.tdp_pages import RCU_GRACE_PERIOD_NS, TdpMmuPage
-from engine.mmu.tdp_session import TdpSession
+from mmuscope.engine.mmu.spte import FROZEN_SPTE
+from mmuscope.engine.mmu.tdp.pages import RCU_GRACE_PERIOD_NS, TdpMmuPage
+from mmuscope.engine.mmu.tdp.session import TdpSession
 
 
 def tdp_notes(session: object) -> list[str]:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import time
 
+from mmuscope.engine.pacing import Pacer
+from mmuscope.engine.tlbflush import PROTOCOL_NAMES, PROTOCOLS, VM_COUNTS, Flush, TlbConfig, TlbSim
+from mmuscope.engine.tlbflush.config import sched_slice
+from mmuscope.engine.tlbflush.lanes import LaneHistory
+from mmuscope.engine.tlbflush.vcpu import VIS_PREEMPTED
 from textual.app import ComposeResult
 from textual.binding import Binding
-
-from engine.pacing import Pacer
-from engine.tlbflush import PROTOCOL_NAMES, PROTOCOLS, VM_COUNTS, Flush, TlbConfig, TlbSim
-from engine.tlbflush.config import sched_slice
-from engine.tlbflush.lanes import LaneHistory
-from engine.tlbflush.vcpu import VIS_PREEMPTED
 
 from ..widgets.tlb_panels import TlbLanes, TlbSide
 from .base import PlayerScreen
@@ -212,7 +211,7 @@ class TlbScreen(PlayerScreen):
 
     def export_dot(self) -> tuple[str, int] | None:
         """The followed flush as a graph: the sender and how each target answered."""
-        from engine.tlbflush.dot import flush_to_dot
+        from mmuscope.engine.tlbflush.dot import flush_to_dot
 
         flush = self.history.followed_flush()
         if flush is None:

@@ -10,15 +10,15 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from engine.mmu.mmu_pages import KvmMmuPage
-from engine.mmu.tdp_session import TdpSession
-from engine.mmu.views import LevelSummary, levels_of, pages_by_level, zap_batches
+from mmuscope.engine.mmu.mmu_pages import KvmMmuPage
+from mmuscope.engine.mmu.tdp.session import TdpSession
+from mmuscope.engine.mmu.views import LevelSummary, levels_of, pages_by_level, zap_batches
 
 from .tdp_view import tdp_zap_caption
 
 if TYPE_CHECKING:
-    from engine.mmu.session import MmuSession
-    from engine.mmu.shadow_session import ShadowSession
+    from mmuscope.engine.mmu.direct.session import MmuSession
+    from mmuscope.engine.mmu.shadow.session import ShadowSession
 
 ZAP_BATCH_SECONDS = 0.25  # one lock hold of a replayed zap on screen, at least
 ZAP_PAGE_SECONDS = 0.025  # and this long per page zapped under it (10 pages: 0.25 s)

@@ -13,14 +13,7 @@ from __future__ import annotations
 
 import textwrap
 
-from rich.segment import Segment
-from rich.style import Style
-from textual import events
-from textual.geometry import Size
-from textual.scroll_view import ScrollView
-from textual.strip import Strip
-
-from engine.claims.chart import (
+from mmuscope.engine.claims.chart import (
     Bar,
     ChartSpec,
     Group,
@@ -33,7 +26,13 @@ from engine.claims.chart import (
     top_value,
     usable,
 )
-from engine.claims.table import ClaimTable
+from mmuscope.engine.claims.table import ClaimTable
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
 Line = list[tuple[str, str]]  # (text, component) runs
 EIGHTHS = " ▏▎▍▌▋▊▉"

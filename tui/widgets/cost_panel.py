@@ -8,9 +8,8 @@ The current strategy is marked; the cheapest `cached` figure is bold.
 
 from __future__ import annotations
 
+from mmuscope.engine.stats import LookupCost
 from rich.text import Text
-
-from engine.stats import LookupCost
 
 from .panel import TextPanel
 

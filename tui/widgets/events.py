@@ -19,14 +19,13 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
+from mmuscope.engine.events import Event
+from mmuscope.engine.stats import CounterRow, EventCounters
+from mmuscope.engine.trace import VARIANTS, TracepointError, format_line
+from mmuscope.engine.trace.lines import TRACE_CMD
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.markup import escape
-
-from engine.events import Event
-from engine.stats import CounterRow, EventCounters
-from engine.trace import VARIANTS, TracepointError, format_line
-from engine.trace.lines import TRACE_CMD
 
 from .event_log import EventLog
 from .fit import more_rows, names_in

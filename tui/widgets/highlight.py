@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from engine.lookup.base import HIT, LookupTrace, Probe
-from engine.memslot import MemorySlot
+from mmuscope.engine.lookup.base import HIT, LookupTrace, Probe
+from mmuscope.engine.memslots.memslot import MemorySlot
 
 # Node states, in the order a lookup reaches them; each is a component class / theme colour.
 IDLE, PATH, COMPARE, HIT_STATE, MISS, CACHE_HIT = (

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from mmuscope.engine.memslots.constants import PAGE_SHIFT
 from rich.text import Text
 from textual.css.scalar import Unit
-
-from engine.constants import PAGE_SHIFT
 
 from .highlight import Highlight
 from .panel import TextPanel

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from mmuscope.engine.mmu.dag import RootReach
+from mmuscope.engine.mmu.mmu_pages import KvmMmuPage
+from mmuscope.engine.mmu.views import LevelSummary
 from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
 from textual.widget import Widget
-
-from engine.mmu.dag import RootReach
-from engine.mmu.mmu_pages import KvmMmuPage
-from engine.mmu.views import LevelSummary
 
 from .fit import fit_rows, more_rows, names_in, refit_in_render, table_row
 from .titles import set_border_subtitle

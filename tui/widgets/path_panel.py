@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from mmuscope.engine.lookup.base import CacheProbe
+from mmuscope.engine.lookup.describe import describe_probe
+from mmuscope.engine.memslots.memslot import MemorySlot
 from rich.console import RenderableType
 from rich.text import Text
 from textual.geometry import Size
-
-from engine.lookup.base import CacheProbe
-from engine.lookup.describe import describe_probe
-from engine.memslot import MemorySlot
 
 from .highlight import Highlight
 from .panel import TextPanel

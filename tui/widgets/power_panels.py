@@ -10,16 +10,15 @@ host-swapped key 30 `slot-dirty`, an empty slot `node-empty`; the search's exami
 
 from __future__ import annotations
 
+from mmuscope.engine.ppc.faults import EMULATED, FORWARDED, FaultRecord, Phase
+from mmuscope.engine.ppc.hpt import HashPageTable
+from mmuscope.engine.ppc.hpte import ABSENT, EMPTY, HPTES_PER_GROUP, MMIO, SWAPPED, VALID
+from mmuscope.engine.ppc.keys import PpcEra
+from mmuscope.engine.ppc.machine import PpcCounters
 from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
 from textual.widget import Widget
-
-from engine.ppc.faults import EMULATED, FORWARDED, FaultRecord, Phase
-from engine.ppc.hpt import HashPageTable
-from engine.ppc.hpte import ABSENT, EMPTY, HPTES_PER_GROUP, MMIO, SWAPPED, VALID
-from engine.ppc.keys import PpcEra
-from engine.ppc.machine import PpcCounters
 
 from .fit import fit_rows, more_rows, names_in, refit_in_render
 from .titles import set_border_subtitle

@@ -11,16 +11,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from mmuscope.engine.replay.filters import EventFilter
+from mmuscope.engine.replay.model import ReplayModel
+from mmuscope.engine.replay.views import GridCell, LevelRow, SpteTable, mmio_rows, vcpu_rows
 from rich.cells import cell_len
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.geometry import Size
 from textual.widgets import Label, ProgressBar
-
-from engine.replay.filters import EventFilter
-from engine.replay.model import ReplayModel
-from engine.replay.views import GridCell, LevelRow, SpteTable, mmio_rows, vcpu_rows
 
 from .fit import fit_rows, more_rows, refit_in_render
 from .kept_lines import KeptLines

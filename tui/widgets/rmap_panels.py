@@ -7,11 +7,10 @@ leave out the empty buckets first and say so on their bottom border (tui/widgets
 
 from __future__ import annotations
 
+from mmuscope.engine.mmu.rmap import KvmRmapHead
+from mmuscope.engine.mmu.rmap.stat import RmapHistogram, bucket_labels
 from rich.text import Text
 from textual.geometry import Size
-
-from engine.mmu.rmap import KvmRmapHead
-from engine.mmu.rmaps_stat import RmapHistogram, bucket_labels
 
 from .fit import fit_rows, more_rows, refit_in_render
 from .mmu_panels import MmuDrawing

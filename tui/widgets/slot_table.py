@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from mmuscope.engine.memslots.constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY
+from mmuscope.engine.memslots.memslot import MemorySlot
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
@@ -22,9 +24,6 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.scrollbar import ScrollBar
 from textual.strip import Strip
-
-from engine.constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY
-from engine.memslot import MemorySlot
 
 from .kept_lines import KeptLines
 from .row_cache import use_row_cache

@@ -9,10 +9,9 @@ legend names only the symbols the grid shows."""
 
 from __future__ import annotations
 
+from mmuscope.engine.mmu.views import SpteCell
 from rich.text import Text
 from textual.geometry import Size
-
-from engine.mmu.views import SpteCell
 
 from .fit import fit_rows, more_rows, refit_in_render
 from .mmu_panels import MmuDrawing

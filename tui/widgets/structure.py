@@ -9,15 +9,14 @@ from component classes whose TCSS uses the theme's `$node-*` variables only.
 
 from __future__ import annotations
 
+from mmuscope.engine.lookup.base import ArrayView, Shape, TreeNodeView, TreeView
+from mmuscope.engine.lookup.window import TreeIndex, TreeWindow, follow_root, layout_window
 from rich.style import Style
 from textual import events
 from textual.geometry import Region, Size
 from textual.reactive import reactive
 from textual.scrollbar import ScrollBar
 from textual.strip import Strip
-
-from engine.lookup.base import ArrayView, Shape, TreeNodeView, TreeView
-from engine.lookup.window import TreeIndex, TreeWindow, follow_root, layout_window
 
 from ..messages import WindowMoved
 from .highlight import CACHE_HIT, COMPARE, HIT_STATE, Highlight

@@ -7,10 +7,9 @@ the view scrolls to.
 
 from __future__ import annotations
 
+from mmuscope.engine.lookup.base import ArrayView, Shape
 from textual.geometry import Region
 from textual.strip import Strip
-
-from engine.lookup.base import ArrayView, Shape
 
 from .highlight import CACHE_HIT, IDLE, Highlight
 from .structure_states import binary_states

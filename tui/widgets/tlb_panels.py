@@ -14,13 +14,12 @@ variables.
 
 from __future__ import annotations
 
+from mmuscope.engine.tlbflush.lanes import LaneCell, LaneHistory
+from mmuscope.engine.tlbflush.vcpu import Flush
 from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
 from textual.widget import Widget
-
-from engine.tlbflush.lanes import LaneCell, LaneHistory
-from engine.tlbflush.vcpu import Flush
 
 from .fit import fit_rows, more_rows, names_in, refit_in_render
 from .titles import set_border_subtitle

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from engine.lookup.base import TreeNodeView
-from engine.lookup.window import TreeIndex, TreeWindow
-from engine.memslot import MemorySlot
+from mmuscope.engine.lookup.base import TreeNodeView
+from mmuscope.engine.lookup.window import TreeIndex, TreeWindow
+from mmuscope.engine.memslots.memslot import MemorySlot
 
 from .highlight import IDLE
 

@@ -1,0 +1,469 @@
+"""The fault path of the shadow MMU with direct pages (EPT/NPT on, tdp_mmu=N), with MMIO
+sptes and rmaps (kvm-reference §3-§6).
+
+`DirectMmu.page_fault(vcpu, gpa, write)` follows `kvm_mmu_page_fault()` → `direct_map()`:
+- a reserved-bit fault on a cached MMIO spte is `handle_mmio_page_fault()`: if the spte's
+  19-bit generation matches the memslots generation the access is emulated at once
+  (RET_PF_EMULATE, no memslot search); otherwise RET_PF_INVALID and the real fault path
+  rebuilds it;
+- the real path looks up the memslot (the vCPU's `last_used_slot`, then the gfn tree),
+  picks the leaf level (`kvm_mmu_hugepage_adjust()`, mapping_level.py: 4K, 2M or 1G as
+  the slot, the host's backing and the NX huge page mitigation allow), walks from the
+  vCPU's root creating direct child pages (`kvm_mmu_get_child_sp`; one made for a
+  disallowed NX huge page is `account_nx_huge_page()`d, nx_huge_pages.py, and a later
+  fault keeps below it: `disallowed_hugepage_adjust()`) and installs the leaf: an MMIO
+  spte (`mark_mmio_spte`, RET_PF_EMULATE) when no slot holds the gfn, else a present
+  spte added to the slot's rmap of that level (RET_PF_FIXED), then
+  `direct_pte_prefetch()` maps the free neighbours of a 4K leaf (prefetch.py);
+- a memslot DELETE or MOVE zaps everything fast (`kvm_arch_flush_shadow_memslot`), and a
+  generation whose 19 MMIO bits wrap zaps fast too (`kvm_mmu_invalidate_mmio_sptes`).
+
+Speed without a second model (the `mmuscope bench` numbers; every shortcut gives the same
+result, stats and events as the long way, and tests compare them):
+- bare mode: with no listener no Event and no field dict is built;
+- leaf sptes: `make_spte()` runs once per (level, writable, dirty) with pfn 0 to learn the
+  constant bits; a pfn that fits bits 12-51, is aligned for the level and sets no bit of
+  the MMIO mask gives `constant | pfn << 12`, which is exactly `make_spte()` (any other pfn
+  takes `make_spte()` itself, which raises where the kernel would WARN);
+- a per-vCPU hint (root, 2M region, level-1 page) skips the walk from the root while no
+  shadow page was zapped since (`MmuPages.stat["mmu_shadow_zapped"]`), the root is the
+  same and no huge leaf was zapped; only a 4K leaf in an empty slot of that page uses it;
+- the vCPU's `last_used_slot` is read here, and only a miss goes to
+  `Vm.vcpu_gfn_to_memslot()` (which resets and refills it exactly as before);
+- rmaps: rmap.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ...events import Event, FieldValue
+from ...memslots.constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY
+from ...memslots.memslot import MemorySlot
+from ...memslots.vm import Vm
+from ..fast_pf import (
+    FastPageFault,
+    fast_pf_get_last_sptep,
+    mark_page_dirty_in_slot,
+)
+from ..mapping_level import KvmPageFault, MappingLevels
+from ..mmio_info import VcpuMmioInfo
+from ..mmio_spte import shadow_mmu_memslot_update
+from ..mmu_pages import KvmMmuPage, MmuPages, default_mmu_pages
+from ..nx_huge_pages import account_nx_huge_page
+from ..params import TdpMmuParams
+from ..rmap import ERAS, RmapVal
+from ..role import (
+    ACC_ALL,
+    ACC_EXEC_MASK,
+    PG_LEVEL_4K,
+    KvmMmuPageRole,
+    tdp_root_role,
+)
+from ..spte import (
+    KVM_PFN_NOSLOT,
+    SPTE_CONFIGS,
+    RetPf,
+    SpteConfig,
+    is_mmio_spte,
+    is_shadow_present_pte,
+    make_spte,
+    spte_requested_fields,
+    spte_to_pfn,
+)
+from ..vcpu_memslot import VcpuMemslotCache
+from .huge import DirectHuge
+from .mmio import DirectMmio
+from .prefetch import direct_pte_prefetch
+from .rmap import DirectRmaps, RmapKey
+from .rmap import gfn_to_index as gfn_to_index  # re-exported (public before)
+from .tables import SlotRmaps as SlotRmaps  # re-exported (public before)
+from .tables import _spte_key, level_shift, spte_constants
+
+PAGE_SHIFT = 12
+LEVEL_BITS = 9
+_FIXED = RetPf.FIXED
+
+_L1Hint = tuple[KvmMmuPage, int, KvmMmuPage, int]  # root, gfn >> 9, level-1 page, zapped
+
+
+def spte_index(gfn: int, level: int) -> int:
+    return (gfn >> level_shift(level)) & 511
+
+
+class DirectMmu(DirectMmio, DirectHuge, DirectRmaps):
+    """One VM's direct-paging MMU: roots per vCPU, shadow pages, leaves, rmaps.
+
+    `params` are the kvm module parameters and host backing the TDP MMU takes too
+    (`nx_huge_pages`, its recovery ratio, `host_level`); `huge_pages=False` caps the
+    level at 4K; `pte_prefetch=False` turns `direct_pte_prefetch()` off (the kernel has
+    no switch: the model before issue 15)."""
+
+    def __init__(
+        self,
+        vm: Vm,
+        cfg: SpteConfig | None = None,
+        *,
+        pte_list_era: str = "6.4",
+        huge_pages: bool = True,
+        gen_era: str = "2019",
+        emit: Callable[[Event], None] | None = None,
+        mmio_info_cache: bool = True,
+        fast_pf: bool = True,
+        params: TdpMmuParams | None = None,
+        pte_prefetch: bool = True,
+    ) -> None:
+        self.vm = vm
+        self.mmio_info = VcpuMmioInfo(mmio_info_cache)  # False: before 3.1
+        self.cfg = cfg or SPTE_CONFIGS["ept"]
+        self.era = ERAS[pte_list_era]
+        self.huge_pages = huge_pages
+        self.params = params or TdpMmuParams(tdp_mmu=False)
+        self.nx = self.params.nx_huge_page_workaround_enabled  # is_nx_huge_page_enabled()
+        self.levels = MappingLevels(self.params.host_level, self.nx)
+        self.pte_prefetch = pte_prefetch
+        self._listener = emit
+        self.pages = MmuPages(
+            default_mmu_pages(vm.nr_memslot_pages),
+            gen_era=gen_era,
+            emit=self._emit,
+            on_leaf_zapped=self._drop_leaf,
+            cfg=self.cfg,
+        )
+        # kvm_rmap_head.val per (as_id, slot id, level) and gfn_to_index: see RmapVal.
+        self.rmap_vals: dict[RmapKey, dict[int, RmapVal]] = {}
+        self.roots: dict[int, KvmMmuPage] = {}
+        self.stat = dict.fromkeys(
+            ("pf_taken", "pf_fixed", "pf_emulate", "pf_spurious", "pf_mmio_spte_created"), 0
+        )
+        self.mark_page_dirty: Callable[[MemorySlot, int], None] | None = None  # dirty_log
+        # fast_page_fault() (since 3.6, 2012; False: the 2011 era), fast_pf.py
+        self.fast_pf = FastPageFault(self, self._fast_pf_last_sptep) if fast_pf else None
+        self.prefetched = 0  # sptes set by direct_pte_prefetch() (no kernel stat)
+        self.prefetch_lookups = 0  # its gfn_to_memslot_dirty_bitmap() calls
+        self._spte_bits = spte_constants(self.cfg)
+        self._l1_hint: dict[int, _L1Hint] = {}
+        self._child_roles: dict[KvmMmuPageRole, KvmMmuPageRole] = {}
+        self._vcpu_gfn_to_memslot = VcpuMemslotCache(vm).lookup
+        self._rmap4k_slot: MemorySlot | None = None  # the slot whose 4K vals come next
+        self._rmap4k_vals: dict[int, RmapVal] = {}
+        self._prefetch_vcpu = 0
+        vm.subscribe(self._memslots_changed)
+
+    # -- events ---------------------------------------------------------------------
+
+    def _emit(self, name: str, **fields: FieldValue) -> None:
+        if self._listener is not None:
+            self._listener(Event(name, fields))
+
+    def _memslots_changed(self, event: Event) -> None:
+        shadow_mmu_memslot_update(event, self.vm, self.pages)
+
+    def free_obsolete_roots(self) -> int:
+        """KVM_REQ_MMU_FREE_OBSOLETE_ROOTS as each vCPU handles it at its next entry
+        (`kvm_mmu_free_obsolete_roots()`): drop an obsolete root; returns how many."""
+        return self.pages.put_obsolete_roots(self.roots)
+
+    # -- roots ----------------------------------------------------------------------
+
+    def root(self, vcpu: int) -> KvmMmuPage:
+        """`kvm_mmu_load()`: the vCPU's root, made again after a fast zap obsoletes it."""
+        root = self.roots.get(vcpu)
+        if root is not None and not self.pages.is_obsolete(root):
+            return root
+        if root is not None:
+            self.pages.put_root(root)  # KVM_REQ_MMU_FREE_OBSOLETE_ROOTS
+        as_id = self.vm.vcpu(vcpu).as_id
+        self.pages.make_mmu_pages_available()
+        role = tdp_root_role(smm=bool(as_id), ad_disabled=self.cfg.ad_disabled)
+        root, _ = self.pages.get_page(0, role)
+        root.root_count += 1
+        self.roots[vcpu] = root
+        return root
+
+    def zap_all_fast(self) -> int:
+        return self.pages.zap_all_fast()
+
+    # -- the fault --------------------------------------------------------------------
+
+    def page_fault(
+        self,
+        vcpu: int,
+        gpa: int,
+        write: bool = False,
+        exec_: bool = False,
+        error_code: int | None = None,
+    ) -> RetPf:
+        """`kvm_mmu_page_fault()` (6.18 mmu.c) for a guest-physical address.
+
+        A hit on a current MMIO spte (the RSVD/EPT-misconfig path,
+        `handle_mmio_page_fault()`) jumps to `emulate:`: neither `pf_taken` nor
+        `pf_emulate` counts it.  Only the `RET_PF_INVALID` path counts `pf_taken`.
+        `direct_page_fault()` then tries `fast_page_fault()` (fast_pf.py) before the
+        slow path; `error_code` is `fault->error_code` (default: what the exit on the
+        spte the walk reads gives, `fault_error_code`)."""
+        gfn = gpa >> PAGE_SHIFT
+        pages = self.pages
+        root = self.roots.get(vcpu)
+        if root is None or root.role.invalid or root.mmu_valid_gen != pages.mmu_valid_gen:
+            root = self.root(vcpu)
+        hint = self._l1_hint.get(vcpu)
+        if (
+            hint is not None
+            and hint[1] == gfn >> LEVEL_BITS
+            and hint[0] is root
+            and hint[3] == pages.stat["mmu_shadow_zapped"]
+            and hint[2].spt[gfn & 511] == pages.nonpresent  # not an MMIO spte either
+        ):
+            # The walk from the root ends at this level-1 page, as when the hint was taken.
+            self.stat["pf_taken"] += 1
+            slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
+            fast = self.fast_pf
+            if fast is not None and not fast.kvm_ad_enabled:  # RET_PF_INVALID: not present
+                fast.try_fast_page_fault(vcpu, gpa, slot, 0, write, exec_, error_code)
+            if (
+                slot is not None
+                and not (write and slot.flags & KVM_MEM_READONLY)
+                and (not self.huge_pages or self.max_level(slot, gfn) == PG_LEVEL_4K)
+            ):
+                sp, index = hint[2], gfn & 511
+                ret = self._set_leaf(sp, index, gfn, slot, PG_LEVEL_4K, write)
+                if self.pte_prefetch:
+                    self._prefetch(vcpu, sp, index)
+                return ret
+            return self._slow_path(vcpu, root, gfn, slot, write, exec_)
+        leaf_page, index = self._walk_existing(root, gfn)
+        if (
+            leaf_page is not None
+            and is_mmio_spte(self.cfg, leaf_page.spt[index])
+            and self._handle_mmio_page_fault(vcpu, root, gfn, leaf_page.spt[index], write)
+        ):
+            return RetPf.EMULATE  # else a stale generation: RET_PF_INVALID, the real path
+        self.stat["pf_taken"] += 1
+        slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
+        fast = self.fast_pf
+        if fast is not None:
+            spte = pages.nonpresent if leaf_page is None else leaf_page.spt[index]
+            ret = fast.try_fast_page_fault(vcpu, gpa, slot, spte, write, exec_, error_code)
+            if ret is not RetPf.INVALID:
+                return ret
+        return self._slow_path(vcpu, root, gfn, slot, write, exec_)
+
+    def _fast_pf_last_sptep(self, vcpu: int, gfn: int) -> tuple[KvmMmuPage, int]:
+        """`fast_pf_get_last_sptep()` from the vCPU's root (fast_pf.py)."""
+        return fast_pf_get_last_sptep(self.pages.child_at, self.roots[vcpu], gfn)
+
+    def _slow_path(
+        self,
+        vcpu: int,
+        root: KvmMmuPage,
+        gfn: int,
+        slot: MemorySlot | None,
+        write: bool,
+        exec_: bool = False,
+    ) -> RetPf:
+        """`direct_page_fault()` after the memslot lookup: `kvm_mmu_faultin_pfn()` may end
+        the fault before any page table is touched, otherwise `direct_map()`.
+
+        - no slot, MMIO caching off or a gfn above `kvm_mmu_max_gfn()`:
+          `kvm_handle_noslot_fault()` returns RET_PF_EMULATE at once;
+        - a write to a read-only slot: `__kvm_faultin_pfn()` gets KVM_PFN_ERR_RO_FAULT and
+          `kvm_handle_error_pfn()` returns RET_PF_EMULATE (no spte is made or changed)."""
+        if slot is None:  # kvm_handle_noslot_fault(): the vCPU's MMIO info first
+            self.mmio_info.cache(vcpu, 0, gfn, 0, self.vm.generation(root.role.smm))
+        if (slot is None and (not self.cfg.mmio_caching_enabled or gfn > self.max_gfn())) or (
+            slot is not None and write and slot.flags & KVM_MEM_READONLY
+        ):
+            self.stat["pf_emulate"] += 1
+            if self._listener is not None:
+                self._emit_mmio(gfn << PAGE_SHIFT, write)
+            return RetPf.EMULATE
+        return self._direct_map(vcpu, root, gfn, slot, write, exec_)
+
+    def _walk_existing(self, root: KvmMmuPage, gfn: int) -> tuple[KvmMmuPage | None, int]:
+        """The lockless walk of `get_mmio_spte()`: the last page reached and the index."""
+        sp = root
+        while True:
+            index = spte_index(gfn, sp.role.level)
+            child = self.pages.child_at(sp, index)
+            if child is None:
+                return (sp, index) if sp.spt[index] != self.pages.nonpresent else (None, 0)
+            sp = child
+
+    def _direct_map(
+        self,
+        vcpu: int,
+        root: KvmMmuPage,
+        gfn: int,
+        slot: MemorySlot | None,
+        write: bool,
+        exec_: bool = False,
+    ) -> RetPf:
+        """`direct_map()` (6.18 mmu.c), after `make_mmu_pages_available()`: once per
+        fault, after faultin and with mmu_lock held, before the walk (freeing pages in
+        the walk could zap the parent)."""
+        self.pages.make_mmu_pages_available()
+        fault = KvmPageFault(gfn, write, exec_, slot, self._max_level())
+        self.levels.kvm_mmu_hugepage_adjust(fault)
+        if self._listener is not None:
+            pfn = KVM_PFN_NOSLOT if slot is None else self._pfn(slot, gfn, fault.goal_level)
+            self._emit(
+                "kvm_mmu_spte_requested", **spte_requested_fields(gfn, pfn, fault.goal_level)
+            )
+        zapped = self.pages.stat["mmu_shadow_zapped"]
+        sp = self._walk_to_goal(root, fault)
+        level = fault.goal_level
+        if sp.role.level == PG_LEVEL_4K and self.pages.stat["mmu_shadow_zapped"] == zapped:
+            self._l1_hint[vcpu] = (root, gfn >> LEVEL_BITS, sp, zapped)
+        index = spte_index(gfn, level)
+        if level > PG_LEVEL_4K:
+            child = self.pages.child_at(sp, index)
+            if child is not None:
+                # `mmu_set_spte()`: "If we overwrite a PTE page pointer with a 2MB PMD,
+                # unlink the parent of the now unreachable PTE" (`drop_parent_pte`), e.g.
+                # 4K leaves made while the slot logged dirty pages.
+                child.parent_ptes.discard(sp.sptep(index))
+                sp.spt[index] = self.pages.nonpresent
+                self._l1_hint.clear()
+        if slot is not None and self._same_leaf(sp, index, slot, gfn, level):
+            self.stat["pf_spurious"] += 1
+            return RetPf.SPURIOUS  # `mmu_set_spte()`: already mapped (another vCPU won)
+        if sp.spt[index] != self.pages.nonpresent:
+            self._zap_leaf(sp, index)
+        if slot is None:  # caching on (else _slow_path emulated): mark_mmio_spte()
+            return self._mark_mmio_spte(root, sp, index, gfn, write)
+        ret = self._set_leaf(sp, index, gfn, slot, level, write)
+        if self.pte_prefetch:
+            self._prefetch(vcpu, sp, index)
+        return ret
+
+    def _walk_to_goal(self, root: KvmMmuPage, fault: KvmPageFault) -> KvmMmuPage:
+        """`for_each_shadow_entry()` down to `fault.goal_level`: under the NX mitigation
+        `disallowed_hugepage_adjust()` first; a missing table is made
+        (`kvm_mmu_get_child_sp`), a huge leaf in the way dropped (`drop_large_spte`), and
+        a table made for a disallowed NX huge page accounted (`account_nx_huge_page`)."""
+        gfn, pages, sp = fault.gfn, self.pages, root
+        while True:
+            level = sp.role.level
+            index = spte_index(gfn, level)
+            if self.nx:
+                self.levels.disallowed_hugepage_adjust(
+                    fault, sp.spt[index], level, self._nx_disallowed
+                )
+            if level == fault.goal_level:
+                break
+            child = pages.child_at(sp, index)
+            if child is None:
+                if sp.spt[index] != pages.nonpresent:
+                    self._zap_leaf(sp, index)  # a huge leaf in the way
+                child = self._child(sp, gfn, index)
+                if fault.huge_page_disallowed:
+                    possible = fault.req_level >= level
+                    account_nx_huge_page(pages.possible_nx_huge_pages, pages.stat, child, possible)
+            sp = child
+        return sp
+
+    def _prefetch(self, vcpu: int, sp: KvmMmuPage, index: int) -> None:
+        """`direct_pte_prefetch(vcpu, sptep)` (prefetch.py)."""
+        self._prefetch_vcpu = vcpu
+        self.prefetched += direct_pte_prefetch(
+            sp, index, self._prefetch_memslot, self.set_prefetched_spte
+        )
+
+    def _prefetch_memslot(self, gfn: int) -> MemorySlot | None:
+        self.prefetch_lookups += 1
+        return self._vcpu_gfn_to_memslot(self._prefetch_vcpu, gfn)
+
+    def set_prefetched_spte(
+        self, sp: KvmMmuPage, index: int, gfn: int, access: int, slot: MemorySlot
+    ) -> None:
+        """`mmu_set_spte(vcpu, slot, sptep, access, gfn, pfn, NULL)`: a prefetch."""
+        self._set_leaf(sp, index, gfn, slot, sp.role.level, False, prefetch=True)
+
+    def spte_for(self, pfn: int, level: int, writable: bool, dirty: bool) -> int:
+        """The leaf `make_spte(cfg, pfn, ACC_ALL, level, writable=, accessed=True, dirty=)`
+        gives, from the precomputed constant bits when the pfn allows it."""
+        const, forbidden = self._spte_bits[_spte_key(level, writable, dirty)]
+        if pfn & forbidden:
+            return make_spte(
+                self.cfg, pfn, ACC_ALL, level, writable=writable, accessed=True, dirty=dirty
+            )
+        return const | pfn << PAGE_SHIFT
+
+    def _set_leaf(
+        self,
+        sp: KvmMmuPage,
+        index: int,
+        gfn: int,
+        slot: MemorySlot,
+        level: int,
+        write: bool,
+        *,
+        prefetch: bool = False,
+    ) -> RetPf:
+        """`mmu_set_spte()` for RAM: the leaf, its rmap entry, the tracepoint.
+
+        `make_spte()` (6.18 spte.c) sets the dirty mask with every writable spte, read
+        fault or write (`spte |= spte_shadow_dirty_mask(spte)` under ACC_WRITE_MASK):
+        `write` only decides the fault's path, not the spte.  A prefetch
+        (`prefetch=true`) leaves the Accessed bit clear (`mark_spte_for_access_track()`)
+        and is no fault (not in pf_fixed); under the NX mitigation a huge leaf is not
+        executable (`make_spte()` drops ACC_EXEC_MASK above 4K)."""
+        writable = not slot.flags & KVM_MEM_READONLY
+        if level == PG_LEVEL_4K:
+            base = gfn
+            const, forbidden = self._spte_bits[7 if writable else 5]
+        else:
+            base = gfn & ~((1 << level_shift(level)) - 1)
+            const, forbidden = self._spte_bits[_spte_key(level, writable, True)]
+        pfn = (slot.userspace_addr >> PAGE_SHIFT) + (base - slot.base_gfn)
+        if prefetch or pfn & forbidden or (self.nx and level > PG_LEVEL_4K):
+            access = ACC_ALL & ~ACC_EXEC_MASK if self.nx and level > PG_LEVEL_4K else ACC_ALL
+            spte = make_spte(self.cfg, pfn, access, level, writable=writable, accessed=not prefetch)
+        else:
+            spte = const | pfn << PAGE_SHIFT
+        sp.spt[index] = spte
+        sptep = sp.spt_pa + 8 * index
+        self.rmap_add(slot, gfn, level, sptep)
+        if self._listener is not None:
+            self._emit("kvm_mmu_set_spte", gfn=base, spte=spte, level=level, sptep=sptep)
+        if writable and slot.flags & KVM_MEM_LOG_DIRTY_PAGES:
+            mark_page_dirty_in_slot(self, slot, gfn)  # make_spte()
+        if not prefetch:
+            self.stat["pf_fixed"] += 1
+        return _FIXED
+
+    def _pfn(self, slot: MemorySlot, gfn: int, level: int) -> int:
+        base = gfn & ~((1 << level_shift(level)) - 1)
+        return (slot.userspace_addr >> PAGE_SHIFT) + (base - slot.base_gfn)
+
+    def _same_leaf(
+        self, sp: KvmMmuPage, index: int, slot: MemorySlot, gfn: int, level: int
+    ) -> bool:
+        """`mmu_set_spte()`'s RET_PF_SPURIOUS: the spte `make_spte()` would make is there
+        already.  A leaf of the same pfn with other bits (write-protected for dirty
+        logging, access-tracked) is updated in place: RET_PF_FIXED."""
+        spte = sp.spt[index]
+        if not is_shadow_present_pte(spte) or is_mmio_spte(self.cfg, spte):
+            return False
+        pfn = self._pfn(slot, gfn, level)
+        if spte_to_pfn(spte) != pfn:
+            return False
+        return spte == self.spte_for(pfn, level, not slot.flags & KVM_MEM_READONLY, True)
+
+    def _child(self, parent: KvmMmuPage, gfn: int, index: int) -> KvmMmuPage:
+        """`kvm_mmu_get_child_sp()`: the direct page mapping this part of the parent."""
+        level = parent.role.level - 1
+        base = gfn & ~((1 << (LEVEL_BITS * level)) - 1)
+        role = self._child_roles.get(parent.role)
+        if role is None:
+            role = self._child_roles[parent.role] = parent.role.child(ACC_ALL, direct=True)
+        child, _ = self.pages.get_page(base, role)
+        self.pages.link(parent, index, child)
+        return child
+
+    def _zap_leaf(self, sp: KvmMmuPage, index: int) -> None:
+        if sp.role.level > PG_LEVEL_4K:
+            self._l1_hint.clear()  # the walk below this entry changes
+        self._drop_leaf(sp, index, sp.spt[index])
+        sp.spt[index] = self.pages.nonpresent

@@ -1,0 +1,201 @@
+"""A running guest on the direct-paging MMU: workloads, exits, faults, zaps, events.
+
+The model behind the shadow-MMU screen (and its tests): guest accesses come from a seeded
+workload; an access whose gfn already has a present leaf spte costs nothing (the CPU's
+EPT walk succeeds, no VM exit); any other access exits — an EPT violation for a missing
+leaf, an EPT misconfiguration for a cached MMIO spte — and runs `DirectMmu.page_fault()`.
+Workloads (issue 4, seeds 000 and 003):
+- `kernbench`: RAM faults across the slots, most of them first touches;
+- `netperf`: an emulated NIC's doorbell and the LAPIC hit again and again (MMIO: the
+  first access caches an MMIO spte, the rest are emulated without a memslot search);
+- `churn`: `kernbench` plus a memslot update every `CHURN_EVERY` accesses (a BAR
+  created and deleted), so generations advance, MMIO sptes go stale and DELETE zaps;
+- `dirty`: `kernbench` with dirty logging toggled on the largest RAM slot every
+  `DIRTY_EVERY` accesses: write-protected sptes, fixed by `fast_page_fault()`;
+- `migrate`: a live migration's dirty logging passes over a guest's working set
+  (`FastPathControls.migrate_update`).
+`fork` and `pfault` need guest page tables: shadow paging, `shadow/session.py`.
+As in the TDP session, a tenth of the RAM reads are instruction fetches (a separate
+random stream, so the accesses are those of before): under `nx_huge_pages` they split
+huge pages, and the NX recovery worker runs every `recovery_period_ns` of guest time.
+An access that needs no exit sets the spte's Accessed bit, as the CPU's EPT walk does
+with A/D bits on: a prefetched spte (A clear) shows when the guest first touches it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...layouts.layout import Layout
+from ..fast_pf import fast_words
+from ..guest.ept import CHURN_EVERY as CHURN_EVERY
+from ..guest.ept import CHURN_SLOT as CHURN_SLOT
+from ..guest.ept import DIRTY_EVERY as DIRTY_EVERY
+from ..guest.ept import EPT_WORKLOADS, EptSession, workload_update
+from ..guest.ept import LAPIC_EOI as LAPIC_EOI
+from ..guest.ept import NIC_DOORBELL as NIC_DOORBELL
+from ..guest.ept import churn_update as churn_update
+from ..guest.session import ACCESS_NS, PFERR_WRITE, after_2011
+from ..mmu_pages import KvmMmuPage
+from ..params import TdpMmuParams
+from ..spte import (
+    PT_PRESENT_MASK,
+    PT_WRITABLE_MASK,
+    SPTE_CONFIGS,
+    RetPf,
+    is_executable_pte,
+    is_mmio_spte,
+    is_shadow_present_pte,
+)
+from .mmu import DirectMmu
+
+PAGE_SHIFT = 12
+# The EPT violation exit qualification (asm/vmx.h): the access, the RWX the entries grant,
+# and a guest linear address that was valid and translated (a data access of the guest).
+EPT_VIOLATION_ACC_READ, EPT_VIOLATION_ACC_WRITE, EPT_VIOLATION_ACC_INSTR = 1, 1 << 1, 1 << 2
+EPT_VIOLATION_RWX_SHIFT = 3
+EPT_VIOLATION_GVA_IS_VALID, EPT_VIOLATION_GVA_TRANSLATED = 1 << 7, 1 << 8
+PFERR_PRESENT, PFERR_RSVD, PFERR_FETCH = 1 << 0, 1 << 3, 1 << 4
+MMU_WORKLOADS = EPT_WORKLOADS
+
+
+@dataclass(frozen=True, slots=True)
+class MmuAccess:
+    vcpu: int
+    gpa: int
+    write: bool
+    fetch: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"gpa {self.gpa:#x}" + (" (fetch)" if self.fetch else "")
+
+
+@dataclass(frozen=True, slots=True)
+class MmuStep:
+    """One guest access and what it cost: no exit, or the fault's RET_PF_* result."""
+
+    access: MmuAccess
+    exited: bool
+    ret: RetPf | None
+    update: str = ""  # a memslot update made before the access (churn)
+    fast: str = ""  # what fast_page_fault did, when it fixed the fault (fast_pf.fast_words)
+
+
+class MmuSession(EptSession[MmuStep]):
+    """A guest (a `Layout`), its direct MMU and a workload; deterministic for a seed."""
+
+    paging = "ept"
+    workloads = MMU_WORKLOADS
+    mmu: DirectMmu
+
+    def __init__(
+        self,
+        layout: Layout,
+        *,
+        workload: str = "kernbench",
+        seed: int = 1,
+        nr_vcpus: int = 2,
+        spte_config: str = "ept",
+        pte_list_era: str = "6.4",
+        gen_era: str = "2019",
+        huge_pages: bool = True,
+        params: TdpMmuParams | None = None,
+        pte_prefetch: bool = True,
+    ) -> None:
+        super().__init__(layout, workload, seed, nr_vcpus)
+        self.mmu = DirectMmu(
+            self.vm,
+            SPTE_CONFIGS[spte_config],
+            pte_list_era=pte_list_era,
+            gen_era=gen_era,
+            huge_pages=huge_pages,
+            emit=self._forward,
+            mmio_info_cache=after_2011(spte_config),  # cache mmio info: 3.1
+            fast_pf=after_2011(spte_config),  # fast_page_fault: 3.6
+            params=params,
+            pte_prefetch=pte_prefetch,
+        )
+        self.set_up_guest(seed)
+
+    # -- the workload -------------------------------------------------------------------
+
+    def next_access(self) -> MmuAccess:
+        return self.draw_access(MmuAccess)
+
+    def _tick(self) -> None:
+        """The NX recovery worker wakes when its period of guest time is up."""
+        now = self.steps * ACCESS_NS
+        if 0 <= self._next_recovery <= now:
+            self.mmu.kvm_recover_nx_huge_pages()
+            self._next_recovery = now + self.mmu.params.recovery_period_ns
+
+    def step(self) -> MmuStep:
+        self._tick()
+        update = workload_update(self)
+        access = self.next_access()
+        self.steps += 1
+        self._vcpu = access.vcpu
+        self.mmu.root(access.vcpu)  # kvm_mmu_reload() before VM entry
+        if not self.needs_exit(access):
+            self._cpu_sets_accessed(access)
+            return MmuStep(access, False, None, update)
+        spte = self.leaf_spte(access.vcpu, access.gpa >> PAGE_SHIFT)
+        misconfig = is_mmio_spte(self.mmu.cfg, spte)
+        code = self.exit_code(spte, access.write, access.fetch)
+        self._vm_exit(access.vcpu, access.gpa, code, traced=not (misconfig and self.mmu.cfg.ept))
+        fast = self.mmu.fast_pf
+        before = self.mmu.stat.get("pf_fast", 0)
+        fault = self.mmu.page_fault(access.vcpu, access.gpa, access.write, access.fetch)
+        ret = self._result(fault)
+        words = ""
+        if fast is not None and self.mmu.stat["pf_fast"] != before:
+            words = fast_words(self.mmu.cfg, fast.last)
+        return MmuStep(access, True, ret, update, words)
+
+    def _cpu_sets_accessed(self, access: MmuAccess) -> None:
+        """The CPU's walk sets the leaf's Accessed bit (EPT with A/D bits, or NPT)."""
+        leaf = self._leaf(access.vcpu, access.gpa >> PAGE_SHIFT)
+        if leaf is not None and not leaf[0].role.ad_disabled:
+            leaf[0].spt[leaf[1]] |= self.mmu.cfg.shadow_accessed_mask
+
+    def exit_code(self, spte: int, write: bool, fetch: bool = False) -> int:
+        """What `kvm_page_fault` prints as its code: under EPT the exit qualification
+        (`handle_ept_violation()`, 6.18 vmx.c: `trace_kvm_page_fault(vcpu, gpa,
+        exit_qualification)`); under NPT the #NPF error code, RSVD|P on an MMIO spte."""
+        if not self.mmu.cfg.ept:
+            if is_mmio_spte(self.mmu.cfg, spte):
+                return PFERR_RSVD | PFERR_PRESENT | (PFERR_WRITE if write else 0)
+            present = PFERR_PRESENT if is_shadow_present_pte(spte) else 0
+            return present | (PFERR_WRITE if write else 0) | (PFERR_FETCH if fetch else 0)
+        qual = EPT_VIOLATION_ACC_WRITE if write else EPT_VIOLATION_ACC_READ
+        qual = EPT_VIOLATION_ACC_INSTR if fetch else qual
+        if is_shadow_present_pte(spte):
+            qual |= (spte & 0x7) << EPT_VIOLATION_RWX_SHIFT
+        return qual | EPT_VIOLATION_GVA_IS_VALID | EPT_VIOLATION_GVA_TRANSLATED
+
+    def needs_exit(self, access: MmuAccess) -> bool:
+        """False when the CPU's own walk finds a present, non-MMIO leaf that allows the
+        access (no VM exit); a write to a read-only leaf exits (a read-only slot)."""
+        spte = self.leaf_spte(access.vcpu, access.gpa >> PAGE_SHIFT)
+        if not is_shadow_present_pte(spte):  # empty or an MMIO spte
+            return True
+        if not spte & PT_PRESENT_MASK:
+            return True  # access-tracked (A/D bits off, aged): RWX cleared
+        if access.fetch and not is_executable_pte(self.mmu.cfg, spte):
+            return True  # an NX huge page (the mitigation keeps huge leaves not executable)
+        return access.write and not spte & PT_WRITABLE_MASK
+
+    def leaf_spte(self, vcpu: int, gfn: int) -> int:
+        """The leaf spte the vCPU's current root maps `gfn` with (the non-present value
+        when none)."""
+        leaf = self._leaf(vcpu, gfn)
+        return self.mmu.pages.nonpresent if leaf is None else leaf[0].spt[leaf[1]]
+
+    def path_of(self, step: MmuStep) -> list[tuple[KvmMmuPage, int]]:
+        """The pages the access's gfn walks through, root first."""
+        return self._path(step.access.vcpu, step.access.gpa >> PAGE_SHIFT)
+
+    def audit(self) -> None:
+        self.mmu.audit()
+        self.vm.audit()

@@ -1,0 +1,98 @@
+"""What makes `fast_page_fault()` fire in a running guest (fast_pf.py), as controls of
+the sessions of the two MMUs that have it (`MmuSession`: direct pages, tdp_mmu=N;
+`TdpSession`: the TDP MMU):
+
+- dirty logging on the largest RAM slot (`KVM_SET_USER_MEMORY_REGION` with
+  KVM_MEM_LOG_DIRTY_PAGES toggled, flags only): the slot's sptes are write-protected
+  but stay MMU-writable, so the next write to each page is fixed without mmu_lock and
+  marks the page in the dirty bitmap (`DirtyLogging`);
+- `KVM_GET_DIRTY_LOG` on that slot: the bitmap is returned and cleared, and the pages
+  it reported are write-protected again (the next round of a live migration);
+- `kvm_age_gfn()` over every RAM slot (aging.py): with A/D bits off the sptes become
+  access-tracked and the next access of each is restored by the fast path;
+- the `migrate` workload: a live migration's view of a guest — dirty logging on from the
+  first access, `HOT_SHARE` of the accesses (`HOT_WRITES` of them writes) in a working
+  set of `HOT_PAGES` pages of the logged slot, and a KVM_GET_DIRTY_LOG pass every
+  `GET_DIRTY_EVERY` accesses, so the same pages are protected and fixed again.
+"""
+
+from __future__ import annotations
+
+import random
+
+from ...memslots.constants import KVM_MEM_LOG_DIRTY_PAGES, PAGE_SHIFT
+from ...memslots.memslot import MemorySlot
+from ...memslots.vm import Vm
+from ...typing_lite import TYPE_CHECKING
+from ..dirty_log import DirtyLogging
+
+if TYPE_CHECKING:
+    from ..direct.mmu import DirectMmu
+    from ..tdp.mmu import TdpMmu
+
+HOT_PAGES = 256
+HOT_SHARE = 0.9
+HOT_WRITES = 0.4
+GET_DIRTY_EVERY = 200
+
+
+class FastPathControls:
+    """Dirty logging, KVM_GET_DIRTY_LOG and aging for a session's guest."""
+
+    vm: Vm
+    workload: str
+    steps: int
+    mmu: DirectMmu | TdpMmu
+    dirty_log: DirtyLogging
+    _ram: list[MemorySlot]
+
+    def logged_slot(self) -> MemorySlot:
+        """The largest RAM slot, as it is now (the one dirty logging is toggled on)."""
+        slot = max(self._ram, key=lambda s: s.npages)
+        return self.vm.slot(slot.as_id, slot.id) or slot
+
+    def toggle_dirty_logging(self) -> str:
+        """KVM_MEM_LOG_DIRTY_PAGES on the largest RAM slot, on or off (flags only)."""
+        slot = self.logged_slot()
+        flags = slot.flags ^ KVM_MEM_LOG_DIRTY_PAGES
+        self.vm.set_user_memory_region(
+            slot.uapi_slot, flags, slot.base_gfn << PAGE_SHIFT, slot.npages << PAGE_SHIFT,
+            slot.userspace_addr,
+        )  # fmt: skip
+        self._ram = [s for s in self.vm.memslots(0) if not s.readonly]
+        return f"dirty logging {'on' if flags & KVM_MEM_LOG_DIRTY_PAGES else 'off'}"
+
+    def get_dirty_log(self) -> list[int]:
+        """KVM_GET_DIRTY_LOG of the logged slot: the dirty gfn offsets (write-protected
+        again); [] when the slot does not log."""
+        slot = self.logged_slot()
+        return self.dirty_log.get_dirty_log(slot.id, slot.as_id)
+
+    def age_memory(self) -> int:
+        """`kvm_age_gfn()` over every RAM slot, as page reclaim's `clear_young` would:
+        how many sptes were young."""
+        from ..aging import kvm_age_gfn  # (it imports both MMUs)
+
+        return sum(kvm_age_gfn(self.mmu, s, s.base_gfn, s.end_gfn) for s in self._ram)
+
+    def migrate_update(self, steps: int) -> str:
+        """The `migrate` workload's update before access `steps`, if any."""
+        if steps == 0 and not self.logged_slot().dirty_logging:
+            return self.toggle_dirty_logging()
+        if steps and not steps % GET_DIRTY_EVERY:
+            return f"KVM_GET_DIRTY_LOG: {len(self.get_dirty_log())} pages"
+        return ""
+
+    def hot_access(self, rng: random.Random) -> tuple[int, bool] | None:
+        """A `migrate` access in the working set, (gfn, write), or None for a kernbench
+        one.  The working set starts 1 MiB into the logged slot."""
+        if rng.random() >= HOT_SHARE:
+            return None
+        slot = self.logged_slot()
+        gfn = slot.base_gfn + (256 + rng.randrange(HOT_PAGES)) % slot.npages
+        return gfn, rng.random() < HOT_WRITES
+
+    @property
+    def dirty_pages(self) -> int:
+        """Pages in the dirty bitmaps now."""
+        return sum(len(bits) for bits in self.dirty_log.dirty.values())

@@ -1,0 +1,170 @@
+"""What the two running guests share (`MmuSession` under EPT, `ShadowSession` with EPT
+off): the guest built from a `Layout`, a seeded workload generator, the counts of
+accesses, VM exits and RET_PF_* results, and events stamped with the virtual clock and
+the vCPU that caused them, as a `trace-cmd` record of the vCPU thread would be."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+
+from ...events import Event, FieldValue
+from ...layouts.layout import Layout, build_vm
+from ...typing_lite import Generic, Protocol, TypeVar
+from ..mmu_pages import KvmMmuPage, MmuPages
+from ..spte import RetPf
+from ..walk import fault_path, last_on_path
+
+ACCESS_NS = 1000  # virtual time between two guest accesses, for event timestamps
+FETCH_RATE = 0.1  # share of RAM reads that are instruction fetches (EPT sessions)
+PFERR_WRITE = 1 << 1  # the error code bits of the emitted kvm_page_fault
+PFERR_USER = 1 << 2
+StepT = TypeVar("StepT")
+_RET_NAMES = {ret: ret.name for ret in RetPf}
+RawListener = Callable[[str, Mapping[str, FieldValue]], None]
+
+
+def after_2011(spte_config: str) -> bool:
+    """Whether the sessions' MMU has what came after the 2011 configs (`SPTE_CONFIGS`
+    "2011-..."): the MMIO info cache (3.1), fast_page_fault (3.6), the prev_roots LRU
+    (4.19)."""
+    return not spte_config.startswith("2011")
+
+
+class RootedMmu(Protocol):
+    """What the sessions read of either MMU: the vCPUs' roots and the pages."""
+
+    roots: dict[int, KvmMmuPage]
+    pages: MmuPages
+
+
+class GuestSession(Generic[StepT]):
+    """A guest, its counters and its event listeners; subclasses add the MMU and steps."""
+
+    mmu: RootedMmu
+
+    paging = ""
+    workloads: tuple[str, ...] = ()
+
+    def __init__(self, layout: Layout, workload: str, seed: int, nr_vcpus: int) -> None:
+        self.check_workload(workload)
+        self.layout = layout
+        self.workload = workload
+        # the MMU's lookups are the rbtree's (gfn_to_memslot), and no view explains one
+        # under another strategy: the other five structures are not kept (nor their
+        # modules imported: `mmuscope simulate`'s start-up, issue 14 "Speed")
+        self.vm = build_vm(layout, track_all=False)
+        self.nr_vcpus = nr_vcpus
+        self._rng = random.Random(seed)
+        self._listeners: list[Callable[[Event], None]] = []
+        self._raw: RawListener | None = None  # raw_listener
+        self._observes = type(self)._observe is not GuestSession._observe
+        self.steps = self.exits = 0
+        self.results: dict[str, int] = {}
+        self._vcpu = 0
+
+    def step(self) -> StepT:
+        raise NotImplementedError
+
+    def run(self, count: int) -> StepT | None:
+        last = None
+        for _ in range(count):
+            last = self.step()
+        return last
+
+    def check_workload(self, workload: str) -> None:
+        if workload not in self.workloads:
+            raise ValueError(f"unknown workload {workload!r}; choose from {self.workloads}")
+
+    # -- events -----------------------------------------------------------------------
+
+    def subscribe(self, listener: Callable[[Event], None]) -> Callable[[], None]:
+        self._listeners.append(listener)
+        self._listeners_changed()
+
+        def unsubscribe() -> None:
+            self._listeners.remove(listener)
+            self._listeners_changed()
+
+        return unsubscribe
+
+    @property
+    def raw_listener(self) -> RawListener | None:
+        """Called with (name, fields) of each event: a printer that needs no Event and
+        reads the stamp (`stamp()`) itself.  An MMU that hands out names and fields calls
+        it directly while no Event listener or `_observe` wants the event."""
+        return self._raw
+
+    @raw_listener.setter
+    def raw_listener(self, listener: RawListener | None) -> None:
+        self._raw = listener
+        self._listeners_changed()
+
+    def _listeners_changed(self) -> None:
+        """A subclass whose MMU calls `fields_listener()` directly refreshes it here."""
+
+    def _forward(self, event: Event) -> None:
+        """The MMU's events (and the session's own), stamped and handed out."""
+        self._observe(event)
+        if self._raw is not None:
+            self._raw(event.name, event.fields)
+        if self._listeners:
+            ts, cpu = self.stamp()
+            stamped = Event(event.name, event.fields, ts, cpu, event.pid, "qemu-kvm")
+            for listener in list(self._listeners):
+                listener(stamped)
+
+    def _forward_fields(self, name: str, fields: Mapping[str, FieldValue]) -> None:
+        """`_forward` for an MMU that hands out names and fields: the `Event` is built
+        only when a listener or `_observe` wants one."""
+        if self._listeners or self._observes:
+            self._forward(Event(name, fields))
+        elif self._raw is not None:
+            self._raw(name, fields)
+
+    def stamp(self) -> tuple[float, int]:
+        """The timestamp (virtual time: ACCESS_NS per access) and CPU of an event now."""
+        return self.steps * ACCESS_NS / 1e9, self._vcpu
+
+    def fields_listener(self) -> RawListener | None:
+        """What an MMU that hands out names and fields should call: `raw_listener` itself
+        while nothing needs an `Event`, else `_forward_fields`; None when nobody listens
+        (bare mode: no fields are built)."""
+        if self._listeners or self._observes:
+            return self._forward_fields
+        return self._raw
+
+    def _observe(self, event: Event) -> None:
+        """A subclass's look at every event before it is handed out."""
+
+    def _emit(self, name: str, **fields: FieldValue) -> None:
+        self._forward_fields(name, fields)
+
+    def _vm_exit(self, vcpu: int, address: int, error_code: int, traced: bool = True) -> None:
+        """A VM exit for a page fault: counted, and traced as `kvm_page_fault` unless
+        `traced` is False (an EPT misconfiguration: `handle_ept_misconfig()` has no
+        such tracepoint)."""
+        self.exits += 1
+        if traced:
+            fields = {"vcpu_id": vcpu, "fault_address": address, "error_code": error_code}
+            self._forward_fields("kvm_page_fault", fields)
+
+    def _result(self, ret: RetPf) -> RetPf:
+        name = _RET_NAMES[ret]  # (an enum's .name is a property)
+        self.results[name] = self.results.get(name, 0) + 1
+        return ret
+
+    # -- the vCPU's shadow tables -----------------------------------------------------
+
+    def _live_root(self, vcpu: int) -> KvmMmuPage | None:
+        root = self.mmu.roots.get(vcpu)
+        return None if root is None or self.mmu.pages.is_obsolete(root) else root
+
+    def _leaf(self, vcpu: int, number: int) -> tuple[KvmMmuPage, int] | None:
+        """Where the CPU's walk of page `number` ends in the vCPU's current root."""
+        root = self._live_root(vcpu)
+        return None if root is None else last_on_path(self.mmu.pages, root, number)
+
+    def _path(self, vcpu: int, number: int) -> list[tuple[KvmMmuPage, int]]:
+        root = self.mmu.roots.get(vcpu)
+        return fault_path(self.mmu.pages, root, number) if root else []

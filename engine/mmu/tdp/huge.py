@@ -1,0 +1,244 @@
+"""Huge pages in the TDP MMU: how large a leaf may be, splitting (eager, when dirty
+logging starts, and on an instruction fetch under the NX huge page mitigation), dirty
+logging's write protection, collapsing back to huge pages, and NX huge page recovery.
+
+torvalds/linux ≈6.10 (commit 0089c055) `tdp_mmu.c`, `mmu.c`, `spte.c`, `x86.c`:
+- `kvm_mmu_max_mapping_level()`: the largest level whose aligned range lies inside the
+  memslot with gfn and host address aligned alike (`lpage_info.disallow_lpage`), capped
+  by the host's own mapping (`host_pfn_mapping_level`: `TdpMmuParams.host_level`); one
+  implementation for every MMU, `mapping_level.py`.
+- `tdp_mmu_split_huge_page()`: a new page table filled with
+  `make_huge_page_split_spte()` (the huge spte plus the offset of each part; 4K parts
+  lose PT_PAGE_SIZE and, under the NX mitigation, become executable), linked in place of
+  the huge spte; `kvm_mmu_split_huge_page` traces it.
+- `kvm_mmu_slot_apply_flags()` (x86.c) when a slot starts logging dirty pages:
+  `eager_page_split` splits every huge page down to 4K at once, then write protection
+  (`kvm_tdp_mmu_wrprot_slot`, 4K and up) or, with PML, D bits cleared on the leaves
+  (`kvm_tdp_mmu_clear_dirty_slot`) and write protection of 2M and up; when it stops,
+  `kvm_tdp_mmu_zap_collapsible_sptes()` zaps (freezing first) the tables a huge leaf can
+  replace, so the next faults map huge pages again.
+- `kvm_recover_nx_huge_pages()`: zaps ceil(nx_lpage_splits / ratio) of the page tables
+  made for disallowed executable huge pages (`kvm_tdp_mmu_zap_sp`), oldest first; a slot
+  that logs dirty pages only loses the tracking (`nx_huge_pages.py`, shared).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ...memslots.constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY
+from ...memslots.memslot import MemorySlot
+from ..mapping_level import MappingLevels
+from ..nx_huge_pages import recover_nx_huge_pages
+from ..role import ACC_EXEC_MASK, PG_LEVEL_2M, PG_LEVEL_4K, KvmMmuPageRole
+from ..spte import (
+    KVM_MAX_HUGEPAGE_LEVEL,
+    PT_PAGE_SIZE_MASK,
+    PT_WRITABLE_MASK,
+    is_large_pte,
+    is_last_spte,
+    is_shadow_present_pte,
+)
+from .iter import TdpIter, for_each_tdp_pte, for_each_tdp_pte_min_level, kvm_pages_per_hpage
+from .pages import SPTE_ENT_PER_PAGE, TdpMmuPage
+from .roots import TdpRoots
+
+PAGE_SHIFT = 12
+
+
+class TdpHuge(TdpRoots):
+    levels: MappingLevels
+    # -- mapping levels -------------------------------------------------------------------
+
+    def kvm_mmu_max_mapping_level(self, slot: MemorySlot, gfn: int, max_level: int) -> int:
+        """`kvm_mmu_max_mapping_level()` (mapping_level.py, shared with the shadow MMU)."""
+        return self.levels.kvm_mmu_max_mapping_level(slot, gfn, max_level)
+
+    # -- splitting ----------------------------------------------------------------------
+
+    def make_huge_page_split_spte(self, huge_spte: int, role: KvmMmuPageRole, index: int) -> int:
+        child_level = role.level
+        child = huge_spte | (index * kvm_pages_per_hpage(child_level)) << PAGE_SHIFT
+        if child_level == PG_LEVEL_4K:
+            child &= ~PT_PAGE_SIZE_MASK
+            if role.access & ACC_EXEC_MASK and self.params.nx_huge_page_workaround_enabled:
+                child = (child & ~self.cfg.shadow_nx_mask) | self.cfg.shadow_x_mask
+        return child
+
+    def _split_sptes(self, huge_spte: int, role: KvmMmuPageRole) -> list[int]:
+        """`make_huge_page_split_spte()` of every index, in one pass: the bits it changes
+        (PT_PAGE_SIZE, X/NX) lie outside the address bits the index sets, so each child is
+        the first one plus its offset (the comprehension when the huge spte has address
+        bits below its size, which an aligned pfn never has)."""
+        first = self.make_huge_page_split_spte(huge_spte, role, 0)
+        step = kvm_pages_per_hpage(role.level) << PAGE_SHIFT
+        span = step * SPTE_ENT_PER_PAGE
+        if not first & (span - 1) & ~(step - 1):
+            return list(range(first, first + span, step))
+        return [first | i * step for i in range(SPTE_ENT_PER_PAGE)]
+
+    def tdp_mmu_split_huge_page(self, it: TdpIter, sp: TdpMmuPage, shared: bool) -> int:
+        huge_spte, level = it.old_spte, it.level
+        sp.spt[:] = self._split_sptes(huge_spte, sp.role)
+        ret = self.tdp_mmu_link_sp(it, sp, shared)
+        if not ret:
+            self.kvm_update_page_stats(level - 1, SPTE_ENT_PER_PAGE)
+        self._emit("kvm_mmu_split_huge_page", gfn=it.gfn, spte=huge_spte, level=level, errno=ret)
+        return ret
+
+    def tdp_mmu_split_huge_pages_root(
+        self, root: TdpMmuPage, start: int, end: int, target_level: int, shared: bool
+    ) -> int:
+        """Pre-order, so a 1G page split into 2M pages has those split in turn."""
+        split = 0
+        for it in for_each_tdp_pte_min_level(self.pages.by_pa, root, target_level + 1, start, end):
+            while is_shadow_present_pte(it.old_spte) and is_large_pte(it.old_spte):
+                sp = self.tdp_mmu_init_child_sp(it)
+                if not self.tdp_mmu_split_huge_page(it, sp, shared):
+                    split += 1
+                    break
+                self.tdp_mmu_free_sp(sp)  # lost a race: retry on the fresh old_spte
+        return split
+
+    def kvm_tdp_mmu_try_split_huge_pages(
+        self, slot: MemorySlot, start: int, end: int, target_level: int, shared: bool = True
+    ) -> int:
+        split = 0
+        for root in self._each_root(only_valid=True):
+            if root.as_id == slot.as_id:
+                split += self.tdp_mmu_split_huge_pages_root(root, start, end, target_level, shared)
+            self.kvm_tdp_mmu_put_root(root)
+        return split
+
+    # -- dirty logging ------------------------------------------------------------------
+
+    @property
+    def pml_logs_dirty_pages(self) -> bool:
+        """Page Modification Logging in use: `enable_pml` on EPT, which needs EPT A/D
+        bits (vmx.c `hardware_setup()`: "if (!enable_ept_ad_bits ...) enable_pml = 0")."""
+        return self.params.enable_pml and self.cfg.ept and not self.cfg.ad_disabled
+
+    def wrprot_gfn_range(self, root: TdpMmuPage, start: int, end: int, min_level: int) -> bool:
+        sptes = for_each_tdp_pte_min_level(self.pages.by_pa, root, min_level, start, end)
+        return self._clear_leaf_bit(sptes, PT_WRITABLE_MASK)
+
+    def clear_dirty_gfn_range(self, root: TdpMmuPage, start: int, end: int) -> bool:
+        """D bits off (write protection instead when A/D bits are off)."""
+        dbit = PT_WRITABLE_MASK if self.cfg.ad_disabled else self.cfg.shadow_dirty_mask
+        return self._clear_leaf_bit(for_each_tdp_pte(self.pages.by_pa, root, start, end), dbit)
+
+    def _clear_leaf_bit(self, sptes: Iterable[TdpIter], bit: int) -> bool:
+        """The loop `wrprot_gfn_range()` and `clear_dirty_gfn_range()` share: `bit` off in
+        each present leaf that has it, by `tdp_mmu_set_spte_atomic()` (a lost exchange
+        reads the spte again: `goto retry`); True if any spte changed."""
+        spte_set = False
+        for it in sptes:
+            while (
+                is_shadow_present_pte(it.old_spte)
+                and is_last_spte(it.old_spte, it.level)
+                and it.old_spte & bit
+            ):
+                if not self.tdp_mmu_set_spte_atomic(it, it.old_spte & ~bit):
+                    spte_set = True
+                    break
+        return spte_set
+
+    def _for_slot(self, slot: MemorySlot, action: str, *args: int) -> bool:
+        done = False
+        for root in self._each_root(only_valid=True):
+            if root.as_id == slot.as_id:
+                start, end = slot.base_gfn, slot.base_gfn + slot.npages
+                done |= getattr(self, action)(root, start, end, *args)
+            self.kvm_tdp_mmu_put_root(root)
+        return done
+
+    def kvm_tdp_mmu_wrprot_slot(self, slot: MemorySlot, min_level: int) -> bool:
+        return self._for_slot(slot, "wrprot_gfn_range", min_level)
+
+    def kvm_tdp_mmu_clear_dirty_slot(self, slot: MemorySlot) -> bool:
+        return self._for_slot(slot, "clear_dirty_gfn_range")
+
+    def kvm_tdp_mmu_clear_dirty_pt_masked(self, slot: MemorySlot, gfns: set[int]) -> int:
+        """KVM_GET_DIRTY_LOG (`clear_dirty_pt_masked`, 6.18): the reported gfns' 4K
+        leaves lose W (D with PML and A/D bits) again; how many changed."""
+        wrprot = not self.pml_logs_dirty_pages
+        dbit = PT_WRITABLE_MASK if wrprot else self.cfg.shadow_dirty_mask
+        changed = 0
+        for root in self._each_root(only_valid=True):
+            for gfn in sorted(gfns) if root.as_id == slot.as_id else ():
+                for it in for_each_tdp_pte(self.pages.by_pa, root, gfn, gfn + 1):
+                    old = it.old_spte
+                    if it.level == PG_LEVEL_4K and is_shadow_present_pte(old) and old & dbit:
+                        pt = it.pt
+                        assert isinstance(pt, TdpMmuPage)
+                        self.tdp_mmu_set_spte(it.as_id, pt, it.index, old, old & ~dbit, gfn, 1)
+                        changed += 1
+            self.kvm_tdp_mmu_put_root(root)
+        return changed
+
+    def zap_collapsible_spte_range(self, root: TdpMmuPage, start: int, end: int) -> bool:
+        slot = self.vm.memslot_set(root.as_id).gfn_tree.search(start)
+        zapped = False
+        for it in for_each_tdp_pte_min_level(self.pages.by_pa, root, PG_LEVEL_2M, start, end):
+            while (
+                it.level <= KVM_MAX_HUGEPAGE_LEVEL
+                and is_shadow_present_pte(it.old_spte)
+                and not is_last_spte(it.old_spte, it.level)
+                and start <= it.gfn < end
+                and slot is not None
+                and self.kvm_mmu_max_mapping_level(slot, it.gfn, KVM_MAX_HUGEPAGE_LEVEL) >= it.level
+            ):
+                if not self.tdp_mmu_zap_spte_atomic(it):
+                    zapped = True
+                    break
+        return zapped
+
+    def kvm_tdp_mmu_zap_collapsible_sptes(self, slot: MemorySlot) -> bool:
+        return self._for_slot(slot, "zap_collapsible_spte_range")
+
+    def kvm_mmu_slot_apply_flags(self, old_flags: int, slot: MemorySlot) -> None:
+        """x86.c, on a KVM_MR_FLAGS_ONLY change of KVM_MEM_LOG_DIRTY_PAGES."""
+        new_flags = slot.flags
+        if new_flags & KVM_MEM_READONLY or not (old_flags ^ new_flags) & KVM_MEM_LOG_DIRTY_PAGES:
+            return
+        if not new_flags & KVM_MEM_LOG_DIRTY_PAGES:
+            self.kvm_tdp_mmu_zap_collapsible_sptes(slot)
+            return
+        if self.params.eager_page_split:
+            end = slot.base_gfn + slot.npages
+            self.kvm_tdp_mmu_try_split_huge_pages(slot, slot.base_gfn, end, PG_LEVEL_4K)
+        if self.pml_logs_dirty_pages:
+            self.kvm_tdp_mmu_clear_dirty_slot(slot)
+            self.kvm_tdp_mmu_wrprot_slot(slot, PG_LEVEL_2M)
+        else:
+            self.kvm_tdp_mmu_wrprot_slot(slot, PG_LEVEL_4K)
+
+    # -- NX huge pages -------------------------------------------------------------------
+
+    def kvm_tdp_mmu_zap_sp(self, sp: TdpMmuPage) -> bool:
+        if not sp.ptep:
+            return False  # a root has no parent spte
+        parent = self.pages.page_of_sptep(sp.ptep)
+        index = (sp.ptep & 0xFFF) >> 3
+        old = parent.spt[index]
+        if not is_shadow_present_pte(old):
+            return False
+        self.tdp_mmu_set_spte(
+            sp.as_id, parent, index, old, self.nonpresent, sp.gfn, sp.role.level + 1
+        )
+        return True
+
+    def kvm_recover_nx_huge_pages(self) -> int:
+        """One run of the recovery worker (nx_huge_pages.py); page tables zapped."""
+
+        def dirty_tracked(sp: TdpMmuPage) -> bool:
+            slot = self.vm.memslot_set(sp.as_id).gfn_tree.search(sp.gfn)
+            return slot is not None and slot.dirty_logging
+
+        return recover_nx_huge_pages(
+            self.pages.possible_nx_huge_pages,
+            self.stat,
+            self.params.nx_huge_pages_recovery_ratio,
+            dirty_tracked,
+            self.kvm_tdp_mmu_zap_sp,
+        )
