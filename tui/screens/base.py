@@ -104,19 +104,16 @@ class MmuScreen(Screen[None]):
           step.  An installed screen that is not on the stack (the app's screens but the
           current one) is then never pruned: Textual closes its widgets one by one, in
           the order of its registry (a set), before the screen and its timers.
-        - A prune: Textual marks every node `_pruning` before it removes the widgets, as
-          its own signal.py and widget.py check."""
-        return not self.is_attached or not self.app.is_running or self._pruning
+        A screen that is removed (popped, switched away from and not installed) needs no
+        check: its Prune handler stops its timers before Textual removes any widget."""
+        return not self.is_attached or not self.app.is_running
 
     def on_mount(self) -> None:
-        # Textual calls every class's on_mount up the MRO, and the screens' own call
-        # super().on_mount() too: without this check a screen had two or three counter
-        # timers a second apart from each other by a millisecond, and kvm_stat's
-        # CurAvg/s, the change since the previous sample, read 0 while playing.
-        if self._counter_timer is None:
-            self._counter_timer = self.set_interval(
-                COUNTER_REFRESH, self._refresh_counters, name="counters"
-            )
+        # Textual calls each class's own on_mount, subclass first: no class calls its
+        # base's (this one would start a second counter timer).
+        self._counter_timer = self.set_interval(
+            COUNTER_REFRESH, self._refresh_counters, name="counters"
+        )
         self._check_size()
 
     def on_resize(self) -> None:
@@ -217,7 +214,6 @@ class PlayerScreen(MmuScreen):
         self._player: Timer | None = None
 
     def on_mount(self) -> None:
-        super().on_mount()
         self.sync_player()
 
     def on_unmount(self) -> None:

@@ -138,7 +138,6 @@ class ExperimentsScreen(MmuScreen):
         yield BarChart(id="bench-chart")
 
     def on_mount(self) -> None:
-        super().on_mount()
         self.query_one(TableList).border_title = "bench tables"
         self.title = "mmuscope · experiments"
         self.sub_title = "the seeds' claims measured (quick runs)"

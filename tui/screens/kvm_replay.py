@@ -125,13 +125,11 @@ class KvmReplayScreen(ReplayScreen):
                 list(self.launch.argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=stderr,
             )  # fmt: skip
-        super().on_mount()
         self.set_interval(POLL, self.poll_child, name="kvm-child")
         self.show_kernel_stats()
 
     def on_unmount(self) -> None:
         self.stop_child()
-        super().on_unmount()
 
     def stop_child(self) -> None:
         child = self.child

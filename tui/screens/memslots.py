@@ -17,13 +17,13 @@ from textual.binding import Binding
 
 from ..messages import WindowMoved
 from ..widgets.cost_panel import CostPanel
+from ..widgets.fit import fit_title
 from ..widgets.highlight import Highlight
 from ..widgets.kept_lines import KeptVertical, Tiled
 from ..widgets.lookup_bar import LookupBar
 from ..widgets.path_panel import PathPanel
 from ..widgets.slot_table import SlotTable
 from ..widgets.structure import StructureView
-from ..widgets.titles import fit_title, set_border_title
 from .memslot_updates import MemslotUpdates
 
 if TYPE_CHECKING:
@@ -147,7 +147,6 @@ class MemslotsScreen(Tiled, MemslotUpdates):
             yield CostPanel(id="costs")
 
     def on_mount(self) -> None:
-        super().on_mount()
         self.query_one("#slots").border_title = "memslots"
         self.query_one("#costs").border_title = "slots looked at per lookup"
         self.query_one("#path").border_title = "this lookup"
@@ -294,7 +293,9 @@ class MemslotsScreen(Tiled, MemslotUpdates):
         if self.window:
             versions = [f"{self.window} · {version}" for version in versions]
         view = self.query_one(StructureView)
-        set_border_title(view, fit_title(versions, view.outer_size.width))
+        title = fit_title(versions, view.outer_size.width)
+        if view.border_title != title:
+            view.border_title = title
 
     def on_resize(self) -> None:  # Textual runs MmuScreen.on_resize as well
         self.call_after_refresh(self._title_structure)  # once the drawing has its width

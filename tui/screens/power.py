@@ -81,7 +81,6 @@ class PowerScreen(PlayerScreen):
             yield FaultSteps(id="fault-steps")
 
     def on_mount(self) -> None:
-        super().on_mount()
         self.query_one("#power-counters").border_title = "faults by class"
         self.query_one("#fault-steps").border_title = "the handler's path"
         self.redraw()

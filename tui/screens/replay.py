@@ -151,7 +151,6 @@ class ReplayScreen(ReplayDrawing):
                 yield ReplayState(id="replay-state")
 
     def on_mount(self) -> None:
-        super().on_mount()
         self.query_one("#replay-state").border_title = "kvm->arch · vCPUs"
         if self.trace is not None:
             self._index_started = time.monotonic()
@@ -161,7 +160,6 @@ class ReplayScreen(ReplayDrawing):
         self.redraw(force=True)
 
     def on_unmount(self) -> None:
-        super().on_unmount()
         self._frame_drawn.set()
         if isinstance(self.timeline, TraceCursor):
             self.timeline.close()

@@ -45,7 +45,6 @@ class RmapScreen(PlayerScreen):
         yield RmapBars(id="bars")
 
     def on_mount(self) -> None:
-        super().on_mount()
         self.query_one("#bars").border_title = "mmu_rmaps_stat"
         self.redraw()
 

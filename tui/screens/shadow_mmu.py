@@ -22,10 +22,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 
+from ..widgets.fit import fit_title
 from ..widgets.lookup_bar import FaultBar
 from ..widgets.mmu_panels import GuestPanel, MmuCounters, PageLevels
 from ..widgets.spt_grid import SptGrid
-from ..widgets.titles import fit_title
 from .base import PlayerScreen
 from .shadow_mmu_actions import GuestActions
 from .shadow_mmu_fast import FastPathActions
@@ -120,7 +120,6 @@ class ShadowMmuScreen(ZapReplay, PagingModes, GuestActions, FastPathActions, Pla
             yield GuestPanel(id="guest")
 
     def on_mount(self) -> None:
-        super().on_mount()
         self.query_one("#levels").border_title = "shadow pages by level"
         self.query_one("#mmu-counters").border_title = "kvm->arch"
         self.redraw()

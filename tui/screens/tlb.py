@@ -66,7 +66,6 @@ class TlbScreen(PlayerScreen):
         yield TlbSide(id="tlb-side")
 
     def on_mount(self) -> None:
-        super().on_mount()
         self.query_one("#tlb-side").border_title = "protocol"
         self.redraw()
 

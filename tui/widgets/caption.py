@@ -14,7 +14,7 @@ from textual.css.scalar import Unit
 from textual.markup import escape
 from textual.widgets import Static
 
-from .titles import fit_title
+from .fit import fit_title
 
 MORE = " … C: more"
 

@@ -28,10 +28,9 @@ from textual.app import ComposeResult
 from textual.markup import escape
 
 from .event_log import EventLog
-from .fit import more_rows, names_in
+from .fit import fit_title, more_rows, names_in
 from .kept_lines import KeptHorizontal
 from .panel import TextPanel
-from .titles import fit_title, set_border_subtitle
 
 #: events the model emits that no kernel has a tracepoint for: marked `*` wherever shown
 OWN_EVENTS = frozenset({"kvm_memslot_lookup"})
@@ -242,8 +241,9 @@ class EventPanel(KeptHorizontal):
         second, not every frame."""
         if self._unwritten and self.query(EventLog):
             log = self.query_one(EventLog)
-            if any(e.name in OWN_EVENTS for e in self._unwritten):
-                set_border_subtitle(log, OWN_NOTE)
+            own = any(e.name in OWN_EVENTS for e in self._unwritten)
+            if own and log.border_subtitle != OWN_NOTE:
+                log.border_subtitle = OWN_NOTE
             entries = [log_entry(e) for e in self._unwritten]
             self._unwritten.clear()
             if self._t0 is None:
@@ -298,7 +298,9 @@ class EventPanel(KeptHorizontal):
         own = any(row.event in OWN_EVENTS for row in rows)
         more, note = more_rows(dropped), OWN_NOTE if own else ""
         versions = [f"{note} · {more}", more] if note and more else [note or more]
-        set_border_subtitle(table, fit_title(versions, table.outer_size.width))
+        subtitle = fit_title(versions, table.outer_size.width)
+        if table.border_subtitle != subtitle:
+            table.border_subtitle = subtitle
 
     def clear_log(self) -> None:
         self.query_one(EventLog).clear()

@@ -90,6 +90,21 @@ def more_rows(dropped: int, what: str = "rows") -> str:
     return f"+{dropped} more {what if dropped > 1 else what.removesuffix('s')}"
 
 
+BORDER_EXTRA = 6  # "╭─ " and " ─╮" around a border title
+
+
+def fit_title(versions: Sequence[str], width: int) -> str:
+    """The first of `versions` that fits a border `width` columns wide whole (Textual
+    would cut a longer one with an ellipsis); the last when none does (at 80 columns a
+    title may be cut); the first before the widget has a size."""
+    if width <= 0:
+        return versions[0] if versions else ""
+    for version in versions:
+        if len(version) + BORDER_EXTRA <= width:
+            return version
+    return versions[-1] if versions else ""
+
+
 def refit_in_render(widget: Widget, fit: Callable[[], None]) -> None:
     """`fit()` from the widget's render(), for a size laid out before the resize event
     came: the rows drawn now are the ones that fit, and a changed bottom-border note is

@@ -19,7 +19,6 @@ from textual.geometry import Size
 from textual.widget import Widget
 
 from .fit import fit_rows, more_rows, names_in, refit_in_render, table_row
-from .titles import set_border_subtitle
 from .wrap import WrapCache, wrapped_height
 
 PAGES_PER_LEVEL = 6  # chips shown per level around the path
@@ -132,7 +131,9 @@ class FittedRows(MmuDrawing):
         self._fitted_for = self.content_size
         width, room = self.content_size
         kept, dropped = fit_rows(self._rows, width, room, self._order)
-        set_border_subtitle(self, more_rows(dropped))
+        note = more_rows(dropped)
+        if self.border_subtitle != note:
+            self.border_subtitle = note
         self.show_text(
             Text("\n", no_wrap=True, overflow="ellipsis").join(self._rows[i] for i in kept)
         )
@@ -298,7 +299,9 @@ class MmuCounters(MmuDrawing):
         rest = [i for i in range(len(lines)) if i not in named and i not in first]
         kept, dropped = fit_rows(rows, width, room, named + first + zap + rest)
         text = Text("\n", no_wrap=True, overflow="ellipsis").join(rows[i] for i in kept)
-        set_border_subtitle(self, more_rows(dropped))
+        note = more_rows(dropped)
+        if self.border_subtitle != note:
+            self.border_subtitle = note
         self.show_text(text)
 
     def _hold_rows(self, holds: list[int], width: int, room: int) -> list[Text]:
@@ -354,7 +357,8 @@ class GuestPanel(MmuDrawing):
         counters beside it need the rows more)."""
         self._shown = None
         self.add_class("-tdp")
-        set_border_subtitle(self, "")
+        if self.border_subtitle != "":
+            self.border_subtitle = ""
         short = self.app.size.height < SHORT_SCREEN
         self.show_text(Text(EPT_NOTE_SHORT if short else EPT_NOTE, style=self.style_of("label")))
 
@@ -435,7 +439,11 @@ class GuestPanel(MmuDrawing):
         text = Text("\n", no_wrap=True, overflow="ellipsis").join(rows[i] for i in kept)
         left_out = sum(rows[i].plain.count("→") for i in range(first, len(rows)) if i not in kept)
         if any(i not in kept for i in range(first)):  # the walk's own rows too
-            set_border_subtitle(self, more_rows(dropped))
+            note = more_rows(dropped)
+            if self.border_subtitle != note:
+                self.border_subtitle = note
         else:
-            set_border_subtitle(self, more_rows(left_out if dropped else 0, "entries"))
+            note = more_rows(left_out if dropped else 0, "entries")
+            if self.border_subtitle != note:
+                self.border_subtitle = note
         self.show_text(text)

@@ -21,7 +21,6 @@ from textual.geometry import Size
 from textual.widget import Widget
 
 from .fit import fit_rows, more_rows, names_in, refit_in_render
-from .titles import set_border_subtitle
 from .wrap import WrapCache, wrapped_height
 
 GLYPH = {VALID: "■", ABSENT: "□", MMIO: "◆", SWAPPED: "▣", EMPTY: "·"}
@@ -162,7 +161,9 @@ class HptGroups(PowerDrawing):
                 self._row(text, hpt, row, kinds, marks, current, row == group, found)
         text.append(LEGEND if with_legend else "", style=self.style_of("label"))
         text.rstrip()
-        set_border_subtitle(self, "" if with_legend else more_rows(legend))
+        note = "" if with_legend else more_rows(legend)
+        if self.border_subtitle != note:
+            self.border_subtitle = note
         self.show_text(text)
 
     @staticmethod
@@ -268,7 +269,9 @@ class PowerCounters(PowerDrawing):
         if height is not None and height.is_auto:
             room = 0  # as tall as its rows (up to its max-height): all of them
         kept, dropped = fit_rows(self._every, width, room, self._order)
-        set_border_subtitle(self, more_rows(dropped))
+        note = more_rows(dropped)
+        if self.border_subtitle != note:
+            self.border_subtitle = note
         self.show_text(
             Text("\n", no_wrap=True, overflow="ellipsis").join(self._every[i] for i in kept)
         )

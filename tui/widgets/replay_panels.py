@@ -25,7 +25,6 @@ from .fit import fit_rows, more_rows, refit_in_render
 from .kept_lines import KeptLines
 from .mmu_panels import FittedRows, MmuDrawing
 from .row_cache import use_row_cache
-from .titles import set_border_subtitle
 
 LEGEND_ITEMS = (("none", "· none"), ("nonleaf", "▸ table"), ("leaf", "■ 4K"),
                 ("large", "█ huge"), ("mmio", "◆ MMIO"))  # fmt: skip
@@ -186,7 +185,8 @@ class SpteGrid(ReplayPanel):
     def show(self, table: SpteTable | None) -> None:
         self._table = table
         if table is None:
-            set_border_subtitle(self, GRID_LEGEND)
+            if self.border_subtitle != GRID_LEGEND:
+                self.border_subtitle = GRID_LEGEND
             self.border_title = "sptes by gfn"
             self.show_text(
                 Text(
@@ -214,7 +214,8 @@ class SpteGrid(ReplayPanel):
         self._fitted_for = self.content_size
         columns, gap, rows = self._shape(len(table.cells))
         if rows * columns >= len(table.cells) or self.content_size.height <= 0:
-            set_border_subtitle(self, GRID_LEGEND)
+            if self.border_subtitle != GRID_LEGEND:
+                self.border_subtitle = GRID_LEGEND
             text = Text(no_wrap=True)
             self._append_cells(text, table.cells[: rows * columns], table.changed, columns, gap)
             self.show_text(text)
@@ -222,7 +223,9 @@ class SpteGrid(ReplayPanel):
         width, room = self.content_size
         lines, order = self._rows(table, columns, gap, label=width >= columns + 4)
         kept, dropped = fit_rows(lines, width, room, order)
-        set_border_subtitle(self, more_rows(dropped))
+        note = more_rows(dropped)
+        if self.border_subtitle != note:
+            self.border_subtitle = note
         self.show_text(Text("\n", no_wrap=True).join(lines[i] for i in kept))
 
     def _rows(

@@ -14,7 +14,6 @@ from textual.geometry import Size
 
 from .fit import fit_rows, more_rows, refit_in_render
 from .mmu_panels import MmuDrawing
-from .titles import set_border_subtitle
 from .wrap import wrapped_height
 
 MAX_DESCS = 8  # boxes drawn; longer chains say how many more
@@ -145,7 +144,9 @@ class RmapBars(MmuDrawing):
         full = [i + 1 for i, count in enumerate(counts) if count]
         order = [0, *full, *(i + 1 for i, count in enumerate(counts) if not count)]
         kept, dropped = fit_rows(rows, width, room, order)
-        set_border_subtitle(self, more_rows(dropped))
+        note = more_rows(dropped)
+        if self.border_subtitle != note:
+            self.border_subtitle = note
         self.show_text(Text("\n", no_wrap=True).join(rows[i] for i in kept))
 
 

@@ -15,7 +15,6 @@ from textual.geometry import Size
 
 from .fit import fit_rows, more_rows, refit_in_render
 from .mmu_panels import MmuDrawing
-from .titles import set_border_subtitle
 
 GRID_COLUMNS = 32  # 512 sptes = 16 rows of 32
 SPTES = 512
@@ -41,7 +40,8 @@ class SptGrid(MmuDrawing):
 
     def show_text(self, text: Text) -> None:
         self._grid = None
-        set_border_subtitle(self, "")
+        if self.border_subtitle != "":
+            self.border_subtitle = ""
         super().show_text(text)
 
     def render(self) -> Text:
@@ -59,7 +59,8 @@ class SptGrid(MmuDrawing):
             lines = [Text(EMPTY, style=label), Text(), Text(self.legend(), style=label)]
             kept, dropped = fit_rows(lines, width, room, [0, 2])  # the gap: when all fit
             super().show_text(Text("\n").join(lines[i] for i in kept))
-            set_border_subtitle(self, "")
+            if self.border_subtitle != "":
+                self.border_subtitle = ""
             self._grid = (cells, marked)
             return
         columns, gap = self._shape()
@@ -71,7 +72,9 @@ class SptGrid(MmuDrawing):
             rows, order = self._rows(cells, marked, columns, gap, label=True)
             kept, dropped = fit_rows([*rows, legend], width, room, order)
         lines = [*rows, legend]
-        set_border_subtitle(self, more_rows(dropped))
+        note = more_rows(dropped)
+        if self.border_subtitle != note:
+            self.border_subtitle = note
         super().show_text(Text("\n", no_wrap=True).join(lines[i] for i in kept))
         self._grid = (cells, marked)  # show_text above forgets it
 

@@ -22,7 +22,6 @@ from textual.geometry import Size
 from textual.widget import Widget
 
 from .fit import fit_rows, more_rows, names_in, refit_in_render
-from .titles import set_border_subtitle
 from .wrap import WrapCache
 
 GLYPHS = ("█", "▓", "░", "▁")
@@ -120,7 +119,12 @@ class TlbLanes(TlbDrawing):
             self._legend(text, self.content_region.width, rows_left)
         text.rstrip()
         note = more_rows(1) if rows_left <= 0 else ""  # the legend, left out for the lanes
-        refit_in_render(self, lambda: set_border_subtitle(self, note))
+
+        def note_legend() -> None:
+            if self.border_subtitle != note:
+                self.border_subtitle = note
+
+        refit_in_render(self, note_legend)
         return text
 
     def _axis(self, text: Text, history: LaneHistory, first: int, width: int) -> None:
@@ -241,6 +245,8 @@ class TlbSide(TlbDrawing):
         lines, order = self._shown
         width, room = self.content_size
         kept, dropped = fit_rows(lines, width, room, order)
-        set_border_subtitle(self, more_rows(dropped))
+        note = more_rows(dropped)
+        if self.border_subtitle != note:
+            self.border_subtitle = note
         self.content = Text("\n", no_wrap=True, overflow="ellipsis").join(lines[i] for i in kept)
         self.refresh()
