@@ -10,7 +10,7 @@ tests/test_engine_exports.py checks every name below against its module.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, as engine.typing_lite: no submodule loaded
+from typing import TYPE_CHECKING
 
 # name -> the module (under engine) that defines it
 _EXPORTS: dict[str, str] = {

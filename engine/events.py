@@ -9,12 +9,9 @@ hands events to a listener; the app and the trace parser both speak this type.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from .record import Record
-from .typing_lite import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from typing import Any
 
 FieldValue = int | str | bool
 

@@ -21,8 +21,7 @@ rest is shared:
 from __future__ import annotations
 
 from operator import attrgetter
-
-from .typing_lite import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from typing import Any, ClassVar

@@ -11,12 +11,11 @@ from __future__ import annotations
 import gc
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (start-up)
 if TYPE_CHECKING:
     import argparse
     from types import ModuleType
-    from typing import Any
 
 # command -> (module in tui, function taking the parsed arguments and returning the exit code)
 RUNNERS: dict[str | None, tuple[str, str]] = {

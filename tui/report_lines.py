@@ -12,13 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from operator import itemgetter
+from typing import TYPE_CHECKING, Any
 
 from mmuscope.engine.events import Event, FieldValue
-from mmuscope.engine.typing_lite import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from typing import Any
-
     from mmuscope.engine.mmu.guest.session import GuestSession
 
 _NAME_WIDTH = 20  # trace-cmd pads event names to this

@@ -27,10 +27,10 @@ from __future__ import annotations
 import gc
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TextIO
 
 from mmuscope.engine.events import Event
 from mmuscope.engine.record import Record
-from mmuscope.engine.typing_lite import TYPE_CHECKING
 
 from .report_lines import FAST_FORMATS as FAST_FORMATS
 from .report_lines import FAST_PRINTK as FAST_PRINTK
@@ -38,7 +38,6 @@ from .report_lines import LinePrinter, trace_cmd_line
 
 if TYPE_CHECKING:
     import argparse
-    from typing import Any, TextIO
 
     from mmuscope.engine.mmu.guest.session import GuestSession
 

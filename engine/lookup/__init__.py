@@ -9,7 +9,7 @@ own `name`s.
 
 from __future__ import annotations
 
-from ..typing_lite import TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .base import ArrayView, CacheProbe, LookupStrategy, LookupTrace, Probe, Shape, TreeView

@@ -14,13 +14,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, ClassVar
 
 from ..memslots.memslot import MemorySlot
 from ..record import Record
-from ..typing_lite import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from typing import ClassVar
 
 if TYPE_CHECKING:  # re-exported (__getattr__ below)
     from .views import ArrayView as ArrayView

@@ -12,9 +12,9 @@ zeroed one past the end and the check fails.
 from __future__ import annotations
 
 from bisect import bisect_left
+from typing import TYPE_CHECKING
 
 from ..memslots.memslot import MemorySlot
-from ..typing_lite import TYPE_CHECKING
 from .base import EMPTY, HIGHER, HIT, LOWER, MISS, Probe
 from .sorted_array import Key, SortedArrayStrategy
 

@@ -9,9 +9,9 @@ differs: colours versus weights.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from ..memslots.memslot import MemorySlot
-from ..typing_lite import TYPE_CHECKING, Generic, Protocol, TypeVar
 from .base import GO_LEFT, GO_RIGHT, HIT, LookupStrategy, Probe
 
 if TYPE_CHECKING:

@@ -10,9 +10,10 @@ guest that once used slot 31 scans 32 entries on every miss: Alex's "full 32 ent
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..errors import AuditError
 from ..memslots.memslot import MemorySlot
-from ..typing_lite import TYPE_CHECKING
 from .base import LookupStrategy, Probe, explain_scan
 
 if TYPE_CHECKING:

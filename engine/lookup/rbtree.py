@@ -13,10 +13,10 @@ the kernel's hand-inlined pointer updates.  Lookup is `search_memslots()` with i
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from ..errors import AuditError
 from ..memslots.memslot import MemorySlot
-from ..typing_lite import TYPE_CHECKING
 from . import bst
 
 if TYPE_CHECKING:

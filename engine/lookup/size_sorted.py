@@ -11,8 +11,9 @@ unspecified order).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..memslots.memslot import MemorySlot
-from ..typing_lite import TYPE_CHECKING
 from .base import Probe, explain_scan
 from .sorted_array import Key, SortedArrayStrategy
 

@@ -21,10 +21,10 @@ compaction algorithm added after insert and remove".  The model keeps that behav
 from __future__ import annotations
 
 from bisect import bisect_left
+from typing import TYPE_CHECKING
 
 from ..errors import AuditError
 from ..memslots.memslot import MemorySlot
-from ..typing_lite import TYPE_CHECKING
 from . import bst
 
 if TYPE_CHECKING:

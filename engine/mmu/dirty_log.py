@@ -28,10 +28,11 @@ spte stays MMU-writable, so the next write is fixed by the fast path.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..events import Event
 from ..memslots.constants import KVM_MEM_LOG_DIRTY_PAGES
 from ..memslots.memslot import MemorySlot
-from ..typing_lite import TYPE_CHECKING
 from .spte import KVM_MAX_HUGEPAGE_LEVEL, PT_WRITABLE_MASK
 
 if TYPE_CHECKING:

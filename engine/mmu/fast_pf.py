@@ -40,10 +40,10 @@ Not modelled: private (guest_memfd) faults (`has_private_mem`), PML, the dirty r
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 from ..events import FieldValue
 from ..memslots.memslot import MemorySlot
-from ..typing_lite import Protocol
 from .mmu_pages import KvmMmuPage
 from .role import PG_LEVEL_4K
 from .spte import (

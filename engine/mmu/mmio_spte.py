@@ -10,8 +10,9 @@ which re-exports the spte helpers here.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..memslots.constants import PAGE_SHIFT
-from ..typing_lite import TYPE_CHECKING
 from .role import ACC_ALL
 from .spte import (
     KVM_MEMSLOT_GEN_UPDATE_IN_PROGRESS,

@@ -21,8 +21,7 @@ torvalds/linux 6.17/6.18 `arch/x86/kvm/mmu/mmu.c`:
 from __future__ import annotations
 
 from collections.abc import Callable
-
-from ..typing_lite import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from ..memslots.vm import Vm

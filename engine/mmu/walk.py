@@ -8,7 +8,7 @@ without a screen (`mmuscope simulate`) does not load them.
 
 from __future__ import annotations
 
-from ..typing_lite import TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .mmu_pages import KvmMmuPage, MmuPages

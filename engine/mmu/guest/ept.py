@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from ...errors import KvmError
 from ...memslots.vm import Vm
-from ...typing_lite import TYPE_CHECKING, TypeVar
 from ..dirty_log import DirtyLogging
 from .fast import FastPathControls
 from .session import FETCH_RATE, GuestSession, StepT

@@ -19,11 +19,11 @@ the sessions of the two MMUs that have it (`MmuSession`: direct pages, tdp_mmu=N
 from __future__ import annotations
 
 import random
+from typing import TYPE_CHECKING
 
 from ...memslots.constants import KVM_MEM_LOG_DIRTY_PAGES, PAGE_SHIFT
 from ...memslots.memslot import MemorySlot
 from ...memslots.vm import Vm
-from ...typing_lite import TYPE_CHECKING
 from ..dirty_log import DirtyLogging
 
 if TYPE_CHECKING:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
+from typing import Generic, Protocol, TypeVar
 
 from ...events import Event, FieldValue
 from ...layouts.layout import Layout, build_vm
-from ...typing_lite import Generic, Protocol, TypeVar
 from ..mmu_pages import KvmMmuPage, MmuPages
 from ..spte import RetPf
 from ..walk import fault_path, last_on_path

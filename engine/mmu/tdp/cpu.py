@@ -10,9 +10,9 @@ read: EPT violations and misconfigurations, SDM 29.3.3); the exit is the session
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING, NamedTuple
 
 from ...events import FieldValue
-from ...typing_lite import TYPE_CHECKING, NamedTuple
 from ..fast_pf import fast_words
 from ..guest.ept import LAPIC_EOI, NIC_DOORBELL
 from ..guest.session import _RET_NAMES, ACCESS_NS, FETCH_RATE, PFERR_WRITE

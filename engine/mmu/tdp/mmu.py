@@ -31,13 +31,13 @@ No rmap is kept: the TDP MMU finds a gfn's sptes by walking the roots.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 from ...errors import AuditError
 from ...events import Event, FieldValue
 from ...memslots.constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY, KVM_MR_FLAGS_ONLY
 from ...memslots.memslot import MemorySlot
 from ...memslots.vm import Vm
-from ...typing_lite import cast
 from ..fast_pf import FastPageFault, mark_page_dirty_in_slot
 from ..mapping_level import KvmPageFault as KvmPageFault
 from ..mapping_level import MappingLevels

@@ -25,9 +25,9 @@ from __future__ import annotations
 import random
 import sys
 from collections.abc import Callable
+from typing import NamedTuple
 
 from ...layouts.layout import Layout
-from ...typing_lite import NamedTuple
 from ..guest.ept import (
     CHURN_EVERY,
     DIRTY_EVERY,
