@@ -9,9 +9,8 @@ hands events to a listener; the app and the trace parser both speak this type.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
-
-from .record import Record
 
 FieldValue = int | str | bool
 
@@ -19,33 +18,16 @@ FieldValue = int | str | bool
 DECIMAL_FIELDS = frozenset({"vcpu", "vcpu_id", "slot", "visited", "len", "as_id", "step"})
 
 
-class Event(Record):
+@dataclass(frozen=True, slots=True)
+class Event:
     """One record: the tracepoint's name and fields, and trace-cmd's columns (frozen)."""
 
-    __slots__ = ("comm", "cpu", "fields", "name", "pid", "ts")
     name: str
-    fields: Mapping[str, FieldValue]
-    ts: float
-    cpu: int
-    pid: int
-    comm: str
-
-    def __init__(
-        self,
-        name: str,
-        fields: Mapping[str, FieldValue] | None = None,
-        ts: float = 0.0,
-        cpu: int = 0,
-        pid: int = 0,
-        comm: str = "mmuscope",
-    ) -> None:
-        put = object.__setattr__
-        put(self, "name", name)
-        put(self, "fields", {} if fields is None else fields)
-        put(self, "ts", ts)
-        put(self, "cpu", cpu)
-        put(self, "pid", pid)
-        put(self, "comm", comm)
+    fields: Mapping[str, FieldValue] = field(default_factory=dict)
+    ts: float = 0.0
+    cpu: int = 0
+    pid: int = 0
+    comm: str = "mmuscope"
 
     def to_json(self) -> dict[str, Any]:
         """The CONTRACT's JSON shape: event, ts, cpu, pid, comm, fields."""

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import errno
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mmuscope.engine import LOOKUP_STRATEGIES, KvmError, Vm
+from mmuscope.engine import KVM_MEM_LOG_DIRTY_PAGES, LOOKUP_STRATEGIES, KvmError, MemorySlot, Vm
 
 PAGE = 4096
 UA_BASE = 0x7F00_0000_0000
@@ -52,6 +53,9 @@ class ReferenceKvm:
             if base != old[0] and self.overlaps(as_id, sid, base, npages):
                 return errno.EEXIST
             if base != old[0] and base + npages - 1 > (1 << 40) - 1:
+                # refused after the old slot was invalidated: kvm_set_memslot() reverts
+                # the INVALID change, two swaps of the active memslots
+                self.gen[as_id] += 4
                 return errno.EINVAL
             self.gen[as_id] += 4 if base != old[0] else 2
         else:
@@ -153,3 +157,20 @@ def test_trees_stay_valid_under_churn(ops: list[tuple[int, int, bool]]) -> None:
                 sid, 0, sid * 8 * PAGE, pages * PAGE, UA_BASE + sid * 8 * PAGE
             )
         vm.audit()
+
+
+def test_a_slot_is_an_immutable_value_an_update_replaces() -> None:
+    """`vm.memslots()` hands out values: equal and hashed by their fields, never changed
+    in place; a flags-only change swaps a new slot in (`kvm_set_memslot()`), and a slot
+    read before it still says what it said."""
+    vm = Vm()
+    vm.set_user_memory_region(1, 0, 0x10_0000, 16 * PAGE, UA_BASE)
+    (slot,) = vm.memslots(0)
+    assert slot == MemorySlot(1, 0, 0x100, 16, 0, UA_BASE) != MemorySlot(1, 0, 0x100, 8)
+    assert {slot, *vm.memslots(0)} == {slot}
+    with pytest.raises(AttributeError):
+        slot.npages = 32  # type: ignore[misc]
+    vm.set_user_memory_region(1, KVM_MEM_LOG_DIRTY_PAGES, 0x10_0000, 16 * PAGE, UA_BASE)
+    (dirty,) = vm.memslots(0)
+    assert (slot.flags, dirty.flags, dirty.dirty_logging) == (0, KVM_MEM_LOG_DIRTY_PAGES, True)
+    assert dirty == slot.with_changes(flags=KVM_MEM_LOG_DIRTY_PAGES) and dirty is not slot

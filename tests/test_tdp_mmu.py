@@ -263,8 +263,7 @@ def test_split_children_are_make_huge_page_split_spte_of_each_index() -> None:
     """`tdp_mmu_split_huge_page`'s one-pass children equal the kernel's per-index
     `make_huge_page_split_spte()`, with and without the NX mitigation, for any spte."""
     import random
-
-    from mmuscope.engine.record import replace
+    from dataclasses import replace
 
     rng = random.Random(1)
     for nx in ("off", "on"):

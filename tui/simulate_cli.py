@@ -27,10 +27,10 @@ from __future__ import annotations
 import gc
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from mmuscope.engine.events import Event
-from mmuscope.engine.record import Record
 
 from .report_lines import FAST_FORMATS as FAST_FORMATS
 from .report_lines import FAST_PRINTK as FAST_PRINTK
@@ -65,56 +65,20 @@ WRITE_BATCH = 4096
 RUN_CHUNK = 512  # accesses run between two looks at the batch
 
 
-class SimulateOptions(Record):
-    """The options of one `mmuscope simulate` run (a frozen record)."""
+@dataclass(frozen=True, slots=True)
+class SimulateOptions:
+    """The options of one `mmuscope simulate` run."""
 
-    __slots__ = (
-        "accesses",
-        "at",
-        "jsonl",
-        "layout",
-        "mmu",
-        "race_rate",
-        "seed",
-        "smi_every",
-        "workload",
-        "zap",
-    )
     mmu: str
     workload: str
-    accesses: int
-    seed: int
-    zap: str | None
-    at: int | None
-    jsonl: bool
-    layout: str
-    race_rate: float
-    smi_every: int
-
-    def __init__(
-        self,
-        mmu: str,
-        workload: str,
-        accesses: int = 10_000,
-        seed: int = 1,
-        zap: str | None = None,
-        at: int | None = None,
-        jsonl: bool = False,
-        layout: str = "pc-4g",
-        race_rate: float = 0.0,
-        smi_every: int = 0,
-    ) -> None:
-        put = object.__setattr__
-        put(self, "mmu", mmu)
-        put(self, "workload", workload)
-        put(self, "accesses", accesses)
-        put(self, "seed", seed)
-        put(self, "zap", zap)
-        put(self, "at", at)
-        put(self, "jsonl", jsonl)
-        put(self, "layout", layout)
-        put(self, "race_rate", race_rate)
-        put(self, "smi_every", smi_every)
+    accesses: int = 10_000
+    seed: int = 1
+    zap: str | None = None
+    at: int | None = None
+    jsonl: bool = False
+    layout: str = "pc-4g"
+    race_rate: float = 0.0
+    smi_every: int = 0
 
 
 class SimulateError(ValueError):

@@ -8,42 +8,25 @@ in registration order, with a name per slot so views can say "pc.bios" rather th
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from ..memslots.constants import KVM_MEM_READONLY, PAGE_SIZE
 from ..memslots.vm import Vm
-from ..record import Record
 
 HOST_BASE = 0x7F00_0000_0000  # where the model's "QEMU" mmaps guest RAM
 HUGE_2M = 1 << 21
 
 
-class RegionSpec(Record):
+@dataclass(frozen=True, slots=True)
+class RegionSpec:
     """One KVM_SET_USER_MEMORY_REGION call that creates a slot (`slot`: uapi, as_id << 16 | id)."""
 
-    __slots__ = ("flags", "gpa", "name", "size", "slot", "userspace_addr")
     name: str
     slot: int
     gpa: int
     size: int
-    flags: int
-    userspace_addr: int
-
-    def __init__(
-        self,
-        name: str,
-        slot: int,
-        gpa: int,
-        size: int,
-        flags: int = 0,
-        userspace_addr: int = 0,
-    ) -> None:
-        put = object.__setattr__
-        put(self, "name", name)
-        put(self, "slot", slot)
-        put(self, "gpa", gpa)
-        put(self, "size", size)
-        put(self, "flags", flags)
-        put(self, "userspace_addr", userspace_addr)
+    flags: int = 0
+    userspace_addr: int = 0
 
     @property
     def as_id(self) -> int:
@@ -58,24 +41,13 @@ class RegionSpec(Record):
         return bool(self.flags & KVM_MEM_READONLY)
 
 
-class Layout(Record):
+@dataclass(frozen=True, slots=True)
+class Layout:
     """A guest's memory layout: the regions QEMU registers as memslots, by name."""
 
-    __slots__ = ("name", "regions", "title")
     name: str
     title: str
     regions: tuple[RegionSpec, ...]
-
-    def __init__(
-        self,
-        name: str,
-        title: str,
-        regions: tuple[RegionSpec, ...],
-    ) -> None:
-        put = object.__setattr__
-        put(self, "name", name)
-        put(self, "title", title)
-        put(self, "regions", regions)
 
     def name_of(self, as_id: int, slot_id: int) -> str:
         """The region name of a slot, or '' when the layout does not know it."""

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from ..memslots.memslot import MemorySlot
-from ..record import Record
 
 if TYPE_CHECKING:  # re-exported (__getattr__ below)
     from .views import ArrayView as ArrayView
@@ -36,84 +36,41 @@ EMPTY = "empty"  # linear scan over the 2011 array: an unused entry (npages == 0
 MISS = "miss"  # binary search: the final range check on memslots[start] fails
 
 
-class Probe(Record):
+@dataclass(frozen=True, slots=True)
+class Probe:
     """One slot or node a lookup looked at: the slot (None: an empty array entry), its
     position (array index, or depth in the tree, root = 0), the gfn comparisons made there
     (short-circuit counted as the C code does), and the outcome (HIT, GO_LEFT, GO_RIGHT,
     LOWER, HIGHER, NEXT, EMPTY, MISS)."""
 
-    __slots__ = ("comparisons", "outcome", "position", "slot")
     slot: MemorySlot | None
     position: int
     comparisons: int
     outcome: str
 
-    def __init__(
-        self,
-        slot: MemorySlot | None,
-        position: int,
-        comparisons: int,
-        outcome: str,
-    ) -> None:
-        put = object.__setattr__
-        put(self, "slot", slot)
-        put(self, "position", position)
-        put(self, "comparisons", comparisons)
-        put(self, "outcome", outcome)
 
-
-class CacheProbe(Record):
-    """A look at one of the caches in front of the structure (kvm-reference §1.3): `cache`
+@dataclass(frozen=True, slots=True)
+class CacheProbe:
+    """A look at one of the caches in front of the structure (docs/kvm.md §1.3): `cache`
     is "vcpu" (vcpu->last_used_slot) or "vm" (slots->last_used_slot); `note` for example
     "generation changed: cache reset"."""
 
-    __slots__ = ("cache", "hit", "note", "slot")
     cache: str
     slot: MemorySlot | None
     hit: bool
-    note: str
-
-    def __init__(
-        self,
-        cache: str,
-        slot: MemorySlot | None,
-        hit: bool,
-        note: str = "",
-    ) -> None:
-        put = object.__setattr__
-        put(self, "cache", cache)
-        put(self, "slot", slot)
-        put(self, "hit", hit)
-        put(self, "note", note)
+    note: str = ""
 
 
-class LookupTrace(Record):
+@dataclass(frozen=True, slots=True)
+class LookupTrace:
     """A lookup that explains itself: what it looked at, in order, and what it found."""
 
-    __slots__ = ("as_id", "cache_probes", "gfn", "probes", "slot", "strategy")
     gfn: int
     as_id: int
     strategy: str
     cache_probes: tuple[CacheProbe, ...]
     probes: tuple[Probe, ...]
     slot: MemorySlot | None
-
-    def __init__(
-        self,
-        gfn: int,
-        as_id: int,
-        strategy: str,
-        cache_probes: tuple[CacheProbe, ...],
-        probes: tuple[Probe, ...],
-        slot: MemorySlot | None,
-    ) -> None:
-        put = object.__setattr__
-        put(self, "gfn", gfn)
-        put(self, "as_id", as_id)
-        put(self, "strategy", strategy)
-        put(self, "cache_probes", cache_probes)
-        put(self, "probes", probes)
-        put(self, "slot", slot)
 
     @property
     def cache_hit(self) -> bool:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..errors import KvmError
@@ -26,7 +26,6 @@ from ..events import Event, Listener
 from ..layouts.layout import Layout, build_vm
 from ..lookup import LOOKUP_STRATEGIES
 from ..lookup.base import LookupTrace, Shape
-from ..record import replace
 from ..stats import LookupCost
 from .constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY, PAGE_SHIFT, PAGE_SIZE
 from .memslot import MemorySlot

@@ -6,37 +6,21 @@ model's slots are immutable values too.
 
 from __future__ import annotations
 
-from ..record import Record, replace
+from dataclasses import dataclass, replace
+
 from .constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY, KVM_MEMSLOT_INVALID, PAGE_SHIFT
 
 
-class MemorySlot(Record):
+@dataclass(frozen=True, slots=True)
+class MemorySlot:
     """A guest-physical range `[base_gfn, base_gfn + npages)` backed by host memory."""
 
-    __slots__ = ("as_id", "base_gfn", "flags", "id", "npages", "userspace_addr")
     id: int
     as_id: int
     base_gfn: int
     npages: int
-    flags: int
-    userspace_addr: int
-
-    def __init__(
-        self,
-        id: int,
-        as_id: int,
-        base_gfn: int,
-        npages: int,
-        flags: int = 0,
-        userspace_addr: int = 0,
-    ) -> None:
-        put = object.__setattr__
-        put(self, "id", id)
-        put(self, "as_id", as_id)
-        put(self, "base_gfn", base_gfn)
-        put(self, "npages", npages)
-        put(self, "flags", flags)
-        put(self, "userspace_addr", userspace_addr)
+    flags: int = 0
+    userspace_addr: int = 0
 
     @property
     def end_gfn(self) -> int:

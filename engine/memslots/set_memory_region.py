@@ -12,9 +12,9 @@ from __future__ import annotations
 import errno
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ..errors import KvmError
-from ..record import Record
 from .constants import (
     KVM_MEM_GUEST_MEMFD,
     KVM_MEM_LOG_DIRTY_PAGES,
@@ -39,30 +39,15 @@ from .memslot import MemorySlot
 ULONG_MAX = U64_MASK  # a 64-bit host
 
 
-class RegionRequest(Record):
+@dataclass(frozen=True, slots=True)
+class RegionRequest:
     """`struct kvm_userspace_memory_region` as the kernel copies it in (fields truncated)."""
 
-    __slots__ = ("flags", "guest_phys_addr", "memory_size", "slot", "userspace_addr")
     slot: int
     flags: int
     guest_phys_addr: int
     memory_size: int
     userspace_addr: int
-
-    def __init__(
-        self,
-        slot: int,
-        flags: int,
-        guest_phys_addr: int,
-        memory_size: int,
-        userspace_addr: int,
-    ) -> None:
-        put = object.__setattr__
-        put(self, "slot", slot)
-        put(self, "flags", flags)
-        put(self, "guest_phys_addr", guest_phys_addr)
-        put(self, "memory_size", memory_size)
-        put(self, "userspace_addr", userspace_addr)
 
     @classmethod
     def from_uapi(
@@ -110,27 +95,14 @@ class KvmSetUserMemoryRegion(ABC):
         """The region as copied in: applied (the model) or handed to the kernel (the fd)."""
 
 
-class MemslotChange(Record):
+@dataclass(frozen=True, slots=True)
+class MemslotChange:
     """`enum kvm_mr_change` with the old and new slot (`kvm_set_memslot()`'s arguments)."""
 
-    __slots__ = ("as_id", "change", "new", "old")
     change: str
     as_id: int
     old: MemorySlot | None
     new: MemorySlot | None
-
-    def __init__(
-        self,
-        change: str,
-        as_id: int,
-        old: MemorySlot | None,
-        new: MemorySlot | None,
-    ) -> None:
-        put = object.__setattr__
-        put(self, "change", change)
-        put(self, "as_id", as_id)
-        put(self, "old", old)
-        put(self, "new", new)
 
     @property
     def slot_id(self) -> int:
@@ -139,25 +111,14 @@ class MemslotChange(Record):
         return slot.id
 
 
-class VmLimits(Record):
+@dataclass(frozen=True, slots=True)
+class VmLimits:
     """What the checks need to know about the VM: `readonly_mem` is __KVM_HAVE_READONLY_MEM
     (x86: yes), `host_phys_bits` the MAXPHYADDR behind kvm_mmu_max_gfn()."""
 
-    __slots__ = ("host_phys_bits", "nr_address_spaces", "readonly_mem")
-    nr_address_spaces: int
-    readonly_mem: bool
-    host_phys_bits: int
-
-    def __init__(
-        self,
-        nr_address_spaces: int = 2,
-        readonly_mem: bool = True,
-        host_phys_bits: int = 52,
-    ) -> None:
-        put = object.__setattr__
-        put(self, "nr_address_spaces", nr_address_spaces)
-        put(self, "readonly_mem", readonly_mem)
-        put(self, "host_phys_bits", host_phys_bits)
+    nr_address_spaces: int = 2
+    readonly_mem: bool = True
+    host_phys_bits: int = 52
 
     @property
     def max_gfn(self) -> int:

@@ -12,6 +12,7 @@ the app can follow.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ..errors import AuditError, KvmError
 from ..events import Event, Listener
@@ -36,40 +37,15 @@ from .set_memory_region import (
 from .slot_set import MemslotSet, try_get_memslot
 
 
+@dataclass(slots=True)
 class Vcpu:
     """The per-vCPU memslot cache: `vcpu->last_used_slot` + `last_used_slot_gen` (§1.3);
-    `as_id` is 1 while the vCPU is in SMM (HF_SMM_MASK).  Mutable; equal by its fields."""
+    `as_id` is 1 while the vCPU is in SMM (HF_SMM_MASK)."""
 
-    __slots__ = ("as_id", "last_used_slot", "last_used_slot_gen", "vcpu_id")
-    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
-
-    def __init__(
-        self,
-        vcpu_id: int,
-        as_id: int = 0,
-        last_used_slot: MemorySlot | None = None,
-        last_used_slot_gen: int = -1,
-    ) -> None:
-        self.vcpu_id = vcpu_id
-        self.as_id = as_id
-        self.last_used_slot = last_used_slot
-        self.last_used_slot_gen = last_used_slot_gen
-
-    def _astuple(self) -> tuple[int, int, MemorySlot | None, int]:
-        return self.vcpu_id, self.as_id, self.last_used_slot, self.last_used_slot_gen
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is self.__class__:
-            assert isinstance(other, Vcpu)
-            return self._astuple() == other._astuple()
-        return NotImplemented
-
-    def __repr__(self) -> str:
-        vcpu_id, as_id, slot, gen = self._astuple()
-        return (
-            f"Vcpu(vcpu_id={vcpu_id!r}, as_id={as_id!r}, last_used_slot={slot!r}, "
-            f"last_used_slot_gen={gen!r})"
-        )
+    vcpu_id: int
+    as_id: int = 0
+    last_used_slot: MemorySlot | None = None
+    last_used_slot_gen: int = -1
 
 
 class Vm(KvmSetUserMemoryRegion):

@@ -21,58 +21,28 @@
 
 from __future__ import annotations
 
-from ..record import Record
+from dataclasses import dataclass
+
 from .role import PG_LEVEL_1G, PG_LEVEL_2M, PG_LEVEL_4K
 
 NX_HUGE_PAGES_MODES = ("off", "on", "force", "auto")
 HOST_LEVELS = {"4k": PG_LEVEL_4K, "2m": PG_LEVEL_2M, "1g": PG_LEVEL_1G}
 
 
-class TdpMmuParams(Record):
+@dataclass(frozen=True, slots=True)
+class TdpMmuParams:
     """The parameters above (`itlb_multihit`: X86_BUG_ITLB_MULTIHIT, what `auto` looks at)."""
 
-    __slots__ = (
-        "eager_page_split",
-        "enable_pml",
-        "host_level",
-        "itlb_multihit",
-        "nx_huge_pages",
-        "nx_huge_pages_recovery_period_ms",
-        "nx_huge_pages_recovery_ratio",
-        "tdp_mmu",
-    )
-    tdp_mmu: bool
-    eager_page_split: bool
-    nx_huge_pages: str
-    itlb_multihit: bool
-    nx_huge_pages_recovery_ratio: int
-    nx_huge_pages_recovery_period_ms: int
-    enable_pml: bool
-    host_level: int
+    tdp_mmu: bool = True
+    eager_page_split: bool = True
+    nx_huge_pages: str = "auto"
+    itlb_multihit: bool = False
+    nx_huge_pages_recovery_ratio: int = 60
+    nx_huge_pages_recovery_period_ms: int = 0
+    enable_pml: bool = True
+    host_level: int = PG_LEVEL_2M
 
-    def __init__(
-        self,
-        tdp_mmu: bool = True,
-        eager_page_split: bool = True,
-        nx_huge_pages: str = "auto",
-        itlb_multihit: bool = False,
-        nx_huge_pages_recovery_ratio: int = 60,
-        nx_huge_pages_recovery_period_ms: int = 0,
-        enable_pml: bool = True,
-        host_level: int = PG_LEVEL_2M,
-    ) -> None:
-        put = object.__setattr__
-        put(self, "tdp_mmu", tdp_mmu)
-        put(self, "eager_page_split", eager_page_split)
-        put(self, "nx_huge_pages", nx_huge_pages)
-        put(self, "itlb_multihit", itlb_multihit)
-        put(self, "nx_huge_pages_recovery_ratio", nx_huge_pages_recovery_ratio)
-        put(self, "nx_huge_pages_recovery_period_ms", nx_huge_pages_recovery_period_ms)
-        put(self, "enable_pml", enable_pml)
-        put(self, "host_level", host_level)
-        self._check()
-
-    def _check(self) -> None:
+    def __post_init__(self) -> None:
         if self.nx_huge_pages not in NX_HUGE_PAGES_MODES:
             raise ValueError(
                 f"nx_huge_pages={self.nx_huge_pages!r}: one of {', '.join(NX_HUGE_PAGES_MODES)}"

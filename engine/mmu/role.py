@@ -14,7 +14,7 @@ The `kvm_mmu_get_page` tracepoint prints the access bits through `access_str[]`.
 
 from __future__ import annotations
 
-from ..record import Record, replace
+from dataclasses import dataclass, replace
 
 ACCESS_STR = ("---", "--x", "w--", "w-x", "-u-", "-ux", "wu-", "wux")
 ACC_EXEC_MASK, ACC_WRITE_MASK, ACC_USER_MASK = 1, 2, 4
@@ -43,77 +43,28 @@ _LAYOUT: tuple[tuple[str, int, int], ...] = (
 )
 
 
-class KvmMmuPageRole(Record):
+@dataclass(frozen=True, slots=True)
+class KvmMmuPageRole:
     """`union kvm_mmu_page_role` (kvm_host.h): the bitfields `_LAYOUT` places in `word`
-    (a frozen record, hashable: the pages' role keys)."""
+    (frozen and hashable: the pages' role keys)."""
 
-    __slots__ = (
-        "access",
-        "ad_disabled",
-        "cr0_wp",
-        "direct",
-        "efer_nx",
-        "guest_mode",
-        "has_4_byte_gpte",
-        "invalid",
-        "is_mirror",
-        "level",
-        "passthrough",
-        "quadrant",
-        "smap_andnot_wp",
-        "smep_andnot_wp",
-        "smm",
-    )
-    level: int
-    has_4_byte_gpte: int
-    quadrant: int
-    direct: int
-    access: int
-    invalid: int
-    efer_nx: int
-    cr0_wp: int
-    smep_andnot_wp: int
-    smap_andnot_wp: int
-    ad_disabled: int
-    guest_mode: int
-    passthrough: int
-    is_mirror: int
-    smm: int
+    level: int = PG_LEVEL_4K
+    has_4_byte_gpte: int = 0
+    quadrant: int = 0
+    direct: int = 0
+    access: int = ACC_ALL
+    invalid: int = 0
+    efer_nx: int = 1
+    cr0_wp: int = 1
+    smep_andnot_wp: int = 0
+    smap_andnot_wp: int = 0
+    ad_disabled: int = 0
+    guest_mode: int = 0
+    passthrough: int = 0
+    is_mirror: int = 0
+    smm: int = 0
 
-    def __init__(
-        self,
-        level: int = PG_LEVEL_4K,
-        has_4_byte_gpte: int = 0,
-        quadrant: int = 0,
-        direct: int = 0,
-        access: int = ACC_ALL,
-        invalid: int = 0,
-        efer_nx: int = 1,
-        cr0_wp: int = 1,
-        smep_andnot_wp: int = 0,
-        smap_andnot_wp: int = 0,
-        ad_disabled: int = 0,
-        guest_mode: int = 0,
-        passthrough: int = 0,
-        is_mirror: int = 0,
-        smm: int = 0,
-    ) -> None:
-        put = object.__setattr__
-        put(self, "level", level)
-        put(self, "has_4_byte_gpte", has_4_byte_gpte)
-        put(self, "quadrant", quadrant)
-        put(self, "direct", direct)
-        put(self, "access", access)
-        put(self, "invalid", invalid)
-        put(self, "efer_nx", efer_nx)
-        put(self, "cr0_wp", cr0_wp)
-        put(self, "smep_andnot_wp", smep_andnot_wp)
-        put(self, "smap_andnot_wp", smap_andnot_wp)
-        put(self, "ad_disabled", ad_disabled)
-        put(self, "guest_mode", guest_mode)
-        put(self, "passthrough", passthrough)
-        put(self, "is_mirror", is_mirror)
-        put(self, "smm", smm)
+    def __post_init__(self) -> None:
         for name, _, width in _LAYOUT:
             value = getattr(self, name)
             if not 0 <= value < 1 << width:
@@ -162,7 +113,3 @@ def tdp_root_role(
     return KvmMmuPageRole(
         level=levels, direct=1, access=ACC_ALL, smm=int(smm), ad_disabled=int(ad_disabled)
     )
-
-
-def role_field_names() -> tuple[str, ...]:
-    return KvmMmuPageRole._fields

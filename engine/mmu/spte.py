@@ -33,6 +33,7 @@ Kernel versions of these changes: UNVERIFIED.  Not modelled: SME/TDX bits.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import IntEnum
 from types import MappingProxyType
 
@@ -40,7 +41,6 @@ from ..memslots.constants import (
     KVM_MEMSLOT_GEN_UPDATE_IN_PROGRESS as KVM_MEMSLOT_GEN_UPDATE_IN_PROGRESS,
 )
 from ..memslots.constants import PAGE_SHIFT
-from ..record import Record
 
 
 def BIT(n: int) -> int:
@@ -159,18 +159,8 @@ class RetPf(IntEnum):
         return f"RET_PF_{self.name}"
 
 
-_SPTE_OPTIONS: tuple[str, ...] = ("ept", "ad_bits", "host_phys_bits", "l1tf", "mmio_caching")
-_SPTE_OPTIONS += ("ept_exec_only", "nonpresent_era")
-_SPTE_MASKS = tuple(  # the derived masks
-    """shadow_nonpresent_value frozen_spte shadow_present_mask shadow_user_mask shadow_x_mask
-    shadow_nx_mask shadow_accessed_mask shadow_dirty_mask shadow_acc_track_mask
-    shadow_host_writable_mask shadow_mmu_writable_mask shadow_nonpresent_or_rsvd_mask
-    shadow_nonpresent_or_rsvd_lower_gfn_mask shadow_mmio_value shadow_mmio_mask
-    shadow_mmio_access_mask""".split()  # noqa: SIM905
-)
-
-
-class SpteConfig(Record):
+@dataclass(frozen=True, slots=True)
+class SpteConfig:
     """The host as `kvm_mmu_reset_all_pte_masks()` / `kvm_mmu_set_ept_masks()` see it.
 
     `ept`: Intel EPT (False: legacy PTE format, i.e. shadow paging or AMD NPT).
@@ -179,52 +169,34 @@ class SpteConfig(Record):
     `l1tf`: the CPU has X86_BUG_L1TF, so `shadow_nonpresent_or_rsvd_mask` is in use (the
     kernel only applies it below 47 cache bits).  `mmio_caching`: kvm.mmio_caching.
     `ept_exec_only`: the CPU supports execute-only EPT entries (shadow_present_mask = 0).
-    The remaining fields are derived, as the kernel computes them (a frozen record:
-    equal and hashed by all its fields, `__init__` and repr the seven above).
+    The remaining fields are derived, as the kernel computes them (compared, not shown).
     """
 
-    __slots__ = _SPTE_OPTIONS + _SPTE_MASKS
-    _init_fields = _repr_fields = _SPTE_OPTIONS
-    ept: bool
-    ad_bits: bool
-    host_phys_bits: int
-    l1tf: bool
-    mmio_caching: bool
-    ept_exec_only: bool
-    nonpresent_era: str
-    shadow_nonpresent_value: int
-    frozen_spte: int
-    shadow_present_mask: int
-    shadow_user_mask: int
-    shadow_x_mask: int
-    shadow_nx_mask: int
-    shadow_accessed_mask: int
-    shadow_dirty_mask: int
-    shadow_acc_track_mask: int
-    shadow_host_writable_mask: int
-    shadow_mmu_writable_mask: int
-    shadow_nonpresent_or_rsvd_mask: int
-    shadow_nonpresent_or_rsvd_lower_gfn_mask: int
-    shadow_mmio_value: int
-    shadow_mmio_mask: int
-    shadow_mmio_access_mask: int
+    ept: bool = True
+    ad_bits: bool = True
+    host_phys_bits: int = 46
+    l1tf: bool = False
+    mmio_caching: bool = True
+    ept_exec_only: bool = True
+    nonpresent_era: str = "6.10"
+    shadow_nonpresent_value: int = field(init=False, repr=False)
+    frozen_spte: int = field(init=False, repr=False)
+    shadow_present_mask: int = field(init=False, repr=False)
+    shadow_user_mask: int = field(init=False, repr=False)
+    shadow_x_mask: int = field(init=False, repr=False)
+    shadow_nx_mask: int = field(init=False, repr=False)
+    shadow_accessed_mask: int = field(init=False, repr=False)
+    shadow_dirty_mask: int = field(init=False, repr=False)
+    shadow_acc_track_mask: int = field(init=False, repr=False)
+    shadow_host_writable_mask: int = field(init=False, repr=False)
+    shadow_mmu_writable_mask: int = field(init=False, repr=False)
+    shadow_nonpresent_or_rsvd_mask: int = field(init=False, repr=False)
+    shadow_nonpresent_or_rsvd_lower_gfn_mask: int = field(init=False, repr=False)
+    shadow_mmio_value: int = field(init=False, repr=False)
+    shadow_mmio_mask: int = field(init=False, repr=False)
+    shadow_mmio_access_mask: int = field(init=False, repr=False)
 
-    def __init__(
-        self,
-        ept: bool = True,
-        ad_bits: bool = True,
-        host_phys_bits: int = 46,
-        l1tf: bool = False,
-        mmio_caching: bool = True,
-        ept_exec_only: bool = True,
-        nonpresent_era: str = "6.10",
-    ) -> None:
-        options = (ept, ad_bits, host_phys_bits, l1tf, mmio_caching, ept_exec_only, nonpresent_era)
-        for name, value in zip(_SPTE_OPTIONS, options, strict=True):
-            object.__setattr__(self, name, value)
-        self._derive()
-
-    def _derive(self) -> None:
+    def __post_init__(self) -> None:
         if not 32 <= self.host_phys_bits <= 52:
             raise ValueError(f"host_phys_bits {self.host_phys_bits} outside 32..52")
         if not self.ept and not self.ad_bits:
@@ -232,7 +204,7 @@ class SpteConfig(Record):
         if self.nonpresent_era not in NONPRESENT_ERAS:
             raise ValueError(f"nonpresent_era {self.nonpresent_era!r}: one of {NONPRESENT_ERAS}")
         for name, value in self._masks().items():
-            object.__setattr__(self, name, value)
+            object.__setattr__(self, name, value)  # a frozen dataclass's derived fields
 
     def _masks(self) -> dict[str, int]:
         era = self.nonpresent_era

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Callable
+from dataclasses import replace
 
 from ...errors import AuditError
 from ...events import Event, FieldValue
 from ...memslots.vm import Vm
-from ...record import replace
 from ..nx_huge_pages import (
     track_possible_nx_huge_page,
     unaccount_nx_huge_page,

@@ -23,8 +23,9 @@ torvalds/linux `arch/x86/kvm/mmu/tdp_mmu.c` (commit 0089c055, ≈6.10), `mmu.c`:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...errors import AuditError
-from ...record import replace
 from ..role import PG_LEVEL_1G, PG_LEVEL_2M, PG_LEVEL_4K, KvmMmuPageRole, tdp_root_role
 from ..spte import is_last_spte, is_shadow_present_pte
 from .core import TdpMmuCore
