@@ -23,7 +23,7 @@ SEED_TIMES: dict[str, dict[str, float]] = {
     # table -> quantity (the row's label) -> the seed's number
     "zap": {"fast": 2_323_016_424, "previous": 2_368_810_003},  # ns, seed 003
     "rmap_ext": {"15": 302.00},  # ./rmap_fork 500, seed 002
-    "ppc_keys": {"2014-seed": 7.833},  # time ./pfault, real, seed 004
+    "ppc_keys": {"2014-keys": 7.833},  # time ./pfault, real, seed 004
     "tlb_flush": {
         "2 baseline": 3979.50,
         "2 gang": 8818.00,

@@ -57,7 +57,7 @@ from mmuscope.engine.ppc.machine import PpcMachine
 from mmuscope.engine.ppc.pfault import DEMO, DEMO_ORDER, PFAULT, PRESSURE, PfaultProgram, PfaultRun
 from mmuscope.engine.ppc.views import searched_groups_dot
 
-SEED, TODAY = "2014-seed", "today"
+SEED, TODAY = "2014-keys", "today"
 SHIFT = 16
 MMIO_GPA = 1 << 40
 

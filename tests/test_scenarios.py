@@ -1,5 +1,6 @@
-"""Scenario files: every one loads, names its seed, screen and preset, and a broken file
-is refused with a message naming the file and the field."""
+"""Scenario files: every one loads, names its thread, screen and preset, and a broken file
+is refused with a message naming the file and the field.  Quotes and section references
+are checked against the repository's own docs/threads.md and docs/kvm.md."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from mmuscope.engine.scenarios import (
     parse_scenario,
 )
 from mmuscope.engine.scenarios.checks import CheckError, Values, evaluate, failures, render
+from mmuscope.engine.threads import THREADS
 
 MECHANISMS = {
     "memslot-search",
@@ -28,7 +30,9 @@ MECHANISMS = {
     "pv-tlb-flush",
     "power-keys",
 }
-SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+THREADS_DOC = DOCS / "threads.md"
+REFERENCE = DOCS / "kvm.md"
 
 
 def test_every_scenario_loads_with_captions() -> None:
@@ -42,10 +46,21 @@ def test_every_scenario_loads_with_captions() -> None:
         assert load_scenario(s.name) == s
 
 
-@pytest.mark.skipif(not SEEDS.is_dir(), reason="the seed threads are not beside the project")
-def test_each_scenario_names_a_seed_thread_that_exists() -> None:
-    for s in list_scenarios():
-        assert (SEEDS / s.seed).is_file(), s.seed
+def thread_sections() -> dict[str, str]:
+    """Each thread's section of docs/threads.md (from its `## ` heading to the next),
+    flattened, by thread id."""
+    text = THREADS_DOC.read_text(encoding="utf-8")
+    sections = {}
+    for t in THREADS.values():
+        start = text.index(f"\n## {t.title}\n")
+        end = text.find("\n## ", start + 1)
+        sections[t.id] = flat(text[start : end if end >= 0 else len(text)])
+    return sections
+
+
+def test_each_thread_has_its_section_and_each_scenario_names_one() -> None:
+    assert set(thread_sections()) == set(THREADS)
+    assert {s.thread for s in list_scenarios()} <= set(THREADS)
 
 
 def test_actions_until_replays_setup_and_earlier_steps() -> None:
@@ -56,7 +71,7 @@ def test_actions_until_replays_setup_and_earlier_steps() -> None:
 
 GOOD = {
     "title": "t",
-    "seed": "000_df0d32b1438c86b7.txt",
+    "thread": "memslot-search",
     "screen": "mmu",
     "layout": "pc-4g",
     "steps": [{"caption": "look here", "actions": ["next_exit"]}],
@@ -68,13 +83,14 @@ GOOD = {
     [
         ({"screen": "tlbx"}, "screen 'tlbx' is not one of"),
         ({"layout": "pc-5g"}, "layout 'pc-5g' is not a preset"),
-        ({"seed": "999.txt"}, "not a seed thread"),
+        ({"thread": "000"}, "thread '000' is not one of memslot-search, pv-flush"),
         ({"title": ""}, "title must be a non-empty str"),
         ({"steps": []}, "at least one"),
         ({"steps": [{"caption": "x", "actions": ["rm -rf /"]}]}, "is not an action name"),
         ({"steps": [{"caption": "x", "keys": []}]}, "may have only actions, caption"),
         ({"settings": {"speed": "fast"}}, "settings.speed"),
         ({"colour": "red"}, "unknown keys colour"),
+        ({"seed": 1}, "unknown keys seed"),
     ],
 )
 def test_a_broken_scenario_says_what_is_wrong(change: dict[str, object], message: str) -> None:
@@ -92,27 +108,24 @@ def test_unknown_name_and_bad_toml(tmp_path: Path) -> None:
     assert parse_scenario("x", GOOD).steps[0].actions == ("next_exit",)
 
 
-REFERENCE = SEEDS.parent / "domain" / "kvm-reference.md"
-
-
 def flat(text: str) -> str:
     """Words with single spaces, and mail quoting (`> ` at a line's start) left out."""
     lines = (re.sub(r"^(\s*>)+", "", line) for line in text.splitlines())
     return " ".join(" ".join(lines).split())
 
 
-@pytest.mark.skipif(not SEEDS.is_dir(), reason="the seed threads are not beside the project")
 def test_every_quoted_passage_is_in_the_thread_it_names() -> None:
-    """A source's quote is in its thread, word for word; a caption's double-quoted words
-    are in one of the threads its step cites (screen labels are single-quoted)."""
-    threads = {p.name: flat(p.read_text(encoding="utf-8")) for p in SEEDS.glob("*.txt")}
+    """A source's quote is in its thread's section of docs/threads.md, word for word; a
+    caption's double-quoted words are in one of the threads its step cites (screen labels
+    are single-quoted)."""
+    threads = thread_sections()
     for s in list_scenarios():
         for number, step in enumerate(s.steps, 1):
             where = f"{s.name} step {number}"
-            cited = [threads[src.seed_file()] for src in step.sources if src.thread]
+            cited = [threads[src.thread] for src in step.sources if src.thread]
             for src in step.sources:
                 if src.thread:
-                    assert src.quote in threads[src.seed_file()], f"{where}: {src.quote!r}"
+                    assert src.quote in threads[src.thread], f"{where}: {src.quote!r}"
             quoted = [src.quote for src in step.sources if src.ref and src.quote]
             for quote in step.quotes():
                 assert any(flat(quote) in text for text in cited + quoted), (
@@ -120,7 +133,6 @@ def test_every_quoted_passage_is_in_the_thread_it_names() -> None:
                 )
 
 
-@pytest.mark.skipif(not REFERENCE.is_file(), reason="kvm-reference.md is not beside the project")
 def test_every_reference_names_a_section_that_exists() -> None:
     text = REFERENCE.read_text(encoding="utf-8")
     sections = set(re.findall(r"^#{2,3} (\d+(?:\.\d+)?)\.? ", text, re.MULTILINE))
@@ -144,10 +156,10 @@ def test_every_step_cites_its_sources() -> None:
 @pytest.mark.parametrize(
     ("sources", "message"),
     [
-        ([{"thread": "000"}], "needs a seed and a quote"),
-        ([{"thread": "999", "quote": "x"}], "needs a seed and a quote"),
-        ([{"ref": "5.2"}], "is not a section"),
-        ([{"ref": "§5.2", "thread": "000", "quote": "x"}], "not both"),
+        ([{"thread": "fast-zap"}], "thread 'fast-zap' needs a quote"),
+        ([{"thread": "003", "quote": "x"}], "thread '003' is not one of memslot-search"),
+        ([{"ref": "5.2"}], "is not a section of docs/kvm.md"),
+        ([{"ref": "§5.2", "thread": "fast-zap", "quote": "x"}], "not both"),
         ([{"page": "x"}], "thread, ref and quote only"),
     ],
 )
@@ -178,11 +190,11 @@ def test_checks_compare_steps_and_fill_captions() -> None:
     assert failures(["n == prev.n"], values) == ["n == prev.n  (n=5, prev.n=3)"]
     assert (
         render("{n / s1.n:.2f} {order(n, s1.n, 1, 2)}", values)
-        == "1.67 the reverse of the seed's order"
+        == "1.67 the reverse of the thread's order"
     )
     assert (
         render("{near(2.0, 2.5)}, {near(9.0, 2.0)}", values)
-        == "close to the seed's, far from the seed's"
+        == "close to the thread's, far from the thread's"
     )
     with pytest.raises(CheckError, match="no such value"):
         evaluate("nope > 1", values)
@@ -196,6 +208,6 @@ def test_the_readme_lesson_plan_names_every_classroom_scenario() -> None:
     plan = readme[readme.index("**The scenarios are the lesson plan.**") :]
     for s in list_scenarios():
         if s.name in MECHANISMS:
-            assert f"| `{s.name}` | {s.seed[:3]} |" in table, s.name
+            assert f"| `{s.name}` | {THREADS[s.thread].label} |" in table, s.name
     numbered = re.findall(r"^(\d)\. ", plan[: plan.index("Each step's caption")], re.MULTILINE)
     assert numbered == [str(n) for n in range(1, len(MECHANISMS) + 1)]

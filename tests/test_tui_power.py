@@ -86,12 +86,12 @@ async def test_k_switches_era_on_the_same_fault(tmp_path: Path) -> None:
         assert before is not None and screen.era == "today"
         await pilot.press("k")
         after = screen.record
-        assert screen.era == "2014-seed" and after is not None
+        assert screen.era == "2014-keys" and after is not None
         assert (after.seq, after.vpn, after.outcome) == (before.seq, before.vpn, FORWARDED)
         assert after.purpose == NO_SEARCH and after.search is None
         assert screen.run.counters.searches == 0 and screen.run.counters.saved_searches == 5
         assert "key 30: the host's" in str(screen.query_one(PowerCounters).content)
-        assert "2014-seed" in screen.sub_title
+        assert "2014-keys" in screen.sub_title
         await pilot.press("n")
         assert screen.record is not None and screen.record.seq == 6
         await pilot.press("k")
@@ -142,8 +142,8 @@ async def test_scenario_actions_run_and_switch_era(tmp_path: Path) -> None:
         await app.run_action("run_to('emulated')", screen)
         assert screen.record is not None and screen.record.outcome == "emulated"
         seq = screen.record.seq
-        await app.run_action("era('2014-seed')", screen)
-        assert screen.era == "2014-seed" and screen.record is not None
+        await app.run_action("era('2014-keys')", screen)
+        assert screen.era == "2014-keys" and screen.record is not None
         assert screen.record.seq == seq and screen.record.keyfault
         assert screen.record.outcome == "emulated" and screen.record.purpose == "locate"
         screen.run.audit()

@@ -78,8 +78,9 @@ async def test_without_a_scenario_the_step_keys_do_nothing(tmp_path: Path) -> No
 
 def test_scenarios_command_lists_them_and_a_bad_name_exits_2() -> None:
     out = subprocess.run([MMUSCOPE, "scenarios"], capture_output=True, text=True, check=True)
+    lines = {line.split()[0]: line.split() for line in out.stdout.splitlines() if line}
     for s in list_scenarios():
-        assert s.name in out.stdout
+        assert lines[s.name][1:3] == [s.screen, s.thread]  # the thread by its id
     bad = subprocess.run([MMUSCOPE, "--scenario", "nope"], capture_output=True, text=True)
     assert bad.returncode == 2
     assert bad.stderr.count("\n") == 1 and "no scenario 'nope'" in bad.stderr

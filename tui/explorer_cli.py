@@ -88,8 +88,10 @@ def list_scenarios(args: argparse.Namespace | None = None) -> int:
     except ScenarioError as err:
         raise CliError(str(err)) from None
     width = max(len(s.name) for s in scenarios)
+    thread_width = max(len(s.thread) for s in scenarios)
     for s in scenarios:
         steps = f"{len(s.steps)} steps"
-        print(f"{s.name:<{width}}  {s.screen:<8}  seed {s.seed[:3]}  {steps:>8}  {s.title}")
+        thread = f"{s.thread:<{thread_width}}"
+        print(f"{s.name:<{width}}  {s.screen:<8}  {thread}  {steps:>8}  {s.title}")
     print("\nopen one with: mmuscope --scenario NAME   (> next step, < back)")
     return 0

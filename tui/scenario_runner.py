@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from mmuscope.engine.scenarios.checks import CheckError, Values, render
+from mmuscope.engine.threads import thread
 from textual.screen import Screen
 
 from .scenario_probe import Probe, probe
@@ -98,7 +99,7 @@ def show_caption(screen: Screen[object], run: ScenarioRun) -> None:
 
     scenario = run.scenario
     title = f"{scenario.title} · step {run.index + 1}/{len(scenario.steps)}"
-    where = f"seed {scenario.seed.split('_')[0]} · {HINT}"
+    where = f"{thread(scenario.thread).name} · {HINT}"
     text = run.caption()
     for caption in screen.query(Caption):
         caption.show_step(title, text, where, SHORT_HINT)

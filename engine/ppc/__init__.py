@@ -2,7 +2,7 @@
 
 Modules: `hpte` (HPTE bits and kinds), `hpt` (groups of 8, the primary/secondary hash,
 `kvmppc_hv_find_lock_hpte`'s search), `keys` (page-class keys, the AMR, the eras
-``"2014-seed"`` and ``"today"``), `faults` (classifying an HDSI: forwarded, emulated,
+``"2014-keys"`` and ``"today"``), `faults` (classifying an HDSI: forwarded, emulated,
 paged in), `machine` (the hypervisor: hcalls, the HDSI handler, host reclaim), `guest`
 (the guest kernel's hash_page and flushes), `pfault` (the seed's benchmark program),
 `claim` (the `ppc_keys` bench table), `views` (the searched groups as dot).

@@ -10,7 +10,7 @@ patch needs it so that the guest cannot re-allow the host's keys).
 
 The eras, by name:
 
-* ``"2014-seed"`` — Aneesh Kumar K.V's series "[PATCH 0/6] Use virtual page class key
+* ``"2014-keys"`` — Aneesh Kumar K.V's series "[PATCH 0/6] Use virtual page class key
   protection mechanism for speeding up guest page fault" (seed 004; the thread is dated
   June 2014, the era keeps the name the project gave it).  MMIO and host-swapped pages
   get a *valid* HPTE with key 31 and 30, "the authority mask register is configured
@@ -74,8 +74,8 @@ class PpcEra:
 
 
 ERAS: dict[str, PpcEra] = {
-    "2014-seed": PpcEra(
-        "2014-seed",
+    "2014-keys": PpcEra(
+        "2014-keys",
         mmio_key=31,
         swapped_key=30,
         host_valid_marks=True,

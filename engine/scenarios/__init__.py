@@ -1,14 +1,14 @@
-"""Classroom scenarios: one data file per mechanism, each a guided walk through a seed.
+"""Classroom scenarios: one data file per mechanism, each a guided walk through a thread.
 
-A scenario (`data/<name>.toml`) names the seed thread it follows, the screen and guest it
-opens on, the settings, and steps.  Each step has a caption — what to look at and why,
-citing the thread — and the actions that bring the screen to that point: the names of
-the screen's own key actions (`next_exit`, `fast_zap`, `set_paging(1)`), so a scenario
-does exactly what a user pressing keys would.  Stepping back replays the steps before
-from a fresh screen: every screen is deterministic for its seed.
+A scenario (`data/<name>.toml`) names the thread it follows (docs/threads.md), the screen
+and guest it opens on, the settings, and steps.  Each step has a caption — what to look at
+and why, citing the thread — and the actions that bring the screen to that point: the
+names of the screen's own key actions (`next_exit`, `fast_zap`, `set_paging(1)`), so a
+scenario does exactly what a user pressing keys would.  Stepping back replays the steps
+before from a fresh screen: every screen is deterministic for its random seed.
 
     title = "..."
-    seed = "000_df0d32b1438c86b7.txt"    # the thread in shared/seeds
+    thread = "memslot-search"            # a thread's id (engine/threads.py)
     screen = "memslots"                  # memslots, mmu, rmaps, tlb, power
     layout = "assigned-devices"          # a preset (engine.layouts.PRESETS)
     [settings]                           # optional: lookup, workload, seed, speed
@@ -16,15 +16,16 @@ from a fresh screen: every screen is deterministic for its seed.
     [[steps]]
     caption = "... {cost.wbtree.miss:.1f} ..."  # fields: the screen's values, filled in
     actions = ["next_lookup", "run(200)"]
-    sources = [{ thread = "000", quote = "..." }, { ref = "§5.2" }]
+    sources = [{ thread = "memslot-search", quote = "..." }, { ref = "§5.2" }]
     expect = ["cost.wbtree.miss < cost.rbtree.miss"]   # checks.py: what the screen shows
     shows = ["miss: no slot (MMIO)"]                   # text drawn on the screen
 
-In a caption, double quotes mark the thread's own words (a test finds each in a thread
-the step cites); screen labels are in single quotes.  Every claim carries its source: a
-seed thread's passage, or a section of shared/domain/kvm-reference.md.  `expect` says
-what the screen must show after the step, and `tests/test_scenario_steps.py` runs every
-scenario step by step and checks it.  Where the model's number contradicts the seed's,
+In a caption, double quotes mark the thread's own words (a test finds each in the section
+of docs/threads.md for a thread the step cites); screen labels are in single quotes.
+Every claim carries its source: a thread's passage, or a section of docs/kvm.md (a `ref`
+and a bare `§N.M` in a caption are always sections of docs/kvm.md).  `expect` says what
+the screen must show after the step, and `tests/test_scenario_steps.py` runs every
+scenario step by step and checks it.  Where the model's number contradicts the thread's,
 the caption computes both and says so (`order(...)`, `near(...)` in checks.py).
 """
 

@@ -12,9 +12,10 @@ Names are dotted; `+ - * / %`, numbers, quoted strings, `and`, `or`, `not` and c
 comparisons are allowed, nothing else (no calls, no subscripts).  A caption can carry the
 same values: `{cost.wbtree.miss:.1f}` formats a value with a format spec, and
 `{order(s3.records_per_s, records_per_s, 8818.00, 11002.50)}` says whether the model's
-two numbers come in the seed's order ("the seed's order") or not ("the reverse of the
-seed's order"), and `{near(model_ratio, seed_ratio)}` whether a ratio is within a factor
-1.5 of the seed's, so that a caption never claims an agreement the model does not show.
+two numbers come in the thread's order ("the thread's order") or not ("the reverse of the
+thread's order"), and `{near(model_ratio, thread_ratio)}` whether a ratio is within a
+factor 1.5 of the thread's, so that a caption never claims an agreement the model does not
+show.
 """
 
 from __future__ import annotations
@@ -51,20 +52,20 @@ class CheckError(ValueError):
     """An expression that is not in the small language, or names a value nobody reports."""
 
 
-def order(model_a: float, model_b: float, seed_a: float, seed_b: float) -> str:
-    """Whether the model's pair comes in the same order as the seed's pair."""
-    if (model_a > model_b) == (seed_a > seed_b) and model_a != model_b:
-        return "the seed's order"
+def order(model_a: float, model_b: float, thread_a: float, thread_b: float) -> str:
+    """Whether the model's pair comes in the same order as the thread's pair."""
+    if (model_a > model_b) == (thread_a > thread_b) and model_a != model_b:
+        return "the thread's order"
     if model_a == model_b:
-        return "a tie, where the seed has an order"
-    return "the reverse of the seed's order"
+        return "a tie, where the thread has an order"
+    return "the reverse of the thread's order"
 
 
-def near(model: float, seed: float) -> str:
-    """Whether a model's ratio is within a factor of 1.5 of the seed's."""
-    if seed > 0 and model > 0 and 1 / 1.5 <= model / seed <= 1.5:
-        return "close to the seed's"
-    return "far from the seed's"
+def near(model: float, thread: float) -> str:
+    """Whether a model's ratio is within a factor of 1.5 of the thread's."""
+    if thread > 0 and model > 0 and 1 / 1.5 <= model / thread <= 1.5:
+        return "close to the thread's"
+    return "far from the thread's"
 
 
 FUNCTIONS: dict[str, Callable[..., Value]] = {"order": order, "near": near}

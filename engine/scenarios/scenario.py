@@ -9,6 +9,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from ..threads import THREADS
 from .checks import CheckError, caption_fields, parse
 
 if sys.version_info >= (3, 11):
@@ -22,13 +23,6 @@ SCENARIO_DIR = Path(str(files(__package__ or "mmuscope.engine.scenarios") / "dat
 """The scenario files, installed with the package (pyproject's package-data)."""
 SCREENS = ("memslots", "mmu", "rmaps", "tlb", "power")
 SETTINGS = {"lookup": str, "workload": str, "seed": int, "speed": (int, float)}
-SEEDS = (
-    "000_df0d32b1438c86b7.txt",
-    "001_8696687ca16d9e5e.txt",
-    "002_162a047969525a1e.txt",
-    "003_04d8d0fcc1d93881.txt",
-    "004_88df47726365a56c.txt",
-)
 ACTION = re.compile(r"^[a-z_][a-z0-9_]*(\([^()]*\))?$")
 REF = re.compile(r"^§\d+(\.\d+)*$")
 STEP_KEYS = {"caption", "actions", "sources", "expect", "shows"}
@@ -40,16 +34,13 @@ class ScenarioError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Source:
-    """Where a caption's claim comes from: a passage of a seed thread (`thread` is the
-    file name's number, `quote` the words as the thread has them), or a section of
-    shared/domain/kvm-reference.md (`ref = "§5.2"`, optionally with a `quote` of it)."""
+    """Where a caption's claim comes from: a passage of a thread (`thread` is its id in
+    engine/threads.py, `quote` the words as the thread has them, which docs/threads.md
+    quotes), or a section of docs/kvm.md (`ref = "§5.2"`, optionally with a `quote` of it)."""
 
     thread: str = ""
     ref: str = ""
     quote: str = ""
-
-    def seed_file(self) -> str:
-        return next((s for s in SEEDS if s.startswith(f"{self.thread}_")), "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +61,7 @@ class ScenarioStep:
 class Scenario:
     name: str
     title: str
-    seed: str
+    thread: str  # the id of the thread it follows (engine/threads.py)
     screen: str
     layout: str
     steps: tuple[ScenarioStep, ...]
@@ -129,16 +120,16 @@ def parse_scenario(name: str, data: dict[str, Any], where: str = "scenario") -> 
             raise ScenarioError(f"{where}: {at}{key} must be a non-empty {kind.__name__}")
         return value
 
-    unknown = set(data) - {"title", "seed", "screen", "layout", "settings", "setup", "steps"}
+    unknown = set(data) - {"title", "thread", "screen", "layout", "settings", "setup", "steps"}
     if unknown:
         raise ScenarioError(f"{where}: unknown keys {', '.join(sorted(unknown))}")
-    screen, layout, seed = need("screen", str), need("layout", str), need("seed", str)
+    screen, layout, thread = need("screen", str), need("layout", str), need("thread", str)
     if screen not in SCREENS:
         raise ScenarioError(f"{where}: screen {screen!r} is not one of {', '.join(SCREENS)}")
     if layout not in PRESETS:
         raise ScenarioError(f"{where}: layout {layout!r} is not a preset")
-    if seed not in SEEDS:
-        raise ScenarioError(f"{where}: seed {seed!r} is not a seed thread's file name")
+    if thread not in THREADS:
+        raise ScenarioError(f"{where}: thread {thread!r} is not one of {', '.join(THREADS)}")
     settings = data.get("settings", {})
     if not isinstance(settings, dict):
         raise ScenarioError(f"{where}: settings must be a table")
@@ -151,7 +142,7 @@ def parse_scenario(name: str, data: dict[str, Any], where: str = "scenario") -> 
     return Scenario(
         name=name,
         title=need("title", str),
-        seed=seed,
+        thread=thread,
         screen=screen,
         layout=layout,
         steps=tuple(_step(s, i, where, need) for i, s in enumerate(steps, 1)),
@@ -199,10 +190,15 @@ def _sources(sources: Any, where: str) -> tuple[Source, ...]:
         item = Source(**{k: " ".join(v.split()) for k, v in source.items()})
         if bool(item.thread) == bool(item.ref):
             raise ScenarioError(f"{where}: a source names a thread or a ref, not both")
-        if item.thread and (not item.quote or not item.seed_file()):
-            raise ScenarioError(f"{where}: thread {item.thread!r} needs a seed and a quote")
+        if item.thread and item.thread not in THREADS:
+            ids = ", ".join(THREADS)
+            raise ScenarioError(f"{where}: thread {item.thread!r} is not one of {ids}")
+        if item.thread and not item.quote:
+            raise ScenarioError(f"{where}: thread {item.thread!r} needs a quote")
         if item.ref and not REF.match(item.ref):
-            raise ScenarioError(f"{where}: ref {item.ref!r} is not a section like §5.2")
+            raise ScenarioError(
+                f"{where}: ref {item.ref!r} is not a section of docs/kvm.md like §5.2"
+            )
         found.append(item)
     return tuple(found)
 
