@@ -1,18 +1,19 @@
-"""What things cost in time: every constant the seeds' time models charge, with its source.
+"""What things cost in time: every constant the threads' time models charge, with its
+source.
 
-Issue 12: a claim's time is computed from counts the engine measures (slots looked at,
+A claim's time is computed from counts the engine measures (slots looked at,
 cache lines touched, pages zapped, hash searches avoided, flushes waited on) and from the
 costs below.  Each cost is a `Cost` with a `kind`:
-- `kernel`: a constant of the kernel of the seed's era (exact: low = central = high);
-- `seed`: a number the seed thread states that is an input to a model, not one it is
+- `kernel`: a constant of the kernel of the thread's era (exact: low = central = high);
+- `thread`: a number the thread states that is an input to a model, not one it is
   compared with (exact);
-- `hardware`: a documented figure of the seed's hardware, with the spread of the parts
+- `hardware`: a documented figure of the thread's hardware, with the spread of the parts
   of that era;
 - `measured`: measured on this machine by a script in `benchmarks/` (named in the source);
 - `estimate`: none of these exists, so a reasoned low / central / high, marked as such.
 Every source note, and every estimate's reasoning, was written here before the model it
-feeds was compared with the seed's number; no value was chosen by searching for a seed's
-number (tests/test_costs.py fails on a cost without a source note).
+feeds was compared with the thread's number; no value was chosen by searching for a
+thread's number (tests/test_costs.py fails on a cost without a source note).
 
 `at(name, level)` reads a cost at `low`, `central` or `high`; the claim tables compute each
 time once per level and, for closed-form models, at every corner of their estimates
@@ -23,9 +24,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-KERNEL, SEED, HARDWARE, MEASURED, ESTIMATE = "kernel", "seed", "hardware", "measured", "estimate"
-KINDS = (KERNEL, SEED, HARDWARE, MEASURED, ESTIMATE)
-EXACT_KINDS = (KERNEL, SEED)
+KERNEL, THREAD, HARDWARE = "kernel", "thread", "hardware"
+MEASURED, ESTIMATE = "measured", "estimate"
+KINDS = (KERNEL, THREAD, HARDWARE, MEASURED, ESTIMATE)
+EXACT_KINDS = (KERNEL, THREAD)
 LEVELS = ("low", "central", "high")
 
 
@@ -81,7 +83,8 @@ def at(name: str, level: str = "central") -> float:
     return COSTS[name].at(level)
 
 
-# -- seed 000: memslot lookups and the guest walk on the 2011 shadow MMU ----------------
+# -- the memslot-search thread (kvm, 2011): memslot lookups, the 2011 shadow MMU's walk
+# ---
 
 MEMSLOT_VISIT_NS = _cost(
     "MEMSLOT_VISIT_NS",
@@ -117,9 +120,10 @@ SHADOW_FAULT_LOOKUPS = _cost(
     """gfn_to_memslot calls per shadow page fault in 2.6.38 (counted in the code, not
     measured): FNAME(walk_addr_generic) reads one guest pte per level through
     kvm_read_guest_page -> gfn_to_hva (4 on 4-level paging), gfn_to_pfn (1), rmap_add ->
-    gfn_to_rmap (1), page_header_update_slot -> memslot_id (1, seed 000 PATCH 1/7),
-    mapping_level / has_wrprotected_page (1); 6 when the walk stops at a large page or a
-    cached level, 11 when mark_page_dirty sets accessed/dirty bits on the way.""",
+    gfn_to_rmap (1), page_header_update_slot -> memslot_id (1, the memslot-search thread
+    PATCH 1/7), mapping_level / has_wrprotected_page (1); 6 when the walk stops at a
+    large page or a cached level, 11 when mark_page_dirty sets accessed/dirty bits on the
+    way.""",
 )
 KERNBENCH_FAULTS_PER_VCPU_S = _cost(
     "KERNBENCH_FAULTS_PER_VCPU_S",
@@ -140,10 +144,10 @@ KERNBENCH_VCPUS = _exact(
     "KERNBENCH_VCPUS",
     "vCPUs",
     4,
-    SEED,
-    """Alex Williamson's kernbench guest (seed 000): %cpu 366.9-367.6 on a 4-way guest;
-    its RAM in slots <1M, 1M-3.5G and 4G+ ("registers memory from 1M - 3.5G in slot0 and
-    4G - 10.5G in slot1").""",
+    THREAD,
+    """Alex Williamson's kernbench guest (the memslot-search thread): %cpu 366.9-367.6 on
+    a 4-way guest; its RAM in slots <1M, 1M-3.5G and 4G+ ("registers memory from 1M -
+    3.5G in slot0 and 4G - 10.5G in slot1").""",
 )
 NETPERF_MMIO_EXITS = _cost(
     "NETPERF_MMIO_EXITS",
@@ -152,11 +156,11 @@ NETPERF_MMIO_EXITS = _cost(
     12,
     25,
     ESTIMATE,
-    """MMIO exits per netperf TCP_RR transaction over QEMU's emulated rtl8139 (seed 000,
-    Alex's worst case): one request out and one response in, each a few register
-    accesses (TxStatus/TxAddr writes, IntrStatus read and acknowledge, RxBufPtr update)
-    and one interrupt whose EOI is a write to the xAPIC page, itself an MMIO miss in the
-    memslots; 3-12 accesses a packet.""",
+    """MMIO exits per netperf TCP_RR transaction over QEMU's emulated rtl8139 (the
+    memslot-search thread, Alex's worst case): one request out and one response in, each
+    a few register accesses (TxStatus/TxAddr writes, IntrStatus read and acknowledge,
+    RxBufPtr update) and one interrupt whose EOI is a write to the xAPIC page, itself an
+    MMIO miss in the memslots; 3-12 accesses a packet.""",
 )
 MMIO_MISS_LOOKUPS = _cost(
     "MMIO_MISS_LOOKUPS",
@@ -178,7 +182,7 @@ NETPERF_TRANSACTION_US = _cost(
     ESTIMATE,
     """One TCP_RR round trip between a guest on an emulated rtl8139 and the host over a
     tap device in 2011: 5,000-10,000 transactions/s (the emulated NIC's exits and QEMU's
-    single I/O thread dominate); not stated in the seed.""",
+    single I/O thread dominate); not stated in the thread.""",
 )
 EMULATED_WALK_SHARE = _cost(
     "EMULATED_WALK_SHARE",
@@ -191,10 +195,10 @@ EMULATED_WALK_SHARE = _cost(
     FNAME(gva_to_gpa) (instruction fetch and operands of emulated IDE PIO/MMIO accesses),
     the only walks the vtlb of PATCH 7/7 serves; the rest are FNAME(page_fault)'s. fsdisk
     moves its data through the emulated disk, so both kinds are many; the split is not in
-    the seed: 0.2-0.8.""",
+    the thread: 0.2-0.8.""",
 )
 
-# -- seed 002: rmap_fork with PTE_LIST_EXT 3 and 15 ---------------------------------------
+# -- the PTE_LIST_EXT thread (kvm, 2021): rmap_fork with PTE_LIST_EXT 3 and 15 ----------
 
 FORK_PAGE_NS = _cost(
     "FORK_PAGE_NS",
@@ -221,7 +225,7 @@ DESC_LINE_NS = _cost(
     cycles, 12 ns) to a mix with DRAM misses (40 ns) on a 2021 Xeon.""",
 )
 
-# -- seed 003: the zap benchmark ----------------------------------------------------------
+# -- the fast-zap thread (kvm, 2013): the zap benchmark ---------------------------------
 
 ZAP_PAGE_NS = _cost(
     "ZAP_PAGE_NS",
@@ -231,7 +235,7 @@ ZAP_PAGE_NS = _cost(
     10_000.0,
     ESTIMATE,
     """kvm_mmu_prepare_zap_page + free of one fully populated level-1 shadow page on the
-    seed's Xeon X5690 (3.47 GHz, 2013): 512 sptes each dropped with its rmap entry
+    thread's Xeon X5690 (3.47 GHz, 2013): 512 sptes each dropped with its rmap entry
     (drop_spte -> rmap_remove, one or two cache lines), 5-15 ns a spte, plus the unlink
     from its parent and the hash list.""",
 )
@@ -245,13 +249,14 @@ ZAPS_PER_RUN = _cost(
     """Zaps of all shadow pages during one run of Xiao's benchmark ("writes large memory
     when do pci rom read"): each ROM read maps the ROM BAR (a memslot created) and unmaps
     it (a memslot deleted: kvm_arch_flush_shadow zaps everything in 2013). The benchmark
-    was attached to the mail and is not in the seed; the mail names one "pci rom read", so
-    the central value is one read (one zap), and up to 8 reads a run is the high end. (An
-    earlier central of 2 had been chosen after comparing with the seed's 82 ms saving: a
-    fit, so it was replaced by the reading of the mail's own words.)""",
+    was attached to the mail and is not in the thread; the mail names one "pci rom read",
+    so the central value is one read (one zap), and up to 8 reads a run is the high end.
+    (An earlier central of 2 had been chosen after comparing with the thread's 82 ms
+    saving: a fit, so it was replaced by the reading of the mail's own words.)""",
 )
 
-# -- seed 004: pfault on POWER ------------------------------------------------------------
+# -- the POWER-keys thread (kvm-ppc, 2014): pfault on POWER
+# --------------------------------
 
 HPTEG_MISS_NS = _cost(
     "HPTEG_MISS_NS",
@@ -263,8 +268,9 @@ HPTEG_MISS_NS = _cost(
     """Reading one 128-byte HPTE group that misses the caches on a 2014 POWER7/POWER8
     host: main-memory load latency of about 100 ns on those parts (60 ns when the group
     is in the remote L3, 150 ns on a loaded NUMA system). Aneesh walked the addresses
-    linearly "to make sure we do take a cache miss for hash page table access" (seed
-    004), so a search reads its primary then its secondary group from memory.""",
+    linearly "to make sure we do take a cache miss for hash page table access", in the
+    POWER-keys thread), so a search reads its primary then its secondary group from
+    memory.""",
 )
 HPTE_SEARCH_CPU_NS = _cost(
     "HPTE_SEARCH_CPU_NS",
@@ -278,7 +284,8 @@ HPTE_SEARCH_CPU_NS = _cost(
     at 3-4 GHz.""",
 )
 
-# -- seed 001: the paravirt TLB flush (2012 Xeon, no pause-loop exiting) --------------
+# -- the PV-flush thread (lkml, 2012): the paravirt TLB flush (a Xeon without PLE)
+# --------
 
 EXIT_NS = _cost(
     "EXIT_NS",

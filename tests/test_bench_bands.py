@@ -1,6 +1,6 @@
-"""Bands and verdicts (issue 12) and the headline computed from every sub-claim (issue 16
-item 13): the arithmetic, and the quick `bench --json` run held against the seeds' own
-numbers, written here as the threads print them."""
+"""Bands and verdicts and the headline computed from every sub-claim: the arithmetic, and
+the quick `bench --json` run held against the threads' own numbers, written here as the
+threads print them."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ from mmuscope.engine.claims.table import ClaimTable
 
 from tests.test_bench_claims import tables  # noqa: F401  (the shared quick run)
 
-SEED_TIMES: dict[str, dict[str, float]] = {
-    # table -> quantity (the row's label) -> the seed's number
-    "zap": {"fast": 2_323_016_424, "previous": 2_368_810_003},  # ns, seed 003
-    "rmap_ext": {"15": 302.00},  # ./rmap_fork 500, seed 002
-    "ppc_keys": {"2014-keys": 7.833},  # time ./pfault, real, seed 004
+THREAD_TIMES: dict[str, dict[str, float]] = {
+    # table -> quantity (the row's label) -> the thread's number
+    "zap": {"fast": 2_323_016_424, "previous": 2_368_810_003},  # ns, the fast-zap thread
+    "rmap_ext": {"15": 302.00},  # ./rmap_fork 500, the PTE_LIST_EXT thread
+    "ppc_keys": {"2014-keys": 7.833},  # time ./pfault, real, the POWER-keys thread
     "tlb_flush": {
         "2 baseline": 3979.50,
         "2 gang": 8818.00,
@@ -84,31 +84,31 @@ def _key(name: str, row: dict[str, Any]) -> str:
     return str(row["quantity"])
 
 
-@pytest.mark.parametrize("name", sorted(SEED_TIMES))
-def test_the_json_bands_hold_the_seeds_numbers(tables: dict[str, Any], name: str) -> None:  # noqa: F811
+@pytest.mark.parametrize("name", sorted(THREAD_TIMES))
+def test_the_json_bands_hold_the_threads_numbers(tables: dict[str, Any], name: str) -> None:  # noqa: F811
     data = tables[name]
     rows = [dict(zip(data["columns"], r, strict=True)) for r in data["rows"]]
     found = {}
     for row in rows:
         key = _key(name, row)
-        if key in SEED_TIMES[name]:
+        if key in THREAD_TIMES[name]:
             found[key] = row
-    assert set(found) == set(SEED_TIMES[name])
+    assert set(found) == set(THREAD_TIMES[name])
     for key, row in found.items():
-        seed = SEED_TIMES[name][key]
-        seed_cell = row.get(
-            "seed", row.get("seed_ns", row.get("seed_fork_time", row.get("seed_time_s")))
+        measured = THREAD_TIMES[name][key]
+        thread_cell = row.get(
+            "thread", row.get("thread_ns", row.get("thread_fork_time", row.get("thread_time_s")))
         )
-        assert seed_cell == pytest.approx(seed)
+        assert thread_cell == pytest.approx(measured)
         low, central, high = row["low"], row["central"], row["high"]
         assert low <= central <= high
-        inside = low <= seed <= high
+        inside = low <= measured <= high
         assert (row["verdict"] == IN_BAND) is inside, (key, row)
         assert row["verdict"] in (IN_BAND, DIRECTION_ONLY, NOT_REPRODUCED)
         assert row["wide"] is (row["band_x"] is None or row["band_x"] > 3)
 
 
-@pytest.mark.parametrize("name", sorted(SEED_TIMES))
+@pytest.mark.parametrize("name", sorted(THREAD_TIMES))
 def test_the_headline_follows_every_sub_claim(tables: dict[str, Any], name: str) -> None:  # noqa: F811
     data = tables[name]
     verdicts = [v for v in (r[data["columns"].index("verdict")] for r in data["rows"]) if v]
@@ -122,10 +122,10 @@ def test_the_headline_follows_every_sub_claim(tables: dict[str, Any], name: str)
 
 
 def test_no_green_headline_over_a_failed_sub_claim() -> None:
-    """Issue 16 item 13: two sub-claims fail, the note says so: the headline says so too."""
-    table = ClaimTable("t", ["a"], [[1]], "000_df0d32b1438c86b7.txt", "c",
+    """Two sub-claims fail, the note says so: the headline says so too."""
+    table = ClaimTable("t", ["a"], [[1]], "memslot-search", "c",
                        {"one": True, "two": False, "three": False}, "two fail")  # fmt: skip
     assert table.verdict == NOT_REPRODUCED and not table.reproduced
     assert table.headline() == "not reproduced · 2 of 3 sub-claims fail"
     with pytest.raises(ValueError):
-        ClaimTable("t", ["a"], [[1]], "000_df0d32b1438c86b7.txt", "c", {})
+        ClaimTable("t", ["a"], [[1]], "memslot-search", "c", {})

@@ -1,4 +1,4 @@
-"""`mmuscope bench`'s claim tables (issue 5 §4-§5): the JSON contract of every table,
+"""`mmuscope bench`'s claim tables: the JSON of every table (docs/architecture.md §6.3),
 verdicts computed from rows, the SVG charts, `--svg` errors, missing tables.
 
 The console script runs `--json --quick` once for the whole test process (shared with
@@ -34,15 +34,15 @@ from mmuscope.engine.claims.registry import (
 from mmuscope.engine.claims.table import ClaimTable
 from mmuscope.engine.lookup import LOOKUP_STRATEGIES
 from mmuscope.engine.mmu.rmap import ERAS, KvmRmapHead
+from mmuscope.engine.threads import THREADS
 from mmuscope.tui.bench import claim_table
 from rich.console import Console
 
 from tests.test_bench import mmuscope, quick_json_run
 
-SEED_FILE = re.compile(r"^\d{3}_[0-9a-f]{16}\.txt$")
 REQUIRED_COLUMNS = {
     "memslot_lookup": {"strategy", "workload", "layout", "visited_cached", "visited_bare"},
-    "slot_cache": {"workload", "vm_cache_hit_ratio", "seed_hit_ratio"},
+    "slot_cache": {"workload", "vm_cache_hit_ratio", "thread_hit_ratio"},
     "rmap_ext": {
         "pte_list_ext",
         "descriptors",
@@ -53,12 +53,12 @@ REQUIRED_COLUMNS = {
         "relative_cost",
     },
     "zap": {"method", "max_lock_hold_pages", "total_work_pages", "vcpu_stall_mean_pages"},
-    "tlb_flush": {"vms", "quantity", "seed"},
+    "tlb_flush": {"vms", "quantity", "thread"},
     "ppc_keys": {"searches_per_fault"},
-    "shadow_2011": {"quantity", "unit", "before", "seed"},
+    "shadow_2011": {"quantity", "unit", "before", "thread"},
     "engine": {"name", "value", "unit"},
 }
-TIMED = {"shadow_2011", "rmap_ext", "zap", "tlb_flush", "ppc_keys"}  # tables with seed times
+TIMED = {"shadow_2011", "rmap_ext", "zap", "tlb_flush", "ppc_keys"}  # timed: a thread's times
 BAND = {"low", "central", "high", "verdict"}
 
 
@@ -71,13 +71,14 @@ def tables() -> dict[str, Any]:
 
 
 def as_table(name: str, data: dict[str, Any]) -> ClaimTable:
-    known = {"columns", "rows", "seed", "claim", "checks", "verdict", "reproduced", "note"}
+    known = {"columns", "rows", "thread", "seed", "claim", "checks", "verdict", "reproduced"}
+    known |= {"note"}
     extra = {k: v for k, v in data.items() if k not in known and k != "wide_bands"}
     return ClaimTable(
         name,
         data["columns"],
         data["rows"],
-        data["seed"],
+        data["thread"],
         data["claim"],
         data["checks"],
         data.get("note", ""),
@@ -98,13 +99,13 @@ def test_json_has_every_table_in_order(tables: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("name", TABLES)
-def test_every_table_has_its_columns_seed_claim_and_verdict(
+def test_every_table_has_its_columns_thread_claim_and_verdict(
     tables: dict[str, Any], name: str
 ) -> None:
     data = tables[name]
     assert REQUIRED_COLUMNS[name] <= set(data["columns"])
     assert data["rows"] and all(len(row) == len(data["columns"]) for row in data["rows"])
-    assert SEED_FILE.match(data["seed"]), data["seed"]
+    assert data["thread"] in THREADS and data["seed"] == data["thread"]  # seed: older name
     assert isinstance(data["claim"], str) and data["claim"]
     assert isinstance(data["reproduced"], bool) and data["checks"]
     assert (name in TIMED) == (set(data["columns"]) >= BAND)
@@ -117,17 +118,17 @@ def test_memslot_lookup_covers_strategies_workloads_and_layouts(tables: dict[str
     assert set(column(data, "strategy")) == set(LOOKUP_STRATEGIES)
     assert set(column(data, "workload")) == {"ram", "mmio", "mixed"}
     assert {"pc-4g", "assigned-devices", "max"} <= set(column(data, "layout"))
-    seeds = {v for v in column(data, "seed_visited") if v is not None}
-    assert seeds == {32.0, 6.5}  # Alex's "full 32 entries" and "6-7 tree nodes"
+    theirs = {v for v in column(data, "thread_visited") if v is not None}
+    assert theirs == {32.0, 6.5}  # Alex's "full 32 entries" and "6-7 tree nodes"
 
 
-def test_the_seeds_numbers_sit_beside_the_models(tables: dict[str, Any]) -> None:
+def test_the_threads_numbers_sit_beside_the_models(tables: dict[str, Any]) -> None:
     rmap = tables["rmap_ext"]
     assert set(column(rmap, "pte_list_ext")) == {3, 14, 15}
-    assert {367.2, 302.0} <= set(column(rmap, "seed_fork_time"))
+    assert {367.2, 302.0} <= set(column(rmap, "thread_fork_time"))
     assert set(column(tables["zap"], "method")) == {"slow", "fast", "previous"}
-    assert {2405434959, 2323016424, 2368810003} <= set(column(tables["zap"], "seed_ns"))
-    assert set(column(tables["slot_cache"], "seed_hit_ratio")) == {0.35}
+    assert {2405434959, 2323016424, 2368810003} <= set(column(tables["zap"], "thread_ns"))
+    assert set(column(tables["slot_cache"], "thread_hit_ratio")) == {0.35}
     assert {2, 4, 8} <= set(column(tables["tlb_flush"], "vms"))
 
 
@@ -139,15 +140,19 @@ def test_engine_table_keeps_its_rows(tables: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("name", TABLES)
-def test_human_output_shows_the_verdict_and_seed_columns(tables: dict[str, Any], name: str) -> None:
+def test_human_output_shows_the_verdict_and_thread_columns(
+    tables: dict[str, Any], name: str
+) -> None:
     if name == "engine":
         return  # its bars table: tests/test_bench.py
     console = Console(record=True, width=240)
     console.print(claim_table(as_table(name, tables[name])))
     text = console.export_text()
     assert f"mmuscope bench: {name}" in text and tables[name]["verdict"] in text
-    for seed_column in (c for c in tables[name]["columns"] if c.startswith("seed_")):
-        assert seed_column in text
+    assert THREADS[tables[name]["thread"]].title in text  # the thread by its short name
+    assert not re.search(r"\d{3}_[0-9a-f]{16}", text)  # never a file name
+    for thread_column in (c for c in tables[name]["columns"] if c.startswith("thread_")):
+        assert thread_column in text
 
 
 # -- verdicts from rows (small sizes) ----------------------------------------------------
@@ -274,16 +279,16 @@ def test_every_table_charts_as_valid_svg(tables: dict[str, Any], name: str, tmp_
     texts = " ".join(t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text"))
     assert name in texts and table.headline() in texts
     bands = [g for g in root.iter("{http://www.w3.org/2000/svg}g") if g.get("class") == "band"]
-    assert bool(bands) == (name in TIMED)  # error bars beside the seed's marks
+    assert bool(bands) == (name in TIMED)  # error bars beside the thread's marks
     assert len(list(root.iter("{http://www.w3.org/2000/svg}rect"))) > len(table.rows)
 
 
-def test_chart_text_is_escaped_and_seed_bars_drawn() -> None:
+def test_chart_text_is_escaped_and_thread_bars_drawn() -> None:
     table = ClaimTable(
         "odd",
-        ["label", "value", "seed_value", "seed_note"],
+        ["label", "value", "thread_value", "thread_note"],
         [["<a&b>", 3.0, 4.0, 'say "hi"\x01'], ["ok", None, None, None]],
-        "000_df0d32b1438c86b7.txt",
+        "memslot-search",
         "claim with <tags> & 'quotes'",
         {"odd_holds": False},
         "note \x00 with a control character",
@@ -291,8 +296,8 @@ def test_chart_text_is_escaped_and_seed_bars_drawn() -> None:
     root = ET.fromstring(chart_svg(table).encode())
     texts = [t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text")]
     assert "<a&b>" in texts and "not reproduced · 1 of 1 sub-claims fail" in texts
-    assert any(t.startswith("seed 4") for t in texts)  # the seed's bar, beside the model's
-    assert infer_spec(table).seeds == {"value": "seed_value"}
+    assert any(t.startswith("thread 4") for t in texts)  # the thread's bar
+    assert infer_spec(table).threads == {"value": "thread_value"}
     dot = chart_dot(table)
     assert dot.startswith("digraph bench {") and "&lt;a&amp;b&gt;" in dot
 
@@ -331,7 +336,7 @@ def test_bad_svg_directory_is_one_line_exit_2(tmp_path: Path, where: str) -> Non
 
 
 def _fake_table(quick: bool = False) -> ClaimTable:
-    return ClaimTable("tlb_flush", ["vms", "baseline"], [[2, 1.0]], "001_8696687ca16d9e5e.txt",
+    return ClaimTable("tlb_flush", ["vms", "baseline"], [[2, 1.0]], "pv-flush",
                       "c", {"fake": True})  # fmt: skip
 
 

@@ -1,4 +1,4 @@
-"""engine/costs.py (issue 12): every cost the time models charge has a source note, a
+"""engine/costs.py: every cost the time models charge has a source note, a
 kind, and a low/central/high that make sense for that kind; nothing numeric hides in the
 module outside a `Cost`."""
 
@@ -22,7 +22,7 @@ def test_every_module_constant_is_a_sourced_cost() -> None:
     a `Cost` built by `_cost`/`_exact` (and so carries a source) or one of the module's
     vocabulary strings and tables."""
     tree = ast.parse(inspect.getsource(costs))
-    vocabulary = {"KERNEL", "SEED", "HARDWARE", "MEASURED", "ESTIMATE", "KINDS", "EXACT_KINDS"}
+    vocabulary = {"KERNEL", "THREAD", "HARDWARE", "MEASURED", "ESTIMATE", "KINDS", "EXACT_KINDS"}
     vocabulary |= {"LEVELS", "COSTS"}
     for node in tree.body:
         if not isinstance(node, ast.Assign | ast.AnnAssign):
@@ -50,7 +50,8 @@ def test_each_cost_has_a_source_note(name: str) -> None:
         assert cost.low == cost.central == cost.high
     if cost.kind == ESTIMATE:
         # a spread is needed; the central may sit on a bound the source itself gives (one
-        # "pci rom read" in seed 003 is one zap, and a run cannot zap less than once)
+        # "pci rom read" in the fast-zap thread is one zap, and a run cannot zap less
+        # than once)
         assert cost.low <= cost.central <= cost.high, f"{name}: central outside its band"
         assert cost.low < cost.high, f"{name}: an estimate needs a low and a high"
     if cost.kind == MEASURED:  # a measurement made here names its benchmark

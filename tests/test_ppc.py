@@ -1,4 +1,5 @@
-"""POWER hash page table and seed 004's key faults (engine/ppc, kvm-reference §8).
+"""POWER hash page table and the POWER-keys thread's key faults (engine/ppc, docs/kvm.md
+§8).
 
 Unit tests pin the kernel's bits (keys in HPTE dword 1, the AMR pairs, the hash and its
 secondary), the search's HPTE counts, H_ENTER's marks per era and the pfault program's
@@ -57,7 +58,7 @@ from mmuscope.engine.ppc.machine import PpcMachine
 from mmuscope.engine.ppc.pfault import DEMO, DEMO_ORDER, PFAULT, PRESSURE, PfaultProgram, PfaultRun
 from mmuscope.engine.ppc.views import searched_groups_dot
 
-SEED, TODAY = "2014-keys", "today"
+KEYS, TODAY = "2014-keys", "today"
 SHIFT = 16
 MMIO_GPA = 1 << 40
 
@@ -80,29 +81,29 @@ def test_key_bits_round_trip_as_hpte_get_skey_perm_reads_them() -> None:
 
 def test_amr_pairs_deny_loads_with_bit_0_and_stores_with_bit_1() -> None:
     assert amr_bits(31) == 0x3 and amr_bits(30) == 0xC and amr_bits(0) == 0xC << 60
-    seed = Amr(ERAS[SEED])
-    assert seed.value == 0xF
+    keyed = Amr(ERAS[KEYS])
+    assert keyed.value == 0xF
     for key in (30, 31):
-        assert seed.denies(key, store=False) and seed.denies(key, store=True)
-    assert not seed.denies(0, store=True)
-    seed.guest_write(0)  # the guest tries to allow everything: AMOR keeps the host's bits
-    assert seed.value == 0xF
-    seed.guest_write(amr_bits(5, read=False))
-    assert seed.denies(5, store=True) and not seed.denies(5, store=False)
-    seed.audit()
+        assert keyed.denies(key, store=False) and keyed.denies(key, store=True)
+    assert not keyed.denies(0, store=True)
+    keyed.guest_write(0)  # the guest tries to allow everything: AMOR keeps the host's bits
+    assert keyed.value == 0xF
+    keyed.guest_write(amr_bits(5, read=False))
+    assert keyed.denies(5, store=True) and not keyed.denies(5, store=False)
+    keyed.audit()
     today = Amr(ERAS[TODAY])
     today.guest_write(amr_bits(31))
     assert today.value == 0x3  # the guest owns key 31 today
     today.audit()
 
 
-def test_guests_lose_keys_30_and_31_with_the_seed() -> None:
-    assert len(ERAS[SEED].guest_keys) == 30 and 30 not in ERAS[SEED].guest_keys
+def test_guests_lose_keys_30_and_31_with_the_keys_era() -> None:
+    assert len(ERAS[KEYS].guest_keys) == 30 and 30 not in ERAS[KEYS].guest_keys
     assert ERAS[TODAY].guest_keys == tuple(range(32))
-    assert "host-swapped" in key_conflict(ERAS[SEED], 30)
-    assert "MMIO" in key_conflict(ERAS[SEED], 31)
-    assert key_conflict(ERAS[SEED], 29) == "" and key_conflict(ERAS[TODAY], 31) == ""
-    for era, refused in ((SEED, True), (TODAY, False)):
+    assert "host-swapped" in key_conflict(ERAS[KEYS], 30)
+    assert "MMIO" in key_conflict(ERAS[KEYS], 31)
+    assert key_conflict(ERAS[KEYS], 29) == "" and key_conflict(ERAS[TODAY], 31) == ""
+    for era, refused in ((KEYS, True), (TODAY, False)):
         machine = PpcMachine(era, order=12, ram_pages=64)
         vpn = machine.hpt.vpn(0x1234, 0)
         ret, _ = machine.h_enter(machine.hpt.hash_of(vpn), vpn, 0, True, key=30)
@@ -176,20 +177,20 @@ def entered(era: str, gpa: int, swapped: bool = False) -> tuple[PpcMachine, int,
     return machine, vpn, entry
 
 
-def test_mmio_is_key_31_absent_today_and_valid_with_the_seed() -> None:
+def test_mmio_is_key_31_absent_today_and_valid_with_keys() -> None:
     _, _, today = entered(TODAY, MMIO_GPA)
     assert today.absent and not today.valid and today.key == 31 and today.kind == MMIO
     assert today.guest_key == 0  # rev->guest_rpte keeps the guest's own key
-    _, _, seed = entered(SEED, MMIO_GPA)
-    assert seed.valid and not seed.absent and seed.key == 31 and seed.kind == MMIO
+    _, _, keyed = entered(KEYS, MMIO_GPA)
+    assert keyed.valid and not keyed.absent and keyed.key == 31 and keyed.kind == MMIO
 
 
-def test_a_host_swapped_page_is_absent_key_0_today_and_valid_key_30_with_the_seed() -> None:
+def test_a_host_swapped_page_is_absent_key_0_today_and_valid_key_30_with_keys() -> None:
     _, _, today = entered(TODAY, 5 << SHIFT, swapped=True)
     assert today.absent and today.key == 0 and today.kind == ABSENT
-    _, _, seed = entered(SEED, 5 << SHIFT, swapped=True)
-    assert seed.valid and seed.key == 30 and seed.kind == SWAPPED
-    machine, vpn, _ = entered(SEED, 6 << SHIFT)
+    _, _, keyed = entered(KEYS, 5 << SHIFT, swapped=True)
+    assert keyed.valid and keyed.key == 30 and keyed.kind == SWAPPED
+    machine, vpn, _ = entered(KEYS, 6 << SHIFT)
     machine.host_swap_out(6)  # kvm_unmap_rmapp on a valid HPTE
     entry = machine.hpt.entry(machine.hpt.lookup(vpn))
     assert entry is not None and entry.kind == SWAPPED and machine.counters.unmaps == 1
@@ -201,8 +202,8 @@ def test_a_host_swapped_page_is_absent_key_0_today_and_valid_key_30_with_the_see
     [
         (TODAY, MMIO_GPA, False, DSISR_NOHPTE, EMULATED, CLASSIFY),
         (TODAY, 5 << SHIFT, True, DSISR_NOHPTE, PAGED_IN, CLASSIFY),
-        (SEED, MMIO_GPA, False, DSISR_KEYFAULT, EMULATED, LOCATE),
-        (SEED, 5 << SHIFT, True, DSISR_KEYFAULT, PAGED_IN, LOCATE),
+        (KEYS, MMIO_GPA, False, DSISR_KEYFAULT, EMULATED, LOCATE),
+        (KEYS, 5 << SHIFT, True, DSISR_KEYFAULT, PAGED_IN, LOCATE),
     ],
 )
 def test_the_host_cases(
@@ -218,13 +219,13 @@ def test_the_host_cases(
 
 
 def test_a_guest_miss_is_searched_today_and_forwarded_at_once_with_keys() -> None:
-    for era, purpose, examined in ((TODAY, CLASSIFY, 16), (SEED, NO_SEARCH, 0)):
+    for era, purpose, examined in ((TODAY, CLASSIFY, 16), (KEYS, NO_SEARCH, 0)):
         machine = PpcMachine(era, order=12, ram_pages=64)
         vpn = machine.hpt.vpn(0x42, 0)
         record = machine.hdsi(0, vpn, False, machine.hw_access(vpn, False))
         assert record.outcome == FORWARDED and record.purpose == purpose
         assert record.examined == examined and machine.counters.hptes_examined == examined
-        assert machine.counters.saved_searches == (1 if era == SEED else 0)
+        assert machine.counters.saved_searches == (1 if era == KEYS else 0)
         machine.audit()
 
 
@@ -266,7 +267,7 @@ def test_pfault_is_three_passes_of_page_touches_each_a_guest_miss() -> None:
         "mmap", "mprotect_w", "mprotect_r", "munmap",
     ]  # fmt: skip
     assert PFAULT.pages == 40 * 1024 and PFAULT.iterations == 10
-    for era, searches, saved in ((TODAY, 2304, 0), (SEED, 0, 2304)):
+    for era, searches, saved in ((TODAY, 2304, 0), (KEYS, 0, 2304)):
         run = PfaultRun(era, program, order=16)
         c = run.run()
         run.audit()
@@ -277,7 +278,7 @@ def test_pfault_is_three_passes_of_page_touches_each_a_guest_miss() -> None:
 
 
 def test_the_demo_run_shows_every_kind() -> None:
-    for era, kinds in ((TODAY, {VALID, ABSENT, MMIO}), (SEED, {VALID, SWAPPED, MMIO})):
+    for era, kinds in ((TODAY, {VALID, ABSENT, MMIO}), (KEYS, {VALID, SWAPPED, MMIO})):
         run = PfaultRun(era, DEMO.scaled(896, 2), order=DEMO_ORDER)
         seen: set[str] = set()
         while run.next_fault() is not None:
@@ -336,7 +337,7 @@ def checked_touch(machine: PpcMachine, guest: LinuxGuest, ea: int, store: bool) 
 
 
 def check_record(record: FaultRecord) -> None:
-    if record.era == SEED:
+    if record.era == KEYS:
         if record.dsisr & DSISR_NOHPTE:
             assert record.search is None and record.purpose == NO_SEARCH
             assert record.outcome == FORWARDED
@@ -365,10 +366,10 @@ def test_keys_classify_as_the_hash_search_and_never_forward_mmio(
                 outcomes[era] = checked_touch(machine, guest, ea_of(op, page), store)
             machine.audit()
         if outcomes:
-            assert outcomes[SEED] == outcomes[TODAY]
-    today, seed = machines[TODAY][0].counters, machines[SEED][0].counters
-    assert seed.searches <= today.searches + today.mmio_cache_hits
-    assert seed.faults == today.faults and seed.saved_searches == seed.no_hpte
+            assert outcomes[KEYS] == outcomes[TODAY]
+    today, keyed = machines[TODAY][0].counters, machines[KEYS][0].counters
+    assert keyed.searches <= today.searches + today.mmio_cache_hits
+    assert keyed.faults == today.faults and keyed.saved_searches == keyed.no_hpte
 
 
 @settings(max_examples=25, deadline=None)
@@ -417,20 +418,20 @@ def test_the_table_matches_a_plain_dict(plan: list[tuple[bool, int, bool]]) -> N
 def test_ppc_keys_table_quick() -> None:
     table = ppc_keys_table(quick=True)
     assert table.name == "ppc_keys" and table.columns == COLUMNS
-    assert table.seed == "004_88df47726365a56c.txt" and all(table.checks.values())
+    assert table.thread == "power-keys" and all(table.checks.values())
     rows = {(row[0], row[1]): dict(zip(table.columns, row, strict=True)) for row in table.rows}
-    without, with_keys = rows["pfault (scaled)", TODAY], rows["pfault (scaled)", SEED]
+    without, with_keys = rows["pfault (scaled)", TODAY], rows["pfault (scaled)", KEYS]
     assert without["searches_per_fault"] == 1.0 and with_keys["hash_searches"] == 0
     assert without["hptes_per_fault"] == 16.0
-    assert (without["seed_time_s"], with_keys["seed_time_s"]) == (8.438, 7.833)
+    assert (without["thread_time_s"], with_keys["thread_time_s"]) == (8.438, 7.833)
     assert (without["guest_keys"], with_keys["guest_keys"]) == (32, 30)
-    variant = rows["pfault+reclaim+mmio (model)", SEED]
+    variant = rows["pfault+reclaim+mmio (model)", KEYS]
     assert 0 < variant["keyfaults"] == variant["hash_searches"]
     assert table.checks["same_classification"] is True
-    assert table.extra["seed_program_faults_model"] == 3 * 40 * 1024 * 10
+    assert table.extra["thread_program_faults_model"] == 3 * 40 * 1024 * 10
     assert with_keys["low"] <= with_keys["central"] <= with_keys["high"] < 8.438
     assert with_keys["verdict"] == ("in band" if with_keys["low"] <= 7.833 else "direction only")
-    assert without["verdict"] is None  # the base: the seed's run without keys
+    assert without["verdict"] is None  # the base: the thread's run without keys
     assert table.to_json()["verdict"] == table.verdict
     assert PRESSURE.reclaim > 0
 

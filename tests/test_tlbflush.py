@@ -1,4 +1,5 @@
-"""The paravirt TLB flush model (seed 001, kvm-reference §7), mechanism by mechanism.
+"""The paravirt TLB flush model (the PV-flush thread, docs/kvm.md §7), mechanism by
+mechanism.
 
 Property tests run seeded simulations of random shape event by event, auditing after
 every event, and follow one VM's flushes through its events with small reference models
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 from mmuscope.engine.errors import AuditError
 from mmuscope.engine.events import Event
 from mmuscope.engine.tlbflush import PROTOCOL_NAMES, TlbConfig, TlbSim, protocol
-from mmuscope.engine.tlbflush.claim import COLUMNS, SEED_TABLE, tlb_flush_table
+from mmuscope.engine.tlbflush.claim import COLUMNS, THREAD_TABLE, tlb_flush_table
 from mmuscope.engine.tlbflush.config import NS_PER_MS, PV_FLUSH_SPIN_NS, sched_slice
 from mmuscope.engine.tlbflush.dot import flush_to_dot
 from mmuscope.engine.tlbflush.lanes import LaneHistory
@@ -159,7 +160,7 @@ def test_baseline_returns_only_after_every_target_acked() -> None:
         assert max(at for at, _ in f.acks.values()) <= f.returned_at
         assert f.done_at is not None and f.done_at <= f.returned_at
     assert sim.counters.early_returns == 0 and sim.counters.flags == 0
-    assert sim.counters.waits_on_preempted > 0  # the stall the seed is about
+    assert sim.counters.waits_on_preempted > 0  # the stall the thread is about
 
 
 def test_baseline_stalls_a_sender_on_a_preempted_target() -> None:
@@ -329,17 +330,17 @@ def test_dot_of_a_flush_has_an_edge_per_target() -> None:
 
 def test_quick_bench_table() -> None:
     table = tlb_flush_table(quick=True)
-    assert table.name == "tlb_flush" and table.seed == "001_8696687ca16d9e5e.txt"
+    assert table.name == "tlb_flush" and table.thread == "pv-flush"
     assert table.columns == COLUMNS
-    assert table.columns[:4] == ["vms", "quantity", "unit", "seed"]
+    assert table.columns[:4] == ["vms", "quantity", "unit", "thread"]
     cells = {(r[0], r[1]): dict(zip(COLUMNS, r, strict=True)) for r in table.rows}
-    for vms, seeds in SEED_TABLE.items():  # the nine cells, each with its band
-        for name, seed in zip(("baseline", "gang", "pv_flush"), seeds, strict=True):
+    for vms, scores in THREAD_TABLE.items():  # the nine cells, each with its band
+        for name, score in zip(("baseline", "gang", "pv_flush"), scores, strict=True):
             row = cells[vms, name]
-            assert row["seed"] == seed and row["low"] <= row["central"] <= row["high"]
-            in_band = row["low"] <= seed <= row["high"]
+            assert row["thread"] == score and row["low"] <= row["central"] <= row["high"]
+            in_band = row["low"] <= score <= row["high"]
             assert (row["verdict"] == "in band") == in_band
-    ratios = [cells[v, "pv_flush/baseline"]["seed"] for v in (2, 4, 8)]
+    ratios = [cells[v, "pv_flush/baseline"]["thread"] for v in (2, 4, 8)]
     assert ratios == [2.765, 3.409, 4.339]  # 11002.50/3979.50, 6196.75/1817.50, 4001.38/922.12
     assert table.reproduced is (table.verdict == "in band" and not table.wide_bands)
     assert set(table.checks) == {
@@ -348,7 +349,7 @@ def test_quick_bench_table() -> None:
         "pv_gap_grows_with_overcommit",
         "pv_flush_beats_gang_on_2_vms",
     }
-    if not all(table.checks.values()):  # issue 16 item 13: no green headline over a failure
+    if not all(table.checks.values()):  # no green headline over a failure
         assert table.verdict == "not reproduced" and not table.to_json()["reproduced"]
     if not table.extra["observations"]["pv_ratios_within_1_5x"]:
         assert "Missing mechanism" in table.note and table.extra["missing_mechanism"]

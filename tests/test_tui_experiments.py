@@ -27,9 +27,9 @@ def small_table(name: str, quick: bool = False) -> ClaimTable:
         raise MissingTable(name, "cannot import engine.ppc.claim")
     return ClaimTable(
         name,
-        ["case", "model", "seed_model"],
+        ["case", "model", "thread_model"],
         [["before", 367.0, 367.2], ["after", 300.0, 302.0]],
-        "002_162a047969525a1e.txt",
+        "pte-list-ext",
         f"the claim of {name}",
         {"the_claim": name != "zap"},
         "a note on the run",
@@ -74,7 +74,8 @@ async def test_select_run_and_see_the_chart(tmp_path: Path, fake_runner: list[st
         assert fake_runner == [TABLES[2]]
         chart = screen.query_one(BarChart).text()
         assert f"{TABLES[2]}  holds" in chart
-        assert "█" in chart and "seed" in chart and "302" in chart
+        assert "█" in chart and "thread" in chart and "302" in chart
+        assert "The PTE_LIST_EXT thread (kvm, 2021): the claim of" in chart
         assert "✓ holds" in list_text(screen)
         assert screen.events_panel.counters.totals.get("bench_table") == 1
         await press_export(pilot)
@@ -132,30 +133,30 @@ async def test_progress_while_a_table_runs(tmp_path: Path, monkeypatch: pytest.M
         assert screen.states[TABLES[0]] == "holds" and screen.states[TABLES[1]] == "holds"
 
 
-def test_chart_lines_fit_the_width_and_pair_the_seed() -> None:
+def test_chart_lines_fit_the_width_and_pair_the_thread() -> None:
     table = small_table("rmap_ext")
     for width in (30, 60, 100):
         lines = chart_lines(table, None, width)
         assert all(sum(len(text) for text, _ in line) <= width for line in lines)
     text = "\n".join("".join(t for t, _ in line) for line in chart_lines(table, None, 60))
-    assert text.index("model") < text.index("seed ") and "holds" in text
+    assert text.index("\nmodel ") < text.index("\nthread ") and "holds" in text
     assert bar_cells(0.5, 8) == "████" and bar_cells(0.5, 1) == "▌" and bar_cells(0.0, 8) == ""
 
 
-def test_the_band_is_an_error_bar_beside_the_seed() -> None:
-    """A timed table (issue 12): the model's bar, its band ├──┤ under it, then the seed."""
+def test_the_band_is_an_error_bar_beside_the_thread() -> None:
+    """A timed table: the model's bar, its band ├──┤ under it, then the thread's."""
     table = ClaimTable(
         "rmap_ext",
-        ["era", "central", "seed_fork_time", "low", "high", "verdict"],
+        ["era", "central", "thread_fork_time", "low", "high", "verdict"],
         [["15", 297.3, 302.0, 177.2, 352.4, "in band"]],
-        "002_162a047969525a1e.txt",
+        "pte-list-ext",
         "the claim",
         {"ext15_cheaper_than_ext3": True},
     )
-    spec = ChartSpec(("era",), ("central",), {"central": "seed_fork_time"}, bands=BAND)
+    spec = ChartSpec(("era",), ("central",), {"central": "thread_fork_time"}, bands=BAND)
     lines = ["".join(t for t, _ in line) for line in chart_lines(table, spec, 80)]
     at = next(i for i, line in enumerate(lines) if line.startswith("band"))
-    assert lines[at - 1].startswith("central") and lines[at + 1].startswith("seed")
+    assert lines[at - 1].startswith("central") and lines[at + 1].startswith("thread")
     assert "├" in lines[at] and lines[at].rstrip().endswith("177.2–352.4")
     assert lines[at].index("├") < lines[at].index("┤")
     assert "in band" in lines[0]

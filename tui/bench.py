@@ -1,18 +1,19 @@
-"""`mmuscope bench [--json] [--quick] [--table NAME]... [--svg DIR]`: the seeds' claims
+"""`mmuscope bench [--json] [--quick] [--table NAME]... [--svg DIR]`: the threads' claims
 measured, one table each (engine/claims/registry.py), and the engine's speed.
 
-`--json` prints one object, `{TABLE: {"columns": [...], "rows": [[...], ...], "seed":
-SEED_FILE_NAME, "claim": str, "checks": {...}, "verdict": str, "reproduced": bool,
-"wide_bands": int, "note": str, ...}}`, every table in registry order; tables with a seed
-time carry `low`, `central`, `high` and `verdict` columns (issue 12); the `engine` table
-keeps its columns `name, value, unit` and its rows.  Without it, a table for people per
-claim — the seed's numbers in the `seed_*` columns beside the model's, the computed
-headline in the title (in band, holds, direction only or not reproduced, with the failed
-sub-claims and the bands wider than 3× counted), the note under it — and the engine table
-with the issue's bars.  `--svg DIR` also writes `DIR/<table>.svg`, one bar chart per
-table (a DIR that is not a writable directory: one line, exit 2, nothing run).
-`--table NAME` (repeatable) runs only those tables.  A table whose module cannot be
-imported is left out with one line on stderr; the others still run.
+`--json` prints one object, `{TABLE: {"columns": [...], "rows": [[...], ...], "thread":
+THREAD_ID, "seed": THREAD_ID, "claim": str, "checks": {...}, "verdict": str, "reproduced":
+bool, "wide_bands": int, "note": str, ...}}`, every table in registry order
+(docs/architecture.md §6.3); tables with a thread's time carry `low`, `central`, `high`
+and `verdict` columns (engine/claims/band.py); the `engine` table keeps its columns `name,
+value, unit` and its rows.  Without it, a table for people per claim — the thread's
+numbers in the `thread*` columns beside the model's, the thread's short name and the claim
+under it, the computed headline in the title (in band, holds, direction only or not
+reproduced, with the failed sub-claims and the bands wider than 3× counted), the note
+under it — and the engine table with its bars.  `--svg DIR` also writes
+`DIR/<table>.svg`, one bar chart per table (a DIR that is not a writable directory: one
+line, exit 2, nothing run). `--table NAME` (repeatable) runs only those tables.  A table
+whose module cannot be imported is left out with one line on stderr; the others still run.
 
 `--quick` keeps every table and column and measures less (each table says how in its
 note); the engine's timings depend on the machine, so they come with baselines measured
@@ -31,6 +32,7 @@ from mmuscope.engine.claims.band import BAND_COLUMNS
 from mmuscope.engine.claims.engine_speed import BARS, FULL_ONLY_BARS, Row, bar_met
 from mmuscope.engine.claims.registry import TABLES, MissingTable, chart_spec, run_tables
 from mmuscope.engine.claims.table import Cell, ClaimTable
+from mmuscope.engine.threads import THREADS
 from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
@@ -40,7 +42,7 @@ from .cliparts import CliError
 
 COLUMNS = ["name", "value", "unit"]
 KEEP_WHOLE = ("model [band]", "verdict")  # never wrapped
-PIPE_WIDTH = 200  # a pipe or a file has no width: wide enough that no number breaks
+PIPE_WIDTH = 210  # a pipe or a file has no width: wide enough that no number breaks
 
 
 def bench_json(tables: dict[str, ClaimTable]) -> str:
@@ -53,7 +55,7 @@ def _value(value: float | int) -> str:
 
 
 def bench_table(rows: list[Row]) -> Table:
-    """The engine table, with the issue's bars."""
+    """The engine table, with its bars."""
     quick = any(name == "quick" and value for name, value, _ in rows)
     title = "mmuscope bench: engine" + (" (--quick: smaller runs)" if quick else "")
     table = Table(
@@ -87,26 +89,27 @@ def _cell(cell: Cell) -> str:
 
 
 def claim_table(table: ClaimTable) -> Group:
-    """A claim table for people: the verdict in the title, seed columns set apart."""
+    """A claim table for people: the verdict in the title, the thread's columns set
+    apart."""
     colour = {"in band": "green", "holds": "green", "direction only": "yellow"}
     headline = escape(table.headline())
     verdict = f"[{colour.get(table.verdict, 'red')}]{headline}[/]"
     out = Table(
         title=f"mmuscope bench: {table.name} — {verdict}",
-        caption=f"{table.seed}: {table.claim}",
+        caption=f"{THREADS[table.thread].title}: {table.claim}",
         caption_justify="left",
         show_edge=False,
     )
     columns, rows = human_columns(table)
     for index, column in enumerate(columns):
-        seed = column.startswith("seed")
+        theirs = column.startswith("thread")
         cells = [row[index] for row in rows if row[index] is not None]
         text_column = all(isinstance(cell, str) for cell in cells) and column not in KEEP_WHOLE
         out.add_column(
             column,
             justify="left" if text_column else "right",
-            style="italic cyan" if seed else None,
-            header_style="bold cyan" if seed else "bold",
+            style="italic cyan" if theirs else None,
+            header_style="bold cyan" if theirs else "bold",
             overflow="fold",
             no_wrap=not text_column,  # numbers never break; long texts wrap
             ratio=1 if text_column else None,

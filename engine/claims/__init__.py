@@ -1,1 +1,1 @@
-"""The seeds' claims as tables: each model measured beside the thread's own numbers."""
+"""The threads' claims as tables: each model measured beside the thread's own numbers."""

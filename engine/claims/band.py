@@ -1,5 +1,5 @@
-"""A modelled time with its uncertainty band, and the verdict against a seed's number
-(issue 12).
+"""A modelled time with its uncertainty band, and the verdict against a thread's number
+(docs/architecture.md §3.2).
 
 A model is computed at its estimates' low, central and high values (engine/costs.py);
 closed-form models are also computed at every corner of their estimates (each estimate
@@ -8,9 +8,9 @@ directions and the three all-low / all-high runs would then understate the band.
 band is the smallest and largest result.
 
 The verdict, computed and never typed:
-- `in band`: the seed's number lies inside [low, high];
-- `direction only`: outside, but the model's effect (its change from the `base` the seed
-  changed from: the "before" time, ratio 1, or 0) has the seed's sign and the same order
+- `in band`: the thread's number lies inside [low, high];
+- `direction only`: outside, but the model's effect (its change from the `base` the thread
+  changed from: the "before" time, ratio 1, or 0) has the thread's sign and the same order
   of magnitude (within a factor of 10);
 - `not reproduced`: otherwise.
 The band's width is judged on the effect too (a time of 8.4 s that a patch shortens by
@@ -65,23 +65,25 @@ class Band:
     def wide(self) -> bool:
         return self.factor > WIDE_FACTOR
 
-    def verdict(self, seed: float) -> str:
-        if self.contains(seed):
+    def verdict(self, measured: float) -> str:
+        """The verdict against the thread's number `measured`."""
+        if self.contains(measured):
             return IN_BAND
-        model, measured = self.central - self.base, seed - self.base
+        model, measured = self.central - self.base, measured - self.base
         if model * measured > 0 and 1 / ORDER_FACTOR <= model / measured <= ORDER_FACTOR:
             return DIRECTION_ONLY
         return NOT_REPRODUCED
 
-    def cells(self, seed: float | None, digits: int = 4) -> list[float | str | bool | None]:
-        """The table's BAND_COLUMNS cells: `low, central, high, verdict` (None without a
-        seed), `band_x` (the effect's spread, None when it changes sign) and `wide`."""
+    def cells(self, measured: float | None, digits: int = 4) -> list[float | str | bool | None]:
+        """The table's BAND_COLUMNS cells: `low, central, high, verdict` (None without the
+        thread's number `measured`), `band_x` (the effect's spread, None when it changes
+        sign) and `wide`."""
         factor = self.factor
         return [
             _round(self.low, digits),
             _round(self.central, digits),
             _round(self.high, digits),
-            self.verdict(seed) if seed is not None else None,
+            self.verdict(measured) if measured is not None else None,
             round(factor, 2) if factor != float("inf") else None,
             self.wide,
         ]

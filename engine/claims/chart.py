@@ -2,15 +2,15 @@
 
 One chart per `ClaimTable` (`mmuscope bench --svg DIR`, the Experiments screen's `e`):
 a title with the table's name, its claim and "reproduced: yes/no", then one group of
-horizontal bars per row — the model's values, and the seed's own number drawn beside
-the value it is paired with (grey), where the seed has one.  Seed numbers that pair
+horizontal bars per row — the model's values, and the thread's own number drawn beside
+the value it is paired with (grey), where the thread has one.  Thread numbers that pair
 with no model value (a time where the model counts work) are printed under the row's
-label.  A `ChartSpec` says which columns label a row, which are drawn and which seed
+label.  A `ChartSpec` says which columns label a row, which are drawn and which thread
 column goes with which; `infer_spec()` guesses one for tables it does not know.  When
 the values span more than two decades the scale is logarithmic (log10(1 + v)), and the
-chart says so.  A drawn column with a band (`bands`: its `low` and `high` columns, issue
-12) gets an error bar from low to high beside the seed's mark; tables whose rows are in
-different units (`per_row`) scale each row on its own.
+chart says so.  A drawn column with a band (`bands`: its `low` and `high` columns,
+engine/claims/band.py) gets an error bar from low to high beside the thread's mark;
+tables whose rows are in different units (`per_row`) scale each row on its own.
 
 No third-party package: the SVG is text, every string escaped for XML; files are written
 atomically (`engine.export.render.write_atomically`).
@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..export.render import write_atomically
+from ..threads import THREADS
 from .table import Cell, ClaimTable
 
 WIDTH = 1000
@@ -41,7 +42,7 @@ LABEL_CHARS = 50  # characters of a row's label that fit left of the bars
 NOTE_LINES = 12
 LOG_DECADES = 2  # beyond a max/min ratio of 10**2 the scale is logarithmic
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#edc948", "#76b7b2")
-SEED_COLOUR = "#9d9d9d"
+THREAD_COLOUR = "#9d9d9d"
 YES, NO, AMBER = "#2e7d32", "#c62828", "#b26a00"
 BAND_COLOUR = "#222222"
 XML_ENTITIES = (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ('"', "&quot;"), ("'", "&apos;"))
@@ -49,11 +50,12 @@ XML_ENTITIES = (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ('"', "&quot;"), (
 
 @dataclass(frozen=True, slots=True)
 class ChartSpec:
-    """Which columns label a row, which are drawn, and each drawn column's seed column."""
+    """Which columns label a row, which are drawn, and each drawn column's thread
+    column."""
 
     label: tuple[str, ...]
     values: tuple[str, ...]
-    seeds: dict[str, str] = field(default_factory=dict)
+    threads: dict[str, str] = field(default_factory=dict)  # value -> the thread's column
     unit: str = ""
     log: bool | None = None  # None: logarithmic when the values span > 2 decades
     bands: dict[str, tuple[str, str]] = field(default_factory=dict)  # value -> (low, high)
@@ -64,7 +66,7 @@ class ChartSpec:
 class Bar:
     series: str
     value: float | None
-    seed: bool  # a seed's number, drawn grey beside the model's
+    thread: bool  # the thread's number, drawn grey beside the model's
     low: float | None = None  # the model's band, where it has one
     high: float | None = None
 
@@ -77,7 +79,7 @@ class Bar:
 class Group:
     label: str
     bars: tuple[Bar, ...]
-    seed_text: str  # seed numbers that pair with no drawn value
+    thread_text: str  # the thread's numbers that pair with no drawn value
 
 
 def _number(cell: Cell) -> float | None:
@@ -88,7 +90,7 @@ def _number(cell: Cell) -> float | None:
 
 def infer_spec(table: ClaimTable) -> ChartSpec:
     """A spec from the cells: the first column labels a row; numeric columns are drawn,
-    `seed_X` beside `X`."""
+    `thread_X` beside `X`."""
     first = table.rows[0] if table.rows else []
     numeric = [
         name
@@ -96,23 +98,24 @@ def infer_spec(table: ClaimTable) -> ChartSpec:
         if index < len(first) and _number(first[index]) is not None
     ]
     label = (table.columns[0],) if table.columns else ()
-    values = tuple(n for n in numeric if not n.startswith("seed_") and n not in label)
-    seeds = {v: f"seed_{v}" for v in values if f"seed_{v}" in table.columns}
-    return ChartSpec(label, values, seeds)
+    values = tuple(n for n in numeric if not n.startswith("thread_") and n not in label)
+    threads = {v: f"thread_{v}" for v in values if f"thread_{v}" in table.columns}
+    return ChartSpec(label, values, threads)
 
 
 def usable(spec: ChartSpec, table: ClaimTable) -> ChartSpec:
     """`spec` when every column it names exists in `table`, else `infer_spec(table)`."""
-    names = set(spec.label) | set(spec.values) | set(spec.seeds.values())
+    names = set(spec.label) | set(spec.values) | set(spec.threads.values())
     names |= {c for pair in spec.bands.values() for c in pair}
     return spec if names <= set(table.columns) else infer_spec(table)
 
 
 def groups(table: ClaimTable, spec: ChartSpec) -> list[Group]:
-    """The bars of each row: each value, followed by its seed's where the seed has one."""
+    """The bars of each row: each value, followed by the thread's where the thread has
+    one."""
     at = {name: index for index, name in enumerate(table.columns)}
-    paired = set(spec.seeds.values())
-    loose = [c for c in table.columns if c.startswith("seed_") and c not in paired]
+    paired = set(spec.threads.values())
+    loose = [c for c in table.columns if c.startswith("thread_") and c not in paired]
     out: list[Group] = []
     for row in table.rows:
         label = " · ".join(_fmt(row[at[c]]) for c in spec.label)
@@ -123,13 +126,13 @@ def groups(table: ClaimTable, spec: ChartSpec) -> list[Group]:
                 low_column, high_column = spec.bands[column]
                 low, high = _number(row[at[low_column]]), _number(row[at[high_column]])
             bars.append(Bar(column, _number(row[at[column]]), False, low, high))
-            seed_column = spec.seeds.get(column)
-            if seed_column is not None and _number(row[at[seed_column]]) is not None:
-                bars.append(Bar(column, _number(row[at[seed_column]]), seed=True))
+            thread_column = spec.threads.get(column)
+            if thread_column is not None and _number(row[at[thread_column]]) is not None:
+                bars.append(Bar(column, _number(row[at[thread_column]]), thread=True))
         if spec.bands and all(bar.value is None for bar in bars):
             continue  # a row with nothing modelled and nothing to compare
-        texts = [_loose(c[5:], row[at[c]]) for c in loose if row[at[c]] not in (None, "")]
-        out.append(Group(label, tuple(bars), "seed: " + ", ".join(texts) if texts else ""))
+        texts = [_loose(c[7:], row[at[c]]) for c in loose if row[at[c]] not in (None, "")]
+        out.append(Group(label, tuple(bars), "thread: " + ", ".join(texts) if texts else ""))
     return out
 
 
@@ -139,12 +142,12 @@ def band_room(spec: ChartSpec) -> float:
 
 
 def group_top(group: Group) -> float:
-    """The largest value, band end or seed of one row (its own scale)."""
+    """The largest value, band end or thread's number of one row (its own scale)."""
     return top_value([group])
 
 
 def _loose(name: str, cell: Cell) -> str:
-    """A seed cell shown as text: a number with its column's name, a text as it is."""
+    """A thread's cell shown as text: a number with its column's name, a text as it is."""
     return cell if isinstance(cell, str) else f"{name} {_fmt(cell)}"
 
 
@@ -235,7 +238,7 @@ def _header(table: ClaimTable, spec: ChartSpec, log: bool) -> tuple[list[str], f
         ),
     ]
     y = 44.0
-    for line in textwrap.wrap(f"{table.seed}: {table.claim}", WRAP):
+    for line in textwrap.wrap(f"{THREADS[table.thread].title}: {table.claim}", WRAP):
         parts.append(_text(12, y, line, size=12))
         y += LINE_H
     x = 12.0
@@ -243,11 +246,11 @@ def _header(table: ClaimTable, spec: ChartSpec, log: bool) -> tuple[list[str], f
         parts.append(f'<rect x="{x:.1f}" y="{y - 10:.1f}" width="12" height="10" fill="{colour}"/>')
         parts.append(_text(x + 16, y, name, size=11))
         x += 30 + 7 * len(name)
-    if spec.seeds:
+    if spec.threads:
         parts.append(
-            f'<rect x="{x:.1f}" y="{y - 10:.1f}" width="12" height="10" fill="{SEED_COLOUR}"/>'
+            f'<rect x="{x:.1f}" y="{y - 10:.1f}" width="12" height="10" fill="{THREAD_COLOUR}"/>'
         )
-        parts.append(_text(x + 16, y, "seed (the thread's number)", size=11))
+        parts.append(_text(x + 16, y, "the thread's number", size=11))
         x += 200
     if spec.bands:
         parts.append(_error_bar(x, x + 14, y - 5))
@@ -265,20 +268,20 @@ def _group_svg(
     group: Group, y: float, top: float, log: bool, colours: dict[str, str]
 ) -> tuple[list[str], float]:
     parts = [_text(12, y + BAR_H - 2, _fit(group.label, LABEL_CHARS), size=11)]
-    if group.seed_text:
-        seed = _fit(group.seed_text, LABEL_CHARS + 4)
-        parts.append(_text(12, y + BAR_H + 11, seed, size=10, fill="#666"))
-    height = max(len(group.bars), 2 if group.seed_text else 1) * (BAR_H + BAR_GAP)
+    if group.thread_text:
+        text = _fit(group.thread_text, LABEL_CHARS + 4)
+        parts.append(_text(12, y + BAR_H + 11, text, size=10, fill="#666"))
+    height = max(len(group.bars), 2 if group.thread_text else 1) * (BAR_H + BAR_GAP)
     for n, bar in enumerate(group.bars):
         by = y + n * (BAR_H + BAR_GAP)
         width = BAR_MAX * bar_fraction(bar.value, top, log)
-        colour = SEED_COLOUR if bar.seed else colours[bar.series]
-        title = f"{'seed ' if bar.seed else ''}{bar.series} {_fmt(bar.value)}"
+        colour = THREAD_COLOUR if bar.thread else colours[bar.series]
+        title = f"{'thread ' if bar.thread else ''}{bar.series} {_fmt(bar.value)}"
         parts.append(
             f'<rect x="{BAR_X}" y="{by:.1f}" width="{width:.1f}" height="{BAR_H}" '
             f'fill="{colour}"><title>{_clean(title)}</title></rect>'
         )
-        label = ("seed " if bar.seed else "") + _fmt(bar.value)
+        label = ("thread " if bar.thread else "") + _fmt(bar.value)
         end = width
         if bar.has_band:
             x0 = BAR_X + BAR_MAX * bar_fraction(bar.low, top, log)
@@ -372,8 +375,8 @@ def chart_dot(table: ClaimTable, spec: ChartSpec | None = None) -> str:
         for n, bar in enumerate(group.bars):
             label = group.label if n == 0 else ""
             width = max(1, round(DOT_BAR_MAX * bar_fraction(bar.value, scale, log)))
-            colour = SEED_COLOUR if bar.seed else colours[bar.series]
-            value = ("seed " if bar.seed else f"{bar.series} ") + _fmt(bar.value)
+            colour = THREAD_COLOUR if bar.thread else colours[bar.series]
+            value = ("thread " if bar.thread else f"{bar.series} ") + _fmt(bar.value)
             if bar.has_band:
                 value += f" [{_fmt(bar.low)}–{_fmt(bar.high)}]"
             rest = max(1, DOT_BAR_MAX - width)

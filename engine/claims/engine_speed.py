@@ -267,7 +267,7 @@ def engine_rows(quick: bool = False) -> list[Row]:
     return rows
 
 
-# Bars from the issue: (row, comparison, value); the populate bars are for the 6 GiB run.
+# The engine's bars: (row, comparison, value); the populate bars are for the 6 GiB run.
 BARS: dict[str, tuple[str, float]] = {
     "faults_per_s": (">=", 200_000),
     "populate_6g_s": ("<=", 10),

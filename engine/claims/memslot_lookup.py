@@ -1,17 +1,18 @@
 """The `memslot_lookup` bench table: slots or tree nodes a memslot lookup looks at, per
-strategy, workload and layout, with and without the caches in front (seed 000).
+strategy, workload and layout, with and without the caches in front (the memslot-search
+thread).
 
-Seed 000, Avi Kivity: "Caching those misses is a lot more important than speeding them
-up ...  Cache+anything=O(1), no-cache+tree=O(log(n)), no-cache+array=O(n)"; Alex
-Williamson on his netperf TCP_RR run over an emulated rtl8139: "we're only traversing 6-7
-tree nodes until we don't find a match, versus the full 32 entries of the original
-memslot array".
+The memslot-search thread (kvm, 2011), Avi Kivity: "Caching those misses is a lot more
+important than speeding them up ...  Cache+anything=O(1), no-cache+tree=O(log(n)),
+no-cache+array=O(n)"; Alex Williamson on his netperf TCP_RR run over an emulated rtl8139:
+"we're only traversing 6-7 tree nodes until we don't find a match, versus the full 32
+entries of the original memslot array".
 
 Each row runs a seeded `Workload` over one layout and costs every lookup under every
 strategy at once (`LookupStrategy.visits`), as the explorer's cost panel does:
 - `visited_bare`: the structure alone, every lookup searches;
 - `visited_cached`: KVM's caches in front, each cache checked counting as one look: a
-  miss whose gfn already has an MMIO spte (`mark_mmio_spte`, kvm-reference §5) is
+  miss whose gfn already has an MMIO spte (`mark_mmio_spte`, docs/kvm.md §5) is
   emulated from the spte without a memslot search; anything else checks the vCPU's
   `last_used_slot` (§1.3) and searches only when it misses.  The MMIO spte is modelled as
   the set of gfns marked since the run began (no memslot update happens in a run, so no
@@ -23,13 +24,13 @@ only (the device pages of the layout's holes: Alex's netperf), `mixed` the defau
 
 Layouts: `pc-4g` (7 slots), `pc-4g-vmx-2011` (Alex's case, below), `assigned-devices`
 (512 slots) and `max` (32764).  `pc-4g-vmx-2011` is pc-4g plus the three private slots
-2011 KVM registered for VMX after the 32 user entries of `memslots[]` (seed 000, RFC
-2/3: `TSS_PRIVATE_MEMSLOT (KVM_MEMORY_SLOTS + 0)`, `APIC_ACCESS_PAGE_PRIVATE_MEMSLOT
-(+ 1)`, `IDENTITY_PAGETABLE_PRIVATE_MEMSLOT (+ 2)`), so `nmemslots` is 35 and a miss
-walks the whole array as on Alex's host.  Their addresses (TSS at 0xfeffd000, 3 pages;
-APIC access page at 0xfee00000; identity page table at 0xfeffc000) follow qemu-kvm and
-vmx.c of that time and are a reconstruction (UNVERIFIED); only their ids and sizes matter
-to the counts.
+2011 KVM registered for VMX after the 32 user entries of `memslots[]` (the memslot-search
+thread, RFC 2/3: `TSS_PRIVATE_MEMSLOT (KVM_MEMORY_SLOTS + 0)`,
+`APIC_ACCESS_PAGE_PRIVATE_MEMSLOT (+ 1)`, `IDENTITY_PAGETABLE_PRIVATE_MEMSLOT (+ 2)`), so
+`nmemslots` is 35 and a miss walks the whole array as on Alex's host.  Their addresses
+(TSS at 0xfeffd000, 3 pages; APIC access page at 0xfee00000; identity page table at
+0xfeffc000) follow qemu-kvm and vmx.c of that time and are a reconstruction (UNVERIFIED);
+only their ids and sizes matter to the counts.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from ..memslots.workload import WORKLOADS, Access, Workload, WorkloadMix
 from ..stats import LookupCost
 from .table import Cell, ClaimTable
 
-SEED = "000_df0d32b1438c86b7.txt"
+THREAD = "memslot-search"
 CLAIM = (
     'Avi Kivity: "Cache+anything=O(1), no-cache+tree=O(log(n)), no-cache+array=O(n)"; '
     "Alex Williamson: \"only traversing 6-7 tree nodes until we don't find a match, versus "
@@ -65,7 +66,7 @@ NR_VCPUS = 2
 RUN_SEED = 1
 FULL = {"lookups": 4000, "warmup": 1000}
 QUICK = {"lookups": 500, "warmup": 200}
-SEED_ALEX = {"linear": 32.0, "wbtree": 6.5}  # "the full 32 entries", "6-7 tree nodes"
+THREAD_ALEX = {"linear": 32.0, "wbtree": 6.5}  # "the full 32 entries", "6-7 tree nodes"
 COLUMNS = [
     "strategy",
     "workload",
@@ -75,8 +76,8 @@ COLUMNS = [
     "miss_share",
     "visited_bare",
     "visited_cached",
-    "seed_visited",
-    "seed_claim",
+    "thread_visited",
+    "thread_claim",
 ]
 KiB = 1 << 10
 PRIVATE_BASE = 32  # KVM_MEMORY_SLOTS: the private slots came after the user entries
@@ -158,21 +159,21 @@ class LookupRun:
             self.tally[structure.name].add(cost, checks, cache_hit, False)
 
 
-def seed_claim(strategy: str, workload: str, layout: str) -> str:
+def thread_claim(strategy: str, workload: str, layout: str) -> str:
     """What the thread says about this row's lookups."""
     if layout == ALEX_LAYOUT and workload == "mmio" and strategy == "linear":
         return 'Alex: "the full 32 entries of the original memslot array"'
     if layout == ALEX_LAYOUT and workload == "mmio" and strategy == "wbtree":
         return 'Alex: "only traversing 6-7 tree nodes until we don\'t find a match"'
     if strategy == "wbtree-compact":
-        return 'beyond the seed: the wbtree with the compaction Alex said "it needs"'
+        return 'beyond the thread: the wbtree with the compaction Alex said "it needs"'
     bare = "no-cache+array=O(n)" if strategy in ARRAYS else "no-cache+tree=O(log(n))"
     return f"{bare}; Cache+anything=O(1)"
 
 
-def seed_visited(strategy: str, workload: str, layout: str) -> float | None:
+def thread_visited(strategy: str, workload: str, layout: str) -> float | None:
     if layout == ALEX_LAYOUT and workload == "mmio":
-        return SEED_ALEX.get(strategy)
+        return THREAD_ALEX.get(strategy)
     return None
 
 
@@ -200,8 +201,8 @@ def measure(
                         round(tally.misses / tally.lookups, 3) if tally.lookups else 0.0,
                         round(tally.bare_mean, 2),
                         round(tally.cached_mean, 2),
-                        seed_visited(strategy, workload, layout_name),
-                        seed_claim(strategy, workload, layout_name),
+                        thread_visited(strategy, workload, layout_name),
+                        thread_claim(strategy, workload, layout_name),
                     ]
                 )
     return rows
@@ -268,7 +269,7 @@ def judge(rows: list[list[Cell]]) -> dict[str, bool]:
         "alex_tree_fraction_of_array": (
             alex_tree is not None
             and alex_array is not None
-            and alex_array[1] >= SEED_ALEX["linear"]
+            and alex_array[1] >= THREAD_ALEX["linear"]
             and alex_tree[1] < alex_array[1] / 2
         ),
         "wbtree_needs_compaction": not _log_n(_scaling(index, "wbtree", "mmio")),
@@ -309,7 +310,7 @@ def _note(
         f"no-cache+tree=O(log n) (rbtree, binary): {verdict[checks['bare_tree_log_n']]}; "
         f"no-cache+array=O(n): {verdict[checks['bare_array_n']]}.",
         f"Alex's case ({ALEX_LAYOUT}, misses): wbtree {tree:g} nodes against the array's "
-        f"{array:g} entries (seed 6-7 against 32; the array also walks the 3 private slots "
+        f"{array:g} entries (the thread 6-7 against 32; the array also walks the 3 private slots "
         f"after the 32 user entries): {verdict[checks['alex_tree_fraction_of_array']]}.",
         "Shown, not judged (Avi's O(1) is the cache of misses in sptes): for RAM the cache "
         f"in front of a lookup is last_used_slot, {flat[seen['cached_ram_O1']]} across "
@@ -320,7 +321,7 @@ def _note(
         f"The RFC's wbtree needs its compaction (Alex: \"it needs a compaction algorithm "
         f'added after insert and remove"): {verdict[checks["wbtree_needs_compaction"]]} '
         f"({_series(index, 'wbtree', 'mmio', 1)} on misses: equal-weight slots registered "
-        "in address order form a chain).  With it (wbtree-compact, beyond the seed: equal "
+        "in address order form a chain).  With it (wbtree-compact, beyond the thread: equal "
         "weights balanced by address) misses cost "
         f"{_series(index, 'wbtree-compact', 'mmio', 1)}, O(log n): "
         f"{verdict[checks['wbtree_compact_log_n']]}.",
@@ -341,7 +342,7 @@ def memslot_lookup_table(quick: bool = False) -> ClaimTable:
         name="memslot_lookup",
         columns=list(COLUMNS),
         rows=rows,
-        seed=SEED,
+        thread=THREAD,
         claim=CLAIM,
         checks=checks,
         note=_note(rows, checks, seen, quick),

@@ -1,12 +1,13 @@
 """The `rmap_ext` bench table: what a fork storm costs the rmap under each PTE_LIST_EXT
-(seed 002).
+(the PTE_LIST_EXT thread).
 
 Peter Xu, "KVM: X86: MMU: Tune PTE_LIST_EXT to be bigger" (v2 7/9): "With a test case
 to fork 500 child and recycle them ("./rmap_fork 500"), this patch speeds up fork time
 of about 22%.  Before: 367.20 (+-4.58%)  After: 302.00 (+-5.30%)" — the fork time of
 that program in a shadow-paging guest (EPT=N) with PTE_LIST_EXT 3, then 15.  Sean
 Christopherson notes Paolo made it 14 on commit; Peter's next patch (8/9, the per-array
-counter) brought it to 265.20 (kvm-reference §3.4: from the patch mails, not seed 002).
+counter) brought it to 265.20 (docs/kvm.md §3.4: from the series' later mails, not the
+passage of the PTE_LIST_EXT thread).
 
 The model has no clock: it counts the 64-byte lines of `pte_list_desc` memory that the
 list operations read or write (the thread's own measure: "make pte_list_desc fit well in
@@ -23,7 +24,7 @@ One shared gfn's rmap is replayed through the storm on a `KvmRmapHead`: the pare
 spte, one per child (500 adds), then the children recycled oldest first (500 removes).
 `descriptors` and `bytes` are the whole VM's after `run_rmap_workload("fork")` on the
 shadow MMU with the same children (every shared page has one such rmap).  The relative
-cost is the storm's lines against era 3; the seed's is its fork time against 367.20.
+cost is the storm's lines against era 3; the thread's is its fork time against 367.20.
 """
 
 from __future__ import annotations
@@ -36,17 +37,17 @@ from ..mmu.shadow.rmap_workloads import run_rmap_workload
 from .band import BAND_COLUMNS, NO_BAND, Band, Values, band_of
 from .table import Cell, ClaimTable
 
-SEED = "002_162a047969525a1e.txt"
+THREAD = "pte-list-ext"
 CLAIM = (
     'Peter Xu: PTE_LIST_EXT 3 -> 15 "speeds up fork time of about 22%" on "./rmap_fork '
     '500" (fork 500 children and recycle them, EPT=N): 367.20 -> 302.00'
 )
 ERA_ORDER = ("3", "15", "14", "6.4")
-SEED_FORK_TIME: dict[str, float] = {"3": 367.20, "15": 302.00, "14": 265.20}
-SEED_SOURCE = {
-    "3": "seed 002: Before",
-    "15": "seed 002: After",
-    "14": "v2 8/9 per-array counter (kvm-reference §3.4)",
+THREAD_FORK_TIME: dict[str, float] = {"3": 367.20, "15": 302.00, "14": 265.20}
+THREAD_SOURCE = {
+    "3": "the PTE_LIST_EXT thread: Before",
+    "15": "the PTE_LIST_EXT thread: After",
+    "14": "v2 8/9 per-array counter (docs/kvm.md §3.4)",
 }
 CHILDREN = 500
 FULL_PAGES = 16
@@ -63,9 +64,9 @@ COLUMNS = [
     "lines_per_walk",
     "storm_lines",
     "relative_cost",
-    "seed_fork_time",
-    "seed_relative",
-    "seed_source",
+    "thread_fork_time",
+    "thread_relative",
+    "thread_source",
     *BAND_COLUMNS,
 ]
 TIME_COSTS = ("FORK_PAGE_NS", "DESC_LINE_NS")
@@ -229,7 +230,7 @@ def measure(pages: int, children: int = CHILDREN) -> tuple[list[list[Cell]], dic
     for era in ERA_ORDER:
         storm, layout = storms[era], ERAS[era]
         descs, size = vm_descriptors(era, pages, children)
-        seed = SEED_FORK_TIME.get(era)
+        measured = THREAD_FORK_TIME.get(era)
         rows.append(
             [
                 era,
@@ -242,16 +243,16 @@ def measure(pages: int, children: int = CHILDREN) -> tuple[list[list[Cell]], dic
                 storm.walk_lines,
                 storm.total_lines,
                 round(storm.total_lines / base, 3),
-                seed,
-                round(seed / SEED_FORK_TIME["3"], 3) if seed is not None else None,
-                SEED_SOURCE.get(era, ""),
-                *(NO_BAND if era == "3" else fork_time_band(storms, era).cells(seed)),
+                measured,
+                round(measured / THREAD_FORK_TIME["3"], 3) if measured is not None else None,
+                THREAD_SOURCE.get(era, ""),
+                *(NO_BAND if era == "3" else fork_time_band(storms, era).cells(measured)),
             ]
         )
     return rows, storms
 
 
-# -- the time model (issue 12) ----------------------------------------------------------
+# -- the time model -----------------------------------------------------------------------
 
 
 def lines_per_child(storm: Storm) -> float:
@@ -260,20 +261,20 @@ def lines_per_child(storm: Storm) -> float:
 
 
 def fork_time(storms: dict[str, Storm], era: str, values: Values) -> float:
-    """The seed's fork time under `era`: its PTE_LIST_EXT 3 run (367.20) scaled by what a
-    child costs per shared page — FORK_PAGE_NS of fault, exit and fork work, plus the
+    """The thread's fork time under `era`: its PTE_LIST_EXT 3 run (367.20) scaled by what
+    a child costs per shared page — FORK_PAGE_NS of fault, exit and fork work, plus the
     rmap's desc lines at DESC_LINE_NS each."""
     fixed, line = values["FORK_PAGE_NS"], values["DESC_LINE_NS"]
     per_child = {e: fixed + lines_per_child(storms[e]) * line for e in ("3", era)}
-    return SEED_FORK_TIME["3"] * per_child[era] / per_child["3"]
+    return THREAD_FORK_TIME["3"] * per_child[era] / per_child["3"]
 
 
 def fork_time_band(storms: dict[str, Storm], era: str) -> Band:
-    return band_of(lambda v: fork_time(storms, era, v), TIME_COSTS, base=SEED_FORK_TIME["3"])
+    return band_of(lambda v: fork_time(storms, era, v), TIME_COSTS, base=THREAD_FORK_TIME["3"])
 
 
 def judge(rows: list[list[Cell]]) -> dict[str, bool]:
-    """15 beats 3 (the seed's claim); the rest reported."""
+    """15 beats 3 (the thread's claim); the rest reported."""
     at = {name: COLUMNS.index(name) for name in COLUMNS}
     cost: dict[str, float] = {}
     for row in rows:
@@ -288,7 +289,7 @@ def judge(rows: list[list[Cell]]) -> dict[str, bool]:
 
 
 def observe(rows: list[list[Cell]]) -> dict[str, bool]:
-    """What the model shows beyond the seed (not a claim of the thread: not judged)."""
+    """What the model shows beyond the thread (not a claim of the thread: not judged)."""
     at = {name: COLUMNS.index(name) for name in COLUMNS}
     cost = {str(r[at["era"]]): r[at["relative_cost"]] for r in rows}
     numbers = [float(v) for v in cost.values() if isinstance(v, int | float)]
@@ -307,20 +308,20 @@ def _note(
     rel = {str(r[at["era"]]): r[at["relative_cost"]] for r in rows}
     parts = [
         f"Storm lines relative to PTE_LIST_EXT 3: 15 → {rel.get('15')}, 14 → {rel.get('14')}, "
-        f"6.4 → {rel.get('6.4')}; the seed's fork time 302.00/367.20 = 0.822 (and 265.20, "
+        f"6.4 → {rel.get('6.4')}; the thread's fork time 302.00/367.20 = 0.822 (and 265.20, "
         "0.722, with the counter).",
         f"3 -> 15 cheaper: {verdict[checks['ext15_cheaper_than_ext3']]}.  The storm counts "
-        "only the rmap's desc lines, while the seed timed the whole fork (page faults, guest "
+        "only the rmap's desc lines, while the thread timed the whole fork (page faults, guest "
         "page-table writes, exits), so the lines alone fall far below 0.82.",
         _time_note(rows),
         f"The counter (era 14) cheaper than 15: {verdict[checks['counter14_cheaper_than_15']]}"
         + (
             " (removes find the count instead of scanning for NULL; adds walk two more descs)."
             if checks["counter14_cheaper_than_15"]
-            else " — with 14 entries a desc the chain is two descs longer; the seed's gain "
+            else " — with 14 entries a desc the chain is two descs longer; the thread's gain "
             "may come from work this model does not count (branches, instructions)."
         ),
-        f"Shown, not judged (no seed number): era 6.4 cheapest: "
+        f"Shown, not judged (no number in the thread): era 6.4 cheapest: "
         f"{'yes' if seen['era64_cheapest'] else 'no'} — adds touch the head only, "
         "but recycling the oldest child first finds its spte in the tail, so each remove "
         f"walks the chain ({_mean(storms['6.4'].removes)} lines a remove).",
@@ -331,7 +332,7 @@ def _note(
 def _time_note(rows: list[list[Cell]]) -> str:
     at = {name: COLUMNS.index(name) for name in COLUMNS}
     parts = [
-        "Fork times: the seed's PTE_LIST_EXT 3 run (367.20) is the base; a child costs "
+        "Fork times: the thread's PTE_LIST_EXT 3 run (367.20) is the base; a child costs "
         "FORK_PAGE_NS per shared page plus its desc lines at DESC_LINE_NS (engine/costs.py)."
     ]
     for row in rows:
@@ -340,7 +341,7 @@ def _time_note(rows: list[list[Cell]]) -> str:
         wide = " (band > 3×)" if row[at["wide"]] else ""
         parts.append(
             f"Era {row[at['era']]}: model {row[at['central']]} [{row[at['low']]}, "
-            f"{row[at['high']]}], seed {row[at['seed_fork_time']]}: {row[at['verdict']]}{wide}."
+            f"{row[at['high']]}], thread {row[at['thread_fork_time']]}: {row[at['verdict']]}{wide}."
         )
     return " ".join(parts)
 
@@ -363,7 +364,7 @@ def rmap_ext_table(quick: bool = False) -> ClaimTable:
         name="rmap_ext",
         columns=list(COLUMNS),
         rows=rows,
-        seed=SEED,
+        thread=THREAD,
         claim=CLAIM,
         checks=checks,
         note=note,

@@ -1,11 +1,12 @@
-"""The `shadow_2011` bench table: seed 000's timed numbers — kernbench, netperf, the perf
-profile shares and Unixbench — from the engine's counts and engine/costs.py (issue 12).
+"""The `shadow_2011` bench table: the memslot-search thread's timed numbers — kernbench,
+netperf, the perf profile shares and Unixbench — from the engine's counts and
+engine/costs.py.
 
-Seed 000 is two 2011 threads on memslot lookups (and Xiao Guangrong's vtlb) under the
-shadow MMU.  Their times, and how each is modelled:
+The memslot-search thread (kvm, 2011) is two 2011 patch series on memslot lookups (and Xiao
+Guangrong's vtlb) under the shadow MMU.  Their times, and how each is modelled:
 - Alex Williamson's kernbench, ept=0, 4-way guest with RAM in slots <1M, 1M-3.5G, 4G+:
   elapsed 42.809 s (the unsorted array), 42.160 s (the array reordered, 4G+ first),
-  42.305 s (wbtree).  Model: the seed's base run less what each lookup saves — the
+  42.305 s (wbtree).  Model: the thread's base run less what each lookup saves — the
   engine's slots looked at per RAM lookup, in each order, on that layout (the `kernbench`
   mix, weighted by slot size), at MEMSLOT_VISIT_NS a look, SHADOW_FAULT_LOOKUPS lookups
   a fault and KERNBENCH_FAULTS_PER_VCPU_S faults a second.
@@ -24,7 +25,7 @@ shadow MMU.  Their times, and how each is modelled:
 - Unixbench (-c 10 fsdisk), three columns: 2090.5 1882.5 1845.2 before, 2237.4 2151.8
   2118.0 after the vtlb, 2392.5 2485.9 2416.1 after the sorted memslots.  Model: a score
   is inverse to the cycles it takes; each step saves the profiled function's share times
-  the model's saving, judged from the seed's score before that step.
+  the model's saving, judged from the thread's score before that step.
 The "before" numbers (42.809 s, the profile's before shares, each step's starting score)
 are inputs; the rest is compared.
 """
@@ -44,16 +45,16 @@ from .band import BAND_COLUMNS, Band, Values, band_of
 from .memslot_lookup import alex_layout
 from .table import Cell, ClaimTable
 
-SEED = "000_df0d32b1438c86b7.txt"
+THREAD = "memslot-search"
 CLAIM = (
     "Alex Williamson: kernbench ept=0 42.809 s -> 42.305 s with the wbtree (42.160 s "
     "reordered) and netperf TCP_RR +3%; Xiao Guangrong: gfn_to_memslot 2.03% -> 0.81% and "
     "paging64_walk_addr_generic 3.93% -> 1.80% of cycles, Unixbench 2090.5 -> 2237.4 -> "
     "2392.5"
 )
-COLUMNS = ["quantity", "unit", "before", "seed", "model_inputs", *BAND_COLUMNS]
+COLUMNS = ["quantity", "unit", "before", "thread", "model_inputs", *BAND_COLUMNS]
 KERNBENCH_BASE_S = 42.809
-KERNBENCH_SEED_S = {"reorder": 42.160, "wbtree": 42.305}
+KERNBENCH_THREAD_S = {"reorder": 42.160, "wbtree": 42.305}
 NETPERF_GAIN = 1.03  # "This series resulted in a 3% improvement for this test"
 PROFILE = {  # function -> (before, after), % of cycles
     "gfn_to_memslot": (2.03, 0.81),
@@ -203,8 +204,9 @@ def profile_share(c: Counts, function: str, v: Values) -> float:
 
 
 def unixbench(c: Counts, column: int, step: int, v: Values) -> float:
-    """The score after `step` (1: the vtlb, 2: the sorted memslots) from the seed's score
-    before it; step 2's share of gfn_to_memslot is renormalised by step 1's saving."""
+    """The score after `step` (1: the vtlb, 2: the sorted memslots) from the thread's
+    score before it; step 2's share of gfn_to_memslot is renormalised by step 1's
+    saving."""
     ratios = cost_ratios(c, v)
     walk_saved = (
         PROFILE["paging64_walk_addr_generic"][0] / 100 * (1 - ratios["paging64_walk_addr_generic"])
@@ -220,9 +222,9 @@ def unixbench(c: Counts, column: int, step: int, v: Values) -> float:
 
 
 def _row(
-    quantity: str, unit: str, before: float, seed: float, names: Sequence[str], band: Band
+    quantity: str, unit: str, before: float, measured: float, names: Sequence[str], band: Band
 ) -> list[Cell]:
-    return [quantity, unit, before, seed, ", ".join(names), *band.cells(seed)]
+    return [quantity, unit, before, measured, ", ".join(names), *band.cells(measured)]
 
 
 def rows_of(c: Counts) -> list[list[Cell]]:
@@ -231,7 +233,7 @@ def rows_of(c: Counts) -> list[list[Cell]]:
             f"kernbench elapsed, {variant}",
             "s",
             KERNBENCH_BASE_S,
-            KERNBENCH_SEED_S[variant],
+            KERNBENCH_THREAD_S[variant],
             KERNBENCH,
             band_of(partial(kernbench_s, c, variant), KERNBENCH, KERNBENCH_BASE_S),
         )
@@ -308,12 +310,12 @@ def _note(c: Counts, rows: list[list[Cell]], quick: bool) -> str:
         wide = " (band > 3×)" if row[at["wide"]] else ""
         parts.append(
             f"{row[at['quantity']]}: model {row[at['central']]} [{row[at['low']]}, "
-            f"{row[at['high']]}], seed {row[at['seed']]}: {row[at['verdict']]}{wide}."
+            f"{row[at['high']]}], thread {row[at['thread']]}: {row[at['verdict']]}{wide}."
         )
     parts.append(
         "The Unixbench gains are several times what the profiled functions' own shares "
         "can save: a score moves at most by the share of cycles a patch removes, so the "
-        "rest of the seed's gain came from elsewhere (or from run-to-run spread)."
+        "rest of the thread's gain came from elsewhere (or from run-to-run spread)."
         if _unixbench_above(rows)
         else "The Unixbench gains stay within what the profiled shares can save."
     )
@@ -330,8 +332,8 @@ def _unixbench_above(rows: list[list[Cell]]) -> bool:
     unix = [r for r in rows if str(r[at["quantity"]]).startswith("Unixbench")]
     return all(
         isinstance(r[at["high"]], float)
-        and isinstance(r[at["seed"]], float)
-        and r[at["seed"]] > r[at["high"]]  # type: ignore[operator]
+        and isinstance(r[at["thread"]], float)
+        and r[at["thread"]] > r[at["high"]]  # type: ignore[operator]
         for r in unix
     )
 
@@ -343,7 +345,7 @@ def shadow_2011_table(quick: bool = False) -> ClaimTable:
         name="shadow_2011",
         columns=list(COLUMNS),
         rows=rows,
-        seed=SEED,
+        thread=THREAD,
         claim=CLAIM,
         checks=judge(counts, rows),
         note=_note(counts, rows, quick),

@@ -1,13 +1,15 @@
-"""One bench table per claim of a seed thread (issues 5 and 12, `mmuscope bench`).
+"""One bench table per claim of a thread (`mmuscope bench`, docs/architecture.md §3.2).
 
 A `ClaimTable` is what `mmuscope bench --json` prints under its name:
-`{"columns": [...], "rows": [[...], ...], "seed": SEED_FILE_NAME, "claim": str,
-"checks": {SUB_CLAIM: bool}, "verdict": str, "reproduced": bool, "wide_bands": int, ...}`.
+`{"columns": [...], "rows": [[...], ...], "thread": THREAD_ID, "seed": THREAD_ID,
+"claim": str, "checks": {SUB_CLAIM: bool}, "verdict": str, "reproduced": bool,
+"wide_bands": int, ...}` (THREAD_ID as in engine/threads.py, e.g. "pv-flush"; "seed" is
+the key's older name, kept with the same value).
 
 `checks` holds every sub-claim the table states, each judged from the rows; a table with
-a seed time also has `low`, `central`, `high` and `verdict` columns (engine/claims/band.py)
-on the rows that carry one.  The headline is computed from all of them, never typed
-(issue 16 item 13): `not reproduced` when a sub-claim fails or a time's verdict says so,
+a thread's time also has `low`, `central`, `high` and `verdict` columns
+(engine/claims/band.py) on the rows that carry one.  The headline is computed from all of
+them, never typed: `not reproduced` when a sub-claim fails or a time's verdict says so,
 else `direction only` when a time lies outside its band, else `in band` (a table with
 times) or `holds` (a table of directions only).  `reproduced` is that headline being `in
 band` or `holds` with no band wider than a factor of 3 (`wide_bands` counts those).
@@ -19,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..threads import THREADS
 from .band import DIRECTION_ONLY, IN_BAND, NOT_REPRODUCED, worst
 
 Cell = int | float | str | bool | None
@@ -31,13 +34,15 @@ class ClaimTable:
     name: str
     columns: list[str]
     rows: list[list[Cell]]
-    seed: str  # the seed thread's file name, e.g. "001_8696687ca16d9e5e.txt"
+    thread: str  # the id of the thread whose claim it measures (engine/threads.py)
     claim: str  # the claim in one sentence, quoting the thread
     checks: dict[str, bool]  # every sub-claim the table states, judged
     note: str = ""  # how each part was judged, and where the model disagrees
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.thread not in THREADS:
+            raise ValueError(f"{self.name}: {self.thread!r} is not a thread's id")
         if not self.checks and "verdict" not in self.columns:
             raise ValueError(f"{self.name}: a claim table states at least one sub-claim")
 
@@ -50,7 +55,7 @@ class ClaimTable:
 
     @property
     def wide_bands(self) -> int:
-        """Bands wider than a factor of 3 on rows compared with a seed's number."""
+        """Bands wider than a factor of 3 on rows compared with a thread's number."""
         if "wide" not in self.columns or "verdict" not in self.columns:
             return 0
         pairs = zip(self.column("wide"), self.column("verdict"), strict=True)
@@ -89,7 +94,8 @@ class ClaimTable:
         out: dict[str, Any] = {
             "columns": list(self.columns),
             "rows": [list(row) for row in self.rows],
-            "seed": self.seed,
+            "thread": self.thread,
+            "seed": self.thread,
             "claim": self.claim,
             "checks": dict(self.checks),
             "verdict": self.verdict,

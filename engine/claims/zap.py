@@ -1,11 +1,11 @@
 """The `zap` bench table: zapping every shadow page of a large guest, the old way and the
-fast way, in `mmu_lock` holds and what a faulting vCPU waits (seed 003).
+fast way, in `mmu_lock` holds and what a faulting vCPU waits (the fast-zap thread).
 
 Xiao Guangrong's cover letter (quoted by Takuya Yoshikawa): "The current kvm_mmu_zap_all
 is really slow - it is holding mmu-lock to walk and zap all shadow pages one by one ...
 things become worse if guest uses more memory or vcpus."  The fast zap bumps
 `mmu_valid_gen`, makes every vCPU reload its root, then zaps the obsolete pages with the
-"lock-break technique" (BATCH_ZAP_PAGES = 10 a hold, kvm-reference §4.4).  His benchmark
+"lock-break technique" (BATCH_ZAP_PAGES = 10 a hold, docs/kvm.md §4.4).  His benchmark
 (a 12-vCPU, 32G guest writing memory during PCI ROM reads) took 2405434959 ns with the
 current code and 2323016424 ns with the series.
 
@@ -27,16 +27,16 @@ from .band import BAND_COLUMNS, NO_BAND, Band, Values, band_of
 from .engine_speed import GFNS_PER_2M, PAGE_SHIFT, GiB, bare_mmu, one_slot_guest
 from .table import Cell, ClaimTable
 
-SEED = "003_04d8d0fcc1d93881.txt"
+THREAD = "fast-zap"
 CLAIM = (
     'Xiao Guangrong: "The current kvm_mmu_zap_all is really slow - it is holding mmu-lock '
     'to walk and zap all shadow pages one by one"; zapping by generation with lock breaks: '
     "2405434959 ns -> 2323016424 ns (12 vCPUs, 32G guest)"
 )
 METHODS = ("slow", "fast")
-SEED_GIB = 32
-SEED_NS = {"slow": 2405434959, "fast": 2323016424, "previous": 2368810003}
-SEED_LABEL = {"slow": "Current code", "fast": "This patchset", "previous": "Previous Version"}
+THREAD_GIB = 32
+THREAD_NS = {"slow": 2405434959, "fast": 2323016424, "previous": 2368810003}
+THREAD_LABEL = {"slow": "Current code", "fast": "This patchset", "previous": "Previous Version"}
 TIME_COSTS = ("ZAP_PAGE_NS", "ZAPS_PER_RUN")
 FULL_GIB = (8, 32, 64)
 QUICK_GIB = (4, 32)
@@ -49,9 +49,9 @@ COLUMNS = [
     "max_lock_hold_pages",
     "vcpu_stall_mean_pages",
     "vcpu_stall_max_pages",
-    "seed_ns",
-    "seed_relative",
-    "seed_label",
+    "thread_ns",
+    "thread_relative",
+    "thread_label",
     *BAND_COLUMNS,
 ]
 
@@ -84,7 +84,7 @@ def zap_row(method: str, gib: int) -> list[Cell]:
     if sum(holds) != zapped or mmu.pages.n_used_mmu_pages:
         raise AssertionError(f"{method} zap left pages behind or lost count of its holds")
     mean, worst = stall(holds)
-    seed = SEED_NS[method] if gib == SEED_GIB else None
+    measured = THREAD_NS[method] if gib == THREAD_GIB else None
     return [
         method,
         gib,
@@ -94,27 +94,27 @@ def zap_row(method: str, gib: int) -> list[Cell]:
         max(holds, default=0),
         round(mean, 2),
         worst,
-        seed,
-        round(SEED_NS[method] / SEED_NS["slow"], 3) if seed is not None else None,
-        SEED_LABEL[method] if seed is not None else "",
+        measured,
+        round(THREAD_NS[method] / THREAD_NS["slow"], 3) if measured is not None else None,
+        THREAD_LABEL[method] if measured is not None else "",
     ]
 
 
 def measure(sizes: tuple[int, ...]) -> list[list[Cell]]:
     rows = [zap_row(method, gib) for gib in sizes for method in METHODS]
-    return add_times(rows) if SEED_GIB in sizes else [[*r, *NO_BAND] for r in rows]
+    return add_times(rows) if THREAD_GIB in sizes else [[*r, *NO_BAND] for r in rows]
 
 
-# -- the time model (issue 12) ----------------------------------------------------------
+# -- the time model -----------------------------------------------------------------------
 
 
 def stall_pages(rows: list[list[Cell]]) -> dict[str, float]:
-    """Pages a fault waits on average during each method's zap of the seed's guest; the
+    """Pages a fault waits on average during each method's zap of the thread's guest; the
     previous version zaps only the invalid slot's pages, none of which the writer maps."""
     at = {name: COLUMNS.index(name) for name in COLUMNS}
     out = {"previous": 0.0}
     for row in rows:
-        if row[at["guest_gib"]] == SEED_GIB:
+        if row[at["guest_gib"]] == THREAD_GIB:
             value = row[at["vcpu_stall_mean_pages"]]
             assert isinstance(value, int | float)
             out[str(row[at["method"]])] = float(value)
@@ -122,31 +122,34 @@ def stall_pages(rows: list[list[Cell]]) -> dict[str, float]:
 
 
 def run_ns(method: str, stalls: dict[str, float], values: Values) -> float:
-    """The benchmark's time: the seed's "Current code" run, less what the writing vCPU no
-    longer waits for mmu_lock in each zap (ZAPS_PER_RUN zaps, ZAP_PAGE_NS a page)."""
+    """The benchmark's time: the thread's "Current code" run, less what the writing vCPU
+    no longer waits for mmu_lock in each zap (ZAPS_PER_RUN zaps, ZAP_PAGE_NS a page)."""
     saved_pages = stalls["slow"] - stalls[method]
-    return SEED_NS["slow"] - values["ZAPS_PER_RUN"] * saved_pages * values["ZAP_PAGE_NS"]
+    return THREAD_NS["slow"] - values["ZAPS_PER_RUN"] * saved_pages * values["ZAP_PAGE_NS"]
 
 
 def time_band(method: str, stalls: dict[str, float]) -> Band:
-    return band_of(lambda v: run_ns(method, stalls, v), TIME_COSTS, base=SEED_NS["slow"])
+    return band_of(lambda v: run_ns(method, stalls, v), TIME_COSTS, base=THREAD_NS["slow"])
 
 
 def add_times(rows: list[list[Cell]]) -> list[list[Cell]]:
-    """Band cells on the seed's guest (the slow run is the base: none), and the previous
+    """Band cells on the thread's guest (the slow run is the base: none), and the previous
     version's row, which the engine does not zap (its counts are left empty)."""
     stalls = stall_pages(rows)
     at = {name: COLUMNS.index(name) for name in COLUMNS}
     out: list[list[Cell]] = []
     for row in rows:
         method = str(row[at["method"]])
-        timed = row[at["guest_gib"]] == SEED_GIB and method != "slow"
-        cells = time_band(method, stalls).cells(SEED_NS[method], 6) if timed else NO_BAND
+        timed = row[at["guest_gib"]] == THREAD_GIB and method != "slow"
+        cells = time_band(method, stalls).cells(THREAD_NS[method], 6) if timed else NO_BAND
         out.append([*row, *cells])
-        if row[at["guest_gib"]] == SEED_GIB and method == "fast":
-            previous: list[Cell] = ["previous", SEED_GIB, *[None] * 6, SEED_NS["previous"]]
-            previous += [round(SEED_NS["previous"] / SEED_NS["slow"], 3), SEED_LABEL["previous"]]
-            out.append([*previous, *time_band("previous", stalls).cells(SEED_NS["previous"], 6)])
+        if row[at["guest_gib"]] == THREAD_GIB and method == "fast":
+            previous: list[Cell] = ["previous", THREAD_GIB, *[None] * 6, THREAD_NS["previous"]]
+            previous += [
+                round(THREAD_NS["previous"] / THREAD_NS["slow"], 3),
+                THREAD_LABEL["previous"],
+            ]
+            out.append([*previous, *time_band("previous", stalls).cells(THREAD_NS["previous"], 6)])
     return out
 
 
@@ -187,29 +190,29 @@ def judge(rows: list[list[Cell]]) -> dict[str, bool]:
 
 
 def _previous_between(rows: list[list[Cell]]) -> bool:
-    """The seed's order: this patchset < Previous Version < Current code, by the model's
+    """The thread's order: this patchset < Previous Version < Current code, by the model's
     central times."""
     at = {name: COLUMNS.index(name) for name in COLUMNS}
     central = {
         str(r[at["method"]]): r[at["central"]]
         for r in rows
-        if r[at["guest_gib"]] == SEED_GIB and r[at["central"]] is not None
+        if r[at["guest_gib"]] == THREAD_GIB and r[at["central"]] is not None
     }
     fast, previous = central.get("fast"), central.get("previous")
     if not isinstance(fast, float) or not isinstance(previous, float):
         return False
-    return fast < previous < SEED_NS["slow"]
+    return fast < previous < THREAD_NS["slow"]
 
 
 def _note(rows: list[list[Cell]], checks: dict[str, bool], quick: bool) -> str:
     verdict = {True: "holds", False: "NOT reproduced"}
     at = {name: COLUMNS.index(name) for name in COLUMNS}
-    seed_rows = {str(r[at["method"]]): r for r in rows if r[at["guest_gib"]] == SEED_GIB}
-    slow, fast = seed_rows.get("slow"), seed_rows.get("fast")
+    thread_rows = {str(r[at["method"]]): r for r in rows if r[at["guest_gib"]] == THREAD_GIB}
+    slow, fast = thread_rows.get("slow"), thread_rows.get("fast")
     parts = []
     if slow is not None and fast is not None:
         parts.append(
-            f"{SEED_GIB} GiB guest: slow zaps {slow[at['total_work_pages']]} pages in one "
+            f"{THREAD_GIB} GiB guest: slow zaps {slow[at['total_work_pages']]} pages in one "
             f"hold (a fault waits {slow[at['vcpu_stall_mean_pages']]} pages on average); fast "
             f"zaps {fast[at['total_work_pages']]} in {fast[at['lock_holds']]} holds of at most "
             f"{fast[at['max_lock_hold_pages']]} (a fault waits "
@@ -232,22 +235,22 @@ def _time_note(rows: list[list[Cell]], checks: dict[str, bool]) -> str:
     timed = {
         str(r[at["method"]]): r
         for r in rows
-        if r[at["guest_gib"]] == SEED_GIB and r[at["verdict"]] is not None
+        if r[at["guest_gib"]] == THREAD_GIB and r[at["verdict"]] is not None
     }
     parts = [
-        "Times (ns): the seed's Current code run is the base; each zap the writing vCPU "
+        "Times (ns): the thread's Current code run is the base; each zap the writing vCPU "
         "waits for mmu_lock the mean pages above at ZAP_PAGE_NS a page, ZAPS_PER_RUN zaps a "
-        "run (engine/costs.py; the benchmark is not in the seed)."
+        "run (engine/costs.py; the benchmark is not in the thread)."
     ]
     for method, row in timed.items():
         parts.append(
-            f"{SEED_LABEL[method]}: model {row[at['central']]:,.0f} ns "
-            f"[{row[at['low']]:,.0f}, {row[at['high']]:,.0f}], seed {SEED_NS[method]:,}: "
+            f"{THREAD_LABEL[method]}: model {row[at['central']]:,.0f} ns "
+            f"[{row[at['low']]:,.0f}, {row[at['high']]:,.0f}], thread {THREAD_NS[method]:,}: "
             f"{row[at['verdict']]}" + (" (band > 3×)." if row[at["wide"]] else ".")
         )
     order = "holds" if checks["previous_version_between"] else "NOT reproduced"
     parts.append(
-        f"The seed's order (this patchset < Previous Version < Current code): {order} — the "
+        f"The thread's order (this patchset < Previous Version < Current code): {order} — the "
         "model's previous version zaps only the invalid slot's pages, so it stalls nobody; "
         'the mechanism Xiao names for its slowness is missing here: it "keeps lots of '
         "invalid pages in mmu which cause shadow page to be reclaimed due to used-pages > "
@@ -264,7 +267,7 @@ def zap_table(quick: bool = False) -> ClaimTable:
         name="zap",
         columns=list(COLUMNS),
         rows=rows,
-        seed=SEED,
+        thread=THREAD,
         claim=CLAIM,
         checks=checks,
         note=_note(rows, checks, quick),

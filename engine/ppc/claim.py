@@ -1,11 +1,12 @@
 """`mmuscope bench` table `ppc_keys`: hash searches per fault with and without keys on
-seed 004's pfault program, beside the seed's "Without Fix" / "With Fix" times.
+the POWER-keys thread's pfault program, beside the thread's "Without Fix" / "With Fix"
+times.
 
-The seed measured `time ./pfault` in the guest: real 8.438 s, user 0.855 s, sys 7.540 s
+The thread measured `time ./pfault` in the guest: real 8.438 s, user 0.855 s, sys 7.540 s
 without the series, real 7.833 s, user 0.782 s, sys 7.038 s with it ("about half a
 second out of 8", Benjamin Herrenschmidt; Aneesh had seen 2 s before another patch of
 his).  The model counts what the series changes — hash searches and the HPTEs they
-examine — and has no timing constants, so its time column is the seed's; the direction
+examine — and has no timing constants, so its time column is the thread's; the direction
 judged is "keys reduce the searches".  `today` stands for the "Without Fix" kernel: on
 this program both classify every fault by search (today's MMIO cache only matters for
 MMIO, which pfault does not do).
@@ -20,10 +21,10 @@ from .keys import ERAS
 from .machine import FULL_MISS, PpcCounters
 from .pfault import ITERATIONS, PAGES, PASSES, PFAULT, PRESSURE, PfaultProgram, PfaultRun
 
-SEED = "004_88df47726365a56c.txt"
-SEED_REAL_S = {"today": 8.438, "2014-keys": 7.833}  # `time ./pfault`, real
-SEED_SYS_S = {"today": 7.540, "2014-keys": 7.038}
-ERA_ORDER = ("today", "2014-keys")  # the seed's "Without Fix", then "With Fix"
+THREAD = "power-keys"
+THREAD_REAL_S = {"today": 8.438, "2014-keys": 7.833}  # `time ./pfault`, real
+THREAD_SYS_S = {"today": 7.540, "2014-keys": 7.038}
+ERA_ORDER = ("today", "2014-keys")  # the thread's "Without Fix", then "With Fix"
 COLUMNS = [
     "variant",
     "era",
@@ -37,8 +38,8 @@ COLUMNS = [
     "hptes_per_fault",
     "hpteg_reads",
     "saved_searches",
-    "seed_time_s",
-    "seed_sys_s",
+    "thread_time_s",
+    "thread_sys_s",
     *BAND_COLUMNS,
 ]
 TIME_COSTS = ("HPTEG_MISS_NS", "HPTE_SEARCH_CPU_NS")
@@ -62,7 +63,7 @@ def _programs(quick: bool) -> list[tuple[str, PfaultProgram]]:
 
 
 def _row(variant: str, era: str, program: PfaultProgram, c: PpcCounters) -> list[Cell]:
-    seed = program.is_seed_program  # the seed's program, at full size or scaled
+    timed = program.is_thread_program  # the thread's program, at full size or scaled
     return [
         variant,
         era,
@@ -76,8 +77,8 @@ def _row(variant: str, era: str, program: PfaultProgram, c: PpcCounters) -> list
         round(c.hptes_examined / c.faults, 3) if c.faults else 0.0,
         c.groups_read,
         c.saved_searches,
-        SEED_REAL_S[era] if seed else None,
-        SEED_SYS_S[era] if seed else None,
+        THREAD_REAL_S[era] if timed else None,
+        THREAD_SYS_S[era] if timed else None,
     ]
 
 
@@ -85,11 +86,11 @@ def _classes(c: PpcCounters) -> tuple[int, ...]:
     return tuple(getattr(c, outcome) for outcome in OUTCOMES)
 
 
-def saved_on_seed_program(
+def saved_on_thread_program(
     program: PfaultProgram, without: PpcCounters, with_keys: PpcCounters
 ) -> tuple[float, float]:
-    """(searches the keys avoid, HPTE groups each avoided search reads) on the seed's full
-    program, counted per touch on `program` (the full one or a scaled run)."""
+    """(searches the keys avoid, HPTE groups each avoided search reads) on the thread's
+    full program, counted per touch on `program` (the full one or a scaled run)."""
     touches = len(PASSES) * program.pages * program.iterations
     saved = with_keys.saved_searches / touches * len(PASSES) * PAGES * ITERATIONS
     groups = without.groups_read / without.searches if without.searches else 0.0
@@ -97,32 +98,32 @@ def saved_on_seed_program(
 
 
 def pfault_s(saved: float, groups: float, values: Values) -> float:
-    """`time ./pfault` with keys: the seed's run without them, less each avoided search —
-    its HPTE groups read from memory and the compare loop (engine/costs.py)."""
+    """`time ./pfault` with keys: the thread's run without them, less each avoided search
+    — its HPTE groups read from memory and the compare loop (engine/costs.py)."""
     per_search = groups * values["HPTEG_MISS_NS"] + values["HPTE_SEARCH_CPU_NS"]
-    return SEED_REAL_S["today"] - saved * per_search * 1e-9
+    return THREAD_REAL_S["today"] - saved * per_search * 1e-9
 
 
 def time_band(saved: float, groups: float) -> Band:
-    return band_of(lambda v: pfault_s(saved, groups, v), TIME_COSTS, base=SEED_REAL_S["today"])
+    return band_of(lambda v: pfault_s(saved, groups, v), TIME_COSTS, base=THREAD_REAL_S["today"])
 
 
 def ppc_keys_table(quick: bool = False, seed: int = 1) -> ClaimTable:
     """Run pfault (and the model's variant) in both eras; one row each."""
     rows: list[list[Cell]] = []
     runs: dict[tuple[str, str], PpcCounters] = {}
-    seed_program = _programs(quick)[0][1]
+    thread_program = _programs(quick)[0][1]
     for variant, program in _programs(quick):
         for era in ERA_ORDER:
             counters = PfaultRun(era, program, seed=seed).run()
             runs[variant, era] = counters
             rows.append(_row(variant, era, program, counters))
-    seed_variant = _programs(quick)[0][0]
-    without, with_keys = runs[seed_variant, "today"], runs[seed_variant, "2014-keys"]
-    band = time_band(*saved_on_seed_program(seed_program, without, with_keys))
+    thread_variant = _programs(quick)[0][0]
+    without, with_keys = runs[thread_variant, "today"], runs[thread_variant, "2014-keys"]
+    band = time_band(*saved_on_thread_program(thread_program, without, with_keys))
     for row in rows:
-        timed = row[0] == seed_variant and row[1] == "2014-keys"
-        row += band.cells(SEED_REAL_S["2014-keys"]) if timed else NO_BAND
+        timed = row[0] == thread_variant and row[1] == "2014-keys"
+        row += band.cells(THREAD_REAL_S["2014-keys"]) if timed else NO_BAND
     fewer = with_keys.searches < without.searches
     fewer_hptes = with_keys.hptes_examined < without.hptes_examined
     same = all(
@@ -134,47 +135,47 @@ def ppc_keys_table(quick: bool = False, seed: int = 1) -> ClaimTable:
         "keys_avoid_hptes": fewer_hptes,
         "same_classification": same,
     }
-    extra = _beside_the_seed(_programs(quick)[0][1], without, with_keys)
+    extra = _beside_the_thread(_programs(quick)[0][1], without, with_keys)
     implied_ns = extra["implied_ns_per_avoided_search"]
     note = _note(quick, without, with_keys, same, implied_ns, fewer and fewer_hptes and same)
     note += " " + _time_note(band)
     out: dict[str, object] = {**extra, "quick": quick, "time_costs": list(TIME_COSTS)}
-    return ClaimTable("ppc_keys", COLUMNS, rows, SEED, CLAIM, checks, note, out)
+    return ClaimTable("ppc_keys", COLUMNS, rows, THREAD, CLAIM, checks, note, out)
 
 
 def _time_note(band: Band) -> str:
-    seed = SEED_REAL_S["2014-keys"]
+    measured = THREAD_REAL_S["2014-keys"]
     wide = " (band > 3×)" if band.wide else ""
     return (
-        f"Time with keys: the seed's 8.438 s less each avoided search at its HPTE groups "
+        f"Time with keys: the thread's 8.438 s less each avoided search at its HPTE groups "
         f"read from memory (HPTEG_MISS_NS) and the compare loop (HPTE_SEARCH_CPU_NS): model "
-        f"{band.central:.3f} s [{band.low:.3f}, {band.high:.3f}], seed {seed} s: "
-        f"{band.verdict(seed)}{wide}" + _beyond(band, seed)
+        f"{band.central:.3f} s [{band.low:.3f}, {band.high:.3f}], thread {measured} s: "
+        f"{band.verdict(measured)}{wide}" + _beyond(band, measured)
     )
 
 
-def _beyond(band: Band, seed: float) -> str:
-    if seed < band.low:
-        return "; the seed saved more than the avoided searches' memory reads can explain."
-    if seed > band.high:
-        return "; the seed saved less than the avoided searches cost in the model."
+def _beyond(band: Band, measured: float) -> str:
+    if measured < band.low:
+        return "; the thread saved more than the avoided searches' memory reads can explain."
+    if measured > band.high:
+        return "; the thread saved less than the avoided searches cost in the model."
     return "."
 
 
-def _beside_the_seed(
+def _beside_the_thread(
     program: PfaultProgram, without: PpcCounters, with_keys: PpcCounters
 ) -> dict[str, float | int | None]:
-    """The seed's saving, and what it means per search the model says the keys avoid
-    on the seed's full program (a run scaled down counts per touch, then scales up)."""
+    """The thread's saving, and what it means per search the model says the keys avoid
+    on the thread's full program (a run scaled down counts per touch, then scales up)."""
     touches = len(PASSES) * program.pages * program.iterations
     saved_per_touch = with_keys.saved_searches / touches
-    seed_touches = len(PASSES) * PAGES * ITERATIONS
-    saving = SEED_REAL_S["today"] - SEED_REAL_S["2014-keys"]
-    implied = saving / (saved_per_touch * seed_touches) * 1e9 if saved_per_touch else None
+    thread_touches = len(PASSES) * PAGES * ITERATIONS
+    saving = THREAD_REAL_S["today"] - THREAD_REAL_S["2014-keys"]
+    implied = saving / (saved_per_touch * thread_touches) * 1e9 if saved_per_touch else None
     return {
-        "seed_saving_real_s": round(saving, 3),
-        "seed_saving_sys_s": round(SEED_SYS_S["today"] - SEED_SYS_S["2014-keys"], 3),
-        "seed_program_faults_model": round(seed_touches * without.faults / touches),
+        "thread_saving_real_s": round(saving, 3),
+        "thread_saving_sys_s": round(THREAD_SYS_S["today"] - THREAD_SYS_S["2014-keys"], 3),
+        "thread_program_faults_model": round(thread_touches * without.faults / touches),
         "implied_ns_per_avoided_search": round(implied, 1) if implied else None,
     }
 
@@ -200,11 +201,11 @@ def _note(
         f"({without.hptes_examined}) without, for {without.faults} faults.",
         f"Every pfault fault is the guest's own NO_HPTE miss, a full {FULL_MISS}-HPTE, "
         "2-group search without keys and no search with them; the HDSI exit itself stays.",
-        "seed_time_s is the seed's measurement; low/central/high are the model's time.",
+        "thread_time_s is the thread's measurement; low/central/high are the model's time.",
     ]
     if implied_ns is not None:
         parts.append(
-            f"The seed's 0.605 s saving over the model's avoided searches is "
+            f"The thread's 0.605 s saving over the model's avoided searches is "
             f"{implied_ns:.0f} ns per avoided search, each a read of 2 HPTEGs (Aneesh walked "
             'the addresses linearly "to make sure we do take a cache miss for hash page '
             'table access").'

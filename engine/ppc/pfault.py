@@ -1,6 +1,7 @@
-"""Seed 004's `pfault` program, run on the model guest (the seed's benchmark).
+"""The POWER-keys thread's `pfault` program, run on the model guest (the thread's
+benchmark).
 
-The program, as the seed quotes it (the archive dropped its `<` signs: `j 10` is
+The program, as the thread quotes it (the archive dropped its `<` signs: `j 10` is
 `j < 10`, `i length` is `i < length`):
 
     #define PAGES (40*1024)
@@ -20,11 +21,11 @@ them (store, store after an HPTE flush, load after another flush), each page tou
 once a pass.  Every touch of a page without an HPTE is a NO_HPTE fault of the guest's
 own (case 1), so the program is 3 x 40960 x 10 = 1,228,800 such faults; the page size
 only scales the bytes (64K, usual for ppc64 guests, makes it 2.5 GB; it is not in the
-seed).  The seed does not say whether the host was short of memory or the guest did
+thread).  The thread does not say whether the host was short of memory or the guest did
 any MMIO; the program itself does neither.
 
 `PfaultProgram(reclaim=..., mmio_every=...)` adds what the program does not have, to
-show cases 2 and 3 (the model's variant, not the seed's measurement): the host pages a
+show cases 2 and 3 (the model's variant, not the thread's measurement): the host pages a
 random guest page out with probability `reclaim` after each touch, and the process
 stores to an MMIO doorbell page every `mmio_every` touches.
 """
@@ -69,7 +70,7 @@ class PfaultProgram:
         return self.ram_pages or 2 * self.pages
 
     @property
-    def is_seed_program(self) -> bool:
+    def is_thread_program(self) -> bool:
         return self.reclaim == 0 and self.mmio_every == 0
 
     def scaled(self, pages: int, iterations: int) -> PfaultProgram:

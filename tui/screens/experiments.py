@@ -1,11 +1,11 @@
 """The Experiments screen (F6): the `mmuscope bench` tables, run from the app and drawn
-as bar charts — each seed's claim measured by the model beside the thread's own numbers,
-with the verdict (engine/claims/registry.py, issue 5).
+as bar charts — each thread's claim measured by the model beside the thread's own numbers,
+with the verdict (engine/claims/registry.py).
 
 The list on the left holds every table and what is known of it (not run, running, its
 computed verdict — in band, holds, direction only, not reproduced — or missing); ↑/↓
 select one, enter (or r) runs it with `quick=True`, `a` runs them all.  Each chart draws
-the model's band as an error bar beside the seed's mark (issue 12).  Runs happen in a
+the model's band as an error bar beside the thread's mark.  Runs happen in a
 thread worker, one table after another, so the app never blocks; the progress bar counts
 the tables done and the status line says which one is running.  Each finished table
 emits a `bench_table` event (the event panel and its counters show it) and is drawn by
@@ -140,7 +140,7 @@ class ExperimentsScreen(MmuScreen):
     def on_mount(self) -> None:
         self.query_one(TableList).border_title = "bench tables"
         self.title = "mmuscope · experiments"
-        self.sub_title = "the seeds' claims measured (quick runs)"
+        self.sub_title = "the threads' claims measured (quick runs)"
         self.redraw()
 
     # -- drawing ----------------------------------------------------------------------

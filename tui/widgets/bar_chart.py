@@ -1,9 +1,9 @@
 """One bench table drawn as horizontal bars in the terminal (the Experiments screen).
 
 The same chart as `mmuscope bench --svg` (engine/claims/chart.py decides the rows, the
-bars, the pairing of the seed's numbers and the scale), laid out in character cells:
+bars, the pairing of the thread's numbers and the scale), laid out in character cells:
 the table's name and verdict, the claim, a legend, then per row its label and one bar
-per drawn value, the model's band as an error bar under it (├──┤, issue 12), the seed's
+per drawn value, the model's band as an error bar under it (├──┤), the thread's
 number as a grey bar under that, and the note.  A line-API `ScrollView`: long tables
 (memslot_lookup's 60 rows) scroll, and the layout follows the widget's width.  Colours
 come from component classes over the theme's variables.
@@ -27,6 +27,7 @@ from mmuscope.engine.claims.chart import (
     usable,
 )
 from mmuscope.engine.claims.table import ClaimTable
+from mmuscope.engine.threads import THREADS
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
@@ -64,7 +65,7 @@ class BarChart(ScrollView, can_focus=False):
         "bar-chart--no",
         "bar-chart--label",
         "bar-chart--muted",
-        "bar-chart--seed",
+        "bar-chart--thread",
         "bar-chart--series-0",
         "bar-chart--series-1",
         "bar-chart--series-2",
@@ -79,7 +80,7 @@ class BarChart(ScrollView, can_focus=False):
     BarChart > .bar-chart--no { color: $error; text-style: bold; }
     BarChart > .bar-chart--label { color: $accent; text-style: bold; }
     BarChart > .bar-chart--muted { color: $text-muted; }
-    BarChart > .bar-chart--seed { color: $node-idle; }
+    BarChart > .bar-chart--thread { color: $node-idle; }
     BarChart > .bar-chart--series-0 { color: $node-path; }
     BarChart > .bar-chart--series-1 { color: $node-compare; }
     BarChart > .bar-chart--series-2 { color: $node-hit; }
@@ -160,9 +161,12 @@ def chart_lines(table: ClaimTable, spec: ChartSpec | None, width: int) -> list[L
     top = top_value(all_groups)
     verdict = (table.headline(), "yes" if table.reproduced else "no")
     lines: list[Line] = [[(table.name, "title"), ("  ", ""), verdict]]
-    lines += [[(text, "muted")] for text in textwrap.wrap(f"{table.seed}: {table.claim}", width)]
+    lines += [
+        [(text, "muted")]
+        for text in textwrap.wrap(f"{THREADS[table.thread].title}: {table.claim}", width)
+    ]
     lines.append(_legend(spec, log))
-    names = [*spec.values, "seed"]
+    names = [*spec.values, "thread"]
     name_width = min(max(len(n) for n in names) + 1, max(width // 3, 6))
     bar_width = max(width - name_width - VALUE_WIDTH - 1, 4)
     for group in all_groups:
@@ -179,8 +183,8 @@ def _legend(spec: ChartSpec, log: bool) -> Line:
     line: Line = []
     for n, name in enumerate(spec.values):
         line += [("■ ", f"series-{n % SERIES_CLASSES}"), (f"{name}  ", "muted")]
-    if spec.seeds:
-        line += [("■ ", "seed"), ("seed  ", "muted")]
+    if spec.threads:
+        line += [("■ ", "thread"), ("thread  ", "muted")]
     if spec.bands:
         line += [("├┤ ", ""), ("band  ", "muted")]
     scale = "log scale" if log else ""
@@ -200,18 +204,18 @@ def _group_lines(
     width: int,
 ) -> list[Line]:
     lines: list[Line] = [[], [(group.label[:width], "label")]]
-    if group.seed_text:
-        lines.append([(group.seed_text[:width], "muted")])
+    if group.thread_text:
+        lines.append([(group.thread_text[:width], "muted")])
     series = {name: n % SERIES_CLASSES for n, name in enumerate(spec.values)}
     for bar in group.bars:
-        name = "seed" if bar.seed else bar.series
-        component = "seed" if bar.seed else f"series-{series[bar.series]}"
+        name = "thread" if bar.thread else bar.series
+        component = "thread" if bar.thread else f"series-{series[bar.series]}"
         cells = bar_cells(bar_fraction(bar.value, top, log), bar_width)
         lines.append(
             [
                 (name[: name_width - 1].ljust(name_width), "muted"),
                 (cells, component),
-                (" " + _value(bar.value), "seed" if bar.seed else ""),
+                (" " + _value(bar.value), "thread" if bar.thread else ""),
             ]
         )
         if bar.has_band:
