@@ -1,10 +1,10 @@
 """mmuscope's engine: a pure-Python model of KVM's MMU, starting with memslots.
 
-Never imports textual or rich (a test checks).  Public API per CONTRACT.md.
+Never imports textual or rich (a test checks).  Public API: docs/architecture.md §6.2.
 
 The names are exported lazily (PEP 562 `__getattr__`): `from engine import Vm` imports
 `engine.vm` then, and `import engine.mmu.tdp_session` (`mmuscope simulate`) loads no
-lookup strategy, no `Vm` machinery it does not use (start-up, issue 14 "Speed").
+lookup strategy, no `Vm` machinery it does not use (`mmuscope simulate` starts faster).
 tests/test_engine_exports.py checks every name below against its module.
 """
 

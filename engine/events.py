@@ -1,9 +1,10 @@
 """Events: what the engine did, shaped like a kernel tracepoint record.
 
-DESIGN.md: "everything is an event".  An event is small immutable data with the fields
-of the tracepoint it imitates (or of the kernel function, where KVM has no tracepoint),
-and the `ts`/`cpu`/`pid`/`comm` columns a `trace-cmd report` line carries.  The engine
-hands events to a listener; the app and the trace parser both speak this type.
+Everything the engine does reaches the screens as one stream of events
+(docs/architecture.md §2).  An event is small immutable data with the fields of the
+tracepoint it imitates (or of the kernel function, where KVM has no tracepoint), and the
+`ts`/`cpu`/`pid`/`comm` columns a `trace-cmd report` line carries.  The engine hands
+events to a listener; the app and the trace parser both speak this type.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ class Event:
     comm: str = "mmuscope"
 
     def to_json(self) -> dict[str, Any]:
-        """The CONTRACT's JSON shape: event, ts, cpu, pid, comm, fields."""
+        """The JSON shape of docs/architecture.md §6.3: event, ts, cpu, pid, comm,
+        fields."""
         return {
             "event": self.name,
             "ts": self.ts,

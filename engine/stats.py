@@ -1,6 +1,6 @@
 """Counters over the event stream, shaped like `kvm_stat`'s table, and lookup cost tallies.
 
-`kvm_stat` (tools/kvm/kvm_stat, kvm-reference §8) shows one row per event: Event,
+`kvm_stat` (tools/kvm/kvm_stat, docs/kvm.md §10) shows one row per event: Event,
 Total, %Total and CurAvg/s (the change since the previous refresh divided by the
 interval), and `-f REGEX` / the `f` key keeps only the events whose name matches.  The
 engine has no clock: the caller passes the time of each refresh, so the same counters
@@ -73,7 +73,8 @@ def compile_filter(text: str) -> re.Pattern[str] | None:
 
 @dataclass(slots=True)
 class LookupCost:
-    """What one strategy paid on a stream of lookups (seed 000's measure: slots looked at).
+    """What one strategy paid on a stream of lookups (the memslot-search thread's
+    measure: slots looked at).
 
     `bare` counts the structure alone (every lookup searches); `cached` puts the caches
     in front, counting each cache slot checked as one slot looked at, and the structure

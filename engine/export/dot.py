@@ -1,12 +1,12 @@
 """Graphviz dot text for a memslot lookup structure, optionally with one lookup drawn on it.
 
-Alex Williamson's 2011 RFC (seed 000: "[RFC PATCH 0/3] Weight-balanced binary tree + KVM
-growable memory slots using wbtree") shipped a debug `print_tree()` that dumped the tree as
-Graphviz dot, to be turned into a picture with `dot -Tpdf foo.dot > foo.pdf`.  This module
-does the same for every structure mmuscope models: trees (the wbtree and today's rbtree)
-become one node per slot with `L`/`R` edges, arrays become tables of cells in search order.
-A `LookupTrace` (`--path GFN`) is drawn on top: visited nodes orange, the hit green, each
-numbered in visit order.
+Alex Williamson's 2011 RFC (the memslot-search thread: "[RFC PATCH 0/3] Weight-balanced
+binary tree + KVM growable memory slots using wbtree") shipped a debug `print_tree()`
+that dumped the tree as Graphviz dot, to be turned into a picture with
+`dot -Tpdf foo.dot > foo.pdf`.  This module does the same for every structure mmuscope
+models: trees (the wbtree and today's rbtree) become one node per slot with `L`/`R`
+edges, arrays become tables of cells in search order. A `LookupTrace` (`--path GFN`) is
+drawn on top: visited nodes orange, the hit green, each numbered in visit order.
 
 Pure text: no Graphviz, Textual or Rich import; `render.py` runs the `dot` binary.  Trees
 are walked by index, never recursively (the `max` layout has 32764 slots and a wbtree can

@@ -1,11 +1,11 @@
 """Write dot text to a file: `.dot` as is, `.pdf`/`.svg`/`.png` through Graphviz's `dot`.
 
-The 2011 wbtree RFC (seed 000: Alex Williamson, "[RFC PATCH 0/3] Weight-balanced binary
-tree + KVM growable memory slots using wbtree") left the rendering step to the reader:
-`dot -Tpdf foo.dot > foo.pdf`.  `write_export` runs that step for you and writes the result
-atomically (a temporary file in the same directory, then `os.replace`), so a failed export
-never leaves a partial file behind.  Every failure is an `ExportError` with a one-line
-message fit to show the user.
+The 2011 wbtree RFC (the memslot-search thread: Alex Williamson, "[RFC PATCH 0/3]
+Weight-balanced binary tree + KVM growable memory slots using wbtree") left the rendering
+step to the reader: `dot -Tpdf foo.dot > foo.pdf`.  `write_export` runs that step for you
+and writes the result atomically (a temporary file in the same directory, then
+`os.replace`), so a failed export never leaves a partial file behind.  Every failure is
+an `ExportError` with a one-line message fit to show the user.
 """
 
 from __future__ import annotations

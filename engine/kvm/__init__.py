@@ -3,7 +3,7 @@ run on the kernel and on the engine's MMU alike (`program`, `runner`, `model`), 
 kernel's tracepoints and statistics recorded while they run (`tracing`, `stats`).
 
 Nothing here imports textual or rich.  Facts about the host it was built on:
-domain/real-kvm.md (kvm-pvm, shadow MMU, MMIO caching off, one address space).
+docs/kvm.md §11.3 (kvm-pvm, shadow MMU, MMIO caching off, one address space).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ hand-written opcode bytes.
 A slice of a guest program is straight-line code of *sweeps* — a loop that loads from,
 stores to, or loads then stores back to `count` addresses `stride` bytes apart — ending
 with a store to the MMIO doorbell, where the VMM takes over (a CPL-3 guest cannot `hlt`,
-domain/real-kvm.md).  `decode()` turns instruction bytes (e.g. `kvm_emulate_insn`'s) back
+docs/kvm.md §11.3).  `decode()` turns instruction bytes (e.g. `kvm_emulate_insn`'s) back
 into text.
 """
 

@@ -1,7 +1,7 @@
 """What the host's KVM is: kernel release, the KVM modules loaded, which MMU guests get,
 and the capabilities `KVM_CHECK_EXTENSION` reports.
 
-The MMU kind is read, never assumed (domain/real-kvm.md: kvm-pvm runs the shadow MMU
+The MMU kind is read, never assumed (docs/kvm.md §11.3: kvm-pvm runs the shadow MMU
 with `tdp_mmu=N`; an Intel/AMD host with EPT/NPT runs the TDP MMU):
 `/sys/module/kvm/parameters/tdp_mmu`, `.../mmio_caching`, and the vendor module's
 `ept`/`npt` (kvm_intel/kvm_amd).  TDP is on when the vendor module has EPT/NPT on; with
@@ -41,7 +41,8 @@ class HostMmu:
 
     @property
     def kind(self) -> str:
-        """``"tdp"`` or ``"shadow"`` (CONTRACT.md's `mmu` field)."""
+        """``"tdp"`` or ``"shadow"`` (the `mmu` field of `kvm --summary`,
+        docs/architecture.md §6.3)."""
         return "tdp" if self.tdp else "shadow"
 
     @property

@@ -9,11 +9,11 @@ page) and, for most programs, its data.  A *slice* is a CR3 (a process), a rip, 
 sweeps the code makes, and the memslot or dirty-log operations the VMM applies before
 it; every slice ends with a store to the doorbell gpa, which no memslot covers.
 
-Programs (issue 11):
+Programs:
 - `touch`: one process writes N pages once: N demand faults;
 - `fork`: a parent writes N pages, then C children (copies of its tables, as fork()
-  makes them, `pte_mkold`) read them: seed 002's storm, each data gfn's rmap growing by
-  one per process;
+  makes them, `pte_mkold`) read them: the PTE_LIST_EXT thread's storm, each data gfn's
+  rmap growing by one per process;
 - `mmio`: N reads and N writes of gpas no memslot covers;
 - `ptwrite`: the process maps its own last-level table user-writable and stores each of
   N of its ptes back unchanged: a write to a shadowed, write-protected gfn;

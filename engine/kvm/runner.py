@@ -1,5 +1,5 @@
 """Running a `GuestProgram` on the host's KVM: memslots, guest memory, one vCPU in long
-mode at CPL 3 (domain/real-kvm.md), slice after slice, each ending at the doorbell.
+mode at CPL 3 (docs/kvm.md §11.3), slice after slice, each ending at the doorbell.
 
 Per slice: the VMM applies the slice's memslot or dirty-log operations, loads CR3 with
 `KVM_SET_SREGS` when the process changes (KVM sees a CR3 load and resets the MMU

@@ -1,6 +1,6 @@
 """KVM's userspace ABI as x86-64 Linux defines it (include/uapi/linux/kvm.h,
 arch/x86/include/uapi/asm/kvm.h): ioctl numbers and the byte layout of the structs the
-VMM passes.  Values measured on the project's host are in domain/real-kvm.md.
+VMM passes.  Values measured on the project's host are in docs/kvm.md §11.1.
 
 Everything here is packing and unpacking with `struct`; nothing opens a device.
 """
@@ -102,7 +102,7 @@ class Segment:
         )  # fmt: skip
 
 
-# Long mode at CPL 3 (domain/real-kvm.md: what kvm-pvm runs natively): a 64-bit code
+# Long mode at CPL 3 (docs/kvm.md §11.3: what kvm-pvm runs natively): a 64-bit code
 # segment and data segments of DPL 3 with RPL-3 selectors, a busy 64-bit TSS.
 USER_CS = Segment(0, 0xFFFF_FFFF, 0x33, 0xB, dpl=3, l=1, g=1)
 USER_DS = Segment(0, 0xFFFF_FFFF, 0x2B, 0x3, dpl=3, db=1, g=1)

@@ -1,14 +1,14 @@
 """Preset guest layouts: the RFC's 2/4/8 GB pc guests, a q35 guest, device assignment, max.
 
-`pc-2g`, `pc-4g`, `pc-8g` follow the slot configuration Alex Williamson gives in seed 000
-("0: <1M, 1: 1M - 3.5G, 2: 4G+") for qemu-kvm of early 2011, whose pc machine put the
-PCI hole at 3.5 GiB, plus the ROM, BIOS and VGA slots QEMU registers (read-only as
-today's QEMU registers them; 2011 had no KVM_MEM_READONLY yet).  `q35-16g` is today's
-q35 with SMM (address space 1), shaped like the q35 `info mtree` in shared/realdata.
-`assigned-devices` adds 505 small BAR slots of 64 assigned devices to pc-4g, filling the
-512 slots of the RFC's KVM_MAX_MEM_SLOTS ("supporting 64 assigned devices with plenty of
-slots left over"): the case Avi said arrays handle worst.  `max` is the selftest
-`test_add_max_memory_regions`: KVM_USER_MEM_SLOTS slots of 2 MiB each.
+`pc-2g`, `pc-4g`, `pc-8g` follow the slot configuration Alex Williamson gives in the
+memslot-search thread (kvm, 2011) ("0: <1M, 1: 1M - 3.5G, 2: 4G+") for qemu-kvm of early
+2011, whose pc machine put the PCI hole at 3.5 GiB, plus the ROM, BIOS and VGA slots QEMU
+registers (read-only as today's QEMU registers them; 2011 had no KVM_MEM_READONLY yet).
+`q35-16g` is today's q35 with SMM (address space 1), shaped like a real q35
+`info mtree -f` dump. `assigned-devices` adds 505 small BAR slots of 64 assigned devices
+to pc-4g, filling the 512 slots of the RFC's KVM_MAX_MEM_SLOTS ("supporting 64 assigned
+devices with plenty of slots left over"): the case Avi said arrays handle worst.  `max`
+is the selftest `test_add_max_memory_regions`: KVM_USER_MEM_SLOTS slots of 2 MiB each.
 """
 
 from __future__ import annotations

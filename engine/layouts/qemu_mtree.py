@@ -485,5 +485,6 @@ def _region_gpa(region: RamRegion) -> int:
 def parse_mtree(
     text: str, address_space: str = "memory", *, source: str = "the input"
 ) -> list[RamRegion]:
-    """`read_mtree`'s slots alone (CONTRACT: ``layout --mtree --json``)."""
+    """`read_mtree`'s slots alone (``layout --mtree --json``, docs/architecture.md
+    §6.3)."""
     return read_mtree(text, address_space, source=source).regions

@@ -1,8 +1,8 @@
-"""Memslot lookup strategies, by name (CONTRACT: `LOOKUP_STRATEGIES`).
+"""Memslot lookup strategies, by name (`LOOKUP_STRATEGIES`, docs/architecture.md §6.2).
 
 A strategy's module is imported when it is first made or named (`make_strategy`,
 `STRATEGY_CLASSES`), so a VM on the default rbtree (`mmuscope simulate`) loads no other
-(start-up, issue 14 "Speed"); the other names are exported lazily (PEP 562 `__getattr__`).
+(a faster start-up); the other names are exported lazily (PEP 562 `__getattr__`).
 tests/test_engine_exports.py checks `_CLASSES` and `LOOKUP_STRATEGIES` against the classes'
 own `name`s.
 """

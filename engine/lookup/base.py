@@ -1,13 +1,13 @@
 """The one small interface every memslot lookup structure implements.
 
-KVM has searched memslots five ways over the years (kvm-reference §1.6, seed 000): an
-unsorted array, an array sorted by size, a sorted array with binary search, Alex
-Williamson's weight-balanced tree (RFC, not merged) and today's gfn rbtree.  Each is a
-`LookupStrategy`: it is told about slot inserts, erases and replacements, answers
-`search(gfn)` bare (for speed), and can `explain(gfn)` a lookup as the list of slots or
-tree nodes it touched (for animation and cost tables).  `shape()` gives a read-only view
-of the structure for drawing and export (views.py; its names are exported here too, when
-first asked for, so that building a VM does not load them).
+KVM has searched memslots five ways over the years (docs/kvm.md §1.6, the memslot-search
+thread (kvm, 2011)): an unsorted array, an array sorted by size, a sorted array with
+binary search, Alex Williamson's weight-balanced tree (RFC, not merged) and today's gfn
+rbtree.  Each is a `LookupStrategy`: it is told about slot inserts, erases and
+replacements, answers `search(gfn)` bare (for speed), and can `explain(gfn)` a lookup as
+the list of slots or tree nodes it touched (for animation and cost tables).  `shape()`
+gives a read-only view of the structure for drawing and export (views.py; its names are
+exported here too, when first asked for, so that building a VM does not load them).
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """`binary`: slots sorted by `base_gfn`, highest first, found by binary search (Dec 2014).
 
 Igor Mammedov, "KVM: change memslot sorting rule from size to GFN" and "use binary
-search" (v3.19, kvm-reference §1.6), after Xiao Guangrong's 2011 attempt in seed 000
-(PATCH 4/7, to which Avi answered "a binary search ... introduces a lot of branches which
-may be mispredicted").  `search_memslots()` of that era narrows `[start, end)` to the
-first entry with `base_gfn <= gfn`, comparing only `base_gfn` on the way down, then
-makes one range check on `memslots[start]`; when `start == used_slots` that entry is the
-zeroed one past the end and the check fails.
+search" (v3.19, docs/kvm.md §1.6), after Xiao Guangrong's 2011 attempt in the
+memslot-search thread (kvm, 2011) (PATCH 4/7, to which Avi answered "a binary search ...
+introduces a lot of branches which may be mispredicted").  `search_memslots()` of that
+era narrows `[start, end)` to the first entry with `base_gfn <= gfn`, comparing only
+`base_gfn` on the way down, then makes one range check on `memslots[start]`; when `start
+== used_slots` that entry is the zeroed one past the end and the check fails.
 """
 
 from __future__ import annotations

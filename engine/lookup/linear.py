@@ -1,11 +1,12 @@
 """`linear`: the original memslot array, indexed by slot id and scanned in order (2007-2011).
 
 `struct kvm_memslots { int nmemslots; u64 generation; struct kvm_memory_slot
-memslots[KVM_MEMORY_SLOTS + KVM_PRIVATE_MEM_SLOTS]; }` — seed 000 shows the scan being
-removed from `memslot_id()`: `for (i = 0; i < slots->nmemslots; ++i)`, testing
-`gfn >= base_gfn && gfn < base_gfn + npages` on every entry, used or not.  `nmemslots`
-only ever grew (`if (slot_id >= slots->nmemslots) slots->nmemslots = slot_id + 1;`), so a
-guest that once used slot 31 scans 32 entries on every miss: Alex's "full 32 entries".
+memslots[KVM_MEMORY_SLOTS + KVM_PRIVATE_MEM_SLOTS]; }` — the memslot-search thread (kvm,
+2011) shows the scan being removed from `memslot_id()`: `for (i = 0; i <
+slots->nmemslots; ++i)`, testing `gfn >= base_gfn && gfn < base_gfn + npages` on every
+entry, used or not.  `nmemslots` only ever grew (`if (slot_id >= slots->nmemslots)
+slots->nmemslots = slot_id + 1;`), so a guest that once used slot 31 scans 32 entries on
+every miss: Alex's "full 32 entries".
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`rbtree`: today's memslot `gfn_tree`, a red-black tree keyed by `base_gfn`.
 
 Since Maciej S. Szmigiero's "scalable memslots" (Dec 2021) each `struct kvm_memslots`
-keeps its slots in an `rb_root gfn_tree` (kvm-reference §1.2); slots never overlap, so a
+keeps its slots in an `rb_root gfn_tree` (docs/kvm.md §1.2); slots never overlap, so a
 plain rbtree suffices.  Insertion is `kvm_insert_gfn_node()` + `rb_insert_color()`,
 removal `rb_erase()`, and an update that keeps `base_gfn` uses `rb_replace_node()` in
 O(1).  The rebalancing below follows lib/rbtree.c case by case (`__rb_insert`,

@@ -1,12 +1,12 @@
 """`size-sorted`: slots sorted by `npages`, largest first, scanned linearly (~Dec 2011).
 
-Avi Kivity in seed 000: "If we optimized the linear list we'd sort it by size,
-descending, and limit it by the number of instantiated slots, which I think would beat
-the tree."  The kernel then kept `memslots[]` sorted with `sort()` + `cmp_memslot`
-(npages only) and an `id_to_index[]` map, and `kvm_for_each_memslot` stopped at the first
-unused entry (kvm-reference §1.6).  RAM hits end at entry 0 or 1; a miss scans every used
-slot.  Equal sizes are ordered by slot id here (the kernel's heap sort left ties in an
-unspecified order).
+Avi Kivity in the memslot-search thread (kvm, 2011): "If we optimized the linear list
+we'd sort it by size, descending, and limit it by the number of instantiated slots, which
+I think would beat the tree."  The kernel then kept `memslots[]` sorted with `sort()` +
+`cmp_memslot` (npages only) and an `id_to_index[]` map, and `kvm_for_each_memslot`
+stopped at the first unused entry (docs/kvm.md §1.6).  RAM hits end at entry 0 or 1; a
+miss scans every used slot.  Equal sizes are ordered by slot id here (the kernel's heap
+sort left ties in an unspecified order).
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """`wbtree`: Alex Williamson's weight-balanced binary tree (RFC, Feb 2011; not merged).
 
-Seed 000, "[RFC PATCH 1/3] Weight-balanced tree" (lib/wbtree.c): "The balance of this
-tree is based on search probability.  The heaviest weighted nodes (the ones we're most
-likely to hit), are at the top of each subtree."  Patch 3/3 embeds a `wb_node` in each
-`kvm_memory_slot` with weight = `npages`, so the biggest RAM slot sits at the root.
+The memslot-search thread (kvm, 2011), "[RFC PATCH 1/3] Weight-balanced tree"
+(lib/wbtree.c): "The balance of this tree is based on search probability.  The heaviest
+weighted nodes (the ones we're most likely to hit), are at the top of each subtree."
+Patch 3/3 embeds a `wb_node` in each `kvm_memory_slot` with weight = `npages`, so the
+biggest RAM slot sits at the root.
 
 The functions below follow the C code of patch 1/3 one to one:
 `__wb_rotate_left/right` (copied from the rbtree, so bst.py's one pair serves both
@@ -11,7 +12,8 @@ trees), `wb_rebalance` (rotate a node up while its parent is lighter), `wb_erase
 the node down, towards its heavier child, until it is a leaf, then unlink it),
 `wb_first/last/next/prev`.  Insertion is a plain BST
 insert keyed by `base_gfn` followed by `wb_set_weight` + `wb_rebalance` — patch 3/3's body
-was not archived, so this part is a reconstruction (kvm-reference §9).
+was not archived, so this part is a reconstruction (docs/kvm.md §9 and its "What is
+less certain").
 
 The tree is a treap with weight as priority: nothing bounds its depth.  Slots of equal
 size registered in address order form a chain, which is what Alex meant by "it needs a

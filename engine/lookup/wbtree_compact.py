@@ -1,9 +1,10 @@
-"""`wbtree-compact`: the wbtree with the compaction its author said it needed (beyond seed 000).
+"""`wbtree-compact`: the wbtree with the compaction its author said it needed (beyond the
+memslot-search thread (kvm, 2011)).
 
-Seed 000, Alex Williamson on his RFC: "the tree should have ~O(logN) (note that it
-currently doesn't because it needs a compaction algorithm added after insert and
-remove)".  The RFC's `wb_rebalance` stops rotating as soon as the parent is at least as
-heavy, so slots of equal weight keep the shape of their insertion order: on
+The memslot-search thread, Alex Williamson on his RFC: "the tree should have ~O(logN)
+(note that it currently doesn't because it needs a compaction algorithm added after
+insert and remove)".  The RFC's `wb_rebalance` stops rotating as soon as the parent is at
+least as heavy, so slots of equal weight keep the shape of their insertion order: on
 `assigned-devices` (512 slots, most of one size) the tree is an 85-deep chain, on `max`
 a 32764-deep one.  The RFC never got its compaction; this is one, named after what it
 does.
@@ -54,7 +55,7 @@ class WbTreeCompact(WbTree):
     """The wbtree with equal weights compacted by address (see the module docstring)."""
 
     name = "wbtree-compact"
-    era = "beyond the seed"
+    era = "beyond the thread"
     title = "weight-balanced tree, equal weights compacted by address"
     summary = (
         "The wbtree with the compaction Alex said it needed: heavy slots still at the top, "

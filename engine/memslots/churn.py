@@ -1,6 +1,6 @@
 """Recorded memslot churn: QEMU's KVM_SET_USER_MEMORY_REGION calls replayed one at a time
-on the explorer's guest (issue 6: "slots appearing and moving, generation ticking,
-refusals with their errno").
+on the explorer's guest: slots appearing and moving, the generation ticking, refusals
+with their errno.
 
 A recording (QEMU's ``kvm_set_user_memory`` trace event or ``strace -e ioctl``, see
 `layouts.qemu_trace`) starts with the machine being built.  The guest the explorer opens

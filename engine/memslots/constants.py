@@ -2,7 +2,7 @@
 
 Sources: include/uapi/linux/kvm.h (flags), include/linux/kvm_host.h (limits, internal
 flag, generation bit), arch/x86/include/asm/kvm_host.h (x86 slot counts).  See
-kvm-reference.md §1.4, §1.5 and §2.1.
+docs/kvm.md §1.4, §1.5 and §2.1.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ KVM_USER_MEM_SLOTS = KVM_MEM_SLOTS_NUM - KVM_INTERNAL_MEM_SLOTS  # 32764
 KVM_MEM_MAX_NR_PAGES = (1 << 31) - 1
 KVM_MAX_NR_ADDRESS_SPACES = 2  # x86 with CONFIG_KVM_SMM: 0 normal, 1 SMM
 
-# Older limits, for era comparisons (kvm-reference §1.4, seed 000).
+# Older limits, for era comparisons (docs/kvm.md §1.4, the memslot-search thread (kvm,
+# 2011)).
 KVM_MEMORY_SLOTS_2011 = 32
 KVM_PRIVATE_MEM_SLOTS_2011 = 4
 KVM_USER_MEM_SLOTS_2020 = 509

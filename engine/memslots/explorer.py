@@ -3,9 +3,10 @@
 This is the model behind the explorer's memslots screen (and its tests and benchmarks):
 one `Vm` built from a `Layout`, a seeded `Workload` of guest accesses, and for each
 access the lookup KVM makes — `kvm_vcpu_gfn_to_memslot()` with the per-vCPU cache, or
-`gfn_to_memslot()` with the VM-wide `last_used_slot` (kvm-reference §1.3) — costed under
-every strategy at once (seed 000's argument: slots looked at per lookup, with and
-without the cache).  Slot changes go through KVM_SET_USER_MEMORY_REGION with its errors.
+`gfn_to_memslot()` with the VM-wide `last_used_slot` (docs/kvm.md §1.3) — costed under
+every strategy at once (the memslot-search thread's argument: slots looked at per lookup,
+with and without the cache).  Slot changes go through KVM_SET_USER_MEMORY_REGION with its
+errors.
 
 Events, stamped with a virtual clock (no wall clock in the engine):
 - `kvm_page_fault` (vcpu_id, fault_address, error_code) for every access, as the tracepoint;

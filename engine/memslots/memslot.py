@@ -1,4 +1,5 @@
-"""`MemorySlot`: one `struct kvm_memory_slot` (include/linux/kvm_host.h, kvm-reference §1.1).
+"""`MemorySlot`: one `struct kvm_memory_slot` (include/linux/kvm_host.h, docs/kvm.md
+§1.1).
 
 The kernel never edits a live slot: an update builds a new one and swaps it in, so the
 model's slots are immutable values too.

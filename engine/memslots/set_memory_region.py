@@ -1,7 +1,7 @@
 """The checks of `KVM_SET_USER_MEMORY_REGION`, in the kernel's order, with its errnos.
 
 `kvm_vm_ioctl()` → `kvm_vm_ioctl_set_memory_region()` → `__kvm_set_memory_region()`
-(virt/kvm/kvm_main.c; kvm-reference §2.1-§2.2), plus x86's
+(virt/kvm/kvm_main.c; docs/kvm.md §2.1-§2.2), plus x86's
 `kvm_arch_prepare_memory_region()` limit on the highest gfn (`kvm_mmu_max_gfn()`).
 `validate_region()` decides what the call would do — a `MemslotChange` — or raises
 `KvmError`; it changes nothing, so a refused call leaves the VM as it was.

@@ -1,17 +1,17 @@
 """`MemslotSet`: the `struct kvm_memslots` of one address space, and its caches.
 
-kvm-reference §1.2-§1.3.  A set holds the slots by id (`id_hash`), by gfn (`gfn_tree`, an
+docs/kvm.md §1.2-§1.3.  A set holds the slots by id (`id_hash`), by gfn (`gfn_tree`, an
 rbtree, which also answers the overlap check), the lookup structure under study (any
 `LookupStrategy`; for `rbtree` it *is* the gfn tree), the `generation`, and the VM-wide
 `last_used_slot` cache.  The kernel keeps two such sets per address space and swaps them;
 the model keeps the active one and counts the swaps in `generation`.
 
 By default every strategy's structure is kept and follows each update, so the same gfn
-can be explained by all of them (the cost comparison of seed 000).  With
-`track_all=False` only the gfn tree and the chosen structure are kept; another one is
-built on demand by inserting the live slots in the order they were created (for the
-wbtree, whose shape depends on history when weights tie, that may differ from a tree
-that saw every update).
+can be explained by all of them (the cost comparison of the memslot-search thread (kvm,
+2011)).  With `track_all=False` only the gfn tree and the chosen structure are kept;
+another one is built on demand by inserting the live slots in the order they were created
+(for the wbtree, whose shape depends on history when weights tie, that may differ from a
+tree that saw every update).
 """
 
 from __future__ import annotations

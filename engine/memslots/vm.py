@@ -1,8 +1,8 @@
 """`Vm`: a KVM virtual machine as far as memslots go (`struct kvm`, virt/kvm/kvm_main.c).
 
-Public contract (CONTRACT.md): `Vm(lookup=...)`, `set_user_memory_region()`,
+Public API (docs/architecture.md §6.2): `Vm(lookup=...)`, `set_user_memory_region()`,
 `memslots()`, `gfn_to_memslot()`, `generation()`.  Updates follow `kvm_set_memslot()`
-(kvm-reference §2.3): DELETE and MOVE first swap in an invalid copy of the slot
+(docs/kvm.md §2.3): DELETE and MOVE first swap in an invalid copy of the slot
 (`KVM_MEMSLOT_INVALID`) and flush the shadow MMU, then swap in the result; every swap
 adds the number of address spaces to the generation (`kvm_swap_active_memslots()`).
 Events report each step to listeners, so later parts of the model (the shadow MMU) and

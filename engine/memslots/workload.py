@@ -1,14 +1,14 @@
 """Guest memory accesses that drive memslot lookups: a seeded, deterministic gfn stream.
 
 Every guest page fault and every emulated MMIO access starts with `gfn_to_memslot()`
-(kvm-reference §1.3).  Seed 000's argument is about the mix: Alex Williamson measured
-"~50% of the time the gfn is found in slot 1 ... not found at all" for MMIO, where a
-linear array scans "the full 32 entries" on every miss, and Avi answered that RAM hits
-dominate and end in the first entries once sorted by size.  A `Workload` reproduces such
-mixes: RAM accesses land in slots weighted by their size, with locality (a vCPU tends to
-stay in the slot it touched last, which is what makes `last_used_slot` pay), and MMIO
-accesses land on a few device pages in the holes between slots (LAPIC, IOAPIC, HPET and
-BAR-like pages), where every lookup misses.
+(docs/kvm.md §1.3).  The memslot-search thread's argument is about the mix: Alex
+Williamson measured "~50% of the time the gfn is found in slot 1 ... not found at all"
+for MMIO, where a linear array scans "the full 32 entries" on every miss, and Avi
+answered that RAM hits dominate and end in the first entries once sorted by size.  A
+`Workload` reproduces such mixes: RAM accesses land in slots weighted by their size, with
+locality (a vCPU tends to stay in the slot it touched last, which is what makes
+`last_used_slot` pay), and MMIO accesses land on a few device pages in the holes between
+slots (LAPIC, IOAPIC, HPET and BAR-like pages), where every lookup misses.
 
 Mixes, named after the workloads of the threads:
 - `mixed`: 80% RAM with locality, 20% MMIO (a general guest);

@@ -1,11 +1,11 @@
 """MMIO sptes: a gfn no memslot backs, cached in the spte itself with the memslots
-generation, so a repeated access is emulated without a memslot search (kvm-reference §6.3;
-seed 000).  `make_mmio_spte()` / `check_mmio_spte()` / `get_mmio_spte_gfn()` (spte.c,
-mmu.c 6.17/6.18), the generation wrap that zaps everything
-(`kvm_mmu_invalidate_mmio_sptes()`) and the shadow MMU's answer to a memslot update
-(`shadow_mmu_memslot_update`), and the tracepoint fields of `kvm_mmio`, `mark_mmio_spte`
-and `kvm_mmu_spte_requested`.  The layout constants and `is_mmio_spte()` live in spte.py,
-which re-exports the spte helpers here.
+generation, so a repeated access is emulated without a memslot search (docs/kvm.md §5,
+tracepoints §6.3; the memslot-search thread (kvm, 2011)).  `make_mmio_spte()` /
+`check_mmio_spte()` / `get_mmio_spte_gfn()` (spte.c, mmu.c 6.17/6.18), the generation
+wrap that zaps everything (`kvm_mmu_invalidate_mmio_sptes()`) and the shadow MMU's answer
+to a memslot update (`shadow_mmu_memslot_update`), and the tracepoint fields of
+`kvm_mmio`, `mark_mmio_spte` and `kvm_mmu_spte_requested`.  The layout constants and
+`is_mmio_spte()` live in spte.py, which re-exports the spte helpers here.
 """
 
 from __future__ import annotations

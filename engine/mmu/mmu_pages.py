@@ -1,5 +1,5 @@
 """The shadow pages of one VM: `kvm_mmu_page`, the page hash, `active_mmu_pages`, the
-page budget and zapping, slow and fast (kvm-reference §4, seed 003).
+page budget and zapping, slow and fast (docs/kvm.md §4, the fast-zap thread (kvm, 2013)).
 
 - `KvmMmuPage`: gfn + role (the hash key), `spt` (512 sptes), `mmu_valid_gen`,
   `root_count`, `parent_ptes` (the sptes pointing at this page).
@@ -9,14 +9,15 @@ page budget and zapping, slow and fast (kvm-reference §4, seed 003).
 - The budget (§4.5): `n_max_mmu_pages` defaults to nr_memslot_pages / 50, at least 64;
   `make_mmu_pages_available()` zaps the oldest pages (25 - avail) when fewer than 5 are
   free, and fails with ENOSPC when none can be freed.
-- Seed 003 (Takuya Yoshikawa): "postponing some zapping/freeing of obsolete pages to
-  make_mmu_pages_available() time ... only needs to free some obsolete pages instead of
-  valid pages".  `defer_obsolete_zap` models that: the fast zap only starts the new
-  generation, and the budget reclaims obsolete pages (the oldest, by FIFO) as it needs.
+- The fast-zap thread (Takuya Yoshikawa): "postponing some zapping/freeing of obsolete
+  pages to make_mmu_pages_available() time ... only needs to free some obsolete pages
+  instead of valid pages".  `defer_obsolete_zap` models that: the fast zap only starts
+  the new generation, and the budget reclaims obsolete pages (the oldest, by FIFO) as it
+  needs.
 - Zapping: `zap_all()` is the old `kvm_mmu_zap_all()` (everything under one lock hold);
   `zap_all_fast()` is Xiao Guangrong's fast zap: bump `mmu_valid_gen` (the 2013 counter or
   today's 0/1 flip), then zap obsolete pages oldest first, BATCH_ZAP_PAGES = 10 per lock
-  hold.  `lock_holds` records how many pages each hold zapped, which is what the seed
+  hold.  `lock_holds` records how many pages each hold zapped, which is what the thread
   argues about.
 
 Pages are linked through their sptes: a non-leaf spte holds the child's `spt_pa`, and the
@@ -24,7 +25,7 @@ child's `parent_ptes` holds that spte's address ("sptep", an int).  Leaf sptes b
 the fault path; when a page is zapped its present leaves are handed to `on_leaf_zapped`
 (the rmap side drops them).
 
-Fixed against a 6.17/6.18 mmu.c (issue 15):
+As a 6.17/6.18 mmu.c has it:
 - non-leaf sptes are `make_nonleaf_spte()` (MMU-present bit, A bit or the A/D-disabled
   marker), not `child | 0x7` (`link_shadow_page()` → `__link_shadow_page()`);
 - `__kvm_mmu_prepare_zap_page()` on a root a vCPU still uses takes it off
@@ -337,7 +338,7 @@ class MmuPages:
         )
         self.lock_holds = []
         if self.defer_obsolete_zap:
-            return 0  # the budget reclaims them later (seed 003)
+            return 0  # the budget reclaims them later (the fast-zap thread)
         return self._zap_obsolete()
 
     def _zap_obsolete(self) -> int:

@@ -1,6 +1,6 @@
 """`union kvm_mmu_page_role`: what a shadow page shadows, packed in one u32 `word`.
 
-kvm-reference §4.2 (arch/x86/include/asm/kvm_host.h).  Two shadow pages for the same gfn
+docs/kvm.md §4.2 (arch/x86/include/asm/kvm_host.h).  Two shadow pages for the same gfn
 are the same page only if their role words are equal, so the role is half of the key of
 the page hash (the gfn is the other half).  Bit order, low to high: `level:4`,
 `has_4_byte_gpte:1`, `quadrant:2`, `direct:1`, `access:3`, `invalid:1`, `efer_nx:1`,

@@ -1,19 +1,19 @@
 """Sptes: the 64-bit entries of KVM's shadow/TDP page tables, and MMIO spte caching.
 
-kvm-reference §5, §6.1 (RET_PF_*), §6.3 (`kvm_mmu_set_spte`, `mark_mmio_spte`,
+docs/kvm.md §5, §6.1 (RET_PF_*), §6.3 (`kvm_mmu_set_spte`, `mark_mmio_spte`,
 `check_mmio_spte`).  Checked against torvalds `arch/x86/kvm/mmu/spte.h`, `spte.c`, `mmu.c`
 (`get_mmio_spte_gfn`, `check_mmio_spte`), `mmutrace.h`, `asm/vmx.h`, `vmx_get_mt_mask()`.
 
-Seed 000, Avi Kivity (2011): "We could cache the result of a miss in an spte by using a
-reserved bit, and checking the page fault error code (or seeing if we get an ept violation
-or ept misconfiguration), so if we get repeated mmio on a page, we don't need to search the
-slot list/tree."  Today an *MMIO spte* holds `shadow_mmio_value` (EPT: bits 2:0 = 110b,
-W+X without R, so an access is an EPT misconfiguration; else bit 51 + P, a reserved PA
-bit, so a #PF with PFEC.RSVD), the gpa, access bits and 19 bits of the memslots
-generation (spte bits 3-10, 52-62).  A hit counts only while that generation is current
-(`check_mmio_spte`); when the 19 bits wrap, KVM zaps everything (`mmio_gen_wraps`).  With
-the L1TF mitigation, non-present sptes also set the top 5 cacheable PA bits, and the gpa
-bits those hide move up by 5.
+Avi Kivity in the memslot-search thread (kvm, 2011): "We could cache the result of a miss
+in an spte by using a reserved bit, and checking the page fault error code (or seeing if
+we get an ept violation or ept misconfiguration), so if we get repeated mmio on a page,
+we don't need to search the slot list/tree."  Today an *MMIO spte* holds
+`shadow_mmio_value` (EPT: bits 2:0 = 110b, W+X without R, so an access is an EPT
+misconfiguration; else bit 51 + P, a reserved PA bit, so a #PF with PFEC.RSVD), the gpa,
+access bits and 19 bits of the memslots generation (spte bits 3-10, 52-62).  A hit counts
+only while that generation is current (`check_mmio_spte`); when the 19 bits wrap, KVM
+zaps everything (`mmio_gen_wraps`).  With the L1TF mitigation, non-present sptes also set
+the top 5 cacheable PA bits, and the gpa bits those hide move up by 5.
 
 Layout modelled: 6.17/6.18.  The MMU-present bit is 11; on EPT `shadow_present_mask` and
 the MMIO mask include SUPPRESS_VE (bit 63, `kvm_mmu_set_ept_masks()`, added for TDX in 6.10),
@@ -142,7 +142,7 @@ class RetPf(IntEnum):
     """`RET_PF_*` (mmu_internal.h), current order; `str()` gives the kernel's name.
 
     All >= 0 so they never alias -errno; CONTINUE is 0 for a cheap test/jnz.  History
-    (kvm-reference §6.1): originally RETRY = 0, EMULATE, INVALID; FIXED and SPURIOUS came
+    (docs/kvm.md §6.1): originally RETRY = 0, EMULATE, INVALID; FIXED and SPURIOUS came
     later; CONTINUE was inserted at 0 in 2022; WRITE_PROTECTED arrived ≈6.12 (version
     UNVERIFIED).  Numbers differ between eras: compare by name.
     """

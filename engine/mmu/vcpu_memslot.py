@@ -4,7 +4,7 @@
 virt/kvm/kvm_main.c (≈6.10): the vCPU's own `last_used_slot` is tried first, and used
 while it holds the gfn and its `last_used_slot_gen` is the address space's generation;
 anything else goes through the search, which resets and refills it (what
-`Vm.vcpu_gfn_to_memslot` does, kvm-reference §1.3, here without recording the search's
+`Vm.vcpu_gfn_to_memslot` does, docs/kvm.md §1.3, here without recording the search's
 probes).  The hit is counted as a lookup too.
 """
 

@@ -1,10 +1,11 @@
-"""POWER's hash page table under Book3S HV KVM, and seed 004's key-fault proposal.
+"""POWER's hash page table under Book3S HV KVM, and the POWER-keys thread's key-fault
+proposal.
 
 Modules: `hpte` (HPTE bits and kinds), `hpt` (groups of 8, the primary/secondary hash,
 `kvmppc_hv_find_lock_hpte`'s search), `keys` (page-class keys, the AMR, the eras
 ``"2014-keys"`` and ``"today"``), `faults` (classifying an HDSI: forwarded, emulated,
 paged in), `machine` (the hypervisor: hcalls, the HDSI handler, host reclaim), `guest`
-(the guest kernel's hash_page and flushes), `pfault` (the seed's benchmark program),
+(the guest kernel's hash_page and flushes), `pfault` (the thread's benchmark program),
 `claim` (the `ppc_keys` bench table), `views` (the searched groups as dot).
 """
 

@@ -1,22 +1,22 @@
 """Classifying a guest's HPTE fault: forwarded to the guest, emulated MMIO, or paged in.
 
-Seed 004: "A NO_HPTE page fault can happen due to the below reasons: 1) Missing hash pte
-as per guest. This should be forwarded to the guest 2) MMIO hash pte. [...] should be
-emulated as a MMIO operation. 3) Missing hash pte because host swapped out the guest
-page."  Two ways to tell them apart:
+The POWER-keys thread (kvm-ppc, 2014): "A NO_HPTE page fault can happen due to the below
+reasons: 1) Missing hash pte as per guest. This should be forwarded to the guest 2) MMIO
+hash pte. [...] should be emulated as a MMIO operation. 3) Missing hash pte because host
+swapped out the guest page."  Two ways to tell them apart:
 
-* by hash search (today, and the seed's "Without Fix"): `kvmppc_hpte_hv_fault()` calls
+* by hash search (today, and the thread's "Without Fix"): `kvmppc_hpte_hv_fault()` calls
   `kvmppc_hv_find_lock_hpte(kvm, addr, slb_v, HPTE_V_VALID | HPTE_V_ABSENT)`; no entry
   means case 1 ("there really was no HPTE": return the DSISR, reflect to the guest); an
   entry with key 31 means MMIO (return -2, "MMIO emulation - load instr word"); any
   other absent entry goes to the host's page fault handler (return -1).
-* by key (the seed's "With Fix"): cases 2 and 3 are valid HPTEs with key 31 and 30 that
+* by key (the thread's "With Fix"): cases 2 and 3 are valid HPTEs with key 31 and 30 that
   the AMR denies, so they raise DSISR_KEYFAULT; a DSISR_NOHPTE fault is case 1 and is
   forwarded at once, with no search.  A key fault still needs the HPTE — the emulation
   needs the guest real address and the page-in must rewrite the entry, and the hardware
   reports neither slot nor key — so the handler locates it with one search over valid
   HPTEs, stopping at its slot; its key then says MMIO (31) or host-swapped (30).  The
-  search the seed saves is the one for case 1, which is also the dearest: a miss reads
+  search the thread saves is the one for case 1, which is also the dearest: a miss reads
   both groups, all 16 HPTEs.
 
 The functions here are pure: they read a `HashPageTable` and return what the handler
@@ -48,9 +48,9 @@ OUTCOMES = (FORWARDED, EMULATED, PAGED_IN)
 
 # Why a fault searched the HPT.
 CLASSIFY = "classify"  # today: the search decides the case
-LOCATE = "locate"  # the seed: the key fault decided "host's", the search finds the HPTE
+LOCATE = "locate"  # the thread: the key fault decided "host's", the search finds the HPTE
 CACHED = "mmio-cache"  # today: mmio_cache_search() hit, no search
-NO_SEARCH = ""  # the seed: DSISR_NOHPTE forwarded directly
+NO_SEARCH = ""  # the thread: DSISR_NOHPTE forwarded directly
 
 
 def classify_found(hpte: Hpte | None, dsisr: int) -> str:
@@ -79,7 +79,7 @@ def classify_by_search(
 def classify_by_key(
     hpt: HashPageTable, vpn: int, dsisr: int, trace: bool = False
 ) -> tuple[str, SearchResult | None]:
-    """The seed's handler: DSISR_NOHPTE is the guest's, forwarded with no search; a key
+    """The thread's handler: DSISR_NOHPTE is the guest's, forwarded with no search; a key
     fault is the host's, and one search over valid HPTEs finds which mark it is."""
     if not dsisr & DSISR_KEYFAULT:
         return FORWARDED, None

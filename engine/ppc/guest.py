@@ -1,7 +1,7 @@
 """The guest kernel's side of the hash MMU: segments, Linux PTEs, and `hash_page()`.
 
-A pSeries Linux guest of the seed's time, reduced to what seed 004's pfault program
-makes it do (the model's reading, not the guest's code):
+A pSeries Linux guest of the thread's time, reduced to what the POWER-keys thread's
+pfault program makes it do (the model's reading, not the guest's code):
 
 * Segments of 256 MB: `vsid = vsid_scramble((context << ESID_BITS) | esid)` with the
   multiplier `VSID_MULTIPLIER_256M 12538073` ("24-bit prime") modulo `2 ** 38 - 1`
@@ -16,7 +16,7 @@ makes it do (the model's reading, not the guest's code):
   random group of the two and a random starting slot (the kernel draws both from the
   timebase; here a seeded `random.Random`), then inserts again.
 * mprotect() and munmap() flush the range's HPTEs with H_BULK_REMOVE, 4 at a time (the
-  seed's program comments its mprotect() calls "flush hptes").
+  thread's program comments its mprotect() calls "flush hptes").
 
 The guest never uses page-class keys itself (Linux did not in 2014; QEMU gave guests no
 `ibm,processor-storage-keys`, as Aneesh notes in the thread).

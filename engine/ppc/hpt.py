@@ -16,9 +16,10 @@ smaller orders are allowed here only so that a screen can show a table that fill
 `search()` is that function's loop: the primary group's 8 slots in order, then the
 secondary group's, an entry matching when its `v` has one of the `valid` bits and it maps
 the page.  It returns the slot and how many HPTEs it examined (a miss examines all 16,
-the expensive case of seed 004).  The table also keeps a dictionary from page to slot,
-the model's shortcut (KVM has none: the hash *is* its index); the count of examined
-HPTEs is computed from the slot's position, exactly as the loop would count it.
+the expensive case of the POWER-keys thread (kvm-ppc, 2014)).  The table also keeps a
+dictionary from page to slot, the model's shortcut (KVM has none: the hash *is* its
+index); the count of examined HPTEs is computed from the slot's position, exactly as the
+loop would count it.
 """
 
 from __future__ import annotations

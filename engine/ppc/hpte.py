@@ -1,6 +1,6 @@
 """One hashed page table entry (HPTE) of POWER's hash MMU, as Book3S HV KVM keeps it.
 
-kvm-reference §8.  An HPTE is two doublewords: `v` (dword 0: AVPN, the software bits,
+docs/kvm.md §8.  An HPTE is two doublewords: `v` (dword 0: AVPN, the software bits,
 SECONDARY, VALID) and `r` (dword 1: the real page number, the page-class key, PP).  The
 bit values are the kernel's (arch/powerpc/include/asm/book3s/64/mmu-hash.h and
 asm/kvm_book3s_64.h; DSISR bits from asm/reg.h):
@@ -52,8 +52,8 @@ MAX_KEY = 31
 EMPTY = "empty"
 VALID = "valid"  # a guest HPTE, valid in hardware, with the guest's key
 ABSENT = "absent"  # today: V clear, HPTE_V_ABSENT, key cleared (host paged the page out)
-MMIO = "mmio"  # key 31: emulated MMIO (today: ABSENT; the seed: valid, AMR-denied)
-SWAPPED = "swapped"  # the seed's key 30: valid, AMR-denied, host paged the page out
+MMIO = "mmio"  # key 31: emulated MMIO (today: ABSENT; the thread: valid, AMR-denied)
+SWAPPED = "swapped"  # the thread's key 30: valid, AMR-denied, host paged the page out
 KINDS = (EMPTY, VALID, ABSENT, MMIO, SWAPPED)
 
 
@@ -130,10 +130,10 @@ class Hpte(NamedTuple):
 
 
 def _kind(v: int, key: int, guest_key: int) -> str:
-    """What a slot holds: `is_mmio_hpte()` (ABSENT and key 31) or the seed's valid key-31
-    entry is MMIO; valid with the host's key 30 (not the guest's own) is the seed's
-    host-swapped page; ABSENT with the key cleared is today's host-swapped page; the
-    rest are the guest's HPTEs."""
+    """What a slot holds: `is_mmio_hpte()` (ABSENT and key 31) or the thread's valid
+    key-31 entry is MMIO; valid with the host's key 30 (not the guest's own) is the
+    thread's host-swapped page; ABSENT with the key cleared is today's host-swapped page;
+    the rest are the guest's HPTEs."""
     if v & HPTE_V_ABSENT:
         return MMIO if key == MAX_KEY else ABSENT
     if key != guest_key and key == MAX_KEY:

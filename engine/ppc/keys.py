@@ -1,6 +1,7 @@
-"""Virtual page class keys, the AMR, and the two eras of KVM's use of them (seed 004).
+"""Virtual page class keys, the AMR, and the two eras of KVM's use of them (the
+POWER-keys thread).
 
-The ISA 2.06 mechanism (kvm-reference §8; QEMU commit f80872e2 by David Gibson): every
+The ISA 2.06 mechanism (docs/kvm.md §8; QEMU commit f80872e2 by David Gibson): every
 HPTE has a class key 0-31; the AMR holds two bits per key, and an access whose key the
 AMR denies takes a key fault (DSISR_KEYFAULT) instead of completing.  The kernel reads
 the bits as `hpte_get_skey_perm(r, amr) = (amr >> (62 - 2 * key)) & 3`, bit 0 of the
@@ -11,25 +12,25 @@ patch needs it so that the guest cannot re-allow the host's keys).
 The eras, by name:
 
 * ``"2014-keys"`` — Aneesh Kumar K.V's series "[PATCH 0/6] Use virtual page class key
-  protection mechanism for speeding up guest page fault" (seed 004; the thread is dated
-  June 2014, the era keeps the name the project gave it).  MMIO and host-swapped pages
-  get a *valid* HPTE with key 31 and 30, "the authority mask register is configured
-  such that class index 30 and 31 will have read/write denied", so touching them is a
-  key fault and a NO_HPTE fault can only be the guest's own: "forward a NO_HPTE fault
-  directly to guest without doing the expensive hash pagetable lookup".  The price
+  protection mechanism for speeding up guest page fault" (the POWER-keys thread,
+  kvm-ppc, June 2014).  MMIO and
+  host-swapped pages get a *valid* HPTE with key 31 and 30, "the authority mask register
+  is configured such that class index 30 and 31 will have read/write denied", so touching
+  them is a key fault and a NO_HPTE fault can only be the guest's own: "forward a NO_HPTE
+  fault directly to guest without doing the expensive hash pagetable lookup".  The price
   (Benjamin Herrenschmidt's reply): guests cannot use keys 30 and 31 — "make it
   impossible for guests to exploit virtual page class keys".  Modelled here by the
   host's AMR bits for 30/31 held by AMOR, and H_ENTER refusing a guest key 30/31 with
   H_PARAMETER (in the spirit of patch 2/6, "Deny virtual page class key update via
-  h_protect"; the exact refusal is UNVERIFIED: the patch bodies are not in the seed).
-  The key-30 proposal itself is UNVERIFIED against any merged source (§8).
+  h_protect"; the exact refusal is UNVERIFIED: the patch bodies are not in the thread).
+  The key-30 proposal itself appears in no merged source (docs/kvm.md §8).
 * ``"today"`` — merged KVM (book3s_hv_rm_mmu.c): only emulated MMIO is marked, with
   key 31, on an HPTE that is *absent* (V clear, HPTE_V_ABSENT), so the hardware never
   checks that key; a host-swapped page is ABSENT with the key cleared.  Every NO_HPTE
   fault goes through `kvmppc_hpte_hv_fault()`, whose `kvmppc_hv_find_lock_hpte()` hash
   search tells the three cases apart; a per-vCPU cache of the last 4 MMIO HPTEs
   (`MMIO_HPTE_CACHE_SIZE 4`, `mmio_cache_search()`, keyed by `kvm->arch.mmio_update`;
-  added after the seed, ~2017, date UNVERIFIED) skips the search for repeated MMIO
+  added after the thread, ~2017, date UNVERIFIED) skips the search for repeated MMIO
   faults.  The guest keeps all 32 keys.
 """
 
@@ -52,7 +53,7 @@ class PpcEra:
 
     name: str
     mmio_key: int  # 31 in both eras
-    swapped_key: int | None  # the seed's 30; None: today's ABSENT with the key cleared
+    swapped_key: int | None  # the thread's 30; None: today's ABSENT with the key cleared
     host_valid_marks: bool  # the host's marks are valid HPTEs that fault on their key
     mmio_cache: bool  # today's per-vCPU MMIO HPTE cache (MMIO_HPTE_CACHE_SIZE)
     summary: str

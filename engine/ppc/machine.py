@@ -1,5 +1,6 @@
 """The hypervisor side of a Book3S HV guest on a hash MMU: the HPT, the host's copy of
-guest memory, the hcalls that fill the HPT, and the HDSI handler (seed 004, §8).
+guest memory, the hcalls that fill the HPT, and the HDSI handler (the POWER-keys thread,
+docs/kvm.md §8).
 
 * `hw_access()` is the hardware: the HPTE for the page, valid or not, then the AMR check
   of its key (an absent HPTE is invisible to the hardware: DSISR_NOHPTE).
@@ -10,13 +11,13 @@ guest memory, the hcalls that fill the HPT, and the HDSI handler (seed 004, §8)
 * `h_enter()`, `h_remove()`, `h_bulk_remove()`: the guest's hcalls.  `kvmppc_do_h_enter`
   marks a page outside every memslot "Emulated MMIO - mark this with key=31" and writes
   "a non-present HPTE" for a page the host has paged out (ABSENT, key bits cleared);
-  the seed makes both valid with keys 31 and 30.
+  the thread makes both valid with keys 31 and 30.
 * `host_swap_out()`: the host reclaims a guest page; the MMU notifier's `kvm_unmap_rmapp`
-  turns its HPTE absent (today) or gives it key 30 (the seed).
+  turns its HPTE absent (today) or gives it key 30 (the thread).
 
 One vCPU, no HPTE locks, no TLB; guest RAM is pages `0 .. ram_pages-1` of the guest's
 page size and anything above is MMIO.  Counters say what each era's handler did and, for
-the seed, what the keys saved: each NO_HPTE fault forwarded without a search would have
+the thread, what the keys saved: each NO_HPTE fault forwarded without a search would have
 been a full miss (16 HPTEs, 2 groups) for the hash-search handler.
 """
 

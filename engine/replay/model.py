@@ -1,9 +1,9 @@
 """The MMU a kvmmmu trace implies: shadow pages, MMIO sptes, `mmu_valid_gen` flips, TDP
-sptes per gfn, and per-vCPU exits, rebuilt event by event (kvm-reference §4-§6).
+sptes per gfn, and per-vCPU exits, rebuilt event by event (docs/kvm.md §4-§6).
 
 What each event does to the model:
 
-* ``kvm_mmu_get_page`` ``new`` — a shadow page appears (kvm-reference §4.3: allocated with
+* ``kvm_mmu_get_page`` ``new`` — a shadow page appears (docs/kvm.md §4.3: allocated with
   ``sp->mmu_valid_gen = kvm->arch.mmu_valid_gen``, so until the first fast zap its
   ``gen`` tells the VM's generation); ``existing`` — a page the model has not seen was
   created before the trace started: it is *adopted*.
@@ -260,7 +260,7 @@ class ReplayModel:
     ) -> None:
         level, direct, access = _int(fields, "level"), fields.get("direct"), _int(fields, "access")
         word = _int(fields, "role")
-        if word is not None:  # libtraceevent's "WORD: %08x" (kvm-reference §4.2 layout)
+        if word is not None:  # libtraceevent's "WORD: %08x" (docs/kvm.md §4.2 layout)
             level, direct, access = word & 0xF, bool(word >> 7 & 1), word >> 8 & 7
         self.seq += 1
         self.pages[key] = ReplayPage(

@@ -23,7 +23,7 @@ MAX_MMIO_SPTES = 4096
 MAX_COUNT_KEYS = 4096  # (name, cpu, pid) triples; beyond, (name, -1, -1)
 MAX_VCPUS = 4096  # KVM_MAX_VCPUS on x86
 MAX_FLIPS = 32  # generation flips remembered (the latest)
-ROLE_WORD_INVALID = 1 << 11  # role.invalid in role.word (kvm-reference §4.2)
+ROLE_WORD_INVALID = 1 << 11  # role.invalid in role.word (docs/kvm.md §4.2)
 
 # The role fields any printk variant shows (tracepoints.py); `invalid`, `root_count`,
 # `unsync` and `created` are state, not identity.

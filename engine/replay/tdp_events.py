@@ -1,6 +1,6 @@
 """The TDP MMU as a kvmmmu trace shows it, for the replay model (engine.replay.model):
 its sptes per gfn, the pages a table spte's change frees, pending child pages and roots
-and their address spaces, and the fast path's lockless spte changes (kvm-reference §6).
+and their address spaces, and the fast path's lockless spte changes (docs/kvm.md §6).
 
 What each event does to the model:
 

@@ -1,8 +1,9 @@
-"""Paravirt remote TLB flush in overcommitted KVM guests (seed 001, kvm-reference §7).
+"""Paravirt remote TLB flush in overcommitted KVM guests (the PV-flush thread,
+docs/kvm.md §7).
 
 A seeded discrete-event model of VMs of 8 vCPUs on 8 pCPUs running ebizzy, the host
 scheduling the vCPU threads, and four flush protocols: `baseline`, `gang`, `pv_flush`
-(the seed's patch) and `flush_on_enter` (Peter Zijlstra's proposal, today's
+(the thread's patch) and `flush_on_enter` (Peter Zijlstra's proposal, today's
 KVM_VCPU_FLUSH_TLB).  `tlb_flush_table()` (claim.py) is the bench table.
 """
 

@@ -1,28 +1,30 @@
-"""The constants of the paravirt TLB flush model (seed 001) and where each one comes from.
+"""The constants of the paravirt TLB flush model (the PV-flush thread) and where each one
+comes from.
 
 Times are integer nanoseconds (the model never uses a wall clock).
 
-* The host scheduler's numbers are CFS's defaults of the seed's era (kernel/sched/fair.c,
-  v3.2/v3.3, early 2012): `sysctl_sched_latency` 6 ms, `sysctl_sched_min_granularity`
-  0.75 ms and `sysctl_sched_wakeup_granularity` 1 ms, each multiplied by
-  `1 + ilog2(min(ncpus, 8))` (SCHED_TUNABLESCALING_LOG), i.e. by 4 on the seed's 8 pCPUs;
-  `sched_nr_latency` 8.  A pCPU with n runnable vCPUs (n <= 8) gives each a slice of
-  latency / n: 12 ms with 2 VMs, 6 ms with 4, 3 ms with 8.  A waking vCPU's vruntime is
-  placed at least at `min_vruntime - latency / 2` (place_entity, GENTLE_FAIR_SLEEPERS) and
-  preempts the running one when it is behind by more than the wakeup granularity
-  (check_preempt_wakeup).
+* The host scheduler's numbers are CFS's defaults of the thread's era
+  (kernel/sched/fair.c, v3.2/v3.3, early 2012): `sysctl_sched_latency` 6 ms,
+  `sysctl_sched_min_granularity` 0.75 ms and `sysctl_sched_wakeup_granularity` 1 ms, each
+  multiplied by `1 + ilog2(min(ncpus, 8))` (SCHED_TUNABLESCALING_LOG), i.e. by 4 on the
+  thread's 8 pCPUs; `sched_nr_latency` 8.  A pCPU with n runnable vCPUs (n <= 8) gives
+  each a slice of latency / n: 12 ms with 2 VMs, 6 ms with 4, 3 ms with 8.  A waking
+  vCPU's vruntime is placed at least at `min_vruntime - latency / 2` (place_entity,
+  GENTLE_FAIR_SLEEPERS) and preempts the running one when it is behind by more than the
+  wakeup granularity (check_preempt_wakeup).
 * The patch's spin: `int loop = 1024;` and `while (... && --loop) cpu_relax();` — at most
-  1023 PAUSE iterations before `halt()` (seed 001, Nikunj A Dadhania, 20 Feb 2012).  What
-  one iteration costs is not in the seed: PAUSE_LOOP_NS is an assumption (about 10 ns on
-  a 2012 Xeon; PAUSE took about 10 cycles before Skylake), so the spin lasts about 10 µs.
+  1023 PAUSE iterations before `halt()` (the PV-flush thread, Nikunj A Dadhania, 20 Feb
+  2012).  What one iteration costs is not in the thread: PAUSE_LOOP_NS is an assumption
+  (about 10 ns on a 2012 Xeon; PAUSE took about 10 cycles before Skylake), so the spin
+  lasts about 10 µs.
 * The hardware costs (EXIT_NS and friends) are orders of magnitude for a 2012 Xeon without
-  pause-loop exiting (the seed's "non-PLE hardware"), UNVERIFIED, and not fitted to the
-  seed's table: an x2APIC IPI in physical mode is one ICR write (one exit) per target,
+  pause-loop exiting (the thread's "non-PLE hardware"), UNVERIFIED, and not fitted to the
+  thread's table: an x2APIC IPI in physical mode is one ICR write (one exit) per target,
   delivery costs the target an exit and an injection, the handler's EOI another exit.
   Their values, with a low and a high each, are engine/costs.py's estimates; a run reads
-  them at its `TlbConfig.level` (issue 12: every claim computed at low, central, high).
+  them at its `TlbConfig.level` (every claim is computed at low, central and high).
 * The guest tick matters only to the patch's `halt()`, which returns on any interrupt:
-  GUEST_HZ is the kernel's Kconfig default (HZ_250); the seed's guest config is unknown.
+  GUEST_HZ is the kernel's Kconfig default (HZ_250); the thread's guest config is unknown.
 * The workload is ebizzy 0.3 (ltp utils/benchmark/ebizzy-0.3/ebizzy.c): each record is
   `alloc_mem(chunk_size)`, a memcpy of a 512 KiB chunk (the default chunk_size is 64 Ki
   records of 8 bytes), a bsearch, and `free_mem()`.  With glibc's per-thread arenas the
@@ -58,7 +60,8 @@ KICK_NS = EXIT_NS  # the KVM_HC_KICK_CPU hypercall of the last acknowledger
 FLUSH_ON_ENTRY_NS = int(at("FLUSH_ON_ENTRY_NS"))  # kvm_vcpu_flush_tlb_guest() at entry
 PAUSE_LOOP_NS = int(at("PAUSE_LOOP_NS"))  # one cpu_relax() iteration of the patch's loop
 
-# -- the patch (seed 001) ------------------------------------------------------------------
+# -- the patch (the PV-flush thread)
+# ------------------------------------------------------------------
 PV_FLUSH_LOOP = 1024  # `int loop = 1024;`
 PV_FLUSH_SPIN_NS = (PV_FLUSH_LOOP - 1) * PAUSE_LOOP_NS  # `--loop`: 1023 iterations
 

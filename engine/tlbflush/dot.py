@@ -1,7 +1,8 @@
 """One remote flush as a Graphviz graph: the sender, an edge to every target, and how each
 target answered — an IPI acknowledged while running, an IPI acknowledged late at its
-next VM entry (it was preempted or halted: the sender's stall of seed 001), a
-KVM_VCPU_FLUSH_TLB flag instead of an IPI (flush_on_enter), or still owed."""
+next VM entry (it was preempted or halted: the sender's stall of the PV-flush thread
+(lkml, 2012)), a KVM_VCPU_FLUSH_TLB flag instead of an IPI (flush_on_enter), or still
+owed."""
 
 from __future__ import annotations
 

@@ -3,9 +3,9 @@
 Each column covers `column_ns` of simulated time.  For every vCPU of the VM under study
 it keeps the state the vCPU spent most of the column in (running, spinning, preempted,
 halted), whether it was stuck at the column's end in a flush on a preempted target (the
-stall seed 001 is about), and a mark when its flush-on-enter flag got set (⚑) or
-acknowledged an IPI late, at its next VM entry (✓).  For every pCPU it keeps the VM
-whose vCPU ran there at the column's end.
+stall the PV-flush thread (lkml, 2012) is about), and a mark when its flush-on-enter flag
+got set (⚑) or acknowledged an IPI late, at its next VM entry (✓).  For every pCPU it
+keeps the VM whose vCPU ran there at the column's end.
 """
 
 from __future__ import annotations

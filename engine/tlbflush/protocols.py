@@ -1,4 +1,4 @@
-"""The four remote TLB flush protocols the seed-001 thread compares.
+"""The four remote TLB flush protocols the thread-001 thread compares.
 
 * `baseline` — x86 `flush_tlb_others_ipi()` of 2012 (arch/x86/mm/tlb.c): write the
   targets into the sender's `flush_cpumask`, IPI every target, then
@@ -8,7 +8,7 @@
 * `gang` — the same IPIs and spin, with the host gang-scheduling each VM's vCPUs (the
   "gang scheduling hack" of the thread): a target never sits preempted while its sender
   runs, at the price of strict time slots (a halted vCPU's pCPU idles in its VM's slot).
-* `pv_flush` — the seed's patch (Nikunj A Dadhania, 20 Feb 2012): spin at most 1023
+* `pv_flush` — the thread's patch (Nikunj A Dadhania, 20 Feb 2012): spin at most 1023
   cpu_relax(), then `halt()`; the acknowledger that empties the mask calls
   `kvm_kick_cpu(f->sender_cpu)` (KVM_HC_KICK_CPU, from Raghavendra K T's pv-spinlock
   series).  `halt()` returns on any interrupt, and the patch does not re-check the mask
@@ -16,7 +16,7 @@
   the IPI like any other (the patch sets no flag for them).
 * `flush_on_enter` — Peter Zijlstra's reply ("you don't need to wait for it, all you need
   to make sure is that when that vcpu wakes up it does the flush") and today's
-  `kvm_flush_tlb_multi()` (kvm-reference §7): a target whose steal-time `preempted` byte
+  `kvm_flush_tlb_multi()` (docs/kvm.md §7): a target whose steal-time `preempted` byte
   says KVM_VCPU_PREEMPTED gets KVM_VCPU_FLUSH_TLB set instead of an IPI, and the host
   flushes its TLB in `record_steal_time()` before the next entry.  The sender re-checks
   its mask while it waits, as in Peter's `goto again` loop, so a target preempted after
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 class FlushProtocol:
     name: str
     gang: bool  # the host gang-schedules each VM's vCPUs
-    halt_after_spin: bool  # spin PV_FLUSH_SPIN_NS, then halt() (the seed's patch)
+    halt_after_spin: bool  # spin PV_FLUSH_SPIN_NS, then halt() (the thread's patch)
     kick_sender: bool  # the last acknowledger kicks the sender (kvm_kick_cpu)
     flag_preempted: bool  # KVM_VCPU_FLUSH_TLB for preempted targets, no IPI
     summary: str

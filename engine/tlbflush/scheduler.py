@@ -12,7 +12,7 @@ each VM on pCPU i): the load balancer is not modelled, it has nothing to even ou
 the slice CFS would give each vCPU — so a VM gets the same share as under CFS.  A vCPU
 that halts leaves its pCPU idle until its VM's next slot or its wake-up: no other VM may
 use it (the fragmentation gang scheduling pays).  The co-scheduling IPIs of a real gang
-scheduler are not in the seed and not modelled: the switch costs CONTEXT_SWITCH_NS, as
+scheduler are not in the thread and not modelled: the switch costs CONTEXT_SWITCH_NS, as
 under CFS.
 """
 

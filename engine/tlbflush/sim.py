@@ -1,5 +1,5 @@
 """A deterministic discrete-event simulation of remote TLB flushes in overcommitted KVM
-guests (seed 001: ebizzy in 2, 4 and 8 VMs of 8 vCPUs on 8 pCPUs).
+guests (the PV-flush thread: ebizzy in 2, 4 and 8 VMs of 8 vCPUs on 8 pCPUs).
 
 The host side (scheduler.py) runs the vCPU threads; this module is the rest: VM entry
 (the steal-time byte read by `record_steal_time()`, then the interrupts pending in the

@@ -1,10 +1,11 @@
-"""A vCPU as the host and its guest see it, and one remote flush in flight (seed 001).
+"""A vCPU as the host and its guest see it, and one remote flush in flight (the PV-flush
+thread).
 
 The host side is the vCPU thread's scheduler state (running on its pCPU, runnable but
 descheduled, or blocked in `kvm_vcpu_block()` after a HLT) plus the steal-time
-`preempted` byte of kvm-reference §7 (KVM_VCPU_PREEMPTED, KVM_VCPU_FLUSH_TLB).  The guest
+`preempted` byte of docs/kvm.md §7 (KVM_VCPU_PREEMPTED, KVM_VCPU_FLUSH_TLB).  The guest
 side is what the vCPU's ebizzy thread does: a record's work, spinning in its own flush,
-or halted in the seed patch's `halt()`; and the interrupts pending in its local APIC.
+or halted in the thread patch's `halt()`; and the interrupts pending in its local APIC.
 
 A `Flush` is the sender's `union smp_flush_state` slot of 2012 arch/x86/mm/tlb.c: one per
 sender, whose `flush_cpumask` the targets clear as they acknowledge.

@@ -1,8 +1,8 @@
 """Kernel trace text <-> `Event`s: the printk template language (`printk`), tracepoint
 printk formats by era (`tracepoints`), the ftrace / ``trace-cmd report`` line shapes
 (`lines`), and the kernel's own ``events/*/format`` files read back (`kernel_format`).
-Formatting an event as a trace line is the inverse of parsing one (DESIGN.md, "everything
-is an event")."""
+Formatting an event as a trace line is the inverse of parsing one (docs/architecture.md
+§2.3)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Trace lines: an `Event` printed as one line of a kernel trace, and parsed back.
 
-Two line shapes (kvm-reference §6.4):
+Two line shapes (docs/kvm.md §6.4):
 
 * ``ftrace`` — ``/sys/kernel/tracing/trace`` and ``trace_pipe`` (kernel
   ``trace_print_context``): ``"%16s-%-7d "`` comm (right-aligned in 16) and pid, an

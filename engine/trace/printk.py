@@ -1,6 +1,6 @@
 """The TP_printk template language: a tracepoint's printk text with its values marked, so
 that one string both formats fields the way the kernel's ``trace_seq_printf`` does and
-parses that text back (kvm-reference §6.3; `tracepoints` holds the texts).
+parses that text back (docs/kvm.md §6.3; `tracepoints` holds the texts).
 
 Template language: literal text, ``{name:kind}`` for a value (`KINDS`), ``{name?TRUE|FALSE}``
 for a bool printed as one of two strings (either may be empty), ``{nul}`` for the sp

@@ -47,7 +47,8 @@ class TraceCounts:
     by_event: Counter[str] = field(default_factory=Counter)
 
     def summary(self) -> dict[str, Any]:
-        """``replay --summary``'s object (CONTRACT.md), by_event in first-seen order."""
+        """``replay --summary``'s object (docs/architecture.md §6.3), by_event in
+        first-seen order."""
         return {
             "lines": self.lines,
             "events": self.events,

@@ -1,5 +1,5 @@
 """KVM tracepoints as data: each formats its fields as the kernel's TP_printk text and
-parses that text back into the same fields (kvm-reference §6.3; the template language is
+parses that text back into the same fields (docs/kvm.md §6.3; the template language is
 `printk`'s).
 
 `TRACEPOINTS` maps a name to a `Tracepoint`, which holds one template per *variant* of its
@@ -13,20 +13,20 @@ text, each variant an era of the kernel or a tool (`VARIANTS`):
   ``requests 0x%016llx`` and ``kvm_entry`` as ``vcpu %u, rip 0x%lx`` (the 5.x/6.x texts;
   the release that added ``requests`` and ``intr_info``/``error_code`` is UNVERIFIED).
 * ``pre-2019`` — the generation as a counter, ``sp gen %lx`` and ``kvm-mmu-valid-gen %lx``
-  (``unsigned long``): kernels 3.11 to 5.0 (Xiao Guangrong's 2013 series, seed 003, until
-  its revert in 5.1), and Sean Christopherson's Sept 2019 restore until the same series'
-  "Explicitly track only a single invalid mmu generation" made it a ``u8`` printed with
-  %u (5.4).  The role text after ``gfn`` is today's (the role texts of 3.11-5.0 differ in
-  places and are UNVERIFIED).
+  (``unsigned long``): kernels 3.11 to 5.0 (Xiao Guangrong's 2013 series, the fast-zap
+  thread (kvm, 2013), until its revert in 5.1), and Sean Christopherson's Sept 2019
+  restore until the same series' "Explicitly track only a single invalid mmu generation"
+  made it a ``u8`` printed with %u (5.4).  The role text after ``gfn`` is today's (the
+  role texts of 3.11-5.0 differ in places and are UNVERIFIED).
   For ``kvm_page_fault`` the old ``address %lx error_code %x``, for ``kvm_exit``
   ``reason %s rip 0x%lx info %llx %llx``, for ``kvm_entry`` ``vcpu %u``.
 * ``2019-no-gen`` — kernels 5.1 to 5.3 (Feb to Sept 2019): fast invalidate and with it
   the generation were reverted (b59c4830ca18, "Revert 'KVM: MMU: show mmu_valid_gen in
   shadow page related tracepoints'"): ``sp gfn %llx l%u %u-byte q%u%s %s%s %snxe %sad root
   %u %s%c``, no ``gen``.  VERIFIED from the Sept 2019 patch that restored it.
-* ``pre-3.11`` — before 2013 (before seed 003's series added the generation): ``sp gfn %llx
-  %u%s q%u%s %s%s %snxe root %u %s%c``, the level bare, `` pae`` for ``role.cr4_pae``, no
-  ``gen``, no ``ad``.  VERIFIED from a 3.x mmutrace.h.
+* ``pre-3.11`` — before 2013 (before the fast-zap thread's series added the generation):
+  ``sp gfn %llx %u%s q%u%s %s%s %snxe root %u %s%c``, the level bare, `` pae`` for
+  ``role.cr4_pae``, no ``gen``, no ``ad``.  VERIFIED from a 3.x mmutrace.h.
 * ``vcpu-rip-u32`` — ``kvm_page_fault`` as ``address 0x%lx error_code %x`` (seen in a
   patch; release UNVERIFIED).
 * ``libtraceevent`` — what ``trace-cmd report`` prints for the four shadow-page events:
@@ -41,8 +41,8 @@ text, each variant an era of the kernel or a tool (`VARIANTS`):
 is decimal 10 unless ``variant="pre-2019"``; a gen with hex letters only matches pre-2019.
 
 Field names are the kernel's TP_STRUCT__entry names where the printk prints a field as it
-is (CONTRACT.md ``mmuscope replay``): ``vcpu_id, cr2_or_gpa, old_spte, new_spte`` in
-``fast_page_fault``, ``guest_rip, fault_address`` in ``kvm_page_fault``,
+is (docs/architecture.md §6.3, ``mmuscope replay``): ``vcpu_id, cr2_or_gpa, old_spte,
+new_spte`` in ``fast_page_fault``, ``guest_rip, fault_address`` in ``kvm_page_fault``,
 ``mmu_used_pages`` in ``kvm_mmu_zap_all_fast``.  The names of earlier releases
 (`Tracepoint.aliases`: ``vcpu, gva, old, new``; ``rip, address``; ``used_pages``) are
 accepted when formatting and added to ``replay --jsonl`` (`json_fields`) for one release.
@@ -165,7 +165,7 @@ class Tracepoint:
 
 def json_fields(name: str, fields: Mapping[str, FieldValue]) -> dict[str, FieldValue]:
     """``replay --jsonl``'s fields: the kernel's names, then each earlier name of a field
-    present (CONTRACT.md: the aliases stay for one release)."""
+    present (docs/architecture.md §6.3: the earlier names stay for one release)."""
     out = dict(fields)
     tracepoint = TRACEPOINTS.get(name)
     if tracepoint is not None:

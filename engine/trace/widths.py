@@ -1,10 +1,11 @@
 """Which tracepoint fields are 64 bits wide in the kernel, for `replay --jsonl --hex64`.
 
 JSON readers that hold numbers as doubles (jq 1.6, JavaScript) round integers above
-2**53: an spte such as 0x8600000123456867 and its successor print equal.  The CONTRACT
-keeps fields as ints; `--hex64` writes the fields below, whose `TP_STRUCT__entry` type is
-`u64`, `gfn_t`, `gpa_t`, `unsigned long` or a pointer, as `"0x…"` strings instead, every
-value of them (not only large ones), so a field has one JSON type throughout a trace.
+2**53: an spte such as 0x8600000123456867 and its successor print equal.  `--jsonl`
+(docs/architecture.md §6.3) keeps fields as ints; `--hex64` writes the fields below,
+whose `TP_STRUCT__entry` type is `u64`, `gfn_t`, `gpa_t`, `unsigned long` or a pointer,
+as `"0x…"` strings instead, every value of them (not only large ones), so a field has one
+JSON type throughout a trace.
 
 Sources: arch/x86/kvm/mmu/mmutrace.h (KVM_MMU_PAGE_FIELDS `__u64 gfn`; mark_mmio_spte
 `void *sptep`, `gfn_t gfn`; kvm_mmu_set_spte `u64 gfn, spte, sptep`; fast_page_fault
@@ -13,7 +14,8 @@ arch/x86/kvm/trace.h (kvm_page_fault `unsigned long guest_rip`, `u64 fault_addre
 error_code`; kvm_entry `unsigned long rip`; kvm_exit `info1, info2` u64, `intr_info,
 error_code` u32) and
 include/trace/events/kvm.h (kvm_mmio `u64 gpa, val`), Linux 6.x.  Field names are the
-ones `engine.trace.tracepoints` gives (the printk's labels, with the CONTRACT's aliases).
+ones `engine.trace.tracepoints` gives (the printk's labels, with the earlier names
+docs/architecture.md §6.3 keeps).
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ HEX64_FIELDS: Mapping[str, frozenset[str]] = {
 
 
 def hex64(event_json: dict[str, Any]) -> dict[str, Any]:
-    """`event_json` (the CONTRACT's shape) with its 64-bit fields as `"0x…"` strings."""
+    """`event_json` (the shape of docs/architecture.md §6.3) with its 64-bit fields as
+    `"0x…"` strings."""
     wide = HEX64_FIELDS.get(event_json["event"])
     if wide:
         fields = event_json["fields"]

@@ -1,5 +1,5 @@
 """The fault path of the shadow MMU with direct pages (EPT/NPT on, tdp_mmu=N), with MMIO
-sptes and rmaps (kvm-reference §3-§6).
+sptes and rmaps (docs/kvm.md §3-§6).
 
 `DirectMmu.page_fault(vcpu, gpa, write)` follows `kvm_mmu_page_fault()` → `direct_map()`:
 - a reserved-bit fault on a cached MMIO spte is `handle_mmio_page_fault()`: if the spte's
@@ -97,7 +97,7 @@ class DirectMmu(DirectMmio, DirectHuge, DirectRmaps):
     `params` are the kvm module parameters and host backing the TDP MMU takes too
     (`nx_huge_pages`, its recovery ratio, `host_level`); `huge_pages=False` caps the
     level at 4K; `pte_prefetch=False` turns `direct_pte_prefetch()` off (the kernel has
-    no switch: the model before issue 15)."""
+    no switch: kept for comparisons)."""
 
     def __init__(
         self,

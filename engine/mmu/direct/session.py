@@ -4,7 +4,7 @@ The model behind the shadow-MMU screen (and its tests): guest accesses come from
 workload; an access whose gfn already has a present leaf spte costs nothing (the CPU's
 EPT walk succeeds, no VM exit); any other access exits — an EPT violation for a missing
 leaf, an EPT misconfiguration for a cached MMIO spte — and runs `DirectMmu.page_fault()`.
-Workloads (issue 4, seeds 000 and 003):
+Workloads (from the memslot-search and fast-zap threads):
 - `kernbench`: RAM faults across the slots, most of them first touches;
 - `netperf`: an emulated NIC's doorbell and the LAPIC hit again and again (MMIO: the
   first access caches an MMIO spte, the rest are emulated without a memslot search);

@@ -1,7 +1,8 @@
 """The guest kernel's side of shadow paging: processes, their mappings, demand paging.
 
 KVM with EPT off sees a guest only through its page tables; this is just enough of a
-guest Linux to produce the table edits and faults that matter (seeds 000, 002, 004):
+guest Linux to produce the table edits and faults that matter (the memslot-search,
+PTE_LIST_EXT and POWER-keys threads):
 - `mmap` records a VMA and maps nothing (anonymous memory is populated on first touch);
 - `handle_fault` is the guest's #PF handler for a fault KVM injected: a first touch
   allocates a page and maps it (`do_anonymous_page`), a write to a shared read-only page

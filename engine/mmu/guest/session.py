@@ -52,7 +52,7 @@ class GuestSession(Generic[StepT]):
         self.workload = workload
         # the MMU's lookups are the rbtree's (gfn_to_memslot), and no view explains one
         # under another strategy: the other five structures are not kept (nor their
-        # modules imported: `mmuscope simulate`'s start-up, issue 14 "Speed")
+        # modules imported: `mmuscope simulate`'s start-up)
         self.vm = build_vm(layout, track_all=False)
         self.nr_vcpus = nr_vcpus
         self._rng = random.Random(seed)

@@ -1,4 +1,4 @@
-"""x86 KVM's reverse map from a gfn to its sptes (kvm-reference §3,
+"""x86 KVM's reverse map from a gfn to its sptes (docs/kvm.md §3,
 arch/x86/kvm/mmu/mmu.c), in three parts, whose public names are all importable from here:
 
 * pte_list_desc.py: `struct pte_list_desc` era by era (`PTE_LIST_EXT` 3, 15, 14 and the

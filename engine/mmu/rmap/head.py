@@ -1,7 +1,7 @@
 """`kvm_rmap_head` and its `pte_list_desc` chain: x86 KVM's reverse map from a gfn to its
 sptes, with `pte_list_add`, `pte_list_remove`, `pte_list_count`, the zap and `__rmap_add`.
 
-kvm-reference §3 (arch/x86/kvm/mmu/mmu.c).  `kvm_rmap_head.val` is 0 (empty), the one
+docs/kvm.md §3 (arch/x86/kvm/mmu/mmu.c).  `kvm_rmap_head.val` is 0 (empty), the one
 `u64 *sptep` (bit 0 clear), or a `pte_list_desc` address | 1.  An sptep is a plain int:
 an spte's host physical address, nonzero and 8-byte aligned.  The eras, by name:
 
@@ -12,8 +12,9 @@ an spte's host physical address, nonzero and 8-byte aligned.  The eras, by name:
   the brief had it) and unlinks a desc that empties.  The zap loops `rmap_get_first` +
   `pte_list_remove`.  VERIFIED: the lines Peter Xu's counter patch removed (2021),
   with Li RongQing's 2020 count fix.
-* ``"15"``: Peter Xu's v2 7/9 (seed 002): the same code, `PTE_LIST_EXT 15`, 128 bytes.
-  VERIFIED as posted; that a release shipped 15 is UNVERIFIED (Sean: Paolo made it 14).
+* ``"15"``: Peter Xu's v2 7/9 (the PTE_LIST_EXT thread): the same code, `PTE_LIST_EXT
+  15`, 128 bytes. VERIFIED as posted; that a release shipped 15 is UNVERIFIED (Sean:
+  Paolo made it 14).
 * ``"14"`` (5.15-6.3, 13236e25ebab): `{ more; u64 spte_count; u64 *sptes[14]; }`, the
   same walk and same-desc removal driven by `spte_count`; count walks the chain; the zap
   frees desc by desc (`pte_list_destroy`).  VERIFIED (v3 6/7 mail, 9/9 mail).

@@ -2,12 +2,13 @@
 `kvm_rmap_head` holding more than one sptep points at a chain of them), its layout,
 `PTE_LIST_EXT` and the cache lines a walk of one touches.
 
-kvm-reference §3 (arch/x86/kvm/mmu/mmu.c).  An sptep is a plain int: an spte's host
+docs/kvm.md §3 (arch/x86/kvm/mmu/mmu.c).  An sptep is a plain int: an spte's host
 physical address, nonzero and 8-byte aligned.  The eras, by name:
 
 * ``"3"`` (to 2021): `{ u64 *sptes[3]; more; }`, 32 bytes, NULL-terminated.
-* ``"15"``: Peter Xu's v2 7/9 (seed 002): the same code, `PTE_LIST_EXT 15`, 128 bytes.
-  VERIFIED as posted; that a release shipped 15 is UNVERIFIED (Sean: Paolo made it 14).
+* ``"15"``: Peter Xu's v2 7/9 (the PTE_LIST_EXT thread): the same code, `PTE_LIST_EXT
+  15`, 128 bytes. VERIFIED as posted; that a release shipped 15 is UNVERIFIED (Sean:
+  Paolo made it 14).
 * ``"14"`` (5.15-6.3, 13236e25ebab): `{ more; u64 spte_count; u64 *sptes[14]; }`.
   VERIFIED (v3 6/7 mail, 9/9 mail).
 * ``"6.4"`` (default; Lai Jiangshan, merged for 6.4): `u32 spte_count, tail_count`.

@@ -1,11 +1,11 @@
 """debugfs `mmu_rmaps_stat`: the histogram of rmap sizes, printed as the kernel prints it.
 
-kvm-reference §3.5 (arch/x86/kvm/debugfs.c, `kvm_mmu_rmaps_stat_show`, Peter Xu 2021).
+docs/kvm.md §3.5 (arch/x86/kvm/debugfs.c, `kvm_mmu_rmaps_stat_show`, Peter Xu 2021).
 The kernel walks every memslot's rmap heads at 4K, 2M and 1G, and counts each head in
 bucket `ffs(pte_list_count(head))`, clamped to `RMAP_LOG_SIZE - 1` with a WARN_ON_ONCE.
 `ffs` is the *lowest* set bit, so only powers of two land where the header says: 3 and
 5 go to "1", 6 to "2-3", 12 to "4-7", and 1024 to "512-1023" (clamped).  Peter Xu's
-6G-guest table in seed 002 was printed by this code.
+6G-guest table in the PTE_LIST_EXT thread (kvm, 2021) was printed by this code.
 
 Output, byte for byte: `Rmap_Count:\\t0\\t1\\t` then `"%d-%d\\t"` for buckets 2..10 and
 `\\n`; then for each level `Level=4K:\\t` followed by 11 `"%d\\t"` and `\\n`.  The file is

@@ -2,7 +2,7 @@
 (the fault path, a memslot's `arch.rmap[]`): absent is an empty head (val 0), a bare int
 is the single sptep (bit 0 clear), and a `KvmRmapHead` is made only when a second sptep
 arrives (val = desc | 1); it keeps its desc down to one entry, as the kernel does
-(kvm-reference §3, arch/x86/kvm/mmu/mmu.c `pte_list_add`/`pte_list_remove`).
+(docs/kvm.md §3, arch/x86/kvm/mmu/mmu.c `pte_list_add`/`pte_list_remove`).
 """
 
 from __future__ import annotations

@@ -193,8 +193,8 @@ class ShadowHuge:
         return sp is not None and sp.nx_huge_page_disallowed
 
     def max_level(self, walk: GuestWalk) -> int:
-        """`fault->max_level = walker.level` (4K when huge pages are off: the model
-        before issue 15)."""
+        """`fault->max_level = walker.level` (4K when huge pages are off, a
+        comparison the kernel has no switch for)."""
         return walk.level if self.huge_pages else PG_LEVEL_4K
 
     def why_level(self, vcpu: int, cr3: int, gva: int, fetch: bool = False) -> str:
@@ -204,7 +204,7 @@ class ShadowHuge:
         if walk.gfn is None:
             return "—: the guest maps nothing there (#PF injected)"
         if not self.huge_pages:
-            return "4K: huge pages off (the model before issue 15)"
+            return "4K: huge pages off (the model's switch; the kernel has none)"
         if walk.level == PG_LEVEL_4K:
             return "4K: guest leaf is 4K"
         as_id = self.vm.vcpu(vcpu).as_id  # the tree itself: no lookup counted

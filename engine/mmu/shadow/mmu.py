@@ -1,4 +1,5 @@
-"""Shadow paging (EPT off): KVM shadows the guest's own page tables (seeds 000, 002).
+"""Shadow paging (EPT off): KVM shadows the guest's own page tables (the memslot-search
+and PTE_LIST_EXT threads).
 
 `ShadowMmu.page_fault(vcpu, cr3, gva, write, user)` follows `kvm_mmu_page_fault()` ->
 `FNAME(page_fault)` (arch/x86/kvm/mmu/paging_tmpl.h, mmu.c):
@@ -31,12 +32,12 @@ pages, INVLPG one spte (`shadow_sync`).  `cr3_load` = `kvm_mmu_new_pgd()` +
 `invlpg` = `kvm_mmu_invlpg()`.
 
 `FNAME(pte_prefetch)` (prefetch.py) runs after every fault that set a spte but
-RET_PF_SPURIOUS, as the kernel always does; `pte_prefetch=False` is the model before
-issue 15 (the kernel has no switch), kept for comparisons.  Dirty logging is
+RET_PF_SPURIOUS, as the kernel always does; `pte_prefetch=False` turns it off
+(the kernel has no switch), kept for comparisons.  Dirty logging is
 `dirty_log.DirtyLogging`.
 `params` are the kvm module parameters the direct MMU takes too (`nx_huge_pages`, its
-recovery ratio, `host_level`); `huge_pages=False` is the model before issue 15 (4K
-leaves only).
+recovery ratio, `host_level`); `huge_pages=False` maps 4K leaves only (the
+kernel has no switch), kept for comparisons.
 Simplified: `drop_process` zaps the exited process's shadow pages at
 once (KVM leaves them to write flooding, reuse or recycling); guest kernel table stores
 are not counted as exits; CR0.WP=1, no SMEP/SMAP/PKU.
@@ -459,7 +460,8 @@ class ShadowMmu(ShadowHuge, ShadowRmaps):
     ) -> int | None:
         """The emulator's translation (`vcpu_mmio_gva_to_gpa()`): the vCPU's MMIO info
         (`vcpu_match_mmio_gva`, traced as `vcpu_match_mmio`), then `FNAME(gva_to_gpa)` as
-        seed 000's patch 7/7 changed it: vtlb first, then the walk; None for a guest #PF."""
+        the memslot-search thread's patch 7/7 changed it: vtlb first, then the walk; None
+        for a guest #PF."""
         as_id = self.vm.vcpu(vcpu).as_id
         info = self.mmio_info.match_gva(vcpu, gva, self.vm.generation(as_id))
         if info is not None:

@@ -1,4 +1,4 @@
-"""A fork storm to watch one rmap grow (seed 002), for the rmap screen.
+"""A fork storm to watch one rmap grow (the PTE_LIST_EXT thread), for the rmap screen.
 
 A parent process maps `pages` guest pages on the shadow MMU (EPT off); each `fork()`
 adds a child that touches all of them, so every shared gfn's rmap gains one spte;

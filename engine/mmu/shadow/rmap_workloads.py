@@ -1,4 +1,4 @@
-"""Workloads that grow rmap chains, for `mmuscope rmaps-stat` (seed 002).
+"""Workloads that grow rmap chains, for `mmuscope rmaps-stat` (the PTE_LIST_EXT thread).
 
 Peter Xu's case for a bigger PTE_LIST_EXT was shadow paging (EPT=N) with fork: every
 process that maps a page adds one spte to that gfn's rmap, so `./rmap_fork 500` gives the

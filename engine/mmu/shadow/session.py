@@ -1,9 +1,9 @@
 """A running guest on shadow paging (EPT off): processes, CR3 loads, guest walks, vtlb.
 
-The shadow-paging twin of `MmuSession` (issue 4, seeds 000, 002, 004): guest processes
-(`GuestOs`) run on the vCPUs, each access checks the vCPU's shadow root the way the CPU
-walks it, and anything the shadow tables cannot satisfy exits to
-`ShadowMmu.page_fault()`.  A #PF that KVM injects into the guest is handled by the
+The shadow-paging twin of `MmuSession` (the memslot-search, PTE_LIST_EXT and POWER-keys
+threads): guest processes (`GuestOs`) run on the vCPUs, each access checks the vCPU's
+shadow root the way the CPU walks it, and anything the shadow tables cannot satisfy exits
+to `ShadowMmu.page_fault()`.  A #PF that KVM injects into the guest is handled by the
 guest's own handler (it maps the page) and the access is retried, so a first touch
 costs two exits, as it does under shadow paging.  A context switch is a MOV to CR3: an
 exit that loads another root and flushes the vtlb.
@@ -14,12 +14,12 @@ Workloads, deterministic for a seed:
   tables torn down, shadow pages zapped, new roots built);
 - `netperf`: a netperf process with an emulated NIC's BAR mapped, 70% MMIO stores (the
   first caches an MMIO spte, the rest hit it: no walk, no memslot search);
-- `fork`: seed 002's rmap_fork: a parent faults in `FORK_PAGES` pages and forks
-  children that read them all; up to `FORK_LIVE` children live at once, so every shared
-  gfn's rmap holds about `FORK_LIVE` + 1 sptes;
-- `pfault`: seed 004's program, scaled from 40*1024 to `PFAULT_PAGES` pages: mmap,
-  write every page, mprotect(PROT_WRITE), write again, mprotect(PROT_READ), read every
-  page, munmap; ten rounds, then a new process;
+- `fork`: the PTE_LIST_EXT thread's rmap_fork: a parent faults in `FORK_PAGES` pages and
+  forks children that read them all; up to `FORK_LIVE` children live at once, so every
+  shared gfn's rmap holds about `FORK_LIVE` + 1 sptes;
+- `pfault`: the POWER-keys thread's program, scaled from 40*1024 to `PFAULT_PAGES` pages:
+  mmap, write every page, mprotect(PROT_WRITE), write again, mprotect(PROT_READ), read
+  every page, munmap; ten rounds, then a new process;
 - `churn`: `kernbench` plus the memslot update `MmuSession` makes every `CHURN_EVERY`
   accesses (a slot created, then deleted: DELETE zaps everything).
 
@@ -27,7 +27,7 @@ Workloads, deterministic for a seed:
 makes every `KERNEL_EVERY`-th access kernel work there (kernel.py): guest 2M
 leaves and instruction fetches, so faults map 2M sptes where the host (`params.
 host_level`) and `disallow_lpage` allow, and split under `nx_huge_pages`.  Off (the
-default), the workloads map 4K guest pages only, as before issue 15.
+default), the workloads map 4K guest pages only.
 """
 
 from __future__ import annotations
@@ -207,8 +207,9 @@ class ShadowSession(GuestSession[ShadowStep]):
 
     def _emulator_translates(self, access: ShadowAccess) -> None:
         """The emulator's `gva_to_gpa` of the instruction's operand: a second guest walk,
-        unless the vtlb (seed 000, patch 7/7) has the page.  A cached MMIO spte hit
-        skips this: it hands the emulator the gfn (`vcpu_cache_mmio_info`)."""
+        unless the vtlb (the memslot-search thread, patch 7/7) has the page.  A cached
+        MMIO spte hit skips this: it hands the emulator the gfn
+        (`vcpu_cache_mmio_info`)."""
         self.emulator_walks += 1
         self.mmu.gva_to_gpa(access.vcpu, access.gva, access.write, access.user)
 

@@ -1,5 +1,5 @@
 """Guest page-table writes under shadow paging: unsync pages, emulated pte writes, write
-flooding, and the sync at the next CR3 load or INVLPG (issue 12 §2, issue 15 item 9).
+flooding, and the sync at the next CR3 load or INVLPG (docs/kvm.md §4).
 
 From a 6.17/6.18 `arch/x86/kvm/mmu/mmu.c` and `paging_tmpl.h`:
 - `account_shadowed()`: an upper-level (level > 1) shadow page write-tracks its gfn
@@ -25,7 +25,7 @@ From a 6.17/6.18 `arch/x86/kvm/mmu/mmu.c` and `paging_tmpl.h`:
 - `kvm_mmu_invalidate_addr()` (INVLPG): `kvm_sync_spte()` of the one spte of that gva in
   each unsync page on the path; the page stays unsync.
 
-Eras: the unsync mechanism is Marcelo Tosatti's (2.6.27, 2008), so the 2011 seeds had it;
+Eras: the unsync mechanism is Marcelo Tosatti's (2.6.27, 2008), so the 2011 threads had it;
 `ShadowMmu(unsync=False)` is the earlier behaviour, every shadowed table write-tracked.
 Not modelled: misaligned or partial pte writes (the model's guest stores whole ptes),
 the values an emulated store writes (the guest's own `write_pte` that follows is it).

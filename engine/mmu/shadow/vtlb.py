@@ -1,9 +1,10 @@
-"""The vtlb: a per-vCPU cache of guest page number -> guest frame number (seed 000).
+"""The vtlb: a per-vCPU cache of guest page number -> guest frame number (the
+memslot-search thread).
 
 Xiao Guangrong, "[PATCH 7/7] KVM: MMU: cache guest page number to guest frame number"
 (2011, not merged; Avi Kivity preferred a faster walker): "Cache guest page number to
 guest frame number to avoid walk guest page table frequently, the 'vtlb' idea is from
-Xen."  What the seed shows of the patch: `#define VTLB_ENTRIES (1 << 4)`, `struct
+Xen."  What the thread shows of the patch: `#define VTLB_ENTRIES (1 << 4)`, `struct
 vtlb_entry { gfn_t page_number; gfn_t frame_number; u32 access; }` in `struct kvm_mmu`
 with a `vtlb_enabled` flag; `vtlb_insert(mmu, addr, walker->gfn, pte_access)` at the end
 of every successful `FNAME(walk_addr_generic)`; `vtlb_lookup(mmu, vaddr, access)` in
@@ -12,7 +13,7 @@ shadow paging: with EPT "the guest tlb invalid operation is not intercept (reloa
 invlpg)", which are exactly the two flushes here.
 
 The body of vtlb_insert/vtlb_lookup (mmu.c, "146 lines not on this page") is not in the
-seed, so the replacement policy is UNVERIFIED.  `policy="round-robin"` (default) fills
+thread, so the replacement policy is UNVERIFIED.  `policy="round-robin"` (default) fills
 the 16 slots in turn from a pointer that a flush resets; `policy="hash"` is the Xen code
 the idea comes from (xen/arch/x86/mm/shadow/private.h: direct-mapped,
 `vtlb_hash(page_number) = page_number % VTLB_ENTRIES`, an insert clobbers the slot; Xen
