@@ -65,13 +65,18 @@ class MmuscopeApp(App[None]):
         Binding("f1", "show_view('memslots')", "Memslots", tooltip="The memslots screen"),
         Binding("f2", "show_view('mmu')", "Shadow MMU", tooltip="Faults, shadow pages, zaps"),
         Binding("f3", "show_view('rmaps')", "Rmaps", tooltip="A fork storm's rmap chains"),
-        Binding("f4", "show_view('tlb')", "TLB flush", tooltip="Paravirt TLB flush (seed 001)"),
+        Binding(
+            "f4",
+            "show_view('tlb')",
+            "TLB flush",
+            tooltip="Paravirt TLB flush (the PV-flush thread)",
+        ),
         Binding("f5", "show_view('power')", "POWER", tooltip="POWER hash page table keys"),
         Binding(
             "f6",
             "show_view('experiments')",
             "Experiments",
-            tooltip="The seeds' claims measured: bench tables as bar charts",
+            tooltip="The threads' claims measured: bench tables as bar charts",
         ),
         Binding(
             "f7",

@@ -1,4 +1,5 @@
-"""The `mmuscope` command line (CONTRACT.md): this module only assembles the commands.
+"""The `mmuscope` command line (docs/architecture.md §6.3): this module only assembles
+the commands.
 
 Each command lives in its own module and depends on `tui/cliparts.py` for what commands
 share (CliError, the parser class, option helpers); here are the parser, the table of
@@ -78,7 +79,7 @@ OWN_ARGUMENTS_ONLY = frozenset({"simulate"})
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The whole parser; given the command line `argv`, only the command it names gets
     its arguments (the others keep their name and help line for `--help`), so starting
-    the explorer imports no command module (issue 13 §4: start-up)."""
+    the explorer imports no command module (a faster start-up)."""
     if argv and argv[0] in OWN_ARGUMENTS_ONLY:
         return _own_parser(argv[0])
     from . import __version__
@@ -98,8 +99,8 @@ def _own_parser(command: str) -> argparse.ArgumentParser:
     command's own, under a top level that has the whole parser's option strings (so an
     abbreviation such as `--s` is ambiguous there as before) without their types,
     choices and defaults, and no other command, as no such command line reaches them:
-    two parsers made instead of 13, and no explorer option's imports (issue 14 "Speed":
-    `mmuscope simulate` start-up).  tests/test_cli_own_parser.py compares the two."""
+    two parsers made instead of 13, and no explorer option's imports (`mmuscope
+    simulate`'s start-up).  tests/test_cli_own_parser.py compares the two."""
     import argparse
 
     from . import __version__
@@ -218,10 +219,10 @@ LOCAL: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "export": ("write the memslot structure as dot/pdf/svg/png", _export),
     "layout": ("show a guest layout, or import a QEMU one", _layout),
     "rmaps-stat": (
-        "debugfs mmu_rmaps_stat after a workload (shadow paging, seed 002)",
+        "debugfs mmu_rmaps_stat after a workload (shadow paging, as in the PTE_LIST_EXT thread)",
         _rmaps_stat,
     ),
-    "bench": ("the seeds' claims measured beside their numbers, and the engine's speed", _bench),
+    "bench": ("the threads' claims measured beside their numbers, and the engine's speed", _bench),
 }
 
 

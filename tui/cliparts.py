@@ -28,7 +28,7 @@ def help_width() -> int:
     """The width argparse's HelpFormatter takes by default: `shutil.get_terminal_size()`'s
     columns (COLUMNS when set and positive, else the terminal's, else 80) less 2, found
     without importing shutil and the zlib, bz2 and lzma it imports, as every add_argument
-    makes a formatter (a command's start-up, issue 14 "Speed"; tests/test_cli_own_parser.py
+    makes a formatter (a command's start-up; tests/test_cli_own_parser.py
     checks it against shutil)."""
     try:
         columns = int(os.environ["COLUMNS"])

@@ -42,7 +42,9 @@ def slot_table(layout_name: str) -> Table:
 def cost_table(layout_name: str) -> Table:
     vm = build_vm(preset(layout_name))
     slots = vm.memslot_set(0)
-    table = Table(title="slots or nodes visited per lookup, no cache (seed 000's argument)")
+    table = Table(
+        title="slots or nodes visited per lookup, no cache (the memslot-search thread's argument)"
+    )
     table.add_column("gfn", justify="right")
     table.add_column("what")
     for name in LOOKUP_STRATEGIES:

@@ -26,7 +26,7 @@ from .kvm_record import record_or_fail, write_atomically
 
 PROGRAM_HELP = {
     "touch": "demand faults over N pages",
-    "fork": "N pages shared by C+1 processes (seed 002's rmap storm)",
+    "fork": "N pages shared by C+1 processes (the PTE_LIST_EXT thread's rmap storm)",
     "mmio": "N reads and N writes of gpas no memslot covers",
     "ptwrite": "the guest stores N of its own ptes (a shadowed table)",
     "churn": "memslot 1 flagged, deleted, re-created, moved while the guest runs",

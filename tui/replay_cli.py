@@ -1,5 +1,5 @@
 """`mmuscope replay TRACE`: the replay screen on a file, or with `--jsonl | --summary`
-(CONTRACT.md) text streamed line by line.
+(docs/architecture.md §6.3) text streamed line by line.
 
 `--jsonl` prints one JSON object per event as soon as it is known (`event_json`);
 `--summary` prints one object at the end.  A file that cannot be read is a one-line error

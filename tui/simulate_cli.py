@@ -202,8 +202,8 @@ def options_of(words: Sequence[str]) -> SimulateOptions | None:
     add_parser's options spelled out (`--mmu tdp` or `--mmu=tdp`) with a good value,
     --mmu and --workload among them, as a command line mostly is; else None, and
     argparse parses the words (an abbreviation, --help, a bad or missing value: its
-    one line and exit 2).  So simulate's start-up imports no argparse (issue 14
-    "Speed"); tests/test_cli_own_parser.py checks that both give the same options."""
+    one line and exit 2).  So simulate's start-up imports no argparse;
+    tests/test_cli_own_parser.py checks that both give the same options."""
     values: dict[str, object] = {}
     at, end = 0, len(words)
     while at < end:
@@ -255,7 +255,7 @@ def run_options(options: SimulateOptions) -> int:
     # The modules, classes and the session live to the end: out of the collector's sight
     # (as the app's _freeze_startup_objects), so neither the run's full collections nor
     # the interpreter's at exit rescan them (about 20M of 280M instructions for 10
-    # accesses; issue 14 "Speed", start-up); the collector, off while they were made
+    # accesses at start-up); the collector, off while they were made
     # (tui/cli.py), runs again for the run's garbage.
     gc.freeze()
     gc.enable()

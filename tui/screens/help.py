@@ -11,7 +11,7 @@ from textual.widgets import DataTable, Label, Static
 ABOUT = (
     "mmuscope shows KVM's MMU at work. F1 memslot lookups, F2 faults, shadow pages and zaps "
     "(p: EPT or shadow paging), F3 rmap chains, F4 the paravirt TLB flush, F5 POWER's hash "
-    "page table, F6 the seeds' claims measured, F7 a replayed trace (when given one). "
+    "page table, F6 the threads' claims measured, F7 a replayed trace (when given one). "
     "ctrl+p opens the command palette; --scenario NAME walks through a thread step by step."
 )
 

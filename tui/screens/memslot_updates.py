@@ -1,5 +1,5 @@
 """KVM_SET_USER_MEMORY_REGION from the memslots screen: the slots a user creates, deletes
-and moves (kvm_set_memory_region: a new memslots generation, kvm-reference §1), and the
+and moves (kvm_set_memory_region: a new memslots generation, docs/kvm.md §2.3), and the
 calls QEMU made, recorded (`--qemu-trace`) and replayed one by one (`j`) or between
 lookups while playing.  The screen redraws itself after each (`_slots_changed`)."""
 

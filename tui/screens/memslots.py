@@ -1,5 +1,6 @@
 """The memslots screen: the lookup structure drawn live, the slot table, every strategy's
-cost on the same gfn stream, and the events (seed 000, kvm-reference §1)."""
+cost on the same gfn stream, and the events (the memslot-search thread, docs/kvm.md
+§1)."""
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ class MemslotsScreen(Tiled, MemslotUpdates):
             "strategy(5)",
             "wbtree-compact",
             show=False,
-            tooltip="the wbtree with equal weights compacted by address (beyond the seed)",
+            tooltip="the wbtree with equal weights compacted by address (beyond the thread)",
         ),
         Binding("c", "toggle_vm_cache", "VM cache", tooltip="slots->last_used_slot on/off"),
         Binding("v", "toggle_vcpu_cache", "vCPU cache", tooltip="vcpu->last_used_slot on/off"),

@@ -1,11 +1,11 @@
-"""The POWER screen (F5): seed 004's pfault program on a Book3S HV guest, the hashed page
-table's groups around each fault, the fault classified step by step — the key check or
-the hash search, primary group then secondary, slot by slot — and its outcome:
-forwarded to the guest, MMIO emulated, or paged in (kvm-reference §8).
+"""The POWER screen (F5): the POWER-keys thread's pfault program on a Book3S HV guest,
+the hashed page table's groups around each fault, the fault classified step by step — the
+key check or the hash search, primary group then secondary, slot by slot — and its
+outcome: forwarded to the guest, MMIO emulated, or paged in (docs/kvm.md §8).
 
 The run is `engine.ppc.pfault.DEMO` on a 128-group table, with host reclaim and an MMIO
 doorbell added so that every kind of HPTE shows; `k` switches between the eras (today's
-hash search for every NO_HPTE fault, the seed's keys 30/31) and replays the same seeded
+hash search for every NO_HPTE fault, the thread's keys 30/31) and replays the same seeded
 run to the same fault, so the same access can be compared.
 """
 

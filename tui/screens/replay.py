@@ -2,7 +2,7 @@
 of tracefs (``mmuscope live``) driving a model of the VM's MMU — shadow pages appearing
 and vanishing by level, obsolete ones dimmed after a generation flip, MMIO sptes with
 their generation, TDP sptes on a grid of gfns, per-vCPU exits — with a timeline to play,
-step and seek (kvm-reference §4-§6; engine.replay).
+step and seek (docs/kvm.md §4-§6; engine.replay).
 
 A file is indexed by a thread worker (a progress bar shows how far) while it already
 plays; seeks reach as far as the index does.  A live tail is read by a thread worker too

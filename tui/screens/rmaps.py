@@ -1,6 +1,6 @@
 """The rmap screen (F3): a fork storm on the shadow MMU growing one gfn's rmap, drawn as
 `pte_list_desc` boxes, the `mmu_rmaps_stat` histogram beside it, and the PTE_LIST_EXT
-era switchable live (seed 002, kvm-reference §3)."""
+era switchable live (the PTE_LIST_EXT thread, docs/kvm.md §3)."""
 
 from __future__ import annotations
 

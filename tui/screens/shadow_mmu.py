@@ -1,8 +1,8 @@
 """The shadow-MMU screen: a guest faulting on the direct MMU (EPT on) or on shadow paging
 (EPT off: guest processes, their walks, the vtlb), its pages by level with each root's
 reach, one page's 512 sptes, MMIO sptes cached and hit, and zaps — the fast one
-replayed batch by batch with its lock breaks, the slow one in a single hold (seeds 000,
-002, 003 and 004, kvm-reference §4-§6).
+replayed batch by batch with its lock breaks, the slow one in a single hold (the
+memslot-search, PTE_LIST_EXT, fast-zap and POWER-keys threads, docs/kvm.md §4-§6).
 
 Its parts: the paging modes and the switches that start a new guest (shadow_mmu_modes),
 the keys that drive the guest (shadow_mmu_actions), dirty logging and aging, which make
@@ -63,7 +63,7 @@ class ShadowMmuScreen(ZapReplay, PagingModes, GuestActions, FastPathActions, Pla
                 tooltip="kvm.nx_huge_pages on or off: a fetch splits a huge page, "
                 "the recovery worker rejoins it"),
         Binding("V", "toggle_vtlb", "vtlb", show=False,
-                tooltip="Shadow paging: the 16-entry vtlb of seed 000 on or off"),
+                tooltip="Shadow paging: the memslot-search thread's 16-entry vtlb on or off"),
         Binding("z", "fast_zap", "Fast zap", tooltip="kvm_mmu_zap_all_fast: new generation"),
         Binding("Z", "slow_zap", "Slow zap", tooltip="The old kvm_mmu_zap_all: one lock hold"),
         Binding("i", "invalidate_roots", "Roots", show=False,

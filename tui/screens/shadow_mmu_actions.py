@@ -2,8 +2,8 @@
 level of a fault's walk or run to the next VM exit, run to the next `RET_PF_*` of a kind
 or to the next exit on one page, switch workloads, a memslot update (the generation moves
 on, cached MMIO sptes go stale, a DELETE zaps), a fast-forward to just before the MMIO
-generation wraps, and the selection of a level on the fault's path (seeds 000, 002,
-kvm-reference §4-§6)."""
+generation wraps, and the selection of a level on the fault's path (the memslot-search
+and PTE_LIST_EXT threads, docs/kvm.md §4-§6)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ shadow paging (EPT off: the guest's own page tables shadowed), and the 2011 eras
 MMIO sptes, and EPT without A/D bits (access tracking, no PML) — plus the EPT huge-page
 (`H`), host backing (`B`: 4K pages, THP 2M, hugetlbfs 1G; `host_pfn_mapping_level`), NX
 huge pages (`X`: the `nx_huge_pages` module parameter) and shadow-paging vtlb (`V`)
-switches; each change starts a new guest (seeds 000, 002, kvm-reference §4-§6)."""
+switches; each change starts a new guest (the memslot-search and PTE_LIST_EXT threads,
+docs/kvm.md §4-§6)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ Step = MmuStep | ShadowStep | TdpStep
 
 
 def era_2011(paging: int) -> bool:
-    """The 2011 modes: no MMIO sptes and no mmu_valid_gen yet (added in 2013, seed 003)."""
+    """The 2011 modes: no MMIO sptes and no mmu_valid_gen yet (added in 2013 by the
+    fast-zap thread)."""
     return PAGING_MODES[paging][1].startswith("2011")
 
 

@@ -4,7 +4,7 @@ much of its walk is revealed, its `RET_PF_*`), the counters of `kvm->arch` and
 cache, shadow paging's guest walks, unsync pages and `prev_roots`; the level of the last
 fault and why and the NX huge page splits, and with direct pages the sptes
 `direct_pte_prefetch` mapped with A clear), and the guest walk with the per-vCPU vtlb
-(seeds 000, 002, 003, kvm-reference §4-§6)."""
+(the memslot-search, PTE_LIST_EXT and fast-zap threads, docs/kvm.md §4-§6)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ def fault_words(step: Step | None, shown: int, path_len: int) -> str:
 
 
 def valid_gen_text(session: Session, paging: int) -> str:
-    """mmu_valid_gen and its era; none in 2011 (added in 2013, seed 003, §4.4)."""
+    """mmu_valid_gen and its era; none in 2011 (added in 2013 by the fast-zap
+    thread, docs/kvm.md §4.4)."""
     if era_2011(paging):
         return "none (added in 2013)"
     return f"{session.mmu.pages.mmu_valid_gen} ({session.mmu.pages.gen_era} era)"

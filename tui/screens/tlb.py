@@ -1,5 +1,6 @@
 """The TLB flush screen (F4): the vCPUs of one VM as lanes over time while ebizzy in every
-VM flushes remote TLBs, under the protocol of your choice (seed 001, kvm-reference §7).
+VM flushes remote TLBs, under the protocol of your choice (the PV-flush thread,
+docs/kvm.md §7).
 
 Each step runs the seeded simulation one column (250 µs) further.  `p` switches the
 protocol and `v` the number of VMs; both restart the same seeded run, so what changes
@@ -148,7 +149,7 @@ class TlbScreen(PlayerScreen):
             f"vm{STUDIED_VM}: 8 vCPU lanes, one column = {self.history.column_ns // 1000} µs"
         )
         state = "▶ playing" if self.pacer.playing else "⏸ paused"
-        self.title = "mmuscope · TLB flush (seed 001)"
+        self.title = "mmuscope · paravirt TLB flush"
         self.sub_title = (
             f"{self.protocol_name} · {self.vms} VM{'s' if self.vms > 1 else ''} · "
             f"t {self.sim.now / 1e6:.2f} ms · {state} {self.pacer.speed:g}/s"

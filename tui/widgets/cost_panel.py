@@ -1,4 +1,5 @@
-"""The running cost of every lookup strategy on the same gfn stream (seed 000's argument).
+"""The running cost of every lookup strategy on the same gfn stream (the memslot-search
+thread's argument).
 
 Slots (or tree nodes) looked at per lookup: `bare` is the structure alone, `cached` puts
 the last_used_slot caches in front (a cache check counts as one slot looked at), `miss`
@@ -15,7 +16,8 @@ from .panel import TextPanel
 
 NAME = 14  # strategy names ("wbtree-compact"); the row starts with a 2-column mark
 # (heading, width) in the order they go when the panel is too narrow for all of them:
-# the last first.  `cached` is seed 000's figure, `bare` what the caches save on it.
+# the last first.  `cached` is the memslot-search thread's figure, `bare` what the caches
+# save on it.
 COLUMNS = (("cached", 8), ("bare", 8), ("miss", 8), ("worst", 6))
 ORDER = ("bare", "cached", "miss", "worst")  # left to right
 

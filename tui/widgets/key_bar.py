@@ -4,7 +4,7 @@ end), drawn by one widget.
 
 Textual's Footer makes a widget per key: on the memslots screen 22 of its 41 widgets, each
 styled, laid out and drawn at start-up (about a quarter of a second before the first
-frame, issue 13 §4) and again whenever the bindings change.  Here a key that does not fit
+frame) and again whenever the bindings change.  Here a key that does not fit
 is left out whole (never cut), the palette key always shows, a click on a key presses it
 and hovering one shows its tooltip, as in the Footer.
 """

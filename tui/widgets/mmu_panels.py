@@ -338,8 +338,9 @@ WALK_WIDTH = 36  # " PML4E 0x00000000dc001027 → 0xdc001": narrower, the ptes l
 
 class GuestPanel(MmuDrawing):
     """Shadow paging's extra work: the guest walk KVM just made, and the vtlb of the
-    vCPU that faulted (seed 000, patch 7/7), its entries in as many columns as the panel
-    has room for.  Under EPT, a note that the CPU walks the guest's tables itself.
+    vCPU that faulted (the memslot-search thread, patch 7/7), its entries in as many
+    columns as the panel has room for.  Under EPT, a note that the CPU walks the guest's
+    tables itself.
 
     Its height follows its rows (up to the CSS max-height); shorter than them, it drops
     the last vtlb entries first (their count is in the vtlb's own line) and says so on

@@ -3,7 +3,7 @@ secondary groups (8 slots each, coloured by what they hold, the search's probes 
 one by one), and the counters of the classification with the era's key trade-off.
 
 Colours come from component classes over the theme's variables: a guest HPTE is
-`slot-ram`, an absent one `slot-rom`, MMIO (key 31) `node-cache-hit`, the seed's
+`slot-ram`, an absent one `slot-rom`, MMIO (key 31) `node-cache-hit`, the thread's
 host-swapped key 30 `slot-dirty`, an empty slot `node-empty`; the search's examined slots
 `node-path`, the slot being examined `node-compare`, the slot found `node-hit`.
 """

@@ -4,7 +4,7 @@ out once per render instead of once per row.
 Each row Textual repaints goes through `StylesCache.render_line`, which reads the
 widget's border, outline, gutter, tint, opacity and hatch rules and builds the border's
 edge segments afresh for every row: about 65 µs a row, most of what repainting a changed
-row of a panel costs (issue 13 §4: a frame of the memslots screen repaints some thirty).
+row of a panel costs (a frame of the memslots screen repaints some thirty).
 This cache reads them once per `render()` call (one widget, one frame), and then builds a
 content row as Textual's branch (C) of `render_line` does: the content line cut or padded
 to the content width, the left and right padding, the left and right edges.  Rows of the

@@ -5,7 +5,7 @@ rows on screen, so the 32764 slots of the `max` guest cost no more than eight: a
 DataTable measures every cell of every row when it is filled (seconds at 32764 rows).
 The row of the slot that answered the latest lookup is marked.  Each column is as wide as
 its widest cell; where a slot's name would not fit whole, the table drops `as`, then
-`hits`, then `flags` (issue 13 §2: least important first), and cuts names only when
+`hits`, then `flags` (least important first), and cuts names only when
 even that is not enough (80 columns).
 """
 

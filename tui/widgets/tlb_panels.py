@@ -1,6 +1,6 @@
-"""The TLB screen's drawings (seed 001): one lane per vCPU of the VM under study over a
-scrolling time axis, the pCPUs below it when there is room, and a side panel with the
-protocol, the counters and the flush being followed.
+"""The TLB screen's drawings (the PV-flush thread): one lane per vCPU of the VM under
+study over a scrolling time axis, the pCPUs below it when there is room, and a side panel
+with the protocol, the counters and the flush being followed.
 
 A lane cell is the state the vCPU spent most of the column in: █ running, ▓ spinning in
 its own flush, ▒ (red) spinning while the flush waits on a preempted vCPU, ░ preempted
