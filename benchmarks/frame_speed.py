@@ -12,7 +12,7 @@ the event loop's waits between them; each frame is followed by `pilot.pause()`.
 At 512 slots (assigned-devices) for each lookup strategy, 120x36, against two baselines
 measured in the same run the same way: the same screen at 7 slots (pc-4g), and a bare
 Textual app (Header, a DataTable of 512 rows of the slot table's columns, Footer) whose
-state change moves the cursor one row.  Goal (issue 13 §4): median <= 8 ms, p95 <= 12 ms.
+state change moves the cursor one row.  Goal: median <= 8 ms, p95 <= 12 ms.
 """
 
 from __future__ import annotations

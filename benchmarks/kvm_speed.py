@@ -1,4 +1,4 @@
-"""The real KVM (issue 11): what recording costs, and whether the replay model keeps up.
+"""The real KVM: what recording costs, and whether the replay model keeps up.
 
     sudo .venv/bin/python benchmarks/kvm_speed.py [--pages N] [--children N] [--json]
 

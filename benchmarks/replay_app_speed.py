@@ -1,12 +1,12 @@
 """The replay screen on a 1M-line trace: does the app stay responsive while the file is
-indexed and while it plays at 10,000 events/s (issue 6, Speed; issue 13 §4)?
+indexed and while it plays at 10,000 events/s?
 
     .venv/bin/python benchmarks/replay_app_speed.py [--lines N] [--play S] [--json]
 
 The trace is benchmarks/replay_speed.py's (the repo's kvmmmu sample repeated with rising
 timestamps).  Measured, in one run:
 - summary_s: `mmuscope replay TRACE --summary` on the same file, a process of its own:
-  the baseline the app's indexing is a ratio of (issue 13 §4: within 2x);
+  the baseline the app's indexing is a ratio of (goal: within 2x);
 - scan_bare_s / index_bare_s: the index's first pass (every event's offset and time)
   and both passes (plus the checkpoints), no app;
 - index_in_app_s: from the app's start until the timeline is indexed (the scan: every
@@ -171,8 +171,8 @@ async def in_app(trace: Path, playing: bool, play: float) -> dict[str, float]:
 
 
 def summary_seconds(trace: Path) -> float:
-    """`mmuscope replay TRACE --summary` on the same file, a process of its own (issue
-    13 §4: the app's indexing within 2x of it)."""
+    """`mmuscope replay TRACE --summary` on the same file, a process of its own (the
+    goal: the app's indexing within 2x of it)."""
     started = time.perf_counter()
     subprocess.run(
         [sys.executable, "-m", "mmuscope.tui", "replay", str(trace), "--summary"],

@@ -1,5 +1,5 @@
 """Replay speed: `mmuscope replay --summary` of a 1M-line trace against a bare `re.match`
-loop over the same file, measured in the same run (issue 6: at most 3x, goal 2x).
+loop over the same file, measured in the same run (at most 3x, goal 2x).
 
     .venv/bin/python benchmarks/replay_speed.py [--lines N] [--json]
 

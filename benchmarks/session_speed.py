@@ -1,6 +1,6 @@
 """Guest sessions' speed: accesses per second of each workload under EPT (`MmuSession`)
 and shadow paging (`ShadowSession`), as ratios against a dict insert per access measured
-in the same run, plus the vtlb's count of guest walks saved (seed 000).
+in the same run, plus the vtlb's count of guest walks saved (the memslot-search thread).
 
     .venv/bin/python benchmarks/session_speed.py [--accesses N] [--json]
 """

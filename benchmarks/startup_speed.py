@@ -7,13 +7,13 @@ Footer), measured the same way, interleaved, after a warm-up run of each (which 
 .pyc files an installation has: the benchmark clears PYTHONDONTWRITEBYTECODE for the
 child).  The sessions live on a private tmux server started once before the runs (as a
 user's terminal is there before the app), so a server's start is in neither time.
-Goal (issue 13 §4): median ratio <= 1.5.
+Goal: median ratio <= 1.5.
 
 Then the start-up of `mmuscope simulate --mmu tdp --workload kernbench --accesses 10`
 (everything before the simulation: ten accesses take about a millisecond) against
 `python -c pass`, the interpreter's own start-up, as the same process spawns (to
-/dev/null, no terminal), interleaved, medians: the ratio of issue 14 "Speed".
-`--simulate-only` skips the tmux part.
+/dev/null, no terminal), interleaved, medians: the ratio `simulate`'s start-up is judged
+by. `--simulate-only` skips the tmux part.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ With `--instructions` it times nothing and counts instead, under valgrind's call
 the instructions of the whole installed command, of its start-up (`--accesses 10`) and of
 `python -c pass` in the same run, with PYTHONHASHSEED=0 and the installation's .pyc files.
 The counts repeat exactly from run to run, on a loaded machine too, where times on this
-project's shared cores moved by x1.2-1.4 (issue 14's notes): the number to compare two
+project's shared cores moved by x1.2-1.4: the number to compare two
 commits by; the times say whether the goal is met.
 
     .venv/bin/python benchmarks/tdp_speed.py [--faults N] [--accesses N] [--json]

@@ -1,5 +1,5 @@
 """Run the `mmuscope` command line the way a user runs it: the installed console script in
-a subprocess, with the checks the CLI tests share (CONTRACT.md, "Command line").
+a subprocess, with the checks the CLI tests share (docs/architecture.md §6.3).
 
 Exit codes: 0 success, 2 bad input or a missing tool (one line on stderr, no traceback).
 Real QEMU dumps and traces are read from ../shared/realdata beside the checkout

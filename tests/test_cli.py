@@ -1,6 +1,6 @@
 """The `mmuscope` command line as a whole, run the way a user runs it (tests/cli_run.py): the
 help, `python -m tui`, the overview, and bad input to every command — exit 2, one line on
-stderr, no traceback, no file left behind (CONTRACT.md, "Command line").
+stderr, no traceback, no file left behind (docs/architecture.md §6.3).
 
 The commands have their own files: test_cli_lookup.py, test_cli_export.py,
 test_cli_layout.py and test_cli_layout_trace.py.

@@ -1,6 +1,6 @@
 """`mmuscope layout`: the memslots of a preset, or those QEMU would register from an
-`info mtree` dump (flat view or tree, fixture or real), as text or CONTRACT.md's JSON
-(tests/cli_run.py).
+`info mtree` dump (flat view or tree, fixture or real), as text or JSON
+(docs/architecture.md §6.3) (tests/cli_run.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ GiB = 1 << 30
 
 
 def assert_memslot_shape(rows: list[dict[str, Any]]) -> None:
-    """CONTRACT: [{"name": str, "gpa": int, "size": int, "readonly": bool}] sorted by gpa."""
+    """docs/architecture.md §6.3: [{"name": str, "gpa": int, "size": int, "readonly":
+    bool}] sorted by gpa."""
     assert rows, "no RAM ranges found"
     for row in rows:
         assert set(row) == {"name", "gpa", "size", "readonly"}, row

@@ -1,4 +1,4 @@
-"""The app's modules import no one in a circle (issue 13 §5): the command modules share
+"""The app's modules import no one in a circle: the command modules share
 `tui/cliparts.py`, and `tui/cli.py` only assembles them.
 
 Every import counts, also those inside functions (they run as soon as the function

@@ -1,6 +1,6 @@
 """A command line that starts with a command of OWN_ARGUMENTS_ONLY (`simulate`) is parsed
-by that command's parser alone under a bare top level (tui/cli.py `_own_parser`, the
-start-up of issue 14 "Speed"): it parses, refuses and helps exactly as the whole
+by that command's parser alone under a bare top level (tui/cli.py `_own_parser`, for
+a faster start-up): it parses, refuses and helps exactly as the whole
 parser does.  And simulate's usual command line, read without argparse
 (`simulate_cli.options_of`), gives the options argparse gives; any other it leaves to
 argparse."""

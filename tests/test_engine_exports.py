@@ -1,5 +1,5 @@
-"""The lazily exported names (PEP 562 `__getattr__` in `engine` and `engine.lookup`, the
-start-up of issue 14 "Speed") are the public API of CONTRACT.md, each the object of the
+"""The lazily exported names (PEP 562 `__getattr__` in `engine` and `engine.lookup`, for a
+faster start-up) are the public API of docs/architecture.md §6.2, each the object of the
 module that defines it, and the literal tables that stand in for imports at start-up
 are what they name."""
 

@@ -71,7 +71,8 @@ def test_every_lookup_is_costed_under_every_strategy() -> None:
             assert record.visits[name] == len(probes), name
     costs = explorer.costs
     assert {c.lookups for c in costs.values()} == {300}
-    # Seed 000's point: on 512 slots a miss costs a linear scan every used slot...
+    # The memslot-search thread's point: on 512 slots a miss costs a linear scan every
+    # used slot...
     assert costs["linear"].miss_mean == costs["linear"].worst == 512
     # ...and a tree or a binary search about log2(512).
     assert costs["rbtree"].miss_mean < 20 and costs["binary"].miss_mean <= 11

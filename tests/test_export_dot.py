@@ -1,4 +1,5 @@
-"""Dot export: the RFC's `print_tree` idea (seed 000) for every lookup structure, and files."""
+"""Dot export: the RFC's `print_tree` idea (the memslot-search thread) for every lookup
+structure, and files."""
 
 from __future__ import annotations
 

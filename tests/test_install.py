@@ -1,4 +1,4 @@
-"""mmuscope installed as Python tools are (issue 13 §1): a wheel, installed into a fresh
+"""mmuscope installed as Python tools are: a wheel, installed into a fresh
 virtual environment the way `pipx install .` does — no editable install, no source tree on
 the path — runs its commands and its app with every file it reads found in the install.
 

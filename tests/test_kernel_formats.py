@@ -1,5 +1,5 @@
 """Every tracepoint the project prints or parses, against the running kernel's own
-``events/SYSTEM/NAME/format`` (issue 11 §4, issue 15 "Formats against the running kernel").
+``events/SYSTEM/NAME/format``.
 
 For each tracepoint in `engine.trace.TRACEPOINTS`, the kernel's ``print fmt`` is turned into
 a regex (`engine.trace.kernel_format`) and the project's printer, on many field values,
@@ -48,8 +48,8 @@ SYMBOLS = {
 
 
 def ours(name: str, field: str) -> str:
-    """Our name of the kernel's ``field``: its own, but where CONTRACT.md fixes the
-    printk's label (the sp events' ``gen`` is mmu_valid_gen)."""
+    """Our name of the kernel's ``field``: its own, but where docs/architecture.md §6.3
+    fixes the printk's label (the sp events' ``gen`` is mmu_valid_gen)."""
     return "gen" if name in SP_EVENTS and field == "mmu_valid_gen" else field
 
 

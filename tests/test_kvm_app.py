@@ -41,7 +41,9 @@ async def test_the_replay_screen_follows_a_real_fork_storm(tmp_path: Path) -> No
         # 5 processes each map the code page and the 8 shared pages
         assert timeline.model.set_sptes == 5 * 9
         assert screen.query_one(EventPanel).counters.totals["kvm_mmu_get_page"] == 5 * 5
-        assert screen.kernel_stats["max_mmu_rmap_size"] == 4  # seed 002's storm, by one
+        assert (
+            screen.kernel_stats["max_mmu_rmap_size"] == 4
+        )  # the PTE_LIST_EXT thread's storm, by one
         assert "max_mmu_rmap_size" in str(screen.query_one(KernelStats).content)
         if "shadow MMU" in screen.title:  # the comparison, slice by slice: all equal
             assert screen.rows and all(r["explained"] is None for r in screen.rows)

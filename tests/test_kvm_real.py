@@ -1,5 +1,5 @@
 """`mmuscope kvm`: guest programs on this host's own KVM, recorded through a private
-tracefs instance, and the engine's shadow MMU held against them (issue 11).
+tracefs instance, and the engine's shadow MMU held against them.
 
 Runs for real where /dev/kvm and root are there (the project's machines and CI); skips
 with the reason elsewhere.

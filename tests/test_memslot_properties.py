@@ -1,5 +1,5 @@
 """Property tests: random KVM_SET_USER_MEMORY_REGION sequences against a small reference
-model of the kernel's rules (kvm-reference §2.2-§2.3), written independently of the
+model of the kernel's rules (docs/kvm.md §2.2-§2.3), written independently of the
 engine: same errno, no change on refusal, every strategy agrees with brute force, and
 every structure passes audit() after every step."""
 

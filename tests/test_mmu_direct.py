@@ -116,7 +116,7 @@ def test_delete_zaps_everything_fast() -> None:
     used = mmu.pages.n_used_mmu_pages
     vm.set_user_memory_region(2, 0, 0, 0, 0)  # delete ram-above-4g
     assert [e.name for e in events if e.name == "kvm_mmu_zap_all_fast"]
-    # vCPU 0's root stays accounted until the vCPU lets go of it (issue 15 item 7)
+    # vCPU 0's root stays accounted until the vCPU lets go of it
     assert mmu.pages.n_used_mmu_pages == 1 and used > 1
     assert not any(mmu.rmaps.values())
     mmu.audit()
@@ -276,8 +276,8 @@ def test_one_spte_is_a_bare_sptep_and_a_second_makes_a_head() -> None:
     Direct pages give a gfn one spte per root role, so a second spte in the *same* rmap
     needs a second root of the same address space: a fast zap that has not reached the
     old pages yet (the kernel drops mmu_lock every BATCH_ZAP_PAGES, and vCPUs fault in
-    new roots meanwhile; seed 003 defers it to the page budget), modelled with
-    `defer_obsolete_zap`."""
+    new roots meanwhile; the fast-zap thread (kvm, 2013) defers it to the page budget),
+    modelled with `defer_obsolete_zap`."""
     _, mmu, _ = guest(huge=False)
     gpa = 0x1234_5000
     key, index = (0, 1, PG_LEVEL_4K), (0x1234_5000 >> 12) - (1 << 8)

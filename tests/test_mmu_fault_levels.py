@@ -1,7 +1,8 @@
-"""Issue 15, "missing from the fault path", for the direct MMU (EPT/NPT, tdp_mmu=N) and the
-shadow MMU: `direct_pte_prefetch`, the host's backing (`host_pfn_mapping_level`), NX huge
-pages (`disallowed_hugepage_adjust`, `account_nx_huge_page`, recovery) and the kernel's
-non-present spte value (`SHADOW_NONPRESENT_VALUE`), each rule of mmu.c 6.17/6.18."""
+"""What the fault path needs beyond mapping a 4K page, for the direct MMU (EPT/NPT,
+tdp_mmu=N) and the shadow MMU: `direct_pte_prefetch`, the host's backing
+(`host_pfn_mapping_level`), NX huge pages (`disallowed_hugepage_adjust`,
+`account_nx_huge_page`, recovery) and the kernel's non-present spte value
+(`SHADOW_NONPRESENT_VALUE`), each rule of mmu.c 6.17/6.18."""
 
 from __future__ import annotations
 

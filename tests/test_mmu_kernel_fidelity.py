@@ -1,6 +1,6 @@
-"""Issue 15, "Wrong today": each defect a KVM developer would catch, checked against the
-6.17/6.18 kernel's code (function names in each test).  Every test here failed before
-its fix."""
+"""The model against today's mmu.c: each defect a KVM developer would catch, checked
+against the 6.17/6.18 kernel's code (function names in each test).  Every test here
+failed before its fix."""
 
 from __future__ import annotations
 
@@ -298,7 +298,7 @@ def test_shadow_mmu_makes_pages_available_only_on_the_fetch_path() -> None:
     assert calls == []
 
 
-# 9 / issue 12 §2. guest page-table writes: unsync, track_write, flooding, sync ----------
+# 9. guest page-table writes: unsync, track_write, flooding, sync ----------
 
 
 def _mapped(mmu: ShadowMmu) -> tuple[int, int, int]:

@@ -1,4 +1,4 @@
-"""Shadow pages (kvm-reference §4): role words, the page hash, the budget, slow and fast
+"""Shadow pages (docs/kvm.md §4): role words, the page hash, the budget, slow and fast
 zap with lock breaks, under random operation sequences with an audit after each step."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def test_hash_64_is_the_golden_ratio_multiply() -> None:
 
 def test_default_budget() -> None:
     assert default_mmu_pages(1000) == KVM_MIN_ALLOC_MMU_PAGES
-    assert default_mmu_pages(41945090) == 838901  # kvm-reference §4.5, from a crash dump
+    assert default_mmu_pages(41945090) == 838901  # docs/kvm.md §4.5, from a crash dump
 
 
 def build_tree(pages: MmuPages, roots: int, fanout: int) -> list[KvmMmuPage]:
@@ -134,8 +134,8 @@ def test_budget_zaps_the_oldest_then_refuses() -> None:
 
 
 def test_deferred_fast_zap_reclaims_obsolete_pages_on_demand() -> None:
-    """Seed 003's suggestion: the fast zap only starts a generation; the budget then frees
-    obsolete pages instead of valid ones."""
+    """The fast-zap thread's suggestion: the fast zap only starts a generation; the
+    budget then frees obsolete pages instead of valid ones."""
     pages = MmuPages(40, defer_obsolete_zap=True)
     old = build_tree(pages, roots=1, fanout=19)  # 20 pages
     assert pages.zap_all_fast() == 0 and pages.lock_holds == []

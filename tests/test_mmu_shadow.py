@@ -1,5 +1,6 @@
 """Shadow paging (EPT off): guest page tables, indirect shadow pages, write protection of
-shadowed tables, rmaps under a fork storm (seed 002), MMIO sptes, the vtlb (seed 000)."""
+shadowed tables, rmaps under a fork storm (the PTE_LIST_EXT thread), MMIO sptes, the vtlb
+(the memslot-search thread)."""
 
 from __future__ import annotations
 
@@ -243,7 +244,7 @@ def test_mmio_is_cached_with_its_generation_then_hit_without_a_walk() -> None:
     assert [e.name for e in events if e.name.endswith("mmio_spte")][-1] == "check_mmio_spte"
     hit = [e for e in events if e.name == "handle_mmio_page_fault"][-1]
     assert hit.fields["addr"] == GVA and hit.fields["gfn"] == LAPIC_GFN
-    # handle_mmio_page_fault() emulates whatever the access (issue 15 item 10): the
+    # handle_mmio_page_fault() emulates whatever the access: the
     # emulator, not the fault path, finds that a user access to a supervisor page faults
     assert mmu.page_fault(0, p, GVA, user=True) == RetPf.EMULATE
     vm.set_user_memory_region(20, 0, 8 * GiB, 2 * MiB, 0x7F10_0000_0000)  # any CREATE

@@ -1,6 +1,6 @@
-"""Guests pasted from the wild (issue 13 §3) and both KVM address spaces from one dump
-(issue 16 item 3): a flat view without its FlatView/AS header lines, QEMU's trailing
-` KVM` memslot markers, and `--mtree` loading `memory` as as_id 0 and `KVM-SMRAM` as 1."""
+"""Guests pasted from the wild and both KVM address spaces from one dump: a flat view
+without its FlatView/AS header lines, QEMU's trailing ` KVM` memslot markers, and
+`--mtree` loading `memory` as as_id 0 and `KVM-SMRAM` as 1."""
 
 from __future__ import annotations
 
@@ -152,7 +152,9 @@ def test_cli_lookup_in_smram_and_layout_says_which_rule(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0].startswith(f"# memory: {RULE_MARKED} (pasted without")
     assert len(done.stdout.splitlines()) == 1 + len(MARKED)
-    done = run("layout", "--mtree", paste, "--json")  # CONTRACT: the list of slots only
+    done = run(
+        "layout", "--mtree", paste, "--json"
+    )  # docs/architecture.md §6.3: the list of slots only
     rows = json.loads(done.stdout)
     assert [(r["name"], r["gpa"], r["size"], r["readonly"]) for r in rows] == [
         (r.name, r.gpa, r.size, r.readonly) for r in MARKED

@@ -27,8 +27,9 @@ def test_the_f2_section_lists_every_mmu_p_cycles() -> None:
 
 
 def test_the_readme_explains_what_users_asked_about() -> None:
-    """Issue 16's README list: real data for tests, text and trace.dat, --hex64, the
-    address spaces --mtree loads, refused exports, Ctrl+C, the clicker keys."""
+    """What users asked the README to explain: real data for tests, text and trace.dat,
+    --hex64, the address spaces --mtree loads, refused exports, Ctrl+C, the clicker
+    keys."""
     for words in (
         "MMUSCOPE_REALDATA",
         "../shared/realdata",

@@ -1,5 +1,6 @@
-"""`mmuscope replay TRACE --jsonl | --summary`: the CONTRACT's shapes, every line shape,
-mail-wrapped records rejoined, garbage never an error, bounded memory."""
+"""`mmuscope replay TRACE --jsonl | --summary`: the shapes of docs/architecture.md §6.3,
+every line shape, mail-wrapped records rejoined, garbage never an error, bounded
+memory."""
 
 from __future__ import annotations
 
@@ -219,7 +220,7 @@ def test_the_engines_own_events_replay_into_the_same_pages(shadow: bool) -> None
         model.apply(event)
     model.audit()
     live = [p for p in model.pages.values() if not model.is_obsolete(p)]
-    # zapped roots a vCPU still holds stay accounted (issue 15 item 7) but are not live
+    # zapped roots a vCPU still holds stay accounted but are not live
     pages = session.mmu.pages
     assert len(live) == pages.n_used_mmu_pages - len(pages.invalid_roots)
 

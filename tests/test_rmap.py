@@ -1,9 +1,10 @@
-"""x86 rmap lists (kvm-reference §3.1-§3.4) in every era, and debugfs `mmu_rmaps_stat` (§3.5).
+"""x86 rmap lists (docs/kvm.md §3.1-§3.4) in every era, and debugfs `mmu_rmaps_stat`
+(§3.5).
 
 Property tests drive random add/remove sequences against a plain Python list, auditing
 after every step; unit tests pin the kernel's exact moves (1->2, overflow, hole filling,
 freeing) era by era; the debugfs text is compared byte for byte with hand-written
-fixtures, one of them Peter Xu's 6G-guest table from seed 002.
+fixtures, one of them Peter Xu's 6G-guest table from the PTE_LIST_EXT thread (kvm, 2021).
 """
 
 from __future__ import annotations
@@ -271,7 +272,8 @@ def test_metadata_first_keeps_six_entries_in_one_line() -> None:
     for name in ("14", "6.4"):
         era = ERAS[name]
         assert [desc_cache_lines(era, n) for n in range(1, 15)] == [1] * 6 + [2] * 8
-    # Sean's point in seed 002: with `more` after sptes[15], every walk touches 2 lines.
+    # Sean's point in the PTE_LIST_EXT thread: with `more` after sptes[15], every walk
+    # touches 2 lines.
     assert {desc_cache_lines(ERAS["15"], n) for n in range(1, 16)} == {2}
     assert {desc_cache_lines(ERAS["3"], n) for n in range(1, 4)} == {1}
 
@@ -355,7 +357,8 @@ def test_format_small_fixture_bytes() -> None:
 
 
 def peterx_6g_counts() -> dict[str, itertools.chain[int]]:
-    """Rmap heads whose ffs buckets give Peter Xu's 6G-guest table (seed 002)."""
+    """Rmap heads whose ffs buckets give Peter Xu's 6G-guest table (the PTE_LIST_EXT
+    thread)."""
 
     def heads(per_bucket: list[int]) -> itertools.chain[int]:
         # Bucket i >= 1 holds exactly the counts whose lowest set bit is 2^(i-1).

@@ -1,5 +1,5 @@
 """`mmuscope rmaps-stat`: debugfs's mmu_rmaps_stat after a workload, byte for byte in the
-kernel's format (kvm-reference §3.5), through the installed command."""
+kernel's format (docs/kvm.md §3.5), through the installed command."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """Every scenario, step by step, in the app (headless): after each step the screen shows
 what the step declares (`expect` over the screen's probe, `shows` in the drawn screen),
 the caption's `{...}` fields are filled from the same values, and no panel is cut at
-the bottom (issue 16, item 9): at 120×40 each panel's rows fit the part of it on screen,
-beside a caption of up to six lines (and at 200×60 after the last step).  At 80×24
-(issue 13 §2), beside a caption cut to five lines, every other step of each scenario:
+the bottom: at 120×40 each panel's rows fit the part of it on screen,
+beside a caption of up to six lines (and at 200×60 after the last step).  At 80×24,
+beside a caption cut to five lines, every other step of each scenario:
 the panels drop rows and say so rather than cut one."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ SIZE = (120, 40)
 WIDE = (200, 60)
 SMALL = (80, 24)
 CAPTION_LINES = 6  # the caption's max-height 7, less its top border (tui/widgets/caption.py)
-#: the classroom scenarios of issue 17 (real-kvm runs the host's KVM: tests/test_kvm_*)
+#: the classroom scenarios (real-kvm runs the host's KVM: tests/test_kvm_*)
 CHECKED = [s.name for s in list_scenarios() if s.name != "real-kvm"]
 
 

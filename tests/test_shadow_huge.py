@@ -1,9 +1,8 @@
-"""Huge pages and NX huge pages under shadow paging (issue 15, "missing from the fault
-path"), each case worked by hand from 6.18 `FNAME(page_fault)`/`FNAME(fetch)`
-(paging_tmpl.h), `kvm_mmu_hugepage_adjust`, `account_shadowed` and
-`kvm_recover_nx_huge_pages` (mmu.c).  The pc-4g layout: slot 2 is gfn 0x100000 (4 GiB),
-512 MiB, host pfn 0x7f00e0200 (2M-aligned alike, not 1G); guest tables come from the top
-of slot 1, gfn 0xdc000 on."""
+"""Huge pages and NX huge pages under shadow paging (each case worked by hand from 6.18
+`FNAME(page_fault)`/`FNAME(fetch)` (paging_tmpl.h), `kvm_mmu_hugepage_adjust`,
+`account_shadowed` and `kvm_recover_nx_huge_pages` (mmu.c).  The pc-4g layout: slot 2 is
+gfn 0x100000 (4 GiB), 512 MiB, host pfn 0x7f00e0200 (2M-aligned alike, not 1G); guest
+tables come from the top of slot 1, gfn 0xdc000 on."""
 
 from __future__ import annotations
 

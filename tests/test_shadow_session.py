@@ -59,7 +59,7 @@ def test_a_first_touch_costs_two_exits_then_none() -> None:
     assert "mov cr3" in first.update and "pfault" in first.update
 
 
-def test_pfault_round_follows_seed_004s_program() -> None:
+def test_pfault_round_follows_the_power_keys_threads_program() -> None:
     s = session("pfault")
     updates: list[str] = []
     rets: Counter[str] = Counter()
@@ -96,8 +96,9 @@ def test_netperf_mmio_is_walked_once_then_hit() -> None:
 
 
 def test_without_mmio_sptes_the_vtlb_saves_the_emulators_walk() -> None:
-    """Seed 000: with no MMIO caching (2011) each MMIO exit walks the guest tables in
-    the fault and again in the emulator; the vtlb answers the second."""
+    """The memslot-search thread (kvm, 2011): with no MMIO caching (2011) each MMIO exit
+    walks the guest tables in the fault and again in the emulator; the vtlb answers the
+    second."""
     walks = {}
     for vtlb in (False, True):
         s = session("netperf", seed=2, spte_config="2011-shadow-no-mmio-cache", vtlb=vtlb)

@@ -1,4 +1,5 @@
-"""engine.mmu.spte: spte bit layout, MMIO spte caching and its generation (kvm-reference §5).
+"""engine.mmu.spte: spte bit layout, MMIO spte caching and its generation (docs/kvm.md
+§5).
 
 The hex constants below are worked out by hand from the bit layout (arithmetic in the
 comments), not printed by the code under test.

@@ -1,4 +1,4 @@
-"""The TDP MMU's non-present and frozen sptes, by era (issue 15).
+"""The TDP MMU's non-present and frozen sptes, by era.
 
 6.10+ (spte.h, tdp_mmu.c 6.18): a new page table comes from `mmu_shadow_page_cache`, whose
 `init_value` is `SHADOW_NONPRESENT_VALUE` (BIT(63)); a zapped spte is set to it

@@ -1,8 +1,8 @@
 """Tracepoint texts by kernel era (engine/trace/tracepoints.py, printk.py): today's 6.18
 texts — the pferr flags with ``PK|SS|SGX``, ``kvm_exit`` with ``requests``, ``kvm_entry``
 with ``intr_info``/``error_code`` — and the older ones they replaced; the kernel's
-TP_STRUCT__entry field names with their earlier names as aliases (CONTRACT.md
-``mmuscope replay``).  The 6.18 lines are written from the running kernel's
+TP_STRUCT__entry field names with their earlier names as aliases (docs/architecture.md
+§6.3, ``mmuscope replay``).  The 6.18 lines are written from the running kernel's
 ``events/*/format`` print fmts (tests/test_kernel_formats.py checks those on the machine)."""
 
 from __future__ import annotations

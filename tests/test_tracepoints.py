@@ -1,5 +1,5 @@
 """kvm/kvmmmu tracepoints and trace lines: formatting an event is the inverse of parsing it
-(engine/trace; kvm-reference §6.3-§6.4; CONTRACT.md `mmuscope replay`)."""
+(engine/trace; docs/kvm.md §6.3-§6.4; `mmuscope replay` in docs/architecture.md §6.3)."""
 
 from __future__ import annotations
 

@@ -209,7 +209,7 @@ async def test_p_switches_to_shadow_paging_with_guest_walks_and_the_vtlb(tmp_pat
         panel = str(mmu.query_one(GuestPanel).content)
         assert "PML4E" in panel and "vtlb vcpu" in panel
         assert session.last_walk and session.last_walk[0][0] == 4
-        # issue 15: the fault's level and why (the guest's own level first), NX splits
+        # the fault's level and why (the guest's own level first), NX splits
         counters = str(mmu.query_one(MmuCounters).content)
         assert "nx_lpage_splits" in counters and "nx_huge_pages=off" in counters
         assert "4K: guest leaf is 4K" in counters
@@ -308,7 +308,7 @@ async def test_z_under_the_tdp_mmu_invalidates_roots_and_frees_tables_through_rc
 
 
 async def test_shadow_paging_shows_an_unsync_page_and_its_sync(tmp_path: Path) -> None:
-    """Issue 12 §2: a guest's store into a shadowed level-1 table unsyncs it (marked ~
+    """A guest's store into a shadowed level-1 table unsyncs it (marked ~
     on the levels, counted in mmu_unsync); the next CR3 load syncs it."""
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -332,7 +332,7 @@ async def test_shadow_paging_shows_an_unsync_page_and_its_sync(tmp_path: Path) -
 
 
 async def test_direct_pages_show_prefetch_levels_and_nx_splits(tmp_path: Path) -> None:
-    """Issue 15 on the screen: with direct pages (tdp_mmu=N) a fault's prefetched
+    """On the screen: with direct pages (tdp_mmu=N) a fault's prefetched
     neighbours are □ (A clear), the counters give the level and the kernel's reason,
     `B` changes the host backing and `X` turns nx_huge_pages on (a fetch splits)."""
     app = build(tmp_path)

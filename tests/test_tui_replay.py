@@ -165,7 +165,7 @@ async def test_readable_at_80x24_and_120x40(tmp_path: Path) -> None:
 
 async def test_no_panel_is_cut_at_80x24_while_it_plays_steps_and_seeks(tmp_path: Path) -> None:
     """At 80×24 the state panel and the spte grid are shorter than their rows: they
-    keep the rows that matter and count the others on their bottom border (issue 13 §2)."""
+    keep the rows that matter and count the others on their bottom border."""
     app = build(SAMPLE, tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
         screen = replay_screen(app)

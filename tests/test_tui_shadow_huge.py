@@ -1,4 +1,4 @@
-"""Issue 15 on the shadow-MMU screen in shadow paging: `H` gives the guest kernel's 2M
+"""Huge pages on the shadow-MMU screen in shadow paging: `H` gives the guest kernel's 2M
 text and direct map (guest PDEs with PS set), `B` the host's backing and `X`
 nx_huge_pages; a fetch maps a 2M spte where guest and host allow, the counters say why
 not otherwise, and nx_lpage_splits counts the splits."""

@@ -1,4 +1,4 @@
-"""Every screen readable at 80×24, 120×40 and 200×60 (issue 13 §2).
+"""Every screen readable at 80×24, 120×40 and 200×60.
 
 One SVG snapshot per screen and size (review them with `--snapshot-update`), and checks
 of what the snapshots cannot say: the event log never cuts an event inside its fields

@@ -1,5 +1,5 @@
-"""SVG screenshots draw each cell once, where the terminal does (issue 16: "the
-highlighted cost row is misaligned in SVG ("1.601.60")").
+"""SVG screenshots draw each cell once, where the terminal does (a highlighted
+cost row was once misaligned in SVG: "1.601.60").
 
 Rich's SVG export writes one `<text>` run per styled segment at `x = column × char width`
 with `textLength` = its characters × char width.  A segment whose characters do not take

@@ -1,4 +1,4 @@
-"""No explanation is cut (issue 16, item 9): at 120×40 and 200×60 every screen shows
+"""No explanation is cut: at 120×40 and 200×60 every screen shows
 each text panel's lines whole (wrapped where the panel is narrow), the memslots' names,
 the titles of the panels and the header's play state; at 80×24 text may be cut where
 there is no room, but no widget is drawn over another.
@@ -32,7 +32,7 @@ STATES = {
     "shadow": ("f2", "p", "p", *["n"] * 9),  # shadow paging (EPT off)
     "power-era": ("f5", "k", "n", "n"),  # an era with host keys: more counters
 }
-# The explanations issue 16 quotes as cut, by screen: each must be on screen whole.
+# The explanations users found cut, by screen: each must be on screen whole.
 QUOTED = {
     "memslots": ("gfn >= base_gfn", "ram-1m-to-hole", "⏸ paused 4/s"),
     "tlb": ("2 VMs × 8 vCPUs on 8 pCPUs, slice 12 ms",),

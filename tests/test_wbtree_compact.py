@@ -1,4 +1,4 @@
-"""`wbtree-compact`: the wbtree with Alex's missing compaction (issue 12 §3): heavy slots
+"""`wbtree-compact`: the wbtree with Alex's missing compaction: heavy slots
 still at the top, equal weights balanced by address, height O(log n), one shape per set of
 slots whatever the order of updates."""
 

@@ -46,7 +46,7 @@ def test_a_row_breaks_between_two_fields_first() -> None:
 
 
 def test_a_counters_row_never_wraps_and_keeps_its_label() -> None:
-    """Issue 13 §2, tables never wrap a row: the value takes the label column's padding,
+    """Tables never wrap a row: the value takes the label column's padding,
     then drops its closing "(explanation)", then is cut with an ellipsis."""
     from mmuscope.tui.widgets.fit import table_row
     from rich.style import Style
