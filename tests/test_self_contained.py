@@ -1,0 +1,112 @@
+"""The repository explains itself: code, user-visible text and docs cite docs/kvm.md,
+docs/architecture.md, docs/threads.md, kernel functions and the threads by their short
+names, never something a user cannot open (an issue number, a file outside the
+repository, a thread's archive file name) and never "seed 00N" ("seed" is the random
+seed only).  Scanned: engine/ (code and the scenario data), tui/, benchmarks/, scripts/,
+docs/, README.md and the Makefile.  tests/ is not scanned: this file names the forms."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCANNED = ("engine", "tui", "benchmarks", "scripts", "docs", "README.md", "Makefile")
+SUFFIXES = {".py", ".toml", ".md", ".tcss", ".txt", ".json", ".cfg", ""}
+
+FORBIDDEN = {
+    "an issue number": re.compile(r"\bissue \d+", re.IGNORECASE),
+    "CONTRACT.md": re.compile(r"CONTRACT\.md"),
+    "the old KVM reference": re.compile(r"kvm-reference", re.IGNORECASE),
+    "seed 00N": re.compile(r"\bseed 00[0-4]", re.IGNORECASE),
+    "seeds 00N": re.compile(r"\bseeds 00", re.IGNORECASE),
+    "a thread's file name": re.compile(r"[0-4]{3}_[0-9a-f]{16}\.txt"),
+    "shared/seeds": re.compile(r"shared/seeds"),
+    "shared/domain": re.compile(r"shared/domain"),
+    "DESIGN.md": re.compile(r"DESIGN\.md"),
+}
+
+
+def scanned_files(root: Path = ROOT) -> list[Path]:
+    files: list[Path] = []
+    for name in SCANNED:
+        path = root / name
+        if path.is_file():
+            files.append(path)
+        elif path.is_dir():
+            files += sorted(
+                p
+                for p in path.rglob("*")
+                if p.is_file() and p.suffix in SUFFIXES and "__pycache__" not in p.parts
+            )
+    return files
+
+
+def findings(files: list[Path], root: Path = ROOT) -> list[str]:
+    """`path:line: what: the line` for every forbidden citation in `files`."""
+    found = []
+    for path in files:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for number, line in enumerate(text.splitlines(), 1):
+            for what, pattern in FORBIDDEN.items():
+                if pattern.search(line):
+                    where = path.relative_to(root)
+                    found.append(f"{where}:{number}: {what}: {line.strip()[:120]}")
+    return found
+
+
+def test_the_scan_covers_code_data_and_docs() -> None:
+    files = {p.relative_to(ROOT).as_posix() for p in scanned_files()}
+    for expected in (
+        "README.md",
+        "docs/kvm.md",
+        "docs/threads.md",
+        "docs/architecture.md",
+        "engine/scenarios/data/05-fast-zap.toml",
+        "engine/claims/table.py",
+        "tui/bench.py",
+        "benchmarks/frame_speed.py",
+    ):
+        assert expected in files, expected
+
+
+def test_nothing_cites_what_the_repository_does_not_hold() -> None:
+    found = findings(scanned_files())
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "# the budget reclaims them later (Issue 15 item 7)",
+        "Public API per CONTRACT.md.",
+        "(kvm-reference §4.4)",
+        'caption = """Xiao Guangrong\'s fast zap (seed 003): ..."""',
+        "(seeds 000, 002)",
+        'SEED = "003_04d8d0fcc1d93881.txt"',
+        "in shared/seeds beside the project",
+        "see shared/domain/real-kvm.md",
+        '(DESIGN.md, "everything is an event")',
+    ],
+)
+def test_a_planted_citation_is_found(tmp_path: Path, line: str) -> None:
+    planted = tmp_path / "engine" / "planted.py"
+    planted.parent.mkdir()
+    planted.write_text(f'"""A module."""\n\n{line}\n', encoding="utf-8")
+    (tmp_path / "README.md").write_text("# clean\n", encoding="utf-8")
+    found = findings(scanned_files(tmp_path), tmp_path)
+    assert len(found) == 1 and found[0].startswith("engine/planted.py:3: "), found
+
+
+def test_the_random_seed_and_the_threads_short_names_pass(tmp_path: Path) -> None:
+    ok = tmp_path / "engine" / "ok.py"
+    ok.parent.mkdir()
+    ok.write_text(
+        "Workload(seed=3)  # the random seed of the run\n"
+        "# the fast-zap thread (kvm, 2013), docs/kvm.md §4.4\n"
+        "thread = 'memslot-search'\n",
+        encoding="utf-8",
+    )
+    assert findings(scanned_files(tmp_path), tmp_path) == []
