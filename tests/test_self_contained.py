@@ -44,17 +44,31 @@ def scanned_files(root: Path = ROOT) -> list[Path]:
     return files
 
 
+LINE_BREAK = re.compile(r"[ \t]*\n[ \t]*(?:#[ \t]*)?")  # a comment's words run on
+
+
 def findings(files: list[Path], root: Path = ROOT) -> list[str]:
-    """`path:line: what: the line` for every forbidden citation in `files`."""
+    """`path:line: what: the line` for every forbidden citation in `files`, also where a
+    line break (in prose or a comment) falls inside one ("issue\n# 14")."""
     found = []
     for path in files:
         text = path.read_text(encoding="utf-8", errors="replace")
-        for number, line in enumerate(text.splitlines(), 1):
-            for what, pattern in FORBIDDEN.items():
-                if pattern.search(line):
-                    where = path.relative_to(root)
-                    found.append(f"{where}:{number}: {what}: {line.strip()[:120]}")
-    return found
+        lines = text.splitlines()
+        # the text with each line break (and a comment's `#`) as one space, and where
+        # each of its characters came from
+        flat, origin, at = [], [], 0
+        for piece in LINE_BREAK.split(text):
+            start = text.index(piece, at) if piece else at
+            flat.append(piece + " ")
+            origin += range(start, start + len(piece) + 1)
+            at = start + len(piece)
+        joined = "".join(flat)
+        for what, pattern in FORBIDDEN.items():
+            for match in pattern.finditer(joined):
+                number = text.count("\n", 0, origin[match.start()]) + 1
+                where = path.relative_to(root)
+                found.append(f"{where}:{number}: {what}: {lines[number - 1].strip()[:120]}")
+    return sorted(set(found))
 
 
 def test_the_scan_covers_code_data_and_docs() -> None:
@@ -89,6 +103,7 @@ def test_nothing_cites_what_the_repository_does_not_hold() -> None:
         "in shared/seeds beside the project",
         "see shared/domain/real-kvm.md",
         '(DESIGN.md, "everything is an event")',
+        "# read without argparse (options_of: issue\n# 14, start-up)",
     ],
 )
 def test_a_planted_citation_is_found(tmp_path: Path, line: str) -> None:

@@ -264,8 +264,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     if words[:1] == ["simulate"]:
-        # its usual command line is read without argparse (simulate_cli.options_of: issue
-        # 14 "Speed", start-up); any other goes through the parser below.  The modules and
+        # its usual command line is read without argparse (simulate_cli.options_of, for
+        # its start-up); any other goes through the parser below.  The modules and
         # the session live to the end: no collection while they are made (run_options
         # freezes them and turns the collector back on for the run)
         gc.disable()
