@@ -77,6 +77,10 @@ def test_jsonl_is_what_replay_jsonl_makes_of_the_text(tmp_path: Path) -> None:
         ("--mmu", "direct", "--workload", "kernbench", "--race-rate", "0.1"),
         ("--mmu", "tdp", "--workload", "kernbench", "--race-rate", "2"),
         ("--mmu", "tdp", "--workload", "kernbench", "--smi-every", "100"),  # pc-4g: no SMRAM
+        ("--mmu", "tdp"),
+        ("--mmu", "tdp", "--workload", "kernbench", "--paused"),  # the explorer's option
+        ("--mmu", "tdp", "--workload", "kernbench", "extra"),
+        ("--mmu", "tdp", "--workload", "kernbench", "--accesses", "ten"),
     ],
 )  # fmt: skip
 def test_bad_options_are_one_line_and_exit_2(args: tuple[str, ...]) -> None:

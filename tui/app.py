@@ -3,7 +3,6 @@ benchmarks and the screenshot script."""
 
 from __future__ import annotations
 
-import gc
 import sys
 import time
 from collections.abc import Iterable
@@ -139,24 +138,10 @@ class MmuscopeApp(App[None]):
         first = "replay" if self.has_replay else "memslots"
         self.install_screen(self.make_screen(first), first)
         self.push_screen(first)
-        self.call_after_refresh(self._freeze_startup_objects)
         if self.scenario_run is not None:
             self.call_after_refresh(self.action_scenario, 1)
 
-    def _freeze_startup_objects(self) -> None:
-        """Move everything alive after start-up out of the collector's sight.
-
-        The widgets, styles and the engine's structures live as long as the app; left in
-        the generations, each full collection rescans them (20-30 ms at 512 slots, a frame
-        and more while playing).  `gc.freeze()` is the standard fix for long-lived heaps.
-        No `gc.collect()` first: it would cost the first frame ~15 ms, and the little
-        start-up garbage frozen with the rest is freed by `on_unmount`'s unfreeze.  The
-        `mmuscope` command turns the collector off for the start-up (tui/cli.py): on here."""
-        gc.freeze()
-        gc.enable()
-
     def on_unmount(self) -> None:
-        gc.unfreeze()  # the app is done; let its objects be collected
         render = sys.modules.get("mmuscope.engine.export.render")
         if render is not None:
             render.kill_running_dots()  # an export still in `dot` does not outlive the app

@@ -9,9 +9,9 @@ tool (one line on stderr), 1 a bug.  Modules are imported when their command run
 
 from __future__ import annotations
 
-import gc
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -50,19 +50,18 @@ EXTERNAL: dict[str, tuple[str, str, str]] = {
 }  # fmt: skip
 
 
-def command_of(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str | None:
+def command_of(argv: Sequence[str], takes_value: Collection[str]) -> str | None:
     """The command `argv` names: its first word that is a command and not the value of
-    the option before it (`--scenario vtlb`), or None (the explorer)."""
-    takes_value = False
+    the option before it (`--scenario vtlb`: an option of `takes_value`), or None (the
+    explorer)."""
+    skip = False
     for word in argv:
-        if takes_value:
-            takes_value = False
-            continue
-        if word.startswith("-"):
-            action = parser._option_string_actions.get(word)
-            takes_value = action is not None and action.nargs != 0
-            continue
-        return word if word in RUNNERS else None
+        if skip:
+            skip = False
+        elif word.startswith("-"):
+            skip = word in takes_value
+        else:
+            return word if word in RUNNERS else None
     return None
 
 
@@ -71,55 +70,29 @@ DESCRIPTION = (
     "Textual app that animates memslot lookups live (ctrl+q quits, ? lists keys)."
 )
 
-# Commands whose runner reads only the arguments of its own parser (none of the explorer's
-# options before it): a command line that starts with one of them gets `_own_parser`.
-OWN_ARGUMENTS_ONLY = frozenset({"simulate"})
-
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The whole parser; given the command line `argv`, only the command it names gets
     its arguments (the others keep their name and help line for `--help`), so starting
-    the explorer imports no command module (a faster start-up)."""
-    if argv and argv[0] in OWN_ARGUMENTS_ONLY:
-        return _own_parser(argv[0])
+    the explorer imports no command module."""
     from . import __version__
     from .cliparts import CliParser, add_explorer_options
 
     parser = CliParser(prog="mmuscope", description=DESCRIPTION)
 
     parser.add_argument("--version", action="version", version=f"mmuscope {__version__}")
-    add_explorer_options(parser)
+    explorer = add_explorer_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CliParser)
-    _add_commands(sub, only=None if argv is None else command_of(parser, argv) or "")
-    return parser
-
-
-def _own_parser(command: str) -> argparse.ArgumentParser:
-    """The parser for a command line that starts with `command` (OWN_ARGUMENTS_ONLY): the
-    command's own, under a top level that has the whole parser's option strings (so an
-    abbreviation such as `--s` is ambiguous there as before) without their types,
-    choices and defaults, and no other command, as no such command line reaches them:
-    two parsers made instead of 13, and no explorer option's imports (`mmuscope
-    simulate`'s start-up).  tests/test_cli_own_parser.py compares the two."""
-    import argparse
-
-    from . import __version__
-    from .cliparts import EXPLORER_OPTION_STRINGS, CliParser
-
-    parser = CliParser(prog="mmuscope", description=DESCRIPTION)
-    parser.add_argument("--version", action="version", version=f"mmuscope {__version__}")
-    for option in EXPLORER_OPTION_STRINGS:
-        parser.add_argument(option, help=argparse.SUPPRESS)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CliParser)
-    module, function, _ = EXTERNAL[command]
-    getattr(_command_module(module), function)(sub)
+    if argv is None:
+        _add_commands(sub, only=None)
+    else:
+        takes_value = {s for action in explorer if action.nargs != 0 for s in action.option_strings}
+        _add_commands(sub, only=command_of(argv, takes_value) or "")
     return parser
 
 
 def _command_module(module: str) -> ModuleType:
-    """The module `tui.<module>` of a command (importlib is not on simulate's path)."""
-    from importlib import import_module
-
+    """The module `tui.<module>` of a command."""
     return import_module(f"{__package__}.{module}")
 
 
@@ -255,38 +228,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("mmuscope: interrupted", file=sys.stderr)
         return 130
     finally:
-        gc.enable()  # _main turns it off for the explorer's start-up
         render = sys.modules.get("mmuscope.engine.export.render")
         if render is not None:
             render.kill_running_dots()
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    words = sys.argv[1:] if argv is None else list(argv)
-    if words[:1] == ["simulate"]:
-        # its usual command line is read without argparse (simulate_cli.options_of, for
-        # its start-up); any other goes through the parser below.  The modules and
-        # the session live to the end: no collection while they are made (run_options
-        # freezes them and turns the collector back on for the run)
-        gc.disable()
-        from .simulate_cli import options_of, run_options
-
-        options = options_of(words[1:])
-        if options is not None:
-            return _run(run_options, options)
-        gc.enable()
     from .cliparts import CliError
 
-    parser = build_parser(words)
-    args = parser.parse_args(words)
-    if args.command not in RUNNERS:
-        parser.error(f"unknown command {args.command!r}")
+    words = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(words).parse_args(words)
     module, function = RUNNERS[args.command]
-    if args.command is None:
-        # The explorer's start-up allocates ~10^5 long-lived objects (Textual, the widgets,
-        # the engine): no collection while they are made; the app freezes them and turns
-        # the collector back on after its first frame (MmuscopeApp._freeze_startup_objects).
-        gc.disable()
     try:
         return _run(getattr(_command_module(module), function), args)
     except CliError as err:

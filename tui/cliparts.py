@@ -10,9 +10,8 @@ Exit codes: 0 success, 2 bad input or a missing tool (one line on stderr), 1 a b
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -24,45 +23,8 @@ class CliError(Exception):
     """Bad input: printed as one line, exit code 2."""
 
 
-def help_width() -> int:
-    """The width argparse's HelpFormatter takes by default: `shutil.get_terminal_size()`'s
-    columns (COLUMNS when set and positive, else the terminal's, else 80) less 2, found
-    without importing shutil and the zlib, bz2 and lzma it imports, as every add_argument
-    makes a formatter (a command's start-up; tests/test_cli_own_parser.py
-    checks it against shutil)."""
-    try:
-        columns = int(os.environ["COLUMNS"])
-    except (KeyError, ValueError):
-        columns = 0
-    if columns <= 0:
-        try:
-            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns or 80
-        except (AttributeError, ValueError, OSError):
-            columns = 80
-    return columns - 2
-
-
-class CliHelpFormatter(argparse.HelpFormatter):
-    """argparse's formatter, its default width from `help_width()`."""
-
-    def __init__(
-        self,
-        prog: str,
-        indent_increment: int = 2,
-        max_help_position: int = 24,
-        width: int | None = None,
-        **kwargs: Any,
-    ) -> None:
-        width = help_width() if width is None else width
-        super().__init__(prog, indent_increment, max_help_position, width, **kwargs)
-
-
 class CliParser(argparse.ArgumentParser):
     """argparse with exit code 2 and one line for a usage error (no usage dump)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("formatter_class", CliHelpFormatter)
-        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
@@ -79,79 +41,71 @@ def int_arg(text: str) -> int:
     return value
 
 
-def add_guest_options(parser: argparse.ArgumentParser) -> None:
+def add_guest_options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
     """--lookup, --layout | --mtree and --as: which guest, which address space."""
     from pathlib import Path
 
     from mmuscope.engine.layouts import DEFAULT_LAYOUT, PRESETS
     from mmuscope.engine.lookup import LOOKUP_STRATEGIES
 
-    parser.add_argument(
+    lookup = parser.add_argument(
         "--lookup",
         default="rbtree",
         choices=LOOKUP_STRATEGIES,
         help="lookup strategy (default rbtree)",
     )
     source = parser.add_mutually_exclusive_group()
-    source.add_argument(
+    layout = source.add_argument(
         "--layout",
         default=None,
         metavar="NAME",
         help=f"preset guest: {', '.join(PRESETS)} (default {DEFAULT_LAYOUT})",
     )
-    source.add_argument("--mtree", type=Path, metavar="FILE", help="QEMU 'info mtree' text")
-    parser.add_argument(
+    mtree = source.add_argument("--mtree", type=Path, metavar="FILE", help="QEMU 'info mtree' text")
+    as_id = parser.add_argument(
         "--as", dest="as_id", type=int_arg, default=0, help="address space (1 = SMM)"
     )
+    return [lookup, layout, mtree, as_id]
 
 
-# engine.workload's WORKLOADS and DEFAULT_WORKLOAD, named here so that a command line
-# (every one has the explorer's options) does not import the workloads: `mmuscope
-# simulate` never uses them (tests/test_engine_exports.py checks they are the same).
-EXPLORER_WORKLOADS = ("mixed", "kernbench", "netperf", "scatter")
-DEFAULT_EXPLORER_WORKLOAD = "mixed"
-# The option strings add_explorer_options adds (tests/test_cli_own_parser.py checks them).
-EXPLORER_OPTION_STRINGS = (
-    "--lookup", "--layout", "--mtree", "--as", "--workload", "--seed", "--speed", "--paused",
-    "--theme", "--export-dir", "--qemu-trace", "--scenario",
-)  # fmt: skip
-
-
-def add_explorer_options(parser: argparse.ArgumentParser) -> None:
+def add_explorer_options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
     """The explorer's options (the bare command, and `serve` for each browser tab)."""
     from pathlib import Path
 
+    from mmuscope.engine.memslots.workload import DEFAULT_WORKLOAD, WORKLOADS
     from mmuscope.engine.pacing import DEFAULT_SPEED
 
     group = parser.add_argument_group("explorer")
-    add_guest_options(group)  # type: ignore[arg-type]
-    group.add_argument(
-        "--workload",
-        default=DEFAULT_EXPLORER_WORKLOAD,
-        choices=EXPLORER_WORKLOADS,
-        help=f"access mix (default {DEFAULT_EXPLORER_WORKLOAD})",
-    )
-    group.add_argument("--seed", type=int_arg, default=1, help="workload seed (default 1)")
-    group.add_argument(
-        "--speed", type=float, default=DEFAULT_SPEED, help="lookups per second to start with"
-    )
-    group.add_argument("--paused", action="store_true", help="start paused")
-    group.add_argument("--theme", help="theme name (default mmuscope-dark)")
-    group.add_argument(
-        "--export-dir", type=Path, default=Path("."), help="where e and S write files"
-    )
-    group.add_argument(
-        "--qemu-trace",
-        type=Path,
-        metavar="FILE",
-        help="replay QEMU's recorded memslot calls (kvm_set_user_memory trace or strace) "
-        "as live churn: j steps, playing interleaves them with lookups",
-    )
-    group.add_argument(
-        "--scenario",
-        metavar="NAME",
-        help="open on a classroom scenario, paused on its first step (see `scenarios`)",
-    )
+    return [
+        *add_guest_options(group),  # type: ignore[arg-type]
+        group.add_argument(
+            "--workload",
+            default=DEFAULT_WORKLOAD,
+            choices=WORKLOADS,
+            help=f"access mix (default {DEFAULT_WORKLOAD})",
+        ),
+        group.add_argument("--seed", type=int_arg, default=1, help="workload seed (default 1)"),
+        group.add_argument(
+            "--speed", type=float, default=DEFAULT_SPEED, help="lookups per second to start with"
+        ),
+        group.add_argument("--paused", action="store_true", help="start paused"),
+        group.add_argument("--theme", help="theme name (default mmuscope-dark)"),
+        group.add_argument(
+            "--export-dir", type=Path, default=Path("."), help="where e and S write files"
+        ),
+        group.add_argument(
+            "--qemu-trace",
+            type=Path,
+            metavar="FILE",
+            help="replay QEMU's recorded memslot calls (kvm_set_user_memory trace or strace) "
+            "as live churn: j steps, playing interleaves them with lookups",
+        ),
+        group.add_argument(
+            "--scenario",
+            metavar="NAME",
+            help="open on a classroom scenario, paused on its first step (see `scenarios`)",
+        ),
+    ]
 
 
 def check_display_options(args: argparse.Namespace) -> None:

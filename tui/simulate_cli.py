@@ -24,9 +24,8 @@ header.  Bad options: one line on stderr, exit 2.
 
 from __future__ import annotations
 
-import gc
+import argparse
 import sys
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -37,8 +36,6 @@ from .report_lines import FAST_PRINTK as FAST_PRINTK
 from .report_lines import LinePrinter, trace_cmd_line
 
 if TYPE_CHECKING:
-    import argparse
-
     from mmuscope.engine.mmu.guest.session import GuestSession
 
 MMUS = ("tdp", "direct", "shadow")
@@ -86,8 +83,6 @@ class SimulateError(ValueError):
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    import argparse
-
     from mmuscope.engine.layouts import DEFAULT_LAYOUT, PRESETS
 
     parser = sub.add_parser(
@@ -131,134 +126,39 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )  # fmt: skip
 
 
-def count_value(text: str) -> int:
-    """--accesses, --seed, --at, --smi-every: 0x... or decimal, not negative (ValueError
-    with the one line argparse prints after the option's name)."""
+def _count(text: str) -> int:
+    """--accesses, --seed, --at, --smi-every: 0x... or decimal, not negative."""
     try:
         value = int(text, 0)
     except ValueError:
-        raise ValueError(f"not a number: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if value < 0:
-        raise ValueError(f"must be >= 0: {text!r}")
+        raise argparse.ArgumentTypeError(f"must be >= 0: {text!r}")
     return value
-
-
-def rate_value(text: str) -> float:
-    """--race-rate: a probability (ValueError with argparse's line, as count_value)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"not a number: {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"must be from 0 to 1: {text!r}")
-    return value
-
-
-def _count(text: str) -> int:
-    """count_value as argparse's type: its ValueError as the ArgumentTypeError it prints."""
-    import argparse
-
-    try:
-        return count_value(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _rate(text: str) -> float:
-    """rate_value as argparse's type."""
-    import argparse
-
+    """--race-rate: a probability."""
     try:
-        return rate_value(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
-# The options `options_of` reads: option -> (SimulateOptions' field, the value's check;
-# None for the flag --jsonl).  They are add_parser's (tests/test_cli_own_parser.py
-# checks them against its parser).
-_OPTIONS: dict[str, tuple[str, Callable[[str], object] | None]] = {
-    "--mmu": ("mmu", lambda text: _choice(text, MMUS)),
-    "--workload": ("workload", str),
-    "--accesses": ("accesses", count_value),
-    "--seed": ("seed", count_value),
-    "--zap": ("zap", lambda text: _choice(text, ZAPS)),
-    "--at": ("at", count_value),
-    "--layout": ("layout", str),
-    "--jsonl": ("jsonl", None),
-    "--race-rate": ("race_rate", rate_value),
-    "--smi-every": ("smi_every", count_value),
-}
-
-
-def _choice(text: str, choices: tuple[str, ...]) -> str:
-    if text not in choices:
-        raise ValueError(text)
-    return text
-
-
-def options_of(words: Sequence[str]) -> SimulateOptions | None:
-    """The options of the words after `mmuscope simulate` when each is one of
-    add_parser's options spelled out (`--mmu tdp` or `--mmu=tdp`) with a good value,
-    --mmu and --workload among them, as a command line mostly is; else None, and
-    argparse parses the words (an abbreviation, --help, a bad or missing value: its
-    one line and exit 2).  So simulate's start-up imports no argparse;
-    tests/test_cli_own_parser.py checks that both give the same options."""
-    values: dict[str, object] = {}
-    at, end = 0, len(words)
-    while at < end:
-        word = words[at]
-        name, equals, text = word.partition("=")
-        option = _OPTIONS.get(name)
-        if option is None:
-            return None
-        field, check = option
-        if check is None:
-            if equals:
-                return None
-            values[field] = True
-            at += 1
-            continue
-        if not equals:
-            at += 1
-            if at == end:
-                return None
-            text = words[at]
-        if text.startswith("-"):
-            return None  # argparse's: an option, a negative number, an error
-        try:
-            values[field] = check(text)
-        except ValueError:
-            return None
-        at += 1
-    if "mmu" not in values or "workload" not in values:
-        return None
-    return SimulateOptions(**values)  # type: ignore[arg-type]
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 1: {text!r}")
+    return value
 
 
 def run_simulate(args: argparse.Namespace) -> int:
-    """The command, from argparse's arguments."""
+    """The command: the run printed on stdout, or its options' one-line error (exit 2)."""
     options = SimulateOptions(
         args.mmu, args.workload, args.accesses, args.seed, args.zap, args.at, args.jsonl,
         args.layout, args.race_rate, args.smi_every,
     )  # fmt: skip
-    return run_options(options)
-
-
-def run_options(options: SimulateOptions) -> int:
-    """The command: the run printed on stdout, or its options' one-line error (exit 2)."""
     try:
         session = make_session(options)
     except (SimulateError, ValueError) as err:
         print(f"mmuscope simulate: error: {err}", file=sys.stderr)
         return 2
-    # The modules, classes and the session live to the end: out of the collector's sight
-    # (as the app's _freeze_startup_objects), so neither the run's full collections nor
-    # the interpreter's at exit rescan them (about 20M of 280M instructions for 10
-    # accesses at start-up); the collector, off while they were made
-    # (tui/cli.py), runs again for the run's garbage.
-    gc.freeze()
-    gc.enable()
     run(session, options, sys.stdout)
     sys.stdout.flush()
     return 0

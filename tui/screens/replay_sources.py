@@ -7,7 +7,6 @@ touches a widget."""
 
 from __future__ import annotations
 
-import gc
 import sys
 import threading
 import time
@@ -40,14 +39,6 @@ GATE_WAIT = 0.05  # seconds the worker waits at most for a frame to be drawn
 # a frame that is never drawn costs the index one GATE_WAIT, not one every 16 events.
 
 
-# FREEZE.  The checkpoints' snapshots are the biggest long-lived heap the app has (up to
-# SNAPSHOT_BUDGET dict entries, each a dataclass): every full collection walked them, a
-# 30 ms pause in the app's thread while it played.  `gc.freeze()` moves what is alive
-# to the permanent generation, as the app does after its first frame (tui/app.py):
-# frozen objects are still freed by reference counting (a thinned-out snapshot holds
-# no cycle), only cyclic garbage alive at that moment waits for the app's unfreeze.
-
-
 class FrameGate:
     """The index worker's `pace()`: wait while a frame is drawn (see GATE)."""
 
@@ -75,13 +66,9 @@ def index_trace(
     most GATE_WAIT seconds at a time (see GATE)."""
     posted = 0.0
     scanned = False
-    kept = 0
 
     def progress(_: TraceIndex) -> None:
-        nonlocal posted, scanned, kept
-        if len(index.checkpoints) != kept or index.done:
-            kept = len(index.checkpoints)
-            gc.freeze()  # new checkpoints: out of the collector's way (see FREEZE)
+        nonlocal posted, scanned
         now = time.monotonic()
         turn = index.scan.done and not scanned
         if index.done or turn or now - posted >= PROGRESS_EVERY:
