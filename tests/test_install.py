@@ -1,6 +1,8 @@
-"""mmuscope installed as Python tools are: a wheel, installed into a fresh
-virtual environment the way `pipx install .` does — no editable install, no source tree on
-the path — runs its commands and its app with every file it reads found in the install.
+"""mmuscope installed as Python tools are: a wheel, installed into a fresh virtual
+environment the way `pipx install .` does — no editable install, no source tree on the
+path — adds one name to site-packages (`mmuscope`, a namespace package holding
+`mmuscope.engine` and `mmuscope.tui`, and its dist-info), and runs its commands and its
+app with every file it reads found in the install.
 
 Offline and quick: the wheel is built with this environment's setuptools (no build
 isolation, no download) from a copy of the sources, installed with `--no-deps`, and the
@@ -26,6 +28,8 @@ import pytest
 from mmuscope.engine.scenarios.scenario import scenario_names
 from mmuscope.tui import __version__
 from mmuscope.tui.themes import BUILTIN_THEMES
+
+from tests.terminal import open_and_quit
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("engine", "tui", "themes", "pyproject.toml", "setup.py", "README.md")
@@ -67,6 +71,8 @@ class Installed:
     mmuscope: Path
     cwd: Path
     env: dict[str, str]
+    site: Path  # site-packages
+    added: set[str]  # what the install added to its top level
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -118,17 +124,33 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
         check=True,
     ).stdout.strip()
     here = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
-    (Path(purelib) / "_mmuscope_test_deps.pth").write_text("\n".join(sorted(here)) + "\n")
+    site = Path(purelib)
+    (site / "_mmuscope_test_deps.pth").write_text("\n".join(sorted(here)) + "\n")
+    before = {path.name for path in site.iterdir()}
     pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q"]
     done = subprocess.run(
         [*pip, "--no-deps", "--no-index", str(wheel)], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    added = {path.name for path in site.iterdir()} - before
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env["MMUSCOPE_CONFIG_DIR"] = str(tmp / "config")  # no user themes
     cwd = tmp / "elsewhere"
     cwd.mkdir()
-    yield Installed(python, env_dir / "bin" / "mmuscope", cwd, env)
+    yield Installed(python, env_dir / "bin" / "mmuscope", cwd, env, site, added)
+
+
+def test_the_wheel_adds_only_mmuscope_to_site_packages(installed: Installed) -> None:
+    """One name: `mmuscope` (a namespace package: no __init__.py) with the engine and the
+    app in it, and its dist-info; no top-level `engine` or `tui` to collide with others."""
+    assert installed.added == {"mmuscope", f"mmuscope-{__version__}.dist-info"}
+    package = installed.site / "mmuscope"
+    assert sorted(path.name for path in package.iterdir()) == ["engine", "tui"]
+    assert (package / "engine" / "__init__.py").is_file()
+    assert (package / "tui" / "__init__.py").is_file()
+    top_level = installed.site / f"mmuscope-{__version__}.dist-info" / "top_level.txt"
+    if top_level.exists():  # setuptools writes it; the one name it lists
+        assert top_level.read_text().split() == ["mmuscope"]
 
 
 def test_the_installed_commands_run_from_the_wheel(installed: Installed) -> None:
@@ -155,6 +177,15 @@ def test_the_installed_app_starts_with_every_builtin_theme(installed: Installed)
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == [w for name in BUILTIN_THEMES for w in ("started", name)]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs a POSIX pseudo-terminal")
+def test_the_installed_command_opens_the_app_in_a_terminal(installed: Installed) -> None:
+    env = dict(installed.env, TERM="xterm-256color", TEXTUAL_ANIMATIONS="none")
+    wanted = [b"memslots", b"kvm_stat", b"pc-4g"]
+    screen, code = open_and_quit(installed.mmuscope, env, wanted, cwd=installed.cwd)
+    assert b"memslots" in screen and b"kvm_stat" in screen, screen[-2000:]
+    assert code == 0, "the installed mmuscope did not quit on ctrl+q"
 
 
 def test_a_missing_data_file_is_one_line_and_exit_2(installed: Installed) -> None:
