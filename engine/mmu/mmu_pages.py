@@ -47,11 +47,23 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from ..errors import AuditError, KvmError
-from .nx_huge_pages import audit_nx_huge_pages, unaccount_nx_huge_page
+from .nx_huge_pages import audit_nx_huge_pages, recover_nx_huge_pages, unaccount_nx_huge_page
 from .role import KvmMmuPageRole
-from .spte import SPTE_CONFIGS, SPTE_MMU_PRESENT_MASK, SpteConfig, make_nonleaf_spte
+from .spte import (
+    SPTE_CONFIGS,
+    SPTE_MMU_PRESENT_MASK,
+    SpteConfig,
+    make_nonleaf_spte,
+    memslot_update_zaps,
+)
+
+if TYPE_CHECKING:
+    from ..events import Event
+    from ..memslots.vm import Vm
+    from .params import TdpMmuParams
 
 GOLDEN_RATIO_64 = 0x61C8864680B583EB  # include/linux/hash.h
 KVM_MMU_HASH_SHIFT = 12
@@ -472,3 +484,44 @@ class MmuPages:
                 raise AuditError(f"mmu: {child} lacks parent pte {sp.sptep(index):#x}")
             if child is not None and not self.is_obsolete(sp) and self.is_obsolete(child):
                 raise AuditError(f"mmu: obsolete {child} reachable from valid {sp}")
+
+
+def kvm_recover_mmu_nx_huge_pages(
+    vm: Vm,
+    pages: MmuPages,
+    params: TdpMmuParams,
+    zapped: Callable[[], None] | None = None,
+) -> int:
+    """`kvm_recover_nx_huge_pages()` for `kvm_mmu_page`s: a page whose gfn lies in a slot
+    that logs dirty pages (`kvm_slot_dirty_track_enabled`) is only unaccounted, the
+    others `kvm_mmu_prepare_zap_page()`d; `zapped` runs after each zap."""
+
+    def dirty_tracked(sp: KvmMmuPage) -> bool:
+        slot = vm.memslot_set(sp.role.smm).gfn_tree.search(sp.gfn)
+        return slot is not None and slot.dirty_logging
+
+    def zap(sp: KvmMmuPage) -> bool:
+        pages.prepare_zap(sp)
+        if zapped is not None:
+            zapped()
+        return True
+
+    ratio = params.nx_huge_pages_recovery_ratio
+    return recover_nx_huge_pages(
+        pages.possible_nx_huge_pages, pages.stat, ratio, dirty_tracked, zap
+    )
+
+
+def shadow_mmu_memslot_update(event: Event, vm: Vm, pages: MmuPages) -> None:
+    """The shadow MMU's (direct or indirect pages) answer to a memslot event: a DELETE/MOVE
+    flush (`kvm_arch_flush_shadow_memslot`) or an MMIO generation wrap
+    (`kvm_mmu_invalidate_mmio_sptes`) zaps everything, fast (`memslot_update_zaps`); a
+    CREATE or DELETE that went through resizes the page budget
+    (`kvm_arch_commit_memory_region`)."""
+    fields = event.fields
+    if event.name == "kvm_set_user_memory_region":
+        if fields.get("ret") == 0:
+            pages.commit_memory_region(str(fields.get("change", "")), vm.nr_memslot_pages)
+        return
+    if memslot_update_zaps(event.name, int(fields.get("gen", 0)), vm.address_spaces):
+        pages.zap_all_fast()

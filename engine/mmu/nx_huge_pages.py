@@ -14,19 +14,15 @@ torvalds/linux 6.17/6.18 `arch/x86/kvm/mmu/mmu.c`:
   (oldest first); one in a slot that tracks dirty pages is only unaccounted (zapping it
   would bring back a huge page dirty logging must not have), the others are zapped
   (`kvm_tdp_mmu_zap_sp()`, or `kvm_mmu_prepare_zap_page()` for shadow pages), so the
-  next fault can map the huge page again.  `kvm_recover_mmu_nx_huge_pages()` is that run
-  for the pages of `MmuPages` (the direct MMU's and the shadow MMU's).
+  next fault can map the huge page again.  `kvm_recover_mmu_nx_huge_pages()` in
+  mmu_pages.py is that run for the pages of `MmuPages` (the direct MMU's and the shadow
+  MMU's).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol, TypeVar
-
-if TYPE_CHECKING:
-    from ..memslots.vm import Vm
-    from .mmu_pages import KvmMmuPage, MmuPages
-    from .params import TdpMmuParams
+from typing import Protocol, TypeVar
 
 
 class NxTracked(Protocol):
@@ -80,32 +76,6 @@ def recover_nx_huge_pages(
         elif zap(sp):
             zapped += 1
     return zapped
-
-
-def kvm_recover_mmu_nx_huge_pages(
-    vm: Vm,
-    pages: MmuPages,
-    params: TdpMmuParams,
-    zapped: Callable[[], None] | None = None,
-) -> int:
-    """`kvm_recover_nx_huge_pages()` for `kvm_mmu_page`s: a page whose gfn lies in a slot
-    that logs dirty pages (`kvm_slot_dirty_track_enabled`) is only unaccounted, the
-    others `kvm_mmu_prepare_zap_page()`d; `zapped` runs after each zap."""
-
-    def dirty_tracked(sp: KvmMmuPage) -> bool:
-        slot = vm.memslot_set(sp.role.smm).gfn_tree.search(sp.gfn)
-        return slot is not None and slot.dirty_logging
-
-    def zap(sp: KvmMmuPage) -> bool:
-        pages.prepare_zap(sp)
-        if zapped is not None:
-            zapped()
-        return True
-
-    ratio = params.nx_huge_pages_recovery_ratio
-    return recover_nx_huge_pages(
-        pages.possible_nx_huge_pages, pages.stat, ratio, dirty_tracked, zap
-    )
 
 
 def audit_nx_huge_pages(possible: dict[int, P], stat: dict[str, int]) -> str | None:

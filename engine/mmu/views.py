@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from .mmu_pages import KvmMmuPage, MmuPages
 from .spte import (
     FROZEN_SPTE,
-    REMOVED_SPTE,  # a TDP MMU spte frozen while its table is replaced or freed
+    REMOVED_SPTE,
     SpteConfig,
     check_mmio_spte,
     get_mmio_spte_generation,

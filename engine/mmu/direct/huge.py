@@ -10,8 +10,7 @@ from __future__ import annotations
 from ...memslots.memslot import MemorySlot
 from ...memslots.vm import Vm
 from ..mapping_level import KvmPageFault, MappingLevels
-from ..mmu_pages import KvmMmuPage, MmuPages
-from ..nx_huge_pages import kvm_recover_mmu_nx_huge_pages
+from ..mmu_pages import KvmMmuPage, MmuPages, kvm_recover_mmu_nx_huge_pages
 from ..params import TdpMmuParams
 from ..role import PG_LEVEL_4K
 from ..spte import KVM_MAX_HUGEPAGE_LEVEL, SPTE_BASE_ADDR_MASK

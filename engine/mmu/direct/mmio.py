@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 from ...events import Event, FieldValue
 from ...memslots.vm import Vm
 from ..mmio_info import VcpuMmioInfo
-from ..mmio_spte import mark_mmio_spte_fields
 from ..mmu_pages import KvmMmuPage
 from ..role import ACC_ALL
 from ..spte import (
@@ -24,6 +23,7 @@ from ..spte import (
     get_mmio_spte_access,
     kvm_mmio_fields,
     make_mmio_spte,
+    mark_mmio_spte_fields,
 )
 
 PAGE_SHIFT = 12

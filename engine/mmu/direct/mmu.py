@@ -48,8 +48,7 @@ from ..fast_pf import (
 )
 from ..mapping_level import KvmPageFault, MappingLevels
 from ..mmio_info import VcpuMmioInfo
-from ..mmio_spte import shadow_mmu_memslot_update
-from ..mmu_pages import KvmMmuPage, MmuPages, default_mmu_pages
+from ..mmu_pages import KvmMmuPage, MmuPages, default_mmu_pages, shadow_mmu_memslot_update
 from ..nx_huge_pages import account_nx_huge_page
 from ..params import TdpMmuParams
 from ..rmap import ERAS, RmapVal

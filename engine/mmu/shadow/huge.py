@@ -36,8 +36,8 @@ from ...memslots.memslot import MemorySlot
 from ...memslots.vm import Vm
 from ..guest.page_tables import GuestPageTables, GuestWalk, pt_index
 from ..mapping_level import LEVEL_NAMES, KvmPageFault, MappingLevels, kvm_pages_per_hpage
-from ..mmu_pages import KvmMmuPage, MmuPages
-from ..nx_huge_pages import account_nx_huge_page, kvm_recover_mmu_nx_huge_pages
+from ..mmu_pages import KvmMmuPage, MmuPages, kvm_recover_mmu_nx_huge_pages
+from ..nx_huge_pages import account_nx_huge_page
 from ..params import TdpMmuParams
 from ..role import PG_LEVEL_2M, PG_LEVEL_4K
 from ..spte import KVM_MAX_HUGEPAGE_LEVEL, SPTE_BASE_ADDR_MASK

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 from ...memslots.constants import PAGE_SHIFT
 from ...memslots.memslot import MemorySlot
 from ..direct.rmap import gfn_to_index
-from ..mmio_spte import mark_mmio_spte_fields
 from ..mmu_pages import KvmMmuPage
 from ..rmap import KvmRmapHead, rmap_add
 from ..role import ACC_EXEC_MASK, ACC_WRITE_MASK, PG_LEVEL_4K
@@ -29,6 +28,7 @@ from ..spte import (
     is_shadow_present_pte,
     make_mmio_spte,
     make_spte,
+    mark_mmio_spte_fields,
     spte_to_pfn,
 )
 from . import sync as shadow_sync

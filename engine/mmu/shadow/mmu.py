@@ -60,8 +60,13 @@ from ..guest import page_tables as gpt
 from ..guest.page_tables import GuestPageTables, GuestWalk, pt_index
 from ..mapping_level import KvmPageFault, kvm_pages_per_hpage
 from ..mmio_info import VcpuMmioInfo
-from ..mmio_spte import shadow_mmu_memslot_update
-from ..mmu_pages import KvmMmuPage, MmuPages, default_mmu_pages, kvm_page_table_hashfn
+from ..mmu_pages import (
+    KvmMmuPage,
+    MmuPages,
+    default_mmu_pages,
+    kvm_page_table_hashfn,
+    shadow_mmu_memslot_update,
+)
 from ..params import TdpMmuParams
 from ..rmap import ERAS, KvmRmapHead
 from ..role import ACC_ALL, ACC_WRITE_MASK, PG_LEVEL_4K, PT64_ROOT_4LEVEL, KvmMmuPageRole

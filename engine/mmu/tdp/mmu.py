@@ -41,7 +41,6 @@ from ...memslots.vm import Vm
 from ..fast_pf import FastPageFault, mark_page_dirty_in_slot
 from ..mapping_level import KvmPageFault as KvmPageFault
 from ..mapping_level import MappingLevels
-from ..mmio_spte import mark_mmio_spte_fields
 from ..params import TdpMmuParams
 from ..role import ACC_ALL, ACC_EXEC_MASK, PG_LEVEL_1G, PG_LEVEL_2M, PG_LEVEL_4K
 from ..spte import (
@@ -59,6 +58,7 @@ from ..spte import (
     kvm_mmio_fields,
     make_mmio_spte,
     make_spte,
+    mark_mmio_spte_fields,
     memslot_update_zaps,
     spte_access_str,
 )
