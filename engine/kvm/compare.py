@@ -137,7 +137,7 @@ def host_config(mmio_caching: bool, host_phys_bits: int | None) -> SpteConfig:
 
 
 # What the engine's shadow MMU does not model yet: nothing these programs use.  Pte
-# prefetch (engine/mmu/shadow/prefetch.py), dirty logging (engine/mmu/dirty_log.py) and unsync
-# pages (engine/mmu/shadow/sync.py) are modelled; MECHANISMS keeps their names for a
+# prefetch and unsync pages (engine/mmu/shadow/mmu.py) and dirty logging
+# (engine/mmu/dirty_log.py) are modelled; MECHANISMS keeps their names for a
 # comparison against an older model (ShadowMmu(unsync=False), before 2.6.27).
 MODEL_MISSING: tuple[str, ...] = ()

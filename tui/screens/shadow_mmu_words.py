@@ -112,7 +112,7 @@ def fault_level_lines(session: MmuSession, last: Step | None) -> list[tuple[str,
 
 
 def shadow_level_lines(session: ShadowSession, last: Step | None) -> list[tuple[str, str]]:
-    """Shadow paging's fault levels (engine/mmu/shadow/huge.py): NX huge page splits, and the level
+    """Shadow paging's fault levels (engine/mmu/shadow/mmu.py): NX huge page splits, and the level
     of the last fault with the kernel's reason (`walker.level` first)."""
     mmu = session.mmu
     nx = f"{mmu.pages.stat['nx_lpage_splits']} · nx_huge_pages={'on' if mmu.nx else 'off'}"

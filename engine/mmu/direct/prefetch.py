@@ -12,9 +12,17 @@ without waiting for their faults.  Used by the direct MMU (EPT/NPT, tdp_mmu=N) a
 - `direct_pte_prefetch_many()`: the slot of the run's first gfn
   (`gfn_to_memslot_dirty_bitmap(vcpu, gfn, access & ACC_WRITE_MASK)`: none for a
   dirty-logged slot, since direct pages have ACC_ALL), `kvm_prefetch_pages()` for the
-  whole run (shadow/prefetch.py: all or none), then `mmu_set_spte(..., NULL)` for each: a
+  whole run (all or none), then `mmu_set_spte(..., NULL)` for each: a
   prefetch, so the spte's Accessed bit is clear and `pf_fixed` does not count it, with
   the page's `role.access`.  An MMIO gfn (no slot) is never prefetched.
+
+The gfn side, shared with `FNAME(pte_prefetch)` (shadow/mmu.py):
+`gfn_to_memslot_dirty_bitmap()` (no slot, or a dirty-logged slot for a writable mapping:
+none) and `kvm_prefetch_pages()` (6.13+, formerly `gfn_to_page_many_atomic()`):
+`gfn_to_hva_many(slot, gfn, &entry)` asks for a writable hva, so a read-only slot
+prefetches nothing, and fewer than the wanted pages left in the slot give 0;
+`get_user_pages_fast_only()` then pins what the host has mapped: the model's host memory
+is all populated, so every page.
 """
 
 from __future__ import annotations
@@ -24,8 +32,29 @@ from collections.abc import Callable
 from ...memslots.memslot import MemorySlot
 from ..mmu_pages import KvmMmuPage
 from ..role import ACC_WRITE_MASK, PG_LEVEL_4K
-from ..shadow.prefetch import PTE_PREFETCH_NUM, gfn_to_memslot_dirty_bitmap, kvm_prefetch_pages
 from ..spte import is_shadow_present_pte
+
+PTE_PREFETCH_NUM = 8
+
+
+def gfn_to_memslot_dirty_bitmap(slot: MemorySlot | None, no_dirty_log: bool) -> MemorySlot | None:
+    """`gfn_to_memslot_dirty_bitmap(vcpu, gfn, no_dirty_log)` (mmu.c) on the slot the
+    lookup found (KVM_MEMSLOT_INVALID is not modelled)."""
+    if slot is None or (no_dirty_log and slot.dirty_logging):
+        return None
+    return slot
+
+
+def kvm_prefetch_pages(slot: MemorySlot, gfn: int, nr_pages: int) -> int:
+    """`kvm_prefetch_pages()` (kvm_main.c 6.13+): -1 for a read-only slot
+    (`KVM_HVA_ERR_RO_BAD`), 0 when fewer than `nr_pages` are left in the slot, else the
+    pages `get_user_pages_fast_only()` pins (all of them: the host memory is populated)."""
+    if slot.readonly:
+        return -1
+    if slot.base_gfn + slot.npages - gfn < nr_pages:
+        return 0
+    return nr_pages
+
 
 Lookup = Callable[[int], MemorySlot | None]
 SetSpte = Callable[[KvmMmuPage, int, int, int, MemorySlot], None]  # sp, index, gfn, access
