@@ -27,11 +27,24 @@ from dataclasses import dataclass, field
 
 from ..errors import AuditError
 from ..events import Event, FieldValue
-from .config import NS_PER_S, TlbConfig
-from .metrics import TlbMetrics, metrics_of
+from .config import NS_PER_S, NS_PER_US, TlbConfig
+from .metrics import TlbMetrics
 from .protocols import protocol
 from .scheduler import EV_SLICE, CfsScheduler, GangScheduler, Scheduler
-from .vcpu import BLOCKED, HALT, RUNNABLE, RUNNING, SPIN, VIS_PREEMPTED, WORK, Flush, VCpu
+from .vcpu import (
+    BLOCKED,
+    HALT,
+    RUNNABLE,
+    RUNNING,
+    SPIN,
+    VIS_HALTED,
+    VIS_PREEMPTED,
+    VIS_RUNNING,
+    VIS_SPINNING,
+    WORK,
+    Flush,
+    VCpu,
+)
 
 EV_ENTER, EV_GUEST, EV_IPI, EV_TICK = 1, 2, 3, 4
 RECENT_FLUSHES = 256  # flushes of the traced VM kept for the screen
@@ -462,10 +475,123 @@ class TlbSim:
         f = s.flush
         return f is not None and any(self.vcpus[g].visible == VIS_PREEMPTED for g in f.mask)
 
-    def audit(self) -> None:
-        from .audit import audit_sim
-
-        audit_sim(self)
-
     def metrics(self) -> TlbMetrics:
-        return metrics_of(self)
+        """What the run measured so far (after the warm-up)."""
+        now = self.now
+        window = max(1, now - self.cfg.warmup_ns) / NS_PER_S
+        by_vm = tuple(
+            sum(v.records for v in self.vm_vcpus(vm)) / window for vm in range(self.cfg.vms)
+        )
+        totals = [0, 0, 0, 0]
+        for v in self.vcpus:
+            for state, ns in enumerate(v.time_in_states(now)):
+                totals[state] += ns
+        all_ns = max(1, sum(totals))
+        c = self.counters
+        return TlbMetrics(
+            protocol=self.cfg.protocol,
+            vms=self.cfg.vms,
+            seconds=window,
+            records_per_s=sum(by_vm) / len(by_vm),
+            records_per_s_by_vm=by_vm,
+            running=totals[VIS_RUNNING] / all_ns,
+            spinning=totals[VIS_SPINNING] / all_ns,
+            preempted=totals[VIS_PREEMPTED] / all_ns,
+            halted=totals[VIS_HALTED] / all_ns,
+            idle_pcpu=self.sched.idle_ns(now) / max(1, now * self.cfg.pcpus),
+            flushes=c.flushes,
+            ipis=c.ipis,
+            flags=c.flags,
+            kicks=c.kicks,
+            halts=c.halts,
+            early_returns=c.early_returns,
+            waits_on_preempted=c.waits_on_preempted,
+            late_acks=c.late_acks,
+            stall_us_mean=c.stall_ns / max(1, c.returned) / NS_PER_US,
+            stall_us_max=c.stall_max_ns / NS_PER_US,
+            ack_us_mean=c.ack_ns / max(1, c.acked) / NS_PER_US,
+        )
+
+    # -- audit ----------------------------------------------------------------------------
+    # The TLB flush model's invariants, checked after any event (like KVM's old mmu audit).
+    #
+    # * time: no event is scheduled before `now`;
+    # * pCPUs: each runs at most one vCPU, and a running vCPU runs on its own pCPU;
+    # * vCPUs: each is in exactly one visible state, its state times add up to `now`, only a
+    #   running vCPU is in guest mode, only the patch's `halt()` blocks one, and a spinning
+    #   or halted vCPU owns the flush in its sender slot;
+    # * flushes: every target in a mask belongs to the sender's VM, is not the sender, and
+    #   owes an IPI that is on the wire or pending in its APIC; the reverse index `in_masks`
+    #   matches the masks; KVM_VCPU_FLUSH_TLB is set only with KVM_VCPU_PREEMPTED;
+    # * protocols: with `flush_on_enter` a sender in guest mode never waits on a preempted
+    #   target; only `pv_flush` returns from a flush before every target acknowledged.
+
+    def audit(self) -> None:
+        if self.next_event_at is not None and self.next_event_at < self.now:
+            raise AuditError(f"an event at {self.next_event_at} is older than now ({self.now})")
+        self._audit_pcpus()
+        for v in self.vcpus:
+            self._audit_vcpu(v)
+        self._audit_flushes()
+        self.sched.audit()
+        if not self.protocol.halt_after_spin and self.counters.early_returns:
+            raise AuditError(f"{self.protocol.name} returned from a flush before every ack")
+
+    def _audit_pcpus(self) -> None:
+        running: dict[int, VCpu] = {}
+        for v in self.vcpus:
+            if v.host == RUNNING:
+                if v.pcpu in running:
+                    raise AuditError(f"pCPU {v.pcpu} runs {running[v.pcpu].name} and {v.name}")
+                running[v.pcpu] = v
+        for rq in self.sched.rqs:
+            if running.get(rq.pcpu) is not rq.curr:
+                raise AuditError(f"pCPU {rq.pcpu}: the scheduler and the vCPUs disagree")
+
+    def _audit_vcpu(self, v: VCpu) -> None:
+        if v.vis != v.visible:
+            raise AuditError(f"{v.name} is drawn in state {v.vis} but is in {v.visible}")
+        if sum(v.time_in_states(self.now)) != self.now:
+            raise AuditError(f"{v.name}: its state times do not add up to now")
+        if v.entered and v.host != RUNNING:
+            raise AuditError(f"{v.name} is in guest mode without a pCPU")
+        if v.host == BLOCKED and v.mode != HALT:
+            raise AuditError(f"{v.name} is blocked outside the patch's halt()")
+        if v.mode == WORK:
+            if v.flush is not None:
+                raise AuditError(f"{v.name} works with a flush in progress")
+        elif v.flush is None or self.slots.get(v.gid) is not v.flush:
+            raise AuditError(f"{v.name} waits in a flush it does not own")
+        if v.mode == HALT and not self.protocol.halt_after_spin:
+            raise AuditError(f"{v.name} halted under {self.protocol.name}")
+        if v.st_flush and not v.st_preempted:
+            raise AuditError(f"{v.name}: KVM_VCPU_FLUSH_TLB without KVM_VCPU_PREEMPTED")
+        if v.st_flush and not self.protocol.flag_preempted:
+            raise AuditError(f"{v.name}: a flush-on-enter flag under {self.protocol.name}")
+        for sender in v.in_masks:
+            f = self.slots.get(sender)
+            if f is None or v.gid not in f.mask:
+                raise AuditError(f"{v.name} thinks vCPU {sender}'s mask holds it")
+        if v.pending and v.entered:
+            raise AuditError(f"{v.name} runs guest code with interrupts pending")
+
+    def _audit_flushes(self) -> None:
+        n = self.cfg.vcpus_per_vm
+        for sender, f in self.slots.items():
+            s = self.vcpus[sender]
+            if f.sender != sender or f.vm != s.vm:
+                raise AuditError(f"flush {f.fid} sits in the wrong slot")
+            for gid in f.mask:
+                t = self.vcpus[gid]
+                if gid == sender or gid // n != s.vm:
+                    raise AuditError(f"flush {f.fid} targets {t.name} outside its VM")
+                if sender not in t.in_masks:
+                    raise AuditError(f"flush {f.fid}: {t.name} misses its reverse index")
+                if sender not in t.pending and not self.inflight.get((gid, sender)):
+                    raise AuditError(f"flush {f.fid} waits on {t.name}, which got no IPI")
+            if f.in_progress and s.flush is not f:
+                raise AuditError(f"flush {f.fid} is in progress but its sender moved on")
+            if self.protocol.flag_preempted and s.entered and s.mode == SPIN:
+                late = [g for g in f.mask if self.vcpus[g].st_preempted]
+                if late:
+                    raise AuditError(f"flush_on_enter: {s.name} waits on preempted {late}")
