@@ -24,8 +24,30 @@ What each event does to the model:
 * ``mark_mmio_spte`` — an MMIO spte with its 19-bit generation (§5.1); ``check_mmio_spte``
   tells the VM's current memslots generation, and a cached spte whose generation differs
   is stale.  MMIO sptes cached before the last fast zap lived in now-obsolete pages.
-* ``kvm_tdp_mmu_spte_changed``, ``kvm_mmu_set_spte``, ``fast_page_fault`` and the TDP MMU's
-  pending child pages and roots — the gfn grid and address spaces (engine.replay.tdp_events).
+* ``kvm_tdp_mmu_spte_changed`` (old → new spte per as/level/gfn) and ``kvm_mmu_set_spte``
+  (a shadow-MMU leaf) — the gfn grid: not present, a table, a leaf, or MMIO (`classify`).
+  The TDP MMU frees its pages when a table spte at level L goes away: the direct page at
+  its gfn and level L-1 vanishes (``tdp_freed``); ≈6.x kernels then emit
+  ``kvm_mmu_prepare_zap_page`` for it from ``handle_removed_pt``, which is not a second
+  zap (``last_tdp_freed``).  Roots freed when their last user puts them leave no trace;
+  a new TDP root with the key of a live one of its address space replaces it
+  (``tdp_roots_replaced``: valid roots of one role are shared, so the old one was
+  invalidated).
+* TDP MMU pages and address spaces — ``tdp_mmu_init_sp`` traces ``kvm_mmu_get_page`` before
+  the page is linked, and a lost ``tdp_mmu_set_spte_atomic`` race frees it again without a
+  tracepoint (``tdp_mmu_free_sp``, then RET_PF_RETRY).  So a new TDP child page is
+  *pending* until the next event of its CPU: the ``kvm_tdp_mmu_spte_changed`` that links it
+  (its gfn, one level up, a table spte) keeps it, anything else means it was freed
+  (``tdp_unlinked``; only in a trace with TDP spte changes: the shadow MMU links its pages
+  without a tracepoint).  KVM_MMU_PAGE_PRINTK does not print ``role.smm``, so the page's
+  address space is the ``as id`` of that link; a root's, that of the next change on its
+  CPU (``tdp_pending_roots``: a vCPU's faults walk its own root).  Pages of address
+  space 1 (SMM) are keyed apart, with ``("as_id", 1)`` after the printed role.
+* ``fast_page_fault`` — counted per vCPU (fixed, spurious), and its ``new_spte`` (the
+  spte after the lockless cmpxchg, ``*sptep``) replaces the leaf the model knows at
+  ``cr2_or_gpa``'s gfn: the one holding ``old_spte`` (else the only leaf there); the fast
+  path changes no other spte and emits nothing else (fast_pf.py).  ``%p`` hashes the
+  sptep, so the gfn finds the leaf.  ``fast_sptes`` counts the changes applied.
 * ``kvm_page_fault``, ``kvm_exit``, ``kvm_entry`` — counted per vCPU.
 * every event — counted per (name, cpu, pid), so kvm_stat's table can be rebuilt for any
   CPU or pid filter at any position.
@@ -45,7 +67,6 @@ from typing import TypeVar
 
 from ..events import Event, FieldValue
 from ..mmu.spte import MMIO_SPTE_GEN_MASK
-from . import tdp_events
 from .records import (
     MAX_COUNT_KEYS,
     MAX_FLIPS,
@@ -53,6 +74,8 @@ from .records import (
     MAX_PAGES,
     MAX_TDP_SPTES,
     MAX_VCPUS,
+    NONE,
+    TABLE,
     GenFlip,
     MmioSpte,
     ModelSnapshot,
@@ -62,11 +85,13 @@ from .records import (
     TdpSpte,
     VcpuCounts,
     _int,
+    classify,
+    gfns_per_spte,
     page_key,
     page_words,
 )
-from .tdp_events import SMM_KEY as SMM_KEY  # the key of address space 1's pages
 
+SMM_KEY = ("as_id", 1)  # appended to the role of a page of address space 1
 K = TypeVar("K")
 V = TypeVar("V")
 _TABLES: tuple[str, ...] = ("pages", "by_gfn", "mmio", "tdp", "counts", "vcpus")
@@ -204,10 +229,10 @@ class ReplayModel:
         self._count(event)
         settled = False
         if event.cpu in self.tdp_pending:
-            settled = tdp_events.settle_child(self, event, self.tdp_pending.pop(event.cpu))
+            settled = self._settle_child(event, self.tdp_pending.pop(event.cpu))
         if event.name == "kvm_tdp_mmu_spte_changed" and event.cpu in self.tdp_pending_roots:
             root = self.tdp_pending_roots.pop(event.cpu)
-            settled = tdp_events.settle_root(self, event, root) or settled
+            settled = self._settle_root(event, root) or settled
         if event.name != "kvm_mmu_prepare_zap_page":
             self.last_tdp_freed = None
         handler = _HANDLERS.get(event.name)
@@ -402,13 +427,190 @@ class ReplayModel:
         self.vcpus[vcpu] = counts
         return False
 
+    # -- the TDP MMU's events -----------------------------------------------------------
+
+    def _settle_child(self, event: Event, key: PageKey) -> bool:
+        """The next event of the CPU that made TDP child page `key`: its link keeps it (in
+        the address space the link shows), anything else in a TDP trace freed it."""
+        page = self.pages.get(key)
+        if page is None or page.level is None:
+            return False
+        fields = event.fields
+        if event.name == "kvm_tdp_mmu_spte_changed" and _int(fields, "level") == page.level + 1:
+            new, gfn = _int(fields, "new_spte"), _int(fields, "gfn")
+            if new is not None and gfn == page.gfn and classify(new, page.level + 1) == TABLE:
+                return self._move_to_as(page, _int(fields, "as_id") or 0, replaces=False)
+        if not self.tdp_changes and event.name != "kvm_tdp_mmu_spte_changed":
+            return False  # no TDP spte change seen: the shadow MMU's page, linked untraced
+        self.tdp_unlinked += 1
+        self._remove_copy(page, "freed unlinked (TDP, a lost race)")
+        return True
+
+    def _settle_root(self, event: Event, key: PageKey) -> bool:
+        """The first spte change of the CPU that made TDP root `key` (a vCPU's faults walk
+        its own root): the root's address space.  A live root of the same key and address
+        space was invalidated before this one was made (valid roots of one role are
+        shared): it is gone."""
+        page = self.pages.get(key)
+        if page is None:
+            return False
+        return self._move_to_as(page, _int(event.fields, "as_id") or 0, replaces=True)
+
+    def _move_to_as(self, page: ReplayPage, as_id: int, replaces: bool) -> bool:
+        """One copy of `page` (keyed as printed) to the key of its address space; with
+        `replaces`, a live page already there is replaced instead of copied."""
+        key = page.key
+        target = (*key[:2], (*key[2], SMM_KEY)) if as_id == 1 else key
+        there = self.pages.get(target)
+        if target == key:
+            if not replaces or page.copies < 2:
+                return False
+            self.tdp_roots_replaced += 1
+            self.pages[key] = replace(page, copies=page.copies - 1)
+            self._tally(page, -1)
+            return True
+        self._remove_copy(page, "")
+        if there is not None:
+            if replaces:
+                self.tdp_roots_replaced += 1
+            else:
+                self.pages[there.key] = replace(there, copies=there.copies + 1)
+                self._tally(there, 1)
+            return True
+        self.seq += 1
+        moved = replace(page, key=target, copies=1, seq=self.seq)
+        self.pages[moved.key] = moved
+        self._tally(moved, 1)
+        if moved.level is not None:
+            where = (moved.gfn, moved.level)
+            self.by_gfn[where] = (*self.by_gfn.get(where, ()), moved.key)
+        self.last_change = ("appeared", f"address space {as_id}: {page_words(moved)}")
+        return True
+
+    def _tdp_changed(self, event: Event) -> bool:
+        fields = event.fields
+        as_id, gfn, level = _int(fields, "as_id"), _int(fields, "gfn"), _int(fields, "level")
+        new, old = _int(fields, "new_spte"), _int(fields, "old_spte")
+        if as_id is None or gfn is None or level is None or new is None:
+            return False
+        self.tdp_changes += 1
+        self._set_tdp((as_id, level, gfn), new, old or 0, event.ts)
+        if level > 1 and classify(old or 0, level) == TABLE and classify(new, level) != TABLE:
+            self._free_child(gfn, level - 1, as_id)
+        return True
+
+    def _free_child(self, gfn: int, level: int, as_id: int) -> None:
+        """A TDP MMU table spte went away: the page it pointed to is freed (its child page
+        has the spte's gfn, one level down, its address space, and is direct; ≈6.x
+        kernels trace its kvm_mmu_prepare_zap_page next, keyed as printed)."""
+        keys = self.by_gfn.get((gfn, level), ())
+        for key in sorted(keys, key=lambda k: (SMM_KEY in k[2]) != (as_id == 1)):
+            page = self.pages[key]
+            if page.direct:
+                self.tdp_freed += 1
+                self._remove_copy(page, "freed (TDP)")
+                self.last_tdp_freed = _printed(key)
+                return
+
+    def _set_spte(self, event: Event) -> bool:
+        fields = event.fields
+        gfn, level, spte = _int(fields, "gfn"), _int(fields, "level"), _int(fields, "spte")
+        if gfn is None or level is None or spte is None:
+            return False
+        self.set_sptes += 1
+        if self.tdp_changes and self.last_tdp is not None:
+            _, last_level, last_gfn = self.last_tdp
+            if last_level == level and last_gfn == gfn - gfn % gfns_per_spte(level):
+                # tdp_mmu_map_handle_target_level's trace of the change just seen, which
+                # printed its address space (this tracepoint has none)
+                return False
+        key = (0, level, gfn)
+        before = self.tdp.get(key)
+        return self._set_tdp(key, spte, before.spte if before else 0, event.ts)
+
+    def _set_tdp(self, key: TdpKey, new: int, old: int, ts: float) -> bool:
+        as_id, level, gfn = key
+        key = (as_id, level, gfn - gfn % gfns_per_spte(level))  # the spte's first gfn
+        kind = classify(new, level)
+        if kind == NONE:
+            self.tdp.pop(key, None)
+        else:
+            self._keep_spte(self.tdp, key, TdpSpte(new, kind, old, ts), self.limits[1])
+        self.last_tdp = key
+        self.last_change = ("tdp", f"as {as_id} l{level} gfn {gfn:#x}: {old:#x} → {new:#x}")
+        return True
+
+    def _fast_page_fault(self, event: Event) -> bool:
+        self._vcpu_event(event)
+        fields = event.fields
+        gpa, old, new = (_int(fields, k) for k in ("cr2_or_gpa", "old_spte", "new_spte"))
+        if gpa is None or old is None or new is None:
+            return False
+        gfn = gpa >> 12
+        known = [
+            key
+            for level in range(1, 6)
+            for as_id in (0, 1)
+            if (key := (as_id, level, gfn - gfn % gfns_per_spte(level))) in self.tdp
+            and self.tdp[key].kind != TABLE
+        ]
+        same = [key for key in known if self.tdp[key].spte == old]
+        where = same or (known if len(known) == 1 else [])
+        if not where or self.tdp[where[0]].spte == new:
+            return False
+        self.fast_sptes += 1
+        return self._set_tdp(where[0], new, self.tdp[where[0]].spte, event.ts)
+
     # -- invariants ---------------------------------------------------------------------
 
     def audit(self) -> None:
-        """Raise AssertionError when the model contradicts itself (engine.replay.audit)."""
-        from .audit import audit_model
-
-        audit_model(self)
+        """Raise AssertionError when the model contradicts itself: page copies add up to
+        what was created, adopted, zapped, freed and evicted; the per-level tallies are
+        the pages'; the gfn index, the TDP and MMIO tables and the per-(name, cpu, pid)
+        counts agree with each other and with the caps."""
+        max_pages, max_tdp, max_mmio = self.limits
+        assert len(self.pages) <= max_pages and len(self.tdp) <= max_tdp
+        assert len(self.mmio) <= max_mmio and len(self.flips) <= MAX_FLIPS
+        copies = 0
+        for key, page in self.pages.items():
+            assert page.key == key and page.copies >= 1 and 0 < page.seq <= self.seq, page
+            assert 0 <= page.epoch <= self.flips_total, page
+            copies += page.copies
+        live = self.created + self.adopted - self.zapped - self.tdp_freed - self.evicted_pages
+        live -= self.tdp_roots_replaced + self.tdp_unlinked
+        assert copies == live, (copies, live)
+        again = ReplayModel()
+        for page in self.pages.values():
+            again._tally(page, page.copies)
+        tallies = (again.level_copies, again.level_epochs, again.level_gens)
+        assert tallies == (self.level_copies, self.level_epochs, self.level_gens)
+        for level in self.level_copies:
+            obsolete = (
+                p.copies for p in self.pages.values() if p.level == level and self.is_obsolete(p)
+            )
+            assert self.level_obsolete(level) == sum(obsolete), level
+        indexed = [key for keys in self.by_gfn.values() for key in keys]
+        assert len(indexed) == len(set(indexed)), "a page indexed twice"
+        assert set(indexed) == {k for k, p in self.pages.items() if p.level is not None}
+        for (gfn, level), keys in self.by_gfn.items():
+            assert keys and all(
+                self.pages[k].gfn == gfn and self.pages[k].level == level for k in keys
+            )
+        for (as_id, level, gfn), tdp in self.tdp.items():
+            assert tdp.kind != NONE and tdp.kind == classify(tdp.spte, level), (gfn, tdp)
+            assert gfn % gfns_per_spte(level) == 0 and as_id >= 0, (as_id, level, gfn)
+        for gfn, spte in self.mmio.items():
+            assert spte.gfn == gfn and 0 <= spte.gen <= MMIO_SPTE_GEN_MASK
+            assert 0 <= spte.epoch <= self.flips_total
+        assert sum(self.counts.values()) == self.events
+        assert len(self.counts) <= MAX_COUNT_KEYS + len({k[0] for k in self.counts})
+        totals = self.totals()
+        for name, attr in (("kvm_exit", "exits"), ("kvm_entry", "entries")):
+            per_vcpu = sum(getattr(v, attr) for v in self.vcpus.values())
+            assert per_vcpu <= totals.get(name, 0), (name, per_vcpu)
+        assert self.flips_total >= len(self.flips)
+        if self.flips:
+            assert self.mmu_valid_gen is not None
 
 
 def _bump(table: dict[K, int], key: K, by: int) -> None:
@@ -426,15 +628,22 @@ def _is_tdp_root(gfn: int, level: int | None) -> bool:
     return gfn == 0 and level is not None and level >= 4
 
 
+def _printed(key: PageKey) -> PageKey:
+    """The key as the page's tracepoints print it (without the address space)."""
+    if SMM_KEY not in key[2]:
+        return key
+    return key[0], key[1], tuple(f for f in key[2] if f != SMM_KEY)
+
+
 _HANDLERS: dict[str, Callable[[ReplayModel, Event], bool]] = {
     "kvm_mmu_get_page": ReplayModel._get_page,
     "kvm_mmu_prepare_zap_page": ReplayModel._zap_page,
     "kvm_mmu_zap_all_fast": ReplayModel._zap_all_fast,
     "mark_mmio_spte": ReplayModel._mark_mmio,
     "check_mmio_spte": ReplayModel._check_mmio,
-    "kvm_tdp_mmu_spte_changed": tdp_events.tdp_changed,
-    "kvm_mmu_set_spte": tdp_events.set_spte,
-    "fast_page_fault": tdp_events.fast_page_fault,
+    "kvm_tdp_mmu_spte_changed": ReplayModel._tdp_changed,
+    "kvm_mmu_set_spte": ReplayModel._set_spte,
+    "fast_page_fault": ReplayModel._fast_page_fault,
     "kvm_page_fault": ReplayModel._vcpu_event,
     "kvm_exit": ReplayModel._vcpu_event,
     "kvm_entry": ReplayModel._vcpu_event,
