@@ -12,7 +12,7 @@ from mmuscope.engine import KvmError
 from mmuscope.engine.events import Event
 from mmuscope.engine.layouts import preset
 from mmuscope.engine.lookup import LOOKUP_STRATEGIES
-from mmuscope.engine.lookup.base import TreeView
+from mmuscope.engine.lookup.views import TreeView
 from mmuscope.engine.lookup.window import TreeIndex, follow_root, layout_window
 from mmuscope.engine.memslots.explorer import MemslotExplorer
 from mmuscope.engine.memslots.workload import MMIO, RAM, WORKLOADS, Workload, mmio_gfns

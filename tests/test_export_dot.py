@@ -19,13 +19,11 @@ from mmuscope.engine.lookup.base import (
     GO_RIGHT,
     HIT,
     NEXT,
-    ArrayView,
     CacheProbe,
     LookupTrace,
     Probe,
-    TreeNodeView,
-    TreeView,
 )
+from mmuscope.engine.lookup.views import ArrayView, TreeNodeView, TreeView
 from mmuscope.engine.memslots.memslot import MemorySlot
 
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz dot not installed")

@@ -8,7 +8,7 @@ import sys
 from mmuscope.engine import Vm
 from mmuscope.engine.layouts import build_vm, preset
 from mmuscope.engine.lookup import make_strategy
-from mmuscope.engine.lookup.base import ArrayView, TreeView
+from mmuscope.engine.lookup.views import ArrayView, TreeView
 from mmuscope.engine.memslots.memslot import MemorySlot
 
 UA = 0x7F00_0000_0000

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mmuscope.engine.lookup.base import ArrayView
+from mmuscope.engine.lookup.views import ArrayView
 from mmuscope.tui.widgets.structure import StructureView
 
 from tests.tui_pilot import build, memslots

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from mmuscope.engine.lookup import LOOKUP_STRATEGIES
-from mmuscope.engine.lookup.base import ArrayView, TreeView
+from mmuscope.engine.lookup.views import ArrayView, TreeView
 from mmuscope.engine.memslots.workload import WORKLOADS
 from mmuscope.engine.pacing import SPEEDS
 from mmuscope.tui.screens.dialogs import GfnDialog

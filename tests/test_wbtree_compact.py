@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mmuscope.engine.layouts import build_vm, preset
 from mmuscope.engine.lookup import LOOKUP_STRATEGIES, make_strategy
-from mmuscope.engine.lookup.base import TreeView
+from mmuscope.engine.lookup.views import TreeView
 from mmuscope.engine.lookup.wbtree_compact import alignment, mix64
 from mmuscope.engine.memslots.memslot import MemorySlot
 

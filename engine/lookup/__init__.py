@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .base import ArrayView, CacheProbe, LookupStrategy, LookupTrace, Probe, Shape, TreeView
+    from .base import CacheProbe, LookupStrategy, LookupTrace, Probe
+    from .views import ArrayView, Shape, TreeView
 
     STRATEGY_CLASSES: dict[str, type[LookupStrategy]]
 
@@ -26,9 +27,8 @@ _CLASSES: dict[str, tuple[str, str]] = {
     "wbtree-compact": ("wbtree_compact", "WbTreeCompact"),
 }
 LOOKUP_STRATEGIES: tuple[str, ...] = tuple(_CLASSES)
-_BASE_NAMES = frozenset(
-    {"ArrayView", "CacheProbe", "LookupStrategy", "LookupTrace", "Probe", "Shape", "TreeView"}
-)
+_BASE_NAMES = frozenset({"CacheProbe", "LookupStrategy", "LookupTrace", "Probe"})
+_VIEW_NAMES = frozenset({"ArrayView", "Shape", "TreeView"})
 
 
 def strategy_class(name: str) -> type[LookupStrategy]:
@@ -52,7 +52,8 @@ def make_strategy(name: str) -> LookupStrategy:
 
 
 def __getattr__(name: str) -> object:
-    """`STRATEGY_CLASSES` (every strategy's module imported then) and base.py's names."""
+    """`STRATEGY_CLASSES` (every strategy's module imported then), base.py's and
+    views.py's names."""
     value: object
     if name == "STRATEGY_CLASSES":
         value = {strategy: strategy_class(strategy) for strategy in LOOKUP_STRATEGIES}
@@ -60,6 +61,10 @@ def __getattr__(name: str) -> object:
         from . import base
 
         value = getattr(base, name)
+    elif name in _VIEW_NAMES:
+        from . import views
+
+        value = getattr(views, name)
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = value

@@ -6,8 +6,8 @@ binary search, Alex Williamson's weight-balanced tree (RFC, not merged) and toda
 rbtree.  Each is a `LookupStrategy`: it is told about slot inserts, erases and
 replacements, answers `search(gfn)` bare (for speed), and can `explain(gfn)` a lookup as
 the list of slots or tree nodes it touched (for animation and cost tables).  `shape()`
-gives a read-only view of the structure for drawing and export (views.py; its names are
-exported here too, when first asked for, so that building a VM does not load them).
+gives a read-only view of the structure for drawing and export (views.py, imported only
+when drawn, so that building a VM does not load it).
 """
 
 from __future__ import annotations
@@ -19,11 +19,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 from ..memslots.memslot import MemorySlot
 
-if TYPE_CHECKING:  # re-exported (__getattr__ below)
-    from .views import ArrayView as ArrayView
-    from .views import Shape as Shape
-    from .views import TreeNodeView as TreeNodeView
-    from .views import TreeView as TreeView
+if TYPE_CHECKING:
+    from .views import Shape
 
 # Probe outcomes.
 HIT = "hit"
@@ -165,17 +162,3 @@ class LookupStrategy(ABC):
     @abstractmethod
     def slots(self) -> list[MemorySlot]:
         """All slots held, in no particular order."""
-
-
-_VIEWS = frozenset({"ArrayView", "Shape", "TreeNodeView", "TreeView"})
-
-
-def __getattr__(name: str) -> object:
-    """views.py's names (`from engine.lookup.base import TreeView` as before)."""
-    if name not in _VIEWS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from . import views
-
-    value = getattr(views, name)
-    globals()[name] = value
-    return value

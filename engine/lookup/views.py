@@ -2,7 +2,7 @@
 a tree flattened breadth-first, or an array in the order a lookup scans it.
 
 Apart from base.py so that a VM's structures (`mmuscope simulate`) are built without
-them; base.py exports these names as well.
+them.
 """
 
 from __future__ import annotations

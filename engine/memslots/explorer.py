@@ -26,7 +26,8 @@ from ..errors import KvmError
 from ..events import Event, Listener
 from ..layouts.layout import Layout, build_vm
 from ..lookup import LOOKUP_STRATEGIES
-from ..lookup.base import LookupTrace, Shape
+from ..lookup.base import LookupTrace
+from ..lookup.views import Shape
 from ..stats import LookupCost
 from .constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY, PAGE_SHIFT, PAGE_SIZE
 from .memslot import MemorySlot

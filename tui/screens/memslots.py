@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING
 
 from mmuscope.engine.lookup import LOOKUP_STRATEGIES, STRATEGY_CLASSES
-from mmuscope.engine.lookup.base import TreeView
+from mmuscope.engine.lookup.views import TreeView
 from mmuscope.engine.memslots.explorer import LookupRecord, MemslotExplorer
 from mmuscope.engine.memslots.workload import WORKLOADS
 from mmuscope.engine.pacing import Pacer

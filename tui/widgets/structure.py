@@ -9,7 +9,7 @@ from component classes whose TCSS uses the theme's `$node-*` variables only.
 
 from __future__ import annotations
 
-from mmuscope.engine.lookup.base import ArrayView, Shape, TreeNodeView, TreeView
+from mmuscope.engine.lookup.views import ArrayView, Shape, TreeNodeView, TreeView
 from mmuscope.engine.lookup.window import TreeIndex, TreeWindow, follow_root, layout_window
 from rich.style import Style
 from textual import events

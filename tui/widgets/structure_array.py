@@ -7,7 +7,7 @@ the view scrolls to.
 
 from __future__ import annotations
 
-from mmuscope.engine.lookup.base import ArrayView, Shape
+from mmuscope.engine.lookup.views import ArrayView, Shape
 from textual.geometry import Region
 from textual.strip import Strip
 

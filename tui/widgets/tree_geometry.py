@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from mmuscope.engine.lookup.base import TreeNodeView
+from mmuscope.engine.lookup.views import TreeNodeView
 from mmuscope.engine.lookup.window import TreeIndex, TreeWindow
 from mmuscope.engine.memslots.memslot import MemorySlot
 
