@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from mmuscope.engine.scenarios import list_scenarios, load_scenario
 from mmuscope.engine.scenarios.checks import failures
-from mmuscope.tui.app import MmuscopeApp, make_app
-from mmuscope.tui.scenario_runner import ScenarioRun, goto_step
+from mmuscope.tui.app import MmuscopeApp, goto_step, make_app
+from mmuscope.tui.scenario_runner import ScenarioRun
 from mmuscope.tui.widgets.caption import Caption
 from textual.pilot import Pilot
 from textual.scroll_view import ScrollView

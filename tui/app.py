@@ -257,8 +257,6 @@ class MmuscopeApp(App[None]):
         if target == run.index:
             self.notify("that was the last step" if delta > 0 else "this is the first step")
             return
-        from .scenario_runner import goto_step
-
         await goto_step(self, run, target)
 
     def action_whole_caption(self) -> None:
@@ -339,6 +337,53 @@ class MmuscopeApp(App[None]):
                 help_text,
                 partial(self.run_action, binding.action, active.node),
             )
+
+
+async def rebuild_view(app: MmuscopeApp, name: str) -> Screen[None]:
+    """A fresh screen under `name`, made current (the old one is removed)."""
+    old = app.get_screen(name) if app.is_screen_installed(name) else None
+    pause = getattr(old, "pause", None)
+    if pause is not None:
+        pause()
+    from .screens.base import MmuScreen
+
+    pattern = old.events_panel.pattern if isinstance(old, MmuScreen) and old.is_mounted else None
+    new = app.make_screen(name)
+    await app.switch_screen(new)
+    if pattern is not None and isinstance(new, MmuScreen):
+        new.events_panel.set_filter(pattern)  # the `f` filter outlives the rebuild
+    if old is not None:
+        app.uninstall_screen(name)
+        if old.is_attached:
+            await old.remove()
+    app.install_screen(new, name)
+    return new
+
+
+async def goto_step(app: MmuscopeApp, run: ScenarioRun, target: int) -> None:
+    """Bring the scenario's screen to step `target` (0-based) and caption it: forward,
+    the next steps' actions; back, the screen made afresh, its setup and every step up
+    to `target` run again (tui/scenario_runner.py)."""
+    from .scenario_probe import probe
+    from .scenario_runner import show_caption
+
+    scenario, name = run.scenario, run.scenario.screen
+    if target <= run.index or run.index < 0 or not app.is_screen_installed(name):
+        screen = await rebuild_view(app, name)
+        for action in scenario.setup:
+            await app.run_action(action, screen)
+        run.before, run.probes, first = probe(screen), [], 0
+    else:
+        app.action_show_view(name)
+        screen = app.get_screen(name)
+        first = run.index + 1
+    del run.probes[first:]
+    for step in scenario.steps[first : target + 1]:
+        for action in step.actions:
+            await app.run_action(action, screen)
+        run.probes.append(probe(screen))
+    run.index = target
+    show_caption(screen, run)
 
 
 def make_app(

@@ -1,11 +1,11 @@
-"""Running a scenario in the app: the caption, stepping forward, and stepping back.
+"""A scenario's run in the app: the step shown, the screen's probes, and the caption.
 
-Forward runs the next step's actions on the scenario's screen, as if its keys had been
-pressed.  Back builds the screen afresh and replays the setup and every earlier step:
-the screens are deterministic for their seed, so the picture is the one seen before.
-After the setup and after each step the runner takes the screen's probe
-(`tui/scenario_probe.py`): the captions' `{...}` fields are the model's own numbers, and
-the tests check each step's `expect` against the same values.
+The app steps it (`goto_step` in tui/app.py): forward runs the next step's actions on the
+scenario's screen, as if its keys had been pressed; back builds the screen afresh and
+replays the setup and every earlier step: the screens are deterministic for their seed,
+so the picture is the one seen before.  After the setup and after each step the screen's
+probe is taken (`tui/scenario_probe.py`): the captions' `{...}` fields are the model's own
+numbers, and the tests check each step's `expect` against the same values.
 """
 
 from __future__ import annotations
@@ -17,12 +17,10 @@ from mmuscope.engine.scenarios.checks import CheckError, Values, render
 from mmuscope.engine.threads import thread
 from textual.screen import Screen
 
-from .scenario_probe import Probe, probe
+from .scenario_probe import Probe
 
 if TYPE_CHECKING:
     from mmuscope.engine.scenarios import Scenario
-
-    from .app import MmuscopeApp
 
 HINT = "> next step · < back"
 SHORT_HINT = "> next · < back"
@@ -50,48 +48,6 @@ class ScenarioRun:
             return render(text, self.values())
         except (CheckError, ValueError, TypeError, ZeroDivisionError):
             return text
-
-
-async def rebuild_view(app: MmuscopeApp, name: str) -> Screen[None]:
-    """A fresh screen under `name`, made current (the old one is removed)."""
-    old = app.get_screen(name) if app.is_screen_installed(name) else None
-    pause = getattr(old, "pause", None)
-    if pause is not None:
-        pause()
-    from .screens.base import MmuScreen
-
-    pattern = old.events_panel.pattern if isinstance(old, MmuScreen) and old.is_mounted else None
-    new = app.make_screen(name)
-    await app.switch_screen(new)
-    if pattern is not None and isinstance(new, MmuScreen):
-        new.events_panel.set_filter(pattern)  # the `f` filter outlives the rebuild
-    if old is not None:
-        app.uninstall_screen(name)
-        if old.is_attached:
-            await old.remove()
-    app.install_screen(new, name)
-    return new
-
-
-async def goto_step(app: MmuscopeApp, run: ScenarioRun, target: int) -> None:
-    """Bring the scenario's screen to step `target` (0-based) and caption it."""
-    scenario, name = run.scenario, run.scenario.screen
-    if target <= run.index or run.index < 0 or not app.is_screen_installed(name):
-        screen = await rebuild_view(app, name)
-        for action in scenario.setup:
-            await app.run_action(action, screen)
-        run.before, run.probes, first = probe(screen), [], 0
-    else:
-        app.action_show_view(name)
-        screen = app.get_screen(name)
-        first = run.index + 1
-    del run.probes[first:]
-    for step in scenario.steps[first : target + 1]:
-        for action in step.actions:
-            await app.run_action(action, screen)
-        run.probes.append(probe(screen))
-    run.index = target
-    show_caption(screen, run)
 
 
 def show_caption(screen: Screen[object], run: ScenarioRun) -> None:
