@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import time
 
-from mmuscope.engine.mmu.dag import RootReach, root_reach
 from mmuscope.engine.mmu.mmu_pages import KvmMmuPage
 from mmuscope.engine.mmu.tdp.session import TdpSession
-from mmuscope.engine.mmu.views import spt_cells
+from mmuscope.engine.mmu.views import RootReach, root_reach, spt_cells
 from mmuscope.engine.pacing import Pacer
 from textual.app import ComposeResult
 from textual.binding import Binding

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mmuscope.engine.mmu.dag import RootReach
 from mmuscope.engine.mmu.mmu_pages import KvmMmuPage
-from mmuscope.engine.mmu.views import LevelSummary
+from mmuscope.engine.mmu.views import LevelSummary, RootReach
 from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
