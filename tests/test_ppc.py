@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mmuscope.engine.claims.ppc_keys import COLUMNS, ppc_keys_table
 from mmuscope.engine.errors import AuditError
-from mmuscope.engine.ppc.claim import COLUMNS, ppc_keys_table
 from mmuscope.engine.ppc.faults import (
     CACHED,
     CLASSIFY,

@@ -15,10 +15,10 @@ from collections.abc import Callable
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mmuscope.engine.claims.tlb_flush import COLUMNS, THREAD_TABLE, tlb_flush_table
 from mmuscope.engine.errors import AuditError
 from mmuscope.engine.events import Event
 from mmuscope.engine.tlbflush import PROTOCOL_NAMES, TlbConfig, TlbSim, protocol
-from mmuscope.engine.tlbflush.claim import COLUMNS, THREAD_TABLE, tlb_flush_table
 from mmuscope.engine.tlbflush.config import NS_PER_MS, PV_FLUSH_SPIN_NS, sched_slice
 from mmuscope.engine.tlbflush.dot import flush_to_dot
 from mmuscope.engine.tlbflush.lanes import LaneHistory

@@ -24,7 +24,7 @@ from tests.tui_pilot import SIZE, build, press_export
 
 def small_table(name: str, quick: bool = False) -> ClaimTable:
     if name == "ppc_keys":
-        raise MissingTable(name, "cannot import engine.ppc.claim")
+        raise MissingTable(name, "cannot import engine.claims.ppc_keys")
     return ClaimTable(
         name,
         ["case", "model", "thread_model"],

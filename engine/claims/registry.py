@@ -1,10 +1,9 @@
 """Every `mmuscope bench` table, in order, and how to run and chart each one.
 
-Tables come from their own modules and are imported only when run: `tlb_flush`
-(engine/tlbflush/claim.py) and `ppc_keys` (engine/ppc/claim.py) belong to other parts of
-the engine, and when one of them cannot be imported the others still run — `run_tables`
-reports it through `on_missing` and leaves it out.  `engine` is the engine's own speed
-and memory table (engine_speed.py) as a `ClaimTable`, its rows unchanged.
+Tables come from their own modules (one per table, named after it) and are imported only
+when run; when one of them cannot be imported the others still run — `run_tables`
+reports it through `on_missing` and leaves it out.  `engine` is the engine's own
+speed and memory table (engine_speed.py) as a `ClaimTable`, its rows unchanged.
 """
 
 from __future__ import annotations
@@ -23,8 +22,8 @@ RUNNERS: dict[str, tuple[str, str]] = {
     "shadow_2011": ("mmuscope.engine.claims.shadow_2011", "shadow_2011_table"),
     "rmap_ext": ("mmuscope.engine.claims.rmap_ext", "rmap_ext_table"),
     "zap": ("mmuscope.engine.claims.zap", "zap_table"),
-    "tlb_flush": ("mmuscope.engine.tlbflush.claim", "tlb_flush_table"),
-    "ppc_keys": ("mmuscope.engine.ppc.claim", "ppc_keys_table"),
+    "tlb_flush": ("mmuscope.engine.claims.tlb_flush", "tlb_flush_table"),
+    "ppc_keys": ("mmuscope.engine.claims.ppc_keys", "ppc_keys_table"),
     "engine": ("mmuscope.engine.claims.registry", "engine_table"),
 }
 TABLES: tuple[str, ...] = tuple(RUNNERS)

@@ -6,7 +6,7 @@ Modules: `hpte` (HPTE bits and kinds), `hpt` (groups of 8, the primary/secondary
 ``"2014-keys"`` and ``"today"``), `faults` (classifying an HDSI: forwarded, emulated,
 paged in), `machine` (the hypervisor: hcalls, the HDSI handler, host reclaim), `guest`
 (the guest kernel's hash_page and flushes), `pfault` (the thread's benchmark program),
-`claim` (the `ppc_keys` bench table), `views` (the searched groups as dot).
+`views` (the searched groups as dot).  The `ppc_keys` bench table is claims/ppc_keys.py.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ docs/kvm.md §7).
 A seeded discrete-event model of VMs of 8 vCPUs on 8 pCPUs running ebizzy, the host
 scheduling the vCPU threads, and four flush protocols: `baseline`, `gang`, `pv_flush`
 (the thread's patch) and `flush_on_enter` (Peter Zijlstra's proposal, today's
-KVM_VCPU_FLUSH_TLB).  `tlb_flush_table()` (claim.py) is the bench table.
+KVM_VCPU_FLUSH_TLB).  `tlb_flush_table()` (claims/tlb_flush.py) is the bench table.
 """
 
 from __future__ import annotations

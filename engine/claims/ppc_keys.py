@@ -14,12 +14,12 @@ MMIO, which pfault does not do).
 
 from __future__ import annotations
 
-from ..claims.band import BAND_COLUMNS, NO_BAND, Band, Values, band_of
-from ..claims.table import Cell, ClaimTable
-from .faults import OUTCOMES
-from .keys import ERAS
-from .machine import FULL_MISS, PpcCounters
-from .pfault import ITERATIONS, PAGES, PASSES, PFAULT, PRESSURE, PfaultProgram, PfaultRun
+from ..ppc.faults import OUTCOMES
+from ..ppc.keys import ERAS
+from ..ppc.machine import FULL_MISS, PpcCounters
+from ..ppc.pfault import ITERATIONS, PAGES, PASSES, PFAULT, PRESSURE, PfaultProgram, PfaultRun
+from .band import BAND_COLUMNS, NO_BAND, Band, Values, band_of
+from .table import Cell, ClaimTable
 
 THREAD = "power-keys"
 THREAD_REAL_S = {"today": 8.438, "2014-keys": 7.833}  # `time ./pfault`, real

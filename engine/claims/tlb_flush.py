@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import itertools
 
-from ..claims.band import BAND_COLUMNS, NO_BAND, Band, band_of_levels
-from ..claims.table import Cell, ClaimTable
 from ..costs import LEVELS
-from .config import NS_PER_MS, NS_PER_S, SCHED_LATENCY_NS, VCPUS_PER_VM, TlbConfig
-from .metrics import TlbMetrics
-from .protocols import PROTOCOL_NAMES
-from .sim import TlbSim
+from ..tlbflush.config import NS_PER_MS, NS_PER_S, SCHED_LATENCY_NS, VCPUS_PER_VM, TlbConfig
+from ..tlbflush.metrics import TlbMetrics
+from ..tlbflush.protocols import PROTOCOL_NAMES
+from ..tlbflush.sim import TlbSim
+from .band import BAND_COLUMNS, NO_BAND, Band, band_of_levels
+from .table import Cell, ClaimTable
 
 THREAD = "pv-flush"
 THREAD_TABLE: dict[int, tuple[float, float, float]] = {  # baseline, gang, pv_flush
