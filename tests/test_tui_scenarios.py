@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from mmuscope.engine.scenarios import list_scenarios, load_scenario
+from mmuscope.engine.threads import THREADS
 from mmuscope.tui.app import MmuscopeApp, make_app
 from mmuscope.tui.widgets.caption import Caption
 
@@ -49,6 +50,19 @@ async def test_each_scenario_runs_to_its_end(name: str, tmp_path: Path) -> None:
         await pilot.press("greater_than_sign")  # past the end: stays
         await settle(pilot)
         assert run.index == len(scenario.steps) - 1
+
+
+ONE_PER_THREAD = sorted({s.thread: s.name for s in list_scenarios()}.values())
+
+
+@pytest.mark.parametrize("name", ONE_PER_THREAD)
+async def test_the_caption_names_the_thread_it_follows(name: str, tmp_path: Path) -> None:
+    """By its short name where the title has room (a long title keeps the keys only)."""
+    followed = THREADS[load_scenario(name).thread]
+    app = make_app(scenario=name, export_dir=tmp_path)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(pilot)
+        assert f"{followed.name} · > next step · < back" in caption_text(app)
 
 
 async def test_stepping_back_replays_to_the_same_state(tmp_path: Path) -> None:

@@ -55,10 +55,15 @@ def show_caption(screen: Screen[object], run: ScenarioRun) -> None:
 
     scenario = run.scenario
     title = f"{scenario.title} · step {run.index + 1}/{len(scenario.steps)}"
-    where = f"{thread(scenario.thread).name} · {HINT}"
+    followed = thread(scenario.thread)
+    hints = (  # the fullest that fits beside the title
+        f"{followed.name} · {HINT}",
+        f"{followed.label} thread · {SHORT_HINT}",
+        SHORT_HINT,
+    )
     text = run.caption()
     for caption in screen.query(Caption):
-        caption.show_step(title, text, where, SHORT_HINT)
+        caption.show_step(title, text, *hints)
     screen.add_class("-captioned")  # panels make room for the caption
     from .screens.base import MmuScreen
 
