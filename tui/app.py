@@ -17,7 +17,7 @@ from mmuscope.engine.memslots.workload import DEFAULT_WORKLOAD
 from mmuscope.engine.pacing import DEFAULT_SPEED, Pacer
 from textual.app import App, SystemCommand
 from textual.binding import Binding
-from textual.notifications import Notification, SeverityLevel
+from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen, Screen
 
 from .resources import stylesheet
@@ -127,7 +127,6 @@ class MmuscopeApp(App[None]):
             from .scenario_runner import ScenarioRun  # only with a scenario: not at start-up
 
             self.scenario_run = ScenarioRun(config.scenario)
-        self._keyed_notifications: dict[str, Notification] = {}
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(THEME_VARIABLES)
@@ -280,32 +279,22 @@ class MmuscopeApp(App[None]):
 
     def notify_replacing(
         self,
-        key: str,
         message: str,
         *,
         title: str = "",
         severity: SeverityLevel = "information",
         timeout: float | None = None,
     ) -> None:
-        """A notification that takes the place of the previous one with the same `key`
-        (repeated `j` shows the latest call, not a stack of them); plain text, no markup."""
-        old = self._keyed_notifications.get(key)
-        if old is not None and old in self._notifications:
-            self._unnotify(old, refresh=False)
-        timeout = self.NOTIFICATION_TIMEOUT if timeout is None else timeout
-        notification = Notification(message, title, severity, timeout, markup=False)
-        self._keyed_notifications[key] = notification
-        self._notifications.add(notification)
-        self._refresh_notifications()
+        """A notification that takes the place of those shown (repeated `j` shows the
+        latest call, not a stack of them); plain text, no markup."""
+        self.clear_notifications()
+        self.notify(message, title=title, severity=severity, timeout=timeout, markup=False)
 
     def action_screenshot_svg(self) -> None:
         """An SVG of the screen as it is, without the notifications on top of it (they are
         cleared, and the picture taken once they are gone from the screen)."""
-        if len(self._notifications):
-            self.clear_notifications()
-            self.call_after_refresh(self._write_screenshot)
-        else:
-            self._write_screenshot()
+        self.clear_notifications()
+        self.call_after_refresh(self._write_screenshot)
 
     def _write_screenshot(self) -> None:
         """The SVG written to a temporary name and renamed."""

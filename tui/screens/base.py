@@ -13,6 +13,7 @@ from mmuscope.engine.stats import compile_filter
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.containers import Horizontal
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.timer import Timer
@@ -21,7 +22,6 @@ from textual.widgets import Static
 from ..widgets.caption import Caption
 from ..widgets.events import EventPanel
 from ..widgets.header import MmuHeader
-from ..widgets.kept_lines import KeptHorizontal
 from ..widgets.key_bar import KeyBar
 
 MIN_WIDTH, MIN_HEIGHT = 80, 24
@@ -82,7 +82,7 @@ class MmuScreen(Screen[None]):
         the event panel, the footer, and the too-small message."""
         yield MmuHeader(one_row_below=WIDE)
         yield Caption(id="caption")
-        with KeptHorizontal(id="main"):
+        with Horizontal(id="main"):
             yield from self.compose_main()
         yield EventPanel(id="events")
         yield KeyBar(id="keys")  # Textual's compact Footer drawn by one widget

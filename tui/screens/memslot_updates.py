@@ -91,7 +91,6 @@ class MemslotUpdates(PlayerScreen):
             gen = self.explorer.vm.generation(call.as_id)
             where = f"address space {call.as_id} " if call.as_id else ""
             self.app.notify_replacing(  # type: ignore[attr-defined]
-                "ioctl",
                 f"{describe_call(call)} → {answer}{recorded}; {where}generation {gen}",
                 title=churn.position,
                 severity="warning" if result.ret or mismatch else "information",

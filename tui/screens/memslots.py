@@ -15,12 +15,12 @@ from mmuscope.engine.pacing import Pacer
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.containers import Vertical
 
 from ..messages import WindowMoved
 from ..widgets.cost_panel import CostPanel
 from ..widgets.fit import fit_title
 from ..widgets.highlight import Highlight
-from ..widgets.kept_lines import KeptVertical, Tiled
 from ..widgets.lookup_bar import LookupBar
 from ..widgets.path_panel import PathPanel
 from ..widgets.slot_table import SlotTable
@@ -39,7 +39,7 @@ LEGEND = (
 )  # scans whose probes are positions 0..visits-1
 
 
-class MemslotsScreen(Tiled, MemslotUpdates):
+class MemslotsScreen(MemslotUpdates):
     BINDINGS = [
         Binding("space", "play_pause", "Play/Pause", tooltip="Play or pause the workload"),
         Binding("s", "step", "Step", tooltip="Reveal the next probe (or start the next lookup)"),
@@ -139,11 +139,11 @@ class MemslotsScreen(Tiled, MemslotUpdates):
     # -- layout -----------------------------------------------------------------------
 
     def compose_main(self) -> ComposeResult:
-        with KeptVertical(id="left"):
+        with Vertical(id="left"):
             yield LookupBar(id="lookup-bar")
             yield StructureView(id="structure")
             yield PathPanel(id="path")
-        with KeptVertical(id="right"):
+        with Vertical(id="right"):
             yield SlotTable(id="slots")
             yield CostPanel(id="costs")
 

@@ -2,13 +2,11 @@
 visible row at a time (`render_line`), so that appending costs the rows appended and
 never lays the screen out again.
 
-Why not Textual's `Log`: each `write_lines` changes its `virtual_size` (a reactive
-that lays the whole screen out: 10-25 ms a time with the replay screen's panels), starts
-a thread worker to measure the new lines' width, and prunes with a list `del` and a
-rebuilt cache.  Here the rows are cut to the log's width by the panel (`event_rows`
-wraps them), so the width is the widget's, the rows sit in a bounded deque, and the
-scroll range follows the row count without a layout (the vertical scrollbar is always
-shown, so no layout is needed to show it).
+Why not Textual's `Log`: each `write_lines` starts a thread worker to measure the new
+lines' width, and prunes with a list `del` and a rebuilt cache.  Here the rows are cut to
+the log's width by the panel (`event_rows` wraps them), so the width is the widget's and
+the rows sit in a bounded deque; the scroll range follows the row count without a
+layout.
 """
 
 from __future__ import annotations
@@ -16,22 +14,14 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Iterable
-from contextlib import AbstractContextManager, nullcontext
 
-from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
-from textual.scrollbar import ScrollBar
 from textual.selection import Selection
 from textual.strip import Strip
-from textual.widget import Widget
-
-from .kept_lines import KeptLines
-from .row_cache import use_row_cache
-from .steady_scrollbar import SteadyScrollBar, steady_vertical_scrollbar
 
 _CONTROL = re.compile("[\u0000-\u0014]")  # as Log: control codes are drawn as U+FFFD
 
@@ -42,7 +32,7 @@ _CONTROL = re.compile("[\u0000-\u0014]")  # as Log: control codes are drawn as U
 ROW_STRIPS_KEPT = 128
 
 
-class EventLog(KeptLines, ScrollView, can_focus=True):
+class EventLog(ScrollView, can_focus=True):
     """The last `max_lines` rows of the event log, the newest at the bottom."""
 
     ALLOW_SELECT = True
@@ -58,20 +48,14 @@ class EventLog(KeptLines, ScrollView, can_focus=True):
         self, *, max_lines: int = 1000, auto_scroll: bool = True, id: str | None = None
     ) -> None:
         super().__init__(id=id)
-        use_row_cache(self)
         self.max_lines = max_lines
         self.auto_scroll = auto_scroll
         self._rows: deque[str] = deque(maxlen=max_lines)
         self._rich_style: Style | None = None
         # row -> (its text, width, style, the strip drawn): a log that grows at the end
-        # shows the same rows one place higher, drawn once (see RowStylesCache)
+        # shows the same rows one place higher, drawn once
         self._row_strips: dict[int, tuple[str, int, Style, Strip]] = {}
         self._blank: tuple[int, Style, Strip] | None = None  # the rows below the last
-
-    @property
-    def vertical_scrollbar(self) -> ScrollBar:
-        """Repainted only when its thumb moves by a cell (SteadyScrollBar)."""
-        return steady_vertical_scrollbar(self)
 
     @property
     def allow_select(self) -> bool:
@@ -91,15 +75,10 @@ class EventLog(KeptLines, ScrollView, can_focus=True):
         view was at the end."""
         at_end = self.is_vertical_scroll_end
         self._rows.extend(_CONTROL.sub("\ufffd", line.expandtabs()) for line in lines)
-        with self._bar_holding():
-            self._resized()
-            if self.auto_scroll and at_end and not self.is_vertical_scrollbar_grabbed:
-                self.scroll_end(animate=False, immediate=True, x_axis=False)
+        self._resized()
+        if self.auto_scroll and at_end and not self.is_vertical_scrollbar_grabbed:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
         self.refresh(self.size.region)  # the rows: the border and its titles stay
-
-    def _bar_holding(self) -> AbstractContextManager[None]:
-        bar = self._vertical_scrollbar
-        return bar.holding() if isinstance(bar, SteadyScrollBar) else nullcontext()
 
     def clear(self) -> None:
         self._rows.clear()
@@ -108,12 +87,14 @@ class EventLog(KeptLines, ScrollView, can_focus=True):
         self.refresh()
 
     def _resized(self) -> None:
-        """The scroll range for the rows now, without a layout (as Widget._size_updated
-        does when told not to lay out)."""
+        """The scroll range for the rows now.  The log's own size is the panel's, whatever
+        its rows: only the range and the scrollbar (always shown) change, without the
+        layout of the whole screen a new `virtual_size` asks for (4 a second while the
+        log fills, 10-30 ms each at 512 slots)."""
         size = Size(self.scrollable_content_region.width, len(self._rows))
         if size != self.virtual_size:
-            self.set_reactive(Widget.virtual_size, size)
-            self._scroll_update(size)
+            self.set_reactive(ScrollView.virtual_size, size)
+            self.vertical_scrollbar.window_virtual_size = size.height
 
     def render_line(self, y: int) -> Strip:
         row = round(self.scroll_offset.y) + y
@@ -132,7 +113,7 @@ class EventLog(KeptLines, ScrollView, can_focus=True):
         known = self._row_strips.get(row)
         if known is not None and known[0] is text and known[1] == width and known[2] is style:
             return known[3]
-        strip = row_strip(text, width, style, row)
+        strip = Strip([Segment(text, style)]).crop_extend(0, width, style).apply_offsets(0, row)
         if len(self._row_strips) >= ROW_STRIPS_KEPT:
             del self._row_strips[next(iter(self._row_strips))]  # the row drawn first
         self._row_strips[row] = (text, width, style, strip)
@@ -163,22 +144,3 @@ class EventLog(KeptLines, ScrollView, can_focus=True):
 
     def selection_updated(self, selection: Selection | None) -> None:
         self.refresh()
-
-
-def row_strip(text: str, width: int, style: Style, row: int) -> Strip:
-    """Row `row` of the log showing `text` at `width`: the strip Textual's
-    `Strip([Segment(text, style)]).crop_extend(0, width, style).apply_offsets(0, row)`
-    makes, made at once where no cut is needed (one new strip a row, not three)."""
-    length = cell_len(text)
-    if length > width or length != len(text):
-        return Strip([Segment(text, style)]).crop_extend(0, width, style).apply_offsets(0, row)
-    segments = [Segment(text, _offset(style, 0, row))]
-    if length < width:
-        segments.append(Segment(" " * (width - length), _offset(style, length, row)))
-    return Strip(segments, width)
-
-
-def _offset(style: Style, x: int, y: int) -> Style:
-    """`style` with the selection offset of its first cell, as Strip.apply_offsets."""
-    offset = Style.from_meta({"offset": (x, y)})
-    return style + offset if style else offset

@@ -25,11 +25,11 @@ from mmuscope.engine.trace import VARIANTS, TracepointError, format_line
 from mmuscope.engine.trace.lines import TRACE_CMD
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.containers import Horizontal
 from textual.markup import escape
 
 from .event_log import EventLog
 from .fit import fit_title, more_rows, names_in
-from .kept_lines import KeptHorizontal
 from .panel import TextPanel
 
 #: events the model emits that no kernel has a tracepoint for: marked `*` wherever shown
@@ -156,7 +156,7 @@ class CountersTable(TextPanel):
     """
 
 
-class EventPanel(KeptHorizontal):
+class EventPanel(Horizontal):
     """Log and counters side by side, filtered by one regex."""
 
     DEFAULT_CSS = """

@@ -14,8 +14,6 @@ from textual.visual import VisualType
 from textual.widgets import Header
 from textual.widgets._header import HeaderClockSpace, HeaderIcon, HeaderTitle
 
-from .kept_lines import KeptLines, use_kept_cache
-
 SEPARATOR = " · "
 DASH = " — "
 ICON = 3  # the command palette's icon, narrowed (Textual gives it 8 columns and the
@@ -35,7 +33,7 @@ def split_title(title: str, sub_title: str, width: int) -> tuple[str, str]:
     return sub_title, ""
 
 
-class SteadyTitle(KeptLines, HeaderTitle):
+class SteadyTitle(HeaderTitle):
     """Textual's header title, which lays the screen out again only when its number of
     rows changes: its width is the header's and its height its rows (`height: auto`,
     no wrapping), so a new title of as many rows keeps every widget where it is.  (Each
@@ -44,10 +42,6 @@ class SteadyTitle(KeptLines, HeaderTitle):
 
     _rows: int | None = None
 
-    def __init__(self) -> None:
-        super().__init__()
-        use_kept_cache(self)
-
     def update(self, content: VisualType = "", *, layout: bool = True) -> None:
         plain = content.plain if isinstance(content, Content) else content
         rows = plain.count("\n") + 1 if isinstance(plain, str) else None  # None: unknown
@@ -55,7 +49,7 @@ class SteadyTitle(KeptLines, HeaderTitle):
         self._rows = rows
 
 
-class MmuHeader(KeptLines, Header):
+class MmuHeader(Header):
     """Textual's `Header`, on two rows where one would cut the state."""
 
     DEFAULT_CSS = """
@@ -67,7 +61,6 @@ class MmuHeader(KeptLines, Header):
 
     def __init__(self, *, one_row_below: int = 0) -> None:
         super().__init__()
-        use_kept_cache(self)
         self.one_row_below = one_row_below  # terminal widths that keep one row
 
     def compose(self) -> ComposeResult:

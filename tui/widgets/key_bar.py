@@ -19,8 +19,6 @@ from textual import events
 from textual.screen import Screen
 from textual.widget import Widget
 
-from .kept_lines import KeptLines, use_kept_cache
-
 SEPARATOR = "▏"  # before the palette key, as the Footer's `border-left: vkey`
 DIM = Style(dim=True)  # a key whose action is disabled now
 
@@ -33,7 +31,7 @@ class ShownKey(NamedTuple):
     tooltip: str
 
 
-class KeyBar(KeptLines, Widget):
+class KeyBar(Widget):
     ALLOW_SELECT = False
     COMPONENT_CLASSES = {"key-bar--key", "key-bar--description", "key-bar--separator"}
     DEFAULT_CSS = """
@@ -48,7 +46,6 @@ class KeyBar(KeptLines, Widget):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        use_kept_cache(self)
         self._spans: list[tuple[int, int, ShownKey]] = []
 
     def on_mount(self) -> None:

@@ -16,17 +16,10 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from typing_extensions import Self
 
-from .kept_lines import KeptLines
-from .row_cache import use_row_cache
 
-# rows of a drawing that scrolls back to windows it showed (DrawnRows keeps their strips)
-FRAMED_ROWS_KEPT = 256
-
-
-class LineDiffView(KeptLines, ScrollView):
+class LineDiffView(ScrollView):
     def __init__(self, *, name: str | None = None, id: str | None = None) -> None:
         super().__init__(name=name, id=id)
-        use_row_cache(self, kept=FRAMED_ROWS_KEPT)
         self._drawn: dict[int, Strip] = {}  # viewport line -> the strip last drawn there
         self._fresh: dict[int, Strip] = {}  # lines drawn by the last diff, not yet shown
         self._fresh_for: tuple[Offset, Size] | None = None  # the view they were drawn at

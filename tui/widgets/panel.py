@@ -18,14 +18,11 @@ from textual.visual import Visual, visualize
 from textual.widget import Widget
 from typing_extensions import Self
 
-from .kept_lines import KeptLines
 from .line_diff import row_regions
-from .line_templates import LineTemplates
-from .row_cache import use_row_cache
 from .wrap import WrapCache, wrapped_height
 
 
-class TextPanel(KeptLines, Widget):
+class TextPanel(Widget):
     """`WRAP`: a `Text` too long for the panel wraps under its value column (explanations);
     tables that choose their columns for the width leave it off."""
 
@@ -37,13 +34,11 @@ class TextPanel(KeptLines, Widget):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        use_row_cache(self)
         # No panel text carries links (no `@click` markup): Textual's link styling of every
         # drawn line (a tenth of a panel's drawing) and the hover check have nothing to do.
         self.set_reactive(Widget.auto_links, False)
         self.content: RenderableType = ""
         self._wrapped = WrapCache()
-        self._templates = LineTemplates()
         self._rows_of: tuple[Text, int, int] | None = None  # content, width, its rows
         self._lines: list[Strip] | None = None  # the content drawn at `_drawn_for`
         self._drawn_for: tuple[Size, object] = (Size(0, 0), None)  # size, visual style
@@ -125,22 +120,11 @@ class TextPanel(KeptLines, Widget):
         return self.size, self.visual_style
 
     def _draw(self) -> list[Strip]:
-        """The content's lines at the panel's size, as Widget._render_content draws them
-        (from the templates of the lines Textual drew before where it can)."""
+        """The content's lines at the panel's size, as a Widget draws its render()'s
+        (a str as markup, a Widget's default)."""
         width, height = self.size
-        renderable = self.render()
-
-        def draw() -> list[Strip]:
-            visual = visualize(self, renderable, markup=self._render_markup)
-            return Visual.to_strips(self, visual, width, height, self.visual_style)
-
-        if not isinstance(renderable, Text) or self.text_selection is not None or self.auto_links:
-            return draw()
-        styles = self.styles
-        rules = (styles.text_align, styles.text_overflow, styles.text_wrap, styles.line_pad,
-                 styles.content_align)  # fmt: skip
-        drawing = (self.size, self.visual_style, rules, self.app.theme)  # ANSI colours too
-        return self._templates.strips(renderable, width, height, drawing, draw)
+        visual = visualize(self, self.render(), markup=True)
+        return Visual.to_strips(self, visual, width, height, self.visual_style)
 
     def render_line(self, y: int) -> Strip:
         key = self._drawing_key()

@@ -22,9 +22,7 @@ from textual.geometry import Size
 from textual.widgets import Label, ProgressBar
 
 from .fit import fit_rows, more_rows, refit_in_render
-from .kept_lines import KeptLines
 from .mmu_panels import FittedRows, MmuDrawing
-from .row_cache import use_row_cache
 
 LEGEND_ITEMS = (("none", "· none"), ("nonleaf", "▸ table"), ("leaf", "■ 4K"),
                 ("large", "█ huge"), ("mmio", "◆ MMIO"))  # fmt: skip
@@ -37,17 +35,6 @@ CHANGE_STYLE = {"appeared": "path", "vanished": "mmio-stale", "flip": "mmio-stal
 def seconds(value: float) -> str:
     """A duration for the timeline: 6 decimals below 10 s (trace timestamps are in µs)."""
     return f"{value:.6f}" if abs(value) < 10 else f"{value:.3f}"
-
-
-class ReplayPanel(KeptLines, MmuDrawing):
-    """A drawing whose rows are framed once per render (tui/widgets/row_cache.py): while
-    a trace plays, the replay screen repaints one of its panels nearly every frame, and
-    Textual's per-row framing was about a third of what repainting the state panel or
-    the spte grid cost."""
-
-    def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id)
-        use_row_cache(self)
 
 
 class TimelineShown(NamedTuple):
@@ -64,7 +51,7 @@ class TimelineShown(NamedTuple):
     earliest: int = 0
 
 
-class TimelineBar(ReplayPanel):
+class TimelineBar(MmuDrawing):
     """One line: play state, time and event position, a bar, speed and filters."""
 
     WRAP = False  # the bar takes the room the words leave
@@ -137,7 +124,7 @@ class IndexingBar(Horizontal):
         self._label_width = width
 
 
-class ReplayPages(ReplayPanel):
+class ReplayPages(MmuDrawing):
     """Per level: how many pages, how many obsolete, and the latest to appear."""
 
     def show(self, rows: list[LevelRow], model: ReplayModel) -> None:
@@ -170,7 +157,7 @@ class ReplayPages(ReplayPanel):
         self.show_text(text)
 
 
-class SpteGrid(ReplayPanel):
+class SpteGrid(MmuDrawing):
     """The 512 sptes of one table as a grid of gfns; the last change marked.
 
     Where the panel is shorter than the grid (80×24) it keeps, as the shadow-MMU screen's
@@ -285,8 +272,7 @@ class SpteGrid(ReplayPanel):
         return columns, "", min(height, cells // columns)
 
 
-# ReplayPanel first: Textual takes a widget's CSS type names from its first bases
-class ReplayState(ReplayPanel, FittedRows):
+class ReplayState(FittedRows):
     """Generations, pages made and zapped, the MMIO sptes with their generation, TDP
     changes, and the busiest vCPUs.
 

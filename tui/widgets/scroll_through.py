@@ -14,11 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from textual._types import AnimationLevel
 from textual.geometry import Offset, Region, clamp
 from textual.widget import Widget
-
-LEVEL: AnimationLevel = "basic"
 
 
 def scroll_delta(widget: Widget, offset: Offset, region: Region) -> Offset:
@@ -47,4 +44,4 @@ def scroll_through(widget: Widget, regions: Iterable[Region | None]) -> None:
         if region is not None:
             offset += scroll_delta(widget, offset, region)
     if offset != start:
-        widget.scroll_to(offset.x, offset.y, animate=False, immediate=True, level=LEVEL)
+        widget.scroll_to(offset.x, offset.y, animate=False, immediate=True)

@@ -22,12 +22,7 @@ from textual.binding import Binding
 from textual.geometry import Region, Size
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
-from textual.scrollbar import ScrollBar
 from textual.strip import Strip
-
-from .kept_lines import KeptLines
-from .row_cache import use_row_cache
-from .steady_scrollbar import steady_vertical_scrollbar
 
 # (title, width) at the most; each column is as wide as its widest cell (and its title)
 # plus a space, and the name takes what is left.
@@ -44,13 +39,8 @@ def flag_names(flags: int) -> str:
     return "|".join(names) or "-"
 
 
-class SlotTable(KeptLines, ScrollView, can_focus=True):
+class SlotTable(ScrollView, can_focus=True):
     """Slots sorted by base_gfn; `hits` counts the lookups each slot answered."""
-
-    @property
-    def vertical_scrollbar(self) -> ScrollBar:
-        """Repainted when its thumb moves (SteadyScrollBar), not for every hit counted."""
-        return steady_vertical_scrollbar(self)
 
     BINDINGS = [
         Binding("up", "cursor(-1)", "Up", show=False),
@@ -85,7 +75,6 @@ class SlotTable(KeptLines, ScrollView, can_focus=True):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        use_row_cache(self)
         self._slots: list[MemorySlot] = []
         self._names: dict[tuple[int, int], str] = {}
         self._hits: dict[int, int] = {}

@@ -15,14 +15,12 @@ from rich.style import Style
 from textual import events
 from textual.geometry import Region, Size
 from textual.reactive import reactive
-from textual.scrollbar import ScrollBar
 from textual.strip import Strip
 
 from ..messages import WindowMoved
 from .highlight import CACHE_HIT, COMPARE, HIT_STATE, Highlight
 from .line_diff import LineDiffView
 from .scroll_through import scroll_through
-from .steady_scrollbar import steady_horizontal_scrollbar, steady_vertical_scrollbar
 from .structure_array import ArrayCells
 from .structure_states import (
     DrawnRows,
@@ -115,15 +113,6 @@ class StructureView(ArrayCells, LineDiffView, can_focus=True):
         self._binary_cache: tuple[Highlight | None, dict[int, str] | None] | None = None
         self._windows: dict[tuple[int, int, int], TreeWindow] = {}  # (root, zoom, depth)
         self._geometries: dict[tuple[int, int, int], TreeGeometry] = {}
-
-    @property
-    def vertical_scrollbar(self) -> ScrollBar:
-        """Repainted when its thumb moves, its unchanged rows drawn once (SteadyScrollBar)."""
-        return steady_vertical_scrollbar(self)
-
-    @property
-    def horizontal_scrollbar(self) -> ScrollBar:
-        return steady_horizontal_scrollbar(self)
 
     # -- state ----------------------------------------------------------------------
 

@@ -7,8 +7,7 @@ visit them in); a row of the drawing is the row of the tree window's geometry (o
 array's strip of cells) with those states painted over it.  A row shows the same strip
 as long as its text, scroll and the states on it are the same, so `DrawnRows` keeps each
 strip drawn with the row's states: a drawing scrolled to follow a lookup, or a window
-that goes back to a root it showed before, hands back the same strips (and Textual's
-caches on them hit: tui/widgets/row_cache.py).
+that goes back to a root it showed before, hands back the same strips.
 """
 
 from __future__ import annotations
