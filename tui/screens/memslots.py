@@ -19,7 +19,7 @@ from textual.containers import Vertical
 
 from ..messages import WindowMoved
 from ..widgets.cost_panel import CostPanel
-from ..widgets.fit import fit_title
+from ..widgets.fit import fit_title, show_title
 from ..widgets.highlight import Highlight
 from ..widgets.lookup_bar import LookupBar
 from ..widgets.path_panel import PathPanel
@@ -295,8 +295,7 @@ class MemslotsScreen(MemslotUpdates):
             versions = [f"{self.window} · {version}" for version in versions]
         view = self.query_one(StructureView)
         title = fit_title(versions, view.outer_size.width)
-        if view.border_title != title:
-            view.border_title = title
+        show_title(view, title)
 
     def on_resize(self) -> None:  # Textual runs MmuScreen.on_resize as well
         self.call_after_refresh(self._title_structure)  # once the drawing has its width

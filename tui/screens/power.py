@@ -25,6 +25,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 
+from ..widgets.fit import show_title
 from ..widgets.lookup_bar import LookupBar
 from ..widgets.power_panels import FaultSteps, HptGroups, PowerCounters
 from .base import PlayerScreen
@@ -137,8 +138,8 @@ class PowerScreen(PlayerScreen):
         run = self.run
         hpt = run.machine.hpt
         groups = self.query_one(HptGroups)
-        groups.border_title = (
-            f"HPT: {hpt.n_groups} groups of 8 (order {hpt.order}), {hpt.occupied} HPTEs"
+        show_title(
+            groups, f"HPT: {hpt.n_groups} groups of 8 (order {hpt.order}), {hpt.occupied} HPTEs"
         )
         groups.show(hpt, self.record, self.phases, self.shown)
         self.query_one(PowerCounters).show(

@@ -14,6 +14,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 
+from ..widgets.fit import show_title
 from ..widgets.rmap_panels import RmapBars, RmapChain
 from .base import PlayerScreen
 
@@ -60,7 +61,7 @@ class RmapScreen(PlayerScreen):
     def redraw(self) -> None:
         lab = self.lab
         chain = self.query_one(RmapChain)
-        chain.border_title = f"rmap of gfn {DATA_GFN:#x} (shared by the parent and its children)"
+        show_title(chain, f"rmap of gfn {DATA_GFN:#x} (shared by the parent and its children)")
         chain.show(lab.head(0), DATA_GFN)
         self.query_one(RmapBars).show(lab.histogram(log2=self.log2), self.log2)
         state = "▶ playing" if self.pacer.playing else "⏸ paused"

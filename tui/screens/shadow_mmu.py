@@ -21,7 +21,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 
-from ..widgets.fit import fit_title
+from ..widgets.fit import fit_title, show_title
 from ..widgets.lookup_bar import FaultBar
 from ..widgets.mmu_panels import GuestPanel, MmuCounters, PageLevels
 from ..widgets.spt_grid import SptGrid
@@ -172,7 +172,7 @@ class ShadowMmuScreen(ZapReplay, PagingModes, GuestActions, FastPathActions, Pla
         levels, zapping_now = self._zap_levels()
         panel = self.query_one(PageLevels)
         tdp = isinstance(session, TdpSession)
-        panel.border_title = "TDP MMU page tables by level" if tdp else "shadow pages by level"
+        show_title(panel, "TDP MMU page tables by level" if tdp else "shadow pages by level")
         panel.show(
             levels,
             path_pages,
@@ -189,13 +189,16 @@ class ShadowMmuScreen(ZapReplay, PagingModes, GuestActions, FastPathActions, Pla
         if pending is not None:
             grid.show(spt_cells(mmu.pages, pending, mmu.cfg, 0), None)  # type: ignore[arg-type]
             page = f"spt of sp gfn {pending.gfn:#x} l{pending.role.level}: RCU pending"
-            grid.border_title = fit_title(
-                [f"{page}, its sptes frozen until the grace period ends", f"{page}, frozen"],
-                grid.outer_size.width,
+            show_title(
+                grid,
+                fit_title(
+                    [f"{page}, its sptes frozen until the grace period ends", f"{page}, frozen"],
+                    grid.outer_size.width,
+                ),
             )
         elif selected is None:
             grid.show_empty()
-            grid.border_title = "spt: no page selected (step to a fault)"
+            show_title(grid, "spt: no page selected (step to a fault)")
         else:
             gen = session.vm.generation(selected.role.smm)
             grid.show(spt_cells(mmu.pages, selected, mmu.cfg, gen), marked)  # type: ignore[arg-type]
@@ -204,7 +207,7 @@ class ShadowMmuScreen(ZapReplay, PagingModes, GuestActions, FastPathActions, Pla
             page = f"spt of sp gfn {selected.gfn:#x} l{selected.role.level}{gen}{obsolete}"
             unsync = [" (unsync: stale until the next CR3 load or INVLPG)", " (unsync)"]
             versions = [page + why for why in unsync] if selected.unsync else [page]
-            grid.border_title = fit_title(versions, grid.outer_size.width)
+            show_title(grid, fit_title(versions, grid.outer_size.width))
         words = fault_words(self.last, self.shown, len(self.path))
         self.query_one(FaultBar).show_words(words)
         lines = counter_lines(session, self.last, self.paging)

@@ -14,6 +14,7 @@ from mmuscope.engine.mmu.role import ACC_EXEC_MASK, ACC_USER_MASK, ACC_WRITE_MAS
 from mmuscope.engine.mmu.shadow.session import ShadowSession, ShadowStep
 from mmuscope.engine.mmu.tdp.session import TdpSession, TdpStep
 
+from ..widgets.fit import show_title
 from ..widgets.mmu_panels import GuestPanel
 from .shadow_mmu_fast import fast_path_lines
 from .shadow_mmu_modes import Session, Step, era_2011
@@ -129,7 +130,7 @@ def shadow_level_lines(session: ShadowSession, last: Step | None) -> list[tuple[
 def show_guest(panel: GuestPanel, session: Session, last: Step | None) -> None:
     """The guest panel: shadow paging's last guest walk and the vCPU's vtlb."""
     if not isinstance(session, ShadowSession):
-        panel.border_title = "guest walk · vtlb"
+        show_title(panel, "guest walk · vtlb")
         panel.show_tdp()
         return
     vcpu = last.access.vcpu if last is not None else 0
@@ -146,7 +147,7 @@ def show_guest(panel: GuestPanel, session: Session, last: Step | None) -> None:
             f"vtlb vcpu {vcpu}: {len(entries)}/{len(vtlb.slots)} · hits {vtlb.hits} "
             f"misses {vtlb.misses}"
         )
-    panel.border_title = "guest walk · vtlb"
+    show_title(panel, "guest walk · vtlb")
     panel.show(session.last_walk, walk_title, entries, vtlb_title)
 
 

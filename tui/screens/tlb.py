@@ -19,6 +19,7 @@ from mmuscope.engine.tlbflush.vcpu import VIS_PREEMPTED
 from textual.app import ComposeResult
 from textual.binding import Binding
 
+from ..widgets.fit import show_title
 from ..widgets.tlb_panels import TlbLanes, TlbSide
 from .base import PlayerScreen
 
@@ -143,10 +144,9 @@ class TlbScreen(PlayerScreen):
         self.query_one(TlbSide).show(
             self._heading(), self._rows(), self._flush_lines(flush), self.caption_text
         )
-        self.query_one(
-            TlbLanes
-        ).border_title = (
-            f"vm{STUDIED_VM}: 8 vCPU lanes, one column = {self.history.column_ns // 1000} µs"
+        show_title(
+            self.query_one(TlbLanes),
+            f"vm{STUDIED_VM}: 8 vCPU lanes, one column = {self.history.column_ns // 1000} µs",
         )
         state = "▶ playing" if self.pacer.playing else "⏸ paused"
         self.title = "mmuscope · paravirt TLB flush"

@@ -14,7 +14,7 @@ from textual.css.scalar import Unit
 from textual.markup import escape
 from textual.widgets import Static
 
-from .fit import fit_title
+from .fit import fit_title, show_title
 
 MORE = " … C: more"
 
@@ -68,7 +68,7 @@ class Caption(Static):
     def _fit_title(self) -> None:
         if self._titles:
             width = self.outer_size.width or self.app.size.width
-            self.border_title = escape(fit_title(self._titles, width))
+            show_title(self, escape(fit_title(self._titles, width)))
 
     def _room(self) -> tuple[int, int]:
         """The text's width and the lines it may take (max-height less the rule)."""

@@ -105,6 +105,20 @@ def fit_title(versions: Sequence[str], width: int) -> str:
     return versions[-1] if versions else ""
 
 
+def show_title(widget: Widget, title: str) -> None:
+    """Set the widget's border title when it changes: Textual repaints a widget whole
+    whenever its `border_title` is set, to the same title too, and a screen's redraw
+    sets its titles at every frame."""
+    if widget.border_title != title:
+        widget.border_title = title
+
+
+def show_subtitle(widget: Widget, note: str) -> None:
+    """Set the widget's bottom-border note when it changes (see show_title)."""
+    if widget.border_subtitle != note:
+        widget.border_subtitle = note
+
+
 def refit_in_render(widget: Widget, fit: Callable[[], None]) -> None:
     """`fit()` from the widget's render(), for a size laid out before the resize event
     came: the rows drawn now are the ones that fit, and a changed bottom-border note is

@@ -21,7 +21,7 @@ from textual.containers import Horizontal
 from textual.geometry import Size
 from textual.widgets import Label, ProgressBar
 
-from .fit import fit_rows, more_rows, refit_in_render
+from .fit import fit_rows, more_rows, refit_in_render, show_subtitle, show_title
 from .mmu_panels import FittedRows, MmuDrawing
 
 LEGEND_ITEMS = (("none", "· none"), ("nonleaf", "▸ table"), ("leaf", "■ 4K"),
@@ -153,7 +153,7 @@ class ReplayPages(MmuDrawing):
         if not rows:
             text.append("no shadow pages yet: kvm_mmu_get_page adds them\n", self.style_of("label"))
         kind, words = model.last_change
-        self.border_subtitle = words if kind in ("appeared", "vanished", "flip") else ""
+        show_subtitle(self, words if kind in ("appeared", "vanished", "flip") else "")
         self.show_text(text)
 
 
@@ -172,9 +172,8 @@ class SpteGrid(MmuDrawing):
     def show(self, table: SpteTable | None) -> None:
         self._table = table
         if table is None:
-            if self.border_subtitle != GRID_LEGEND:
-                self.border_subtitle = GRID_LEGEND
-            self.border_title = "sptes by gfn"
+            show_subtitle(self, GRID_LEGEND)
+            show_title(self, "sptes by gfn")
             self.show_text(
                 Text(
                     "kvm_tdp_mmu_spte_changed and kvm_mmu_set_spte fill this grid",
@@ -183,9 +182,10 @@ class SpteGrid(MmuDrawing):
             )
             return
         span = len(table.cells) * (table.cells[1].gfn - table.cells[0].gfn)
-        self.border_title = (
+        show_title(
+            self,
             f"sptes: as {table.as_id} l{table.level} gfn {table.base_gfn:#x}"
-            f"-{table.base_gfn + span - 1:#x}"
+            f"-{table.base_gfn + span - 1:#x}",
         )
         self._fit()
 
@@ -201,8 +201,7 @@ class SpteGrid(MmuDrawing):
         self._fitted_for = self.content_size
         columns, gap, rows = self._shape(len(table.cells))
         if rows * columns >= len(table.cells) or self.content_size.height <= 0:
-            if self.border_subtitle != GRID_LEGEND:
-                self.border_subtitle = GRID_LEGEND
+            show_subtitle(self, GRID_LEGEND)
             text = Text(no_wrap=True)
             self._append_cells(text, table.cells[: rows * columns], table.changed, columns, gap)
             self.show_text(text)
@@ -211,8 +210,7 @@ class SpteGrid(MmuDrawing):
         lines, order = self._rows(table, columns, gap, label=width >= columns + 4)
         kept, dropped = fit_rows(lines, width, room, order)
         note = more_rows(dropped)
-        if self.border_subtitle != note:
-            self.border_subtitle = note
+        show_subtitle(self, note)
         self.show_text(Text("\n", no_wrap=True).join(lines[i] for i in kept))
 
     def _rows(
