@@ -47,7 +47,11 @@ async def test_the_replay_screen_follows_a_real_fork_storm(tmp_path: Path) -> No
         assert "max_mmu_rmap_size" in str(screen.query_one(KernelStats).content)
         if "shadow MMU" in screen.title:  # the comparison, slice by slice: all equal
             assert screen.rows and all(r["explained"] is None for r in screen.rows)
-            assert "0 differ" in str(screen.query_one(ComparePanel).content)
+            assert screen.compare is not None and screen.compare["equal"] is True
+            shown = str(screen.query_one(ComparePanel).content)
+            assert "0 differ" in shown and "events equal" in shown, shown
+            rows = [line.split() for line in shown.splitlines()]
+            assert ["kvm_mmu_get_page", "25", "25", "25"] in rows, shown
         assert "MMU" in screen.title and os.uname().release in screen.title
         assert screen.last_insn.startswith("mov %bl,(%rax) @0x")  # the doorbell, decoded
     assert screen.child is not None and screen.child.returncode == 0

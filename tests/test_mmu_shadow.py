@@ -231,14 +231,16 @@ def test_mmio_is_cached_with_its_generation_then_hit_without_a_walk() -> None:
     p = mmu.guest.spawn()
     mmu.guest.map(p, GVA, LAPIC_GFN, user=False)
     assert mmu.page_fault(0, p, GVA, write=True) == RetPf.EMULATE
-    assert [e.name for e in events][-2:] == ["mark_mmio_spte", "kvm_mmio"]  # then emulated
+    assert [e.name for e in events][-1] == "mark_mmio_spte"  # then the emulator's kvm_mmio:
+    assert mmu.emulate_instruction(0, GVA, True) is None
+    assert [e.name for e in events][-2:] == ["vcpu_match_mmio", "kvm_mmio"]
     walks = sum(e.name == "kvm_mmu_pagetable_walk" for e in events)
     for _ in range(3):
         assert mmu.page_fault(0, p, GVA, write=True) == RetPf.EMULATE
     assert sum(e.name == "kvm_mmu_pagetable_walk" for e in events) == walks
     # the noslot fault filled the vCPU's MMIO info: mmio_info_in_cache() answers first
     assert not [e for e in events if e.name == "handle_mmio_page_fault"]
-    assert mmu.mmio_info.gva_hits == 3
+    assert mmu.mmio_info.gva_hits == 1 + 3  # the emulator's, then three faults
     mmu.invlpg(0, GVA)  # vcpu_clear_mmio_info(): now the spte itself is checked
     assert mmu.page_fault(0, p, GVA, write=True) == RetPf.EMULATE
     assert [e.name for e in events if e.name.endswith("mmio_spte")][-1] == "check_mmio_spte"

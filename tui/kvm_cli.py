@@ -5,7 +5,10 @@ private tracefs instance (engine.kvm), shown as text or in the app.
   ``mmu``, ``stats`` (KVM_GET_STATS_FD deltas), ``program``, ``lost_events`` and
   ``emulated`` (the instructions the kernel emulated, decoded, with counts);
 - ``--jsonl``: the recorded events as ``replay --jsonl`` prints them;
-- ``--compare [--json]``: the kernel against the engine's shadow MMU on the same program;
+- ``--compare [--json]``: the kernel against the engine's shadow MMU on the same program,
+  event by event (engine.kvm.align), the first difference with its context, counts per
+  event kind and the count rows; exit 0 when all is equal, 1 on any difference or any
+  event the ring buffer lost;
 - none of them: the replay screen following the run live (`tui/kvm_app.py`).
 ``--trace-out FILE`` keeps the kernel's text (written to a temporary name, renamed).
 No /dev/kvm, no permission, no tracefs, a guest the kernel stops: exit 2, one line.
@@ -73,6 +76,8 @@ def run_kvm(args: argparse.Namespace) -> int:
         from .kvm_app import run_kvm_app
 
         return run_kvm_app(args)
+    if args.compare:
+        return run_compare(args, program)
     text = io.StringIO()
     recording = record_or_fail(program, text.write, trace=not args.no_trace)
     if args.trace_out is not None:
@@ -83,12 +88,10 @@ def run_kvm(args: argparse.Namespace) -> int:
     lines = io.StringIO(text.getvalue())
     if args.summary:
         print(json.dumps(summary(recording, lines)))
-    elif args.jsonl:
+    else:
         from .replay_cli import write_jsonl
 
         write_jsonl(lines, sys.stdout)
-    else:
-        _print_compare(args, program.name, recording, lines)
     sys.stdout.flush()
     return 0
 
@@ -129,37 +132,65 @@ def emulated_instructions(lines: io.StringIO) -> dict[str, int]:
     return dict(found)
 
 
-def compare_rows(program_name: str, recording: Any, lines: io.StringIO) -> list[Any]:
-    """The kernel's recording against the model run on a fresh copy of the program."""
-    from mmuscope.engine.kvm.compare import MODEL_MISSING, KernelCounts, compare, host_config
-    from mmuscope.engine.kvm.host import host_phys_bits
-    from mmuscope.engine.kvm.model import run_on_model
-    from mmuscope.engine.kvm.program import build_program
-    from mmuscope.engine.trace.reader import iter_events
+def run_compare(args: argparse.Namespace, program: Any) -> int:
+    """Record `program` and hold the model against it as it runs; 0 equal, 1 not."""
+    from mmuscope.engine.kvm.compare import Comparison
+    from mmuscope.engine.kvm.host import read_host_mmu
 
-    run = recording.run
-    if recording.host.tdp:
+    host = read_host_mmu()
+    if host.tdp:
         raise CliError("--compare models shadow paging; this host's guests use the TDP MMU")
-    kernel = KernelCounts()
-    kernel.add(iter_events(lines))
-    program = build_program(program_name, run.program.pages, run.program.children)
-    cfg = host_config(recording.host.mmio_caching, host_phys_bits())
-    model = run_on_model(program, cfg, address_spaces=run.address_spaces)
-    return compare(program, kernel, recording.stats(), run.mmio_exits, model, MODEL_MISSING)
+    kept: list[str] = []
+    held: list[Any] = []
 
+    def on_start(run: Any) -> None:
+        held.append(Comparison(program, host, run.address_spaces))
 
-def _print_compare(args: argparse.Namespace, name: str, recording: Any, lines: Any) -> None:
-    rows = compare_rows(name, recording, lines)
+    def on_text(text: str) -> None:
+        if args.trace_out is not None:
+            kept.append(text)
+        held[0].kernel_text(text)
+
+    def on_slice(result: Any) -> None:
+        held[0].run_slice(result.index)
+
+    recording = record_or_fail(program, on_text, on_slice=on_slice, on_start=on_start)
+    if args.trace_out is not None:
+        write_atomically(args.trace_out, "".join(kept))
+    verdict = held[0].verdict(recording.stats(), recording.run.mmio_exits, recording.lost)
+    if recording.lost:
+        print(f"mmuscope: WARNING: the trace buffer lost {recording.lost} events: "
+              "the kernel's sequence is incomplete", file=sys.stderr)  # fmt: skip
     if args.json:
-        print(json.dumps({"program": name, "kernel": recording.kernel,
-                          "mmu": recording.host.kind,
-                          "rows": [r.to_json() for r in rows]}))  # fmt: skip
-        return
-    print(f"{name} on {recording.kernel} ({recording.host.describe()}) against the model")
+        out = {"program": program.name, "kernel": recording.kernel, "mmu": host.kind}
+        print(json.dumps({**out, **verdict.to_json()}))
+    else:
+        print("\n".join(compare_report(program.name, recording, verdict)))
+    sys.stdout.flush()
+    return 0 if verdict.equal else 1
+
+
+def compare_report(name: str, recording: Any, verdict: Any) -> list[str]:
+    """The human form: the verdict, the first difference with its context, the counts
+    per event kind (event, kernel, model, equal), then the count rows."""
+    from mmuscope.engine.kvm.align import kind_table
+
+    events = verdict.alignment.events()
+    state = "equal" if verdict.equal else "DIFFERENT"
+    out = [
+        f"{name} on {recording.kernel} ({recording.host.describe()}) against the model: {state}",
+        f"events: kernel {events['kernel']}, model {events['model']}, compared "
+        f"{events['compared']} equal; lost {verdict.lost}",
+    ]
+    if verdict.first is not None:
+        out += ["", *verdict.first.lines()]
+    out += ["", *kind_table(verdict.alignment.kinds()), ""]
+    rows = verdict.rows
     width = max(len(r.what) for r in rows)
     for r in rows:
-        verdict = "=" if r.explained is None else f"≠ {r.explained}"
-        print(f"{r.what:<{width}}  {_num(r.kernel):>8}  {_num(r.model):>8}  {verdict}")
+        mark = "=" if r.explained is None else f"≠ {r.explained}"
+        out.append(f"{r.what:<{width}}  {_num(r.kernel):>8}  {_num(r.model):>8}  {mark}")
+    return out
 
 
 def _num(value: int | None) -> str:

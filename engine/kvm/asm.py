@@ -2,10 +2,12 @@
 hand-written opcode bytes.
 
 A slice of a guest program is straight-line code of *sweeps* — a loop that loads from,
-stores to, or loads then stores back to `count` addresses `stride` bytes apart — ending
-with a store to the MMIO doorbell, where the VMM takes over (a CPL-3 guest cannot `hlt`,
-docs/kvm.md §11.3).  `decode()` turns instruction bytes (e.g. `kvm_emulate_insn`'s) back
-into text.
+stores to, or loads then stores back to `count` addresses `stride` bytes apart, a byte
+(`%bl`) or a quadword (`%rbx`) at a time — ending with a store of `%bl` to the MMIO
+doorbell, where the VMM takes over (a CPL-3 guest cannot `hlt`, docs/kvm.md §11.3).
+`memory_instructions()` finds the loads and stores in assembled code (the model emulates
+them as the kernel does: their rip and bytes are `kvm_emulate_insn`'s); `decode()` turns
+instruction bytes (e.g. `kvm_emulate_insn`'s) back into text.
 """
 
 from __future__ import annotations
@@ -20,25 +22,33 @@ from iced_x86 import (
     FormatterSyntax,
     Instruction,
     MemoryOperand,
+    OpKind,
     Register,
 )
 
 READ, WRITE, RMW = "read", "write", "rmw"
 KINDS = (READ, WRITE, RMW)
+WIDTHS = (1, 8)  # bytes an access moves: mov %bl or mov %rbx
 LABEL_BASE = 1 << 60  # pseudo addresses naming loop heads for the block encoder
 
 
 @dataclass(frozen=True, slots=True)
 class Sweep:
-    """`count` accesses of one kind at `gva`, `gva + stride`, ..."""
+    """`count` accesses of one kind and `width` bytes at `gva`, `gva + stride`, ..."""
 
     gva: int
     count: int
     kind: str = WRITE
     stride: int = 4096
+    width: int = 1
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS or self.count < 1 or not 0 < self.stride < 1 << 31:
+        if (
+            self.kind not in KINDS
+            or self.count < 1
+            or not 0 < self.stride < 1 << 31
+            or self.width not in WIDTHS
+        ):
             raise ValueError(f"bad sweep {self}")
 
     def addresses(self) -> range:
@@ -47,11 +57,15 @@ class Sweep:
 
 def _sweep(sweep: Sweep, label: int) -> list[Instruction]:
     at_rax = MemoryOperand(Register.RAX)
+    if sweep.width == 8:
+        load, store, rbx = Code.MOV_R64_RM64, Code.MOV_RM64_R64, Register.RBX
+    else:
+        load, store, rbx = Code.MOV_R8_RM8, Code.MOV_RM8_R8, Register.BL
     head: list[Instruction] = []
     if sweep.kind in (READ, RMW):
-        head.append(Instruction.create_reg_mem(Code.MOV_R8_RM8, Register.BL, at_rax))
+        head.append(Instruction.create_reg_mem(load, rbx, at_rax))
     if sweep.kind in (WRITE, RMW):
-        head.append(Instruction.create_mem_reg(Code.MOV_RM8_R8, at_rax, Register.BL))
+        head.append(Instruction.create_mem_reg(store, at_rax, rbx))
     head[0].ip = label
     return [
         Instruction.create_reg_u64(Code.MOV_R64_IMM64, Register.RAX, sweep.gva),
@@ -75,6 +89,19 @@ def assemble_slice(sweeps: tuple[Sweep, ...], doorbell_gva: int, rip: int) -> by
     encoder = BlockEncoder(64)
     encoder.add_many(instructions)
     return bytes(encoder.encode(rip))
+
+
+def memory_instructions(code: bytes, rip: int) -> list[tuple[int, bytes]]:
+    """(rip, bytes) of each instruction of `code` (placed at `rip`) that reads or writes
+    memory, in order."""
+    found: list[tuple[int, bytes]] = []
+    for instruction in Decoder(64, code, ip=rip):
+        if instruction.code == Code.INVALID:
+            break
+        if any(instruction.op_kind(i) == OpKind.MEMORY for i in range(instruction.op_count)):
+            start = instruction.ip - rip
+            found.append((instruction.ip, code[start : start + instruction.len]))
+    return found
 
 
 def decode(code: bytes, rip: int = 0, limit: int = 1) -> list[str]:

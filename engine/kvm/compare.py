@@ -1,4 +1,5 @@
-"""The kernel against the model on one guest program: one row per quantity.
+"""The kernel against the model on one guest program: event by event (`align`), and one
+row per quantity, as the summary.
 
 Each row is (what, kernel, model, explained): `explained` is None where the two agree,
 else the mechanism the model lacks, named from evidence in the kernel's own recording
@@ -8,7 +9,10 @@ flag only that mechanism reacts to).  A difference with no such evidence stays
 
 Kernel quantities come from its trace (events counted as `replay` parses them) and its
 `KVM_GET_STATS_FD` deltas; model quantities from the same program run on
-`engine.mmu.shadow.ShadowMmu` (`engine.kvm.model`).
+`engine.mmu.shadow.ShadowMmu` (`engine.kvm.model`).  `Comparison` follows a recording
+as it goes: the kernel's text as each drain brings it, the model one slice at a time;
+`Verdict` is the outcome: equal only when every event and every row is, and the ring
+buffer lost nothing.
 """
 
 from __future__ import annotations
@@ -21,8 +25,11 @@ from typing import Any
 from ..events import Event
 from ..memslots.constants import KVM_MEM_LOG_DIRTY_PAGES
 from ..mmu.spte import SpteConfig
-from .model import ModelRun, model_stats
-from .program import GuestProgram, MemslotOp
+from ..trace.reader import iter_events
+from .align import Alignment, Difference
+from .host import HostMmu, host_phys_bits
+from .model import ModelRun, ModelRunner, model_stats
+from .program import GuestProgram, MemslotOp, build_program
 
 UNEXPLAINED = "unexplained"
 EVENT_ROWS = (
@@ -141,3 +148,77 @@ def host_config(mmio_caching: bool, host_phys_bits: int | None) -> SpteConfig:
 # (engine/mmu/dirty_log.py) are modelled; MECHANISMS keeps their names for a
 # comparison against an older model (ShadowMmu(unsync=False), before 2.6.27).
 MODEL_MISSING: tuple[str, ...] = ()
+
+
+@dataclass
+class Verdict:
+    """The outcome of a comparison (`mmuscope kvm --compare --json`'s object)."""
+
+    rows: list[Row]
+    alignment: Alignment
+    lost: int
+    first: Difference | None
+
+    @property
+    def equal(self) -> bool:
+        return (
+            self.first is None
+            and self.lost == 0
+            and self.alignment.equal
+            and all(r.explained is None for r in self.rows)
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "equal": self.equal,
+            "events": self.alignment.events(),
+            "lost": self.lost,
+            "first_difference": None if self.first is None else self.first.to_json(),
+            "rows": [r.to_json() for r in self.rows],
+            "kinds": self.alignment.kinds(),
+        }
+
+
+class Comparison:
+    """A recording of `program` against the model, fed as the run goes: `kernel_text`
+    with each drain of the instance, `run_slice` after each slice the kernel ran."""
+
+    def __init__(self, program: GuestProgram, host: HostMmu, address_spaces: int = 1) -> None:
+        self.program = build_program(program.name, program.pages, program.children)
+        cfg = host_config(host.mmio_caching, host_phys_bits())
+        self.alignment = Alignment()
+        self.kernel = KernelCounts()
+        self.model = ModelRunner(self.program, cfg, address_spaces=address_spaces,
+                                 listen=self._model_event)  # fmt: skip
+        self._rest = ""
+
+    def _model_event(self, event: Event) -> None:
+        freed = None
+        if event.name == "kvm_mmu_prepare_zap_page":
+            freed = self.model.zapped_page(event)
+        self.alignment.add_model(event, freed=freed)
+
+    def kernel_text(self, text: str) -> None:
+        """Kernel trace text; a line cut at the end waits for the rest."""
+        *lines, self._rest = (self._rest + text).split("\n")
+        events = list(iter_events(line + "\n" for line in lines))
+        self.kernel.add(events)
+        self.alignment.add_kernel(events)
+
+    def run_slice(self, index: int) -> None:
+        self.model.run_slice(self.program.slices[index])
+
+    def rows(self, stats: dict[str, int], mmio_exits: int) -> list[Row]:
+        return compare(self.program, self.kernel, stats, mmio_exits, self.model.run,
+                       MODEL_MISSING)  # fmt: skip
+
+    def so_far(self, stats: dict[str, int], mmio_exits: int) -> Verdict:
+        """The verdict after the slices run so far (nothing lost yet known)."""
+        return Verdict(self.rows(stats, mmio_exits), self.alignment, 0, self.alignment.first)
+
+    def verdict(self, stats: dict[str, int], mmio_exits: int, lost: int) -> Verdict:
+        """After the run: the rest of the text, then every event paired or not."""
+        if self._rest:
+            self.kernel_text("\n")
+        first = self.alignment.finish()
+        return Verdict(self.rows(stats, mmio_exits), self.alignment, lost, first)

@@ -3,14 +3,18 @@ configured as the host is: one address space when the kernel has no
 KVM_CAP_MULTI_ADDRESS_SPACE, MMIO caching as `kvm.mmio_caching` says, MAXPHYADDR from
 /proc/cpuinfo, 4K pages.
 
-The adapter plays the CPU and the VMM, nothing of KVM: for every access the CPU walks
-the vCPU's shadow root (a present leaf that allows it: no exit), else it takes a page
-fault into `ShadowMmu.page_fault()` and retries until the fault is fixed or the
-instruction is emulated.  An emulated instruction is first fetched by the emulator
-through the guest's tables (`x86_decode_insn` -> `kvm_fetch_guest_virt` ->
-`mmu->gva_to_gpa`: one guest walk of the code page); its memory operand needs no walk
-when the fault left MMIO info (`vcpu_match_mmio_gva`).  A slice's CR3 load is
-`KVM_SET_SREGS`' `kvm_mmu_reset_context()`: the root is dropped and loaded again.  The
+The adapter plays the CPU and the VMM, nothing of KVM: for every instruction the CPU
+fetches it (a fault with `PFERR_FETCH_MASK` while the code page has no leaf), and for
+every load and store walks the vCPU's shadow root (a present leaf that allows it: no
+exit, the access goes to guest RAM), else it takes a page fault into
+`ShadowMmu.page_fault()` and retries until the fault is fixed or the instruction is
+emulated (`ShadowMmu.emulate_instruction()`: the decode's fetch walk at the
+instruction's own rip, `kvm_emulate_insn`, the operand, `kvm_mmio`).  It keeps `%rbx`
+and the bytes the guest stored, so an emulated store carries the value the kernel
+traces; userspace answers MMIO reads with zeros, and the next KVM_RUN completes them.
+A slice's CR3 load is `KVM_SET_SREGS`' `kvm_mmu_reset_context()`: every root, the
+`prev_roots` included, is put and one is loaded again (`kvm_mmu_get_page`, existing
+when the process ran before).  The
 memslot operations go to an `engine.Vm` with the program's host addresses replaced by
 fixed fake ones; the MMU runs with `FNAME(pte_prefetch)` on, dirty logging
 (`engine.mmu.dirty_log`) following the slots, and a freed obsolete root zapped (traced)
@@ -20,11 +24,13 @@ once more, as the kernel always does.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..events import Event
 from ..memslots.vm import Vm
 from ..mmu.dirty_log import DirtyLogging
+from ..mmu.mmu_pages import kvm_page_table_hashfn
 from ..mmu.shadow.mmu import ShadowMmu
 from ..mmu.spte import (
     PT_USER_MASK,
@@ -34,8 +40,7 @@ from ..mmu.spte import (
     is_shadow_present_pte,
 )
 from ..mmu.walk import last_on_path
-from .asm import READ, RMW, WRITE
-from .program import PAGE, DirtyLogOp, GuestProgram, MemslotOp, Slice
+from .program import DOORBELL_GVA, PAGE, DirtyLogOp, GuestProgram, Insn, MemslotOp, Slice
 
 FAKE_HVA = (0x7F00_0000_0000, 0x7E00_0000_0000)  # host addresses of the two backings
 MAX_FAULTS = 4  # one access faulting more often than this is a model bug
@@ -60,12 +65,16 @@ class ModelRun:
 
 
 class _Cpu:
+    """The vCPU: instruction fetches, loads and stores of `%bl`/`%rbx`, guest RAM."""
+
     def __init__(self, run: ModelRun) -> None:
         self.run = run
         self.mmu = run.mmu
         self.cr3: int | None = None
+        self.rbx = 0  # KVM_SET_REGS zeroes it at every slice
+        self.memory: dict[int, int] = {}  # gpa -> a byte the guest stored in RAM (else 0)
 
-    def leaf_allows(self, gva: int, write: bool) -> bool:
+    def leaf_allows(self, gva: int, write: bool, fetch: bool = False) -> bool:
         root = self.mmu.roots.get(VCPU)
         if root is None or self.mmu.pages.is_obsolete(root):
             return False
@@ -73,47 +82,94 @@ class _Cpu:
         spte = sp.spt[index] if sp.role.level == 1 else self.mmu.pages.nonpresent
         if not is_shadow_present_pte(spte):  # empty or an MMIO spte
             return False
+        if fetch and spte & self.mmu.cfg.shadow_nx_mask:
+            return False
         return bool(spte & PT_USER_MASK) and (not write or bool(spte & PT_WRITABLE_MASK))
 
-    def access(self, gva: int, write: bool, rip: int) -> None:
+    def _fault(self, gva: int, write: bool, fetch: bool = False) -> RetPf:
+        assert self.cr3 is not None
+        ret = self.mmu.page_fault(VCPU, self.cr3, gva, write, user=True, fetch=fetch)
+        if ret is RetPf.RETRY and VCPU in self.mmu.injected:
+            raise ModelError(f"the guest took a #PF at {gva:#x}: a program bug")
+        return ret
+
+    def fetch(self, rip: int) -> None:
+        """The instruction fetch at `rip`: a fault with `PFERR_FETCH_MASK` (EFER.NX) while
+        the code page has no executable leaf."""
         for _ in range(MAX_FAULTS):
+            if self.leaf_allows(rip, False, fetch=True):
+                return
+            self._fault(rip, False, fetch=True)
+        raise ModelError(f"rip {rip:#x} still faults after {MAX_FAULTS} faults")
+
+    def execute(self, gva: int, write: bool, insn: Insn, width: int, last: bool = False) -> None:
+        """`insn`'s load or store of `width` bytes at `gva`: native once a leaf allows
+        it, else faults until one does or the instruction is emulated (then the next
+        instruction is fetched, unless `last`: the VMM stops the guest there)."""
+        rip, code = insn
+        for _ in range(MAX_FAULTS):
+            self.fetch(rip)
             if self.leaf_allows(gva, write):
+                walk = self.mmu.guest.translate(self.cr3 or 0, gva)
+                assert walk.gfn is not None
+                self._ram(walk.gfn << 12 | gva & 0xFFF, write, width)
                 return
-            assert self.cr3 is not None
-            mmio_before = self.run.events["kvm_mmio"]
-            ret = self.mmu.page_fault(VCPU, self.cr3, gva, write, user=True)
-            if ret is RetPf.EMULATE:
-                self.run.emulated += 1
-                self.mmu.gva_to_gpa(VCPU, rip, False, True)  # the emulator's fetch
-                if self.run.events["kvm_mmio"] > mmio_before:
-                    self.run.mmio_exits += 1
-                return
-            if ret is RetPf.RETRY and VCPU in self.mmu.injected:
-                raise ModelError(f"the guest took a #PF at {gva:#x}: a program bug")
+            if self._fault(gva, write) is not RetPf.EMULATE:
+                continue
+            self.run.emulated += 1
+            value = self.rbx & ((1 << 8 * width) - 1)
+            gpa = self.mmu.emulate_instruction(VCPU, gva, write, True, insn=insn, size=width,
+                                               val=value)  # fmt: skip
+            if gpa is not None:
+                self._ram(gpa, write, width)
+            else:  # MMIO: userspace answers a read with zeros (the runner's complete_io)
+                self.run.mmio_exits += 1
+                if not write:
+                    self.mmu.complete_emulated_mmio(VCPU, 0)
+                    self.rbx &= ~((1 << 8 * width) - 1)
+            if not last:
+                self.fetch(rip + len(code))
+            return
         raise ModelError(f"gva {gva:#x} still faults after {MAX_FAULTS} faults")
 
-    def run_slice(self, sl: Slice, doorbell_gva: int) -> None:
-        if sl.cr3 != self.cr3:
-            self.cr3 = sl.cr3
-            self.mmu.cr3_load(VCPU, sl.cr3 << 12 >> 12)
-        self.access(sl.rip, False, sl.rip)  # the first instruction fetch
-        for sweep in sl.sweeps:
-            for gva in sweep.addresses():
-                if sweep.kind in (READ, RMW):
-                    self.access(gva, False, sl.rip)
-                if sweep.kind in (WRITE, RMW):
-                    self.access(gva, True, sl.rip)
-                    if sweep.kind == RMW:
-                        self._guest_store(gva)
-        self.access(doorbell_gva, True, sl.rip)
+    def _ram(self, gpa: int, write: bool, width: int) -> None:
+        """A load into or a store from `%rbx`; a store into one of the guest's own tables
+        is its `write_pte` (KVM sees it as the table's shadow says: unsync, or
+        `kvm_mmu_track_write()` when emulated)."""
+        mask = (1 << 8 * width) - 1
+        gfn, offset = gpa >> 12, gpa & 0xFFF
+        if gfn in self.mmu.guest.tables:
+            index, shift = offset // 8, 8 * (offset % 8)
+            pte = self.mmu.guest.pte(gfn, index)
+            if write:
+                new = pte & ~(mask << shift) | (self.rbx & mask) << shift
+                self.mmu.guest.write_pte(gfn, index, new)
+            else:
+                self.rbx = self.rbx & ~mask | pte >> shift & mask
+            return
+        if write:
+            for i in range(width):
+                byte = self.rbx >> 8 * i & 0xFF
+                if byte or gpa + i in self.memory:
+                    self.memory[gpa + i] = byte
+        else:
+            value = sum(self.memory.get(gpa + i, 0) << 8 * i for i in range(width))
+            self.rbx = self.rbx & ~mask | value
 
-    def _guest_store(self, gva: int) -> None:
-        """A store into one of the guest's own tables (ptwrite): the same pte again."""
-        assert self.cr3 is not None
-        walk = self.mmu.guest.translate(self.cr3, gva)
-        if walk.gfn is not None and walk.gfn in self.mmu.guest.tables:
-            index = (gva & 0xFFF) // 8
-            self.mmu.guest.write_pte(walk.gfn, index, self.mmu.guest.pte(walk.gfn, index))
+    def run_slice(self, sl: Slice, doorbell_gva: int) -> None:
+        if sl.cr3 != self.cr3:  # KVM_SET_SREGS, then the next KVM_RUN's kvm_mmu_load()
+            self.cr3 = sl.cr3
+            self.mmu.reset_context(VCPU)
+            self.mmu.cr3_load(VCPU, sl.cr3)
+        self.rbx = 0
+        self.fetch(sl.rip)
+        for sweep, load, store in sl.accesses():
+            for gva in sweep.addresses():
+                if load is not None:
+                    self.execute(gva, False, load, sweep.width)
+                if store is not None:
+                    self.execute(gva, True, store, sweep.width)
+        self.execute(doorbell_gva, True, sl.doorbell, 1, last=True)
 
 
 def model_vm(address_spaces: int, host_phys_bits: int = 52) -> Vm:
@@ -134,13 +190,22 @@ class ModelRunner:
     """`program` on a shadow MMU configured as the host, one slice at a time (the app's
     comparison follows the kernel's run slice by slice)."""
 
-    def __init__(self, program: GuestProgram, cfg: SpteConfig, *, address_spaces: int = 1):
+    def __init__(
+        self,
+        program: GuestProgram,
+        cfg: SpteConfig,
+        *,
+        address_spaces: int = 1,
+        listen: Callable[[Event], None] | None = None,
+    ) -> None:
         vm = model_vm(address_spaces)
         for setup in program.setup:
             _apply(vm, setup)
         self.run = run = ModelRun(program, None, vm)  # type: ignore[arg-type]
 
         def observe(event: Event) -> None:
+            if listen is not None:
+                listen(event)
             run.events[event.name] += 1
             if event.name == "kvm_mmu_get_page":
                 run.last_gen = int(event.fields["gen"])
@@ -157,9 +222,20 @@ class ModelRunner:
         self.dirty = DirtyLogging(run.mmu)
         self.cpu = _Cpu(run)
 
-    def run_slice(self, sl: Slice) -> None:
-        from .program import DOORBELL_GVA
+    def zapped_page(self, event: Event) -> int | None:
+        """The host page (the `sptep`s' page) of the shadow page a
+        `kvm_mmu_prepare_zap_page` being emitted zaps: the page is freed with it."""
+        f, pages = event.fields, self.run.mmu.pages
+        hashed = pages.mmu_page_hash[kvm_page_table_hashfn(int(f["gfn"]))]
+        for sp in (*hashed, *pages.invalid_roots.values()):
+            role = sp.role
+            if (sp.gfn, sp.mmu_valid_gen, role.level, role.quadrant, role.access,
+                    bool(role.direct), sp.root_count) == (f["gfn"], f["gen"], f["level"],
+                    f["quadrant"], f["access"], f["direct"], f["root_count"]):  # fmt: skip
+                return sp.spt_pa >> 12
+        return None
 
+    def run_slice(self, sl: Slice) -> None:
         for op in sl.before:
             _apply(self.run.vm, op, self.dirty)
         self.cpu.run_slice(sl, DOORBELL_GVA)
@@ -170,9 +246,11 @@ def run_on_model(
     cfg: SpteConfig,
     *,
     address_spaces: int = 1,
+    listen: Callable[[Event], None] | None = None,
 ) -> ModelRun:
-    """Run `program` (a fresh one: the walks set A/D bits in its tables)."""
-    runner = ModelRunner(program, cfg, address_spaces=address_spaces)
+    """Run `program` (a fresh one: the walks set A/D bits in its tables); `listen`
+    hears every event."""
+    runner = ModelRunner(program, cfg, address_spaces=address_spaces, listen=listen)
     for sl in program.slices:
         runner.run_slice(sl)
     return runner.run

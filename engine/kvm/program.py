@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from ..memslots.constants import KVM_MEM_LOG_DIRTY_PAGES
 from ..mmu.guest.page_tables import ENTRIES, GuestPageTables
-from .asm import READ, RMW, WRITE, Sweep, assemble_slice
+from .asm import READ, RMW, WRITE, Sweep, assemble_slice, memory_instructions
 
 PAGE = 4096
 CODE_GVA = 0x40_0000  # code, then the doorbell at the end of the same 2M (one table)
@@ -84,6 +84,9 @@ class DirtyLogOp:
 Op = MemslotOp | DirtyLogOp
 
 
+Insn = tuple[int, bytes]  # an instruction's rip and bytes
+
+
 @dataclass(frozen=True, slots=True)
 class Slice:
     cr3: int  # gfn of the process's PML4
@@ -91,6 +94,21 @@ class Slice:
     sweeps: tuple[Sweep, ...]
     before: tuple[Op, ...] = ()
     label: str = ""
+    insns: tuple[Insn, ...] = ()  # the loads and stores, in order, the doorbell's last
+
+    def accesses(self) -> list[tuple[Sweep, Insn | None, Insn | None]]:
+        """Each sweep with its load and its store instruction (None: it has none)."""
+        insns = iter(self.insns)
+        out = []
+        for sweep in self.sweeps:
+            load = next(insns) if sweep.kind in (READ, RMW) else None
+            store = next(insns) if sweep.kind in (WRITE, RMW) else None
+            out.append((sweep, load, store))
+        return out
+
+    @property
+    def doorbell(self) -> Insn:
+        return self.insns[-1]
 
 
 @dataclass
@@ -122,7 +140,7 @@ class _Builder:
         )  # fmt: skip
         self.code_pages = [self.tables.alloc_page()]
         self.code_at = 0  # offset of the next block in the last code page
-        self.blocks: dict[tuple[Sweep, ...], int] = {}
+        self.blocks: dict[tuple[Sweep, ...], tuple[int, tuple[Insn, ...]]] = {}
 
     def process(self) -> int:
         cr3 = self.tables.spawn()
@@ -137,8 +155,9 @@ class _Builder:
             self.tables.map(cr3, gva + i * PAGE, gfn)
         return gfns
 
-    def block(self, sweeps: tuple[Sweep, ...]) -> int:
-        """The rip of the code for `sweeps` (each distinct block assembled once)."""
+    def block(self, sweeps: tuple[Sweep, ...]) -> tuple[int, tuple[Insn, ...]]:
+        """The rip of the code for `sweeps` and its memory instructions (each distinct
+        block assembled once)."""
         if sweeps in self.blocks:
             return self.blocks[sweeps]
         size = len(assemble_slice(sweeps, DOORBELL_GVA, 0))
@@ -157,11 +176,12 @@ class _Builder:
         page[self.code_at : self.code_at + len(code)] = code
         self.program.code[gfn] = bytes(page)
         self.code_at += (len(code) + 15) & ~15
-        self.blocks[sweeps] = rip
-        return rip
+        self.blocks[sweeps] = rip, tuple(memory_instructions(code, rip))
+        return self.blocks[sweeps]
 
     def slice(self, cr3: int, sweeps: tuple[Sweep, ...], label: str, *before: Op) -> None:
-        self.program.slices.append(Slice(cr3, self.block(sweeps), sweeps, before, label))
+        rip, insns = self.block(sweeps)
+        self.program.slices.append(Slice(cr3, rip, sweeps, before, label, insns))
 
 
 def _ram_for(pages: int, processes: int = 1) -> int:

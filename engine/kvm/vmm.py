@@ -130,13 +130,19 @@ class GuestMemory:
     host program starts) would otherwise write-protect the pages for copy-on-write, and
     the MMU notifier's invalidation would drop the guest's sptes behind the trace's back
     (the pid-filtered instance does not see it), so a run would no longer match the
-    model."""
+    model.  It is populated up front (`MAP_POPULATE`, as QEMU's `-mem-prealloc`): a
+    writable private mapping is populated with write faults, so every gfn has a page of
+    its own from the start.  Unpopulated, a guest read maps the host's shared zero page
+    read-only (`hva_to_pfn()` cannot make it writable: no `SPTE_HOST_WRITABLE` in the
+    spte, one pfn for every page read), and the guest's first write to it then
+    copies it on write behind KVM's back (an MMU-notifier invalidation)."""
 
     def __init__(self, size: int) -> None:
         if size <= 0 or size % PAGE_SIZE:
             raise ValueError(f"guest memory of {size} bytes is not a whole number of pages")
         self.size = size
-        self.map = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE
+        self.map = mmap.mmap(-1, size, flags=flags)
         self.map.madvise(mmap.MADV_DONTFORK)
         self.address = ctypes.addressof(ctypes.c_char.from_buffer(self.map))
 

@@ -515,10 +515,12 @@ def mmio_gen_wraps(memslots_gen: int, nr_address_spaces: int = 2) -> bool:
     return gen & ~(nr_address_spaces - 1) == 0
 
 
-def kvm_mmio_fields(gpa: int, write: bool) -> dict[str, int | str]:
-    """`trace_kvm_mmio()` of an emulated MMIO access: KVM_TRACE_MMIO_WRITE, or a read
-    that userspace completes (KVM_TRACE_MMIO_READ_UNSATISFIED); the value is not modelled."""
-    return {"type": "write" if write else "unsatisfied-read", "len": 4, "gpa": gpa, "val": 0}
+def kvm_mmio_fields(gpa: int, write: bool, size: int = 4, val: int = 0) -> dict[str, int | str]:
+    """`trace_kvm_mmio()` of an emulated MMIO access of `size` bytes (the operand's):
+    KVM_TRACE_MMIO_WRITE of `val`, or a read that userspace completes
+    (KVM_TRACE_MMIO_READ_UNSATISFIED, val 0)."""
+    return {"type": "write" if write else "unsatisfied-read", "len": size, "gpa": gpa,
+            "val": val if write else 0}  # fmt: skip
 
 
 def mark_mmio_spte_fields(sptep: int, gfn: int, spte: int) -> dict[str, int]:

@@ -57,9 +57,10 @@ class KernelStats(TextPanel):
 
 
 class ComparePanel(TextPanel):
-    """The kernel against the model so far, one row per quantity (engine.kvm.compare);
-    a quantity's name too long for its column goes on a row of its own above its
-    figures, never cut."""
+    """The kernel against the model so far (engine.kvm.compare): equal or the first
+    difference (why, and the two events), the events per kind (event, kernel, model,
+    equal), then one row per quantity.  A name too long for its column goes on a row of
+    its own above its figures, never cut."""
 
     WRAP = True
 
@@ -68,27 +69,59 @@ class ComparePanel(TextPanel):
         border-title-color: $text-muted; }
     """
 
-    def show(self, rows: list[dict[str, Any]]) -> None:
+    def show(self, rows: list[dict[str, Any]], compare: dict[str, Any] | None = None) -> None:
         text = Text(no_wrap=True, overflow="ellipsis")
-        if not rows:
+        if not rows and compare is None:
             text.append("the comparison comes after the first slice\n(shadow-paging hosts)")
             self.show_content(text)
             return
         room = max(8, (self.content_region.width or 44) - 17)
+        if compare is not None:
+            self._events(text, compare, room)
         names = [str(row["what"]).split(" (")[0] for row in rows]
-        width = min(room, max(len(name) for name in names) + 1)
+        width = min(room, max([1, *(len(name) for name in names)]) + 1)
         unequal = [r for r in rows if r["explained"] is not None]
-        text.append(f"{len(rows) - len(unequal)} equal · {len(unequal)} differ\n", style="bold")
+        text.append(f"{len(rows) - len(unequal)} rows equal · {len(unequal)} differ\n",
+                    style="bold")  # fmt: skip
         for row in sorted(rows, key=lambda r: r["explained"] is None):
             what = str(row["what"]).split(" (")[0]
             mark = "=" if row["explained"] is None else "≠"
             style = "" if row["explained"] is None else "bold"
-            if len(what) >= width:  # its own row, then the figures under the column
-                text.append(f"{what}\n", style=style)
-                what = ""
-            text.append(f"{what:<{width}}{_n(row['kernel']):>7}{_n(row['model']):>7} {mark}\n",
-                        style=style)  # fmt: skip
+            self._figures(text, what, width, (row["kernel"], row["model"]), mark, style)
         self.show_content(text)
+
+    def _events(self, text: Text, compare: dict[str, Any], room: int) -> None:
+        events, first = compare["events"], compare.get("first_difference")
+        if first is None:
+            lost = compare.get("lost", 0)
+            state = "equal" if not lost else f"LOST {lost} EVENTS"
+            text.append(f"events {state} · {events['compared']} compared\n", style="bold")
+        else:
+            text.append(f"DIFFERENT after {first['position']} equal events\n", style="bold")
+            text.append(f"{first.get('kind', 'different')}: {first['why']}\n")
+            for side in ("kernel", "model"):
+                event = first[side]
+                shown = event["text"] if event is not None else "(no more events)"
+                text.append(f"{side:<6} > {shown}\n", style="bold")
+        kinds = compare.get("kinds", [])
+        width = min(room, max([5, *(len(k["event"]) for k in kinds)]) + 1)
+        text.append(f"{'event':<{width}}{'kernel':>7}{'model':>7}{'equal':>7}\n", style="bold")
+        for k in kinds:
+            same = k["kernel"] == k["model"] == k["equal"]
+            figures = (k["kernel"], k["model"], k["equal"])
+            self._figures(text, k["event"], width, figures, "" if same else "≠",
+                          "" if same else "bold")  # fmt: skip
+        text.append("\n")
+
+    @staticmethod
+    def _figures(
+        text: Text, what: str, width: int, figures: tuple[object, ...], mark: str, style: str
+    ) -> None:
+        if len(what) >= width:  # its own row, then the figures under the column
+            text.append(f"{what}\n", style=style)
+            what = ""
+        numbers = "".join(f"{_n(v):>7}" for v in figures)
+        text.append(f"{what:<{width}}{numbers} {mark}".rstrip() + "\n", style=style)
 
 
 def _n(value: object) -> str:
@@ -103,6 +136,7 @@ class KvmReplayScreen(ReplayScreen):
         self.child: subprocess.Popen[bytes] | None = None
         self.kernel_stats: dict[str, int] = {}
         self.rows: list[dict[str, Any]] = []  # the comparison after the last slice
+        self.compare: dict[str, Any] | None = None  # its events, first difference, kinds
         self.last_insn = ""  # the last kvm_emulate_insn, decoded
         self.status = "starting the guest"
         self.finished = False
@@ -180,9 +214,12 @@ class KvmReplayScreen(ReplayScreen):
             self.status = f"done: {record['slices']} slices"
             if lost:
                 self.status += f" · LOST {lost} EVENTS"
+            self.rows = record.get("rows", self.rows)
+            self.compare = record.get("compare", self.compare)
         else:
             self.kernel_stats = {**record.get("vm", {}), **record.get("vcpu", {})}
             self.rows = record.get("rows", [])
+            self.compare = record.get("compare")
             self.status = f"slice {record['slice'] + 1}: {record['label']}"
 
     def show_events(self, events: list[Event]) -> None:
@@ -200,7 +237,7 @@ class KvmReplayScreen(ReplayScreen):
             found.first().show(self.kernel_stats, self.status, self.last_insn)
         compare = self.query(ComparePanel)
         if compare:
-            compare.first().show(self.rows)
+            compare.first().show(self.rows, self.compare)
 
     def _update_header(self) -> None:
         super()._update_header()

@@ -211,6 +211,7 @@ class ShadowMmu:
         self.cr3s: dict[int, int] = {}
         self.vtlbs = VcpuVtlbs(vtlb_policy) if vtlb else None
         self.injected: dict[int, tuple[int, int]] = {}  # vcpu -> (gva, pferr), last #PF
+        self.mmio_read: dict[int, tuple[int, int]] = {}  # vcpu -> (gpa, len) userspace reads
         self.stat = dict.fromkeys(STATS, 0)
         self.pte_prefetch = pte_prefetch  # FNAME(pte_prefetch) after a fixed fault
         vm.subscribe(self._memslots_changed)
@@ -257,6 +258,18 @@ class ShadowMmu:
         self.mmio_info.clear(vcpu)  # kvm_mmu_sync_roots(): vcpu_clear_mmio_info(ANY)
         self.sync_roots(root)
         return root
+
+    def reset_context(self, vcpu: int) -> None:
+        """`kvm_mmu_reset_context()` (KVM_SET_SREGS with another CR3, CR0, CR4 or EFER):
+        `kvm_mmu_unload()` frees the current root and every `prev_roots` entry
+        (`kvm_mmu_free_roots(KVM_MMU_ROOTS_ALL)`); the next entry loads a root again."""
+        self._put_root(vcpu)
+        cached = self.prev_roots.get(vcpu, [])
+        for i, prev in enumerate(cached):
+            if prev is not None:
+                cached[i] = None
+                self.pages.put_root(prev)
+        self.cr3s.pop(vcpu, None)
 
     def fast_pgd_switch(self, vcpu: int, cr3: int) -> None:
         """`cached_root_find_and_keep_current()` (6.18): keep a usable current root, else
@@ -504,8 +517,6 @@ class ShadowMmu:
         if (slot is None and not self._mmio_cacheable(gfn)) or (
             slot is not None and write and slot.readonly
         ):
-            if slot is None:
-                self._emit_mmio(gfn, gva, write)
             self.stat["pf_emulate"] += 1
             return RetPf.EMULATE
         self.pages.make_mmu_pages_available()
@@ -521,7 +532,6 @@ class ShadowMmu:
             self.emit_spte_requested(fault)
         if slot is None:
             ret = self.set_mmio_spte(sp, index, gfn, access)
-            self._emit_mmio(gfn, gva, write)
         else:
             level = fault.goal_level
             base_gfn = gfn & ~(kvm_pages_per_hpage(level) - 1)
@@ -544,9 +554,7 @@ class ShadowMmu:
         RET_PF_EMULATE whatever the access (the emulator's `vcpu_mmio_gva_to_gpa()`
         checks the cached access and walks, injecting a #PF, when it forbids it)."""
         gen = self.vm.generation(root.role.smm)
-        info = self.mmio_info.match_gva(vcpu, gva, gen)
-        if info is not None:
-            self._emit_mmio(info.gfn, gva, write)
+        if self.mmio_info.match_gva(vcpu, gva, gen) is not None:
             return True
         valid, fields = check_mmio_spte_traced(self.cfg, spte, gen)
         if fields is not None:
@@ -556,11 +564,7 @@ class ShadowMmu:
         gfn, access = get_mmio_spte_gfn(self.cfg, spte), get_mmio_spte_access(self.cfg, spte)
         self._emit("handle_mmio_page_fault", addr=gva, gfn=gfn, access=access)
         self.mmio_info.cache(vcpu, gva, gfn, access, gen)
-        self._emit_mmio(gfn, gva, write)
         return True
-
-    def _emit_mmio(self, gfn: int, gva: int, write: bool) -> None:
-        self._emit("kvm_mmio", **kvm_mmio_fields(gfn << PAGE_SHIFT | gva & 0xFFF, write))
 
     def _mmio_cacheable(self, gfn: int) -> bool:
         return self.cfg.mmio_caching_enabled and not gfn >> (self.cfg.host_phys_bits - PAGE_SHIFT)
@@ -621,6 +625,61 @@ class ShadowMmu:
             vcpu, gva, write, user, gpt.access_error_code(write, user), True
         )
         return None if translated is None else translated[0] << PAGE_SHIFT | gva & 0xFFF
+
+    # -- the emulator ----------------------------------------------------------------------
+    # `x86_emulate_instruction()` (x86.c, 6.18) after RET_PF_EMULATE (an MMIO gfn, or a
+    # store to a write-tracked table):
+    # - decode: `x86_decode_emulated_instruction()` -> `x86_decode_insn()` reads the
+    #   instruction at rip through `kvm_fetch_guest_virt()`, a guest walk with the access
+    #   `PFERR_FETCH_MASK` (| `PFERR_USER_MASK` at CPL 3) that never asks the vCPU's MMIO
+    #   info; then `trace_kvm_emulate_insn_start()` (`kvm_emulate_insn`) and
+    #   `++insn_emulation`;
+    # - the memory operand, `emulator_read_write_onepage()`: `vcpu_mmio_gva_to_gpa()` (the
+    #   vCPU's MMIO info, traced `vcpu_match_mmio`, else a walk); RAM is read or written
+    #   there (`emulator_write_phys()` -> `kvm_page_track_write()`: the caller's store),
+    #   MMIO goes to userspace: `write_mmio()` traces KVM_TRACE_MMIO_WRITE with the value,
+    #   `read_exit_mmio()` KVM_TRACE_MMIO_READ_UNSATISFIED, and the next KVM_RUN completes
+    #   the read (`complete_emulated_mmio()` -> `read_prepare()`: KVM_TRACE_MMIO_READ).
+
+    def emulate_instruction(
+        self,
+        vcpu: int,
+        gva: int,
+        write: bool,
+        user: bool = False,
+        *,
+        insn: tuple[int, bytes] | None = None,
+        size: int = 4,
+        val: int = 0,
+    ) -> int | None:
+        """Emulate the access at `gva` of the instruction `insn` (rip, bytes; None: a
+        caller without code, which skips the decode); returns the operand's gpa when it
+        is RAM (the caller stores there), None for MMIO or a #PF injected."""
+        if insn is not None:
+            rip, code = insn
+            access = gpt.PFERR_FETCH_MASK | (gpt.PFERR_USER_MASK if user else 0)
+            if self._translate(vcpu, rip, False, user, access, False, fetch=True) is None:
+                return None
+            self._emit("kvm_emulate_insn", csbase=0, rip=rip, insn=code.hex(" "),
+                       flags="prot64", failed=False)  # fmt: skip
+        gpa = self.gva_to_gpa(vcpu, gva, write, user)
+        if gpa is None:
+            return None
+        if self.vm.gfn_to_memslot(gpa >> PAGE_SHIFT, self.vm.vcpu(vcpu).as_id) is not None:
+            return gpa
+        if write:
+            self._emit("kvm_mmio", **kvm_mmio_fields(gpa, True, size, val))
+        else:
+            self._emit("kvm_mmio", **kvm_mmio_fields(gpa, False, size))
+            self.mmio_read[vcpu] = gpa, size
+        return None
+
+    def complete_emulated_mmio(self, vcpu: int, val: int = 0) -> None:
+        """The next KVM_RUN after userspace answered a read: KVM_TRACE_MMIO_READ."""
+        pending = self.mmio_read.pop(vcpu, None)
+        if pending is not None:
+            gpa, size = pending
+            self._emit("kvm_mmio", type="read", len=size, gpa=gpa, val=val)
 
     def emit_spte_requested(self, fault: KvmPageFault) -> None:
         """`trace_kvm_mmu_spte_requested(fault)`, after `kvm_mmu_hugepage_adjust()`."""

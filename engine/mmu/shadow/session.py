@@ -193,8 +193,8 @@ class ShadowSession(GuestSession[ShadowStep]):
                 access.vcpu, access.cr3, access.gva, access.write, access.user, access.fetch
             )
         )
-        if ret is RetPf.EMULATE and not self._mmio_hit:
-            self._emulator_translates(access)
+        if ret is RetPf.EMULATE:
+            self._emulate(access)
         guest = ""
         if ret is RetPf.RETRY and access.vcpu in self.mmu.injected:
             del self.mmu.injected[access.vcpu]
@@ -205,13 +205,15 @@ class ShadowSession(GuestSession[ShadowStep]):
             raise RuntimeError(f"{access.label}: the guest keeps faulting ({guest})")
         return ShadowStep(access, True, ret, update, guest)
 
-    def _emulator_translates(self, access: ShadowAccess) -> None:
-        """The emulator's `gva_to_gpa` of the instruction's operand: a second guest walk,
-        unless the vtlb (the memslot-search thread, patch 7/7) has the page.  A cached
-        MMIO spte hit skips this: it hands the emulator the gfn
-        (`vcpu_cache_mmio_info`)."""
-        self.emulator_walks += 1
-        self.mmu.gva_to_gpa(access.vcpu, access.gva, access.write, access.user)
+    def _emulate(self, access: ShadowAccess) -> None:
+        """The emulator (`ShadowMmu.emulate_instruction`; the workloads have no code to
+        decode): the `gva_to_gpa` of the instruction's operand, a second guest walk
+        unless the vtlb (the memslot-search thread, patch 7/7) has the page, then
+        `kvm_mmio` for MMIO.  A cached MMIO spte hit needs no translation of its own: it
+        handed the emulator the gfn (`vcpu_cache_mmio_info`)."""
+        if not self._mmio_hit:
+            self.emulator_walks += 1
+        self.mmu.emulate_instruction(access.vcpu, access.gva, access.write, access.user)
 
     def _kernel_access(self) -> ShadowAccess | None:
         """Every `KERNEL_EVERY`-th step with `kernel_2m`: the running process's kernel
