@@ -33,6 +33,7 @@ RUNNERS: dict[str | None, tuple[str, str]] = {
     "live": ("live", "run_live"),
     "kvm": ("kvm_cli", "run_kvm"),
     "simulate": ("simulate_cli", "run_simulate"),
+    "query": ("query_cli", "run_query"),
 }
 
 
@@ -47,6 +48,8 @@ EXTERNAL: dict[str, tuple[str, str, str]] = {
             "run a guest program on this host's KVM and record what its MMU did (root)"),
     "simulate": ("simulate_cli", "add_parser",
                  "a simulated run printed as trace-cmd report text (or --jsonl)"),
+    "query": ("query_cli", "add_parser",
+              "SQL (DuckDB) over a Parquet dataset of events, or a named report"),
 }  # fmt: skip
 
 
@@ -99,10 +102,17 @@ def _command_module(module: str) -> ModuleType:
 def _replay(replay: argparse.ArgumentParser) -> None:
     from pathlib import Path
 
-    replay.add_argument("trace", type=Path, metavar="TRACE", help="the trace text ('-': stdin)")
+    from .dataset_cli import add_options
+
+    replay.add_argument(
+        "trace", type=Path, nargs="+", metavar="TRACE",
+        help="the trace: text, gzip/xz/zstd text or trace.dat ('-': stdin); "
+        "several with --parquet, each its own source",
+    )  # fmt: skip
     mode = replay.add_mutually_exclusive_group()
     mode.add_argument("--jsonl", action="store_true", help="one JSON object per event")
     mode.add_argument("--summary", action="store_true", help="counts as one JSON object")
+    add_options(replay, mode, several=True)
     replay.add_argument(
         "--hex64",
         action="store_true",

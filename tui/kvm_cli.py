@@ -25,6 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from .cliparts import CliError, int_arg
+from .dataset_cli import add_options as add_parquet_options
+from .dataset_cli import check_options as check_parquet_options
+from .dataset_cli import host_source, source_names, write_source
 from .kvm_record import record_or_fail, write_atomically
 
 PROGRAM_HELP = {
@@ -52,6 +55,7 @@ def add_kvm_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     mode.add_argument("--summary", action="store_true", help="counts and statistics as JSON")
     mode.add_argument("--jsonl", action="store_true", help="one JSON object per event")
     mode.add_argument("--compare", action="store_true", help="the kernel against the model")
+    add_parquet_options(kvm, mode)  # --parquet DIR, --source NAME, --append (dataset_cli)
     kvm.add_argument("--json", action="store_true", help="with --compare: one JSON object")
     kvm.add_argument("--no-trace", action="store_true", help=argparse.SUPPRESS)  # benchmark
     kvm.add_argument("--follow", type=Path, help=argparse.SUPPRESS)  # the app's child
@@ -64,15 +68,18 @@ def run_kvm(args: argparse.Namespace) -> int:
 
     if args.json and not args.compare:
         raise CliError("--json goes with --compare (--summary and --jsonl are JSON already)")
+    check_parquet_options(args)
     try:
         program = build_program(args.program, args.pages, args.children)
     except ValueError as err:
         raise CliError(str(err)) from None
+    if args.parquet is not None:  # refused before the run, not after
+        source = source_names(args, [], [args.source or host_source(program.name)])[0]
     if args.follow is not None:
         from .kvm_follow import run_follow
 
         return run_follow(args, program)
-    if not (args.summary or args.jsonl or args.compare):
+    if not (args.summary or args.jsonl or args.compare or args.parquet):
         from .kvm_app import run_kvm_app
 
         return run_kvm_app(args)
@@ -86,7 +93,9 @@ def run_kvm(args: argparse.Namespace) -> int:
         print(f"mmuscope: WARNING: the trace buffer lost {recording.lost} events: "
               "the counts below are short", file=sys.stderr)  # fmt: skip
     lines = io.StringIO(text.getvalue())
-    if args.summary:
+    if args.parquet is not None:  # the recording written as a dataset (dataset_cli)
+        write_source(args, source, lines, f"kvm {program.name}")
+    elif args.summary:
         print(json.dumps(summary(recording, lines)))
     else:
         from .replay_cli import write_jsonl

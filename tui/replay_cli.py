@@ -24,6 +24,7 @@ from mmuscope.engine.trace.reader import TraceCounts, iter_events, summarize
 from mmuscope.engine.trace.tracepoints import json_fields
 
 from .cliparts import CliError, check_replay_app_options
+from .compressed import CompressedError, compression_of, open_compressed
 from .trace_dat import (
     TraceDatError,
     is_trace_dat,
@@ -46,6 +47,14 @@ def open_trace(path: Path) -> Iterator[Iterable[str]]:
     skipped as garbage, not an error)."""
     if str(path) == "-":
         yield _text_stdin()
+        return
+    kind = compression_of(path)
+    if kind is not None:  # gzip, xz, zstd: the text inside
+        try:
+            with open_compressed(path, kind) as text:
+                yield text
+        except CompressedError as err:
+            raise TraceFileError(str(err)) from None
         return
     if is_trace_dat(path):  # trace-cmd record's binary file: its `trace-cmd report`
         try:
@@ -116,15 +125,47 @@ def run_replay_text(args: argparse.Namespace) -> int:
 
 
 def run_replay(args: argparse.Namespace) -> int:
-    """`mmuscope replay`: the app without a flag, else the text modes."""
+    """`mmuscope replay`: the app without a flag, else the text modes, or the traces
+    written as a dataset (--parquet)."""
+    from .dataset_cli import check_options
+
     if args.hex64 and not args.jsonl:
         raise CliError("--hex64 changes what --jsonl prints: add --jsonl")
+    check_options(args)
+    if args.parquet is not None:
+        return run_replay_parquet(args)
+    if len(args.trace) > 1:
+        raise CliError("several traces go with --parquet DIR (each its own source); "
+                       "the other modes read one")  # fmt: skip
+    args.trace = args.trace[0]
     if not (args.jsonl or args.summary):
         return run_replay_app(args)
     try:
         return run_replay_text(args)
     except TraceFileError as err:
         raise CliError(str(err)) from None
+
+
+def run_replay_parquet(args: argparse.Namespace) -> int:
+    """Each trace written as a source of the dataset at --parquet (tui/dataset_cli.py),
+    read as --summary reads it."""
+    from .cliparts import load_layout
+    from .dataset_cli import source_names, write_source
+
+    traces: list[Path] = args.trace
+    if sum(str(t) == "-" for t in traces) > 1:
+        raise CliError("standard input ('-') can be read once")
+    names = source_names(args, traces)
+    layout = None
+    if args.parquet_layout or args.parquet_mtree:
+        layout = load_layout(args.parquet_layout, args.parquet_mtree)
+    for trace, name in zip(traces, names, strict=True):
+        try:
+            with open_trace(trace) as lines:
+                write_source(args, name, lines, str(trace), layout)
+        except TraceFileError as err:
+            raise CliError(str(err)) from None
+    return 0
 
 
 def run_replay_app(args: argparse.Namespace) -> int:

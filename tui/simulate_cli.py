@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from mmuscope.engine.events import Event
 
+from .cliparts import CliError
+from .dataset_cli import add_options as add_parquet_options
 from .report_lines import FAST_FORMATS as FAST_FORMATS
 from .report_lines import FAST_PRINTK as FAST_PRINTK
 from .report_lines import LinePrinter, trace_cmd_line
@@ -124,6 +126,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--smi-every", type=_count, default=0, metavar="N",
         help="tdp: an SMI every N accesses (the last vCPU runs in SMM half of them)",
     )  # fmt: skip
+    add_parquet_options(parser)  # --parquet DIR, --source NAME, --append (dataset_cli)
 
 
 def _count(text: str) -> int:
@@ -150,6 +153,13 @@ def _rate(text: str) -> float:
 
 def run_simulate(args: argparse.Namespace) -> int:
     """The command: the run printed on stdout, or its options' one-line error (exit 2)."""
+    from mmuscope.engine.layouts import preset
+
+    from .dataset_cli import check_options, write_run
+
+    if args.parquet is not None and args.jsonl:
+        raise CliError("--jsonl prints the run and --parquet writes it: give one")
+    check_options(args)
     options = SimulateOptions(
         args.mmu, args.workload, args.accesses, args.seed, args.zap, args.at, args.jsonl,
         args.layout, args.race_rate, args.smi_every,
@@ -159,9 +169,20 @@ def run_simulate(args: argparse.Namespace) -> int:
     except (SimulateError, ValueError) as err:
         print(f"mmuscope simulate: error: {err}", file=sys.stderr)
         return 2
+    if args.parquet is not None:  # the printed run written as a dataset (dataset_cli)
+        return write_run(
+            args, lambda out: run(session, options, out), simulate_source(options),
+            f"simulate --mmu {options.mmu} --workload {options.workload}",
+            preset(options.layout),
+        )  # fmt: skip
     run(session, options, sys.stdout)
     sys.stdout.flush()
     return 0
+
+
+def simulate_source(options: SimulateOptions) -> str:
+    """The default --source of a run: simulate-MMU-WORKLOAD-SEED."""
+    return f"simulate-{options.mmu}-{options.workload}-{options.seed}"
 
 
 def make_session(options: SimulateOptions) -> GuestSession[object]:

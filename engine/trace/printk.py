@@ -227,6 +227,19 @@ class Template:
             self._regex = regex
         return self._regex
 
+    @property
+    def regex(self) -> re.Pattern[str]:
+        """The template as a regex: `fullmatch` it against a printk text; its groups are
+        the slots of `group_slots`, in order (what `match` converts)."""
+        return self._regex or self._compiled()
+
+    @property
+    def group_slots(self) -> tuple[Slot, ...]:
+        """The slot each group of `regex` captures, in group order (a name may appear
+        twice, as ``pferr %x %s`` prints it twice)."""
+        slots = [self._parts[int(group[1:])] for group in self.regex.groupindex]
+        return tuple(slot for slot in slots if isinstance(slot, Slot))
+
     @staticmethod
     def _slot(m: re.Match[str]) -> Slot:
         name = m["name"]

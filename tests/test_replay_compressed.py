@@ -1,0 +1,48 @@
+"""`replay` reads gzip, xz and zstd traces as the text inside them (known by their magic
+bytes, whatever their names), and a damaged one is one line and exit 2."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import lzma
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.cli_run import assert_user_error, ok, run
+from tests.datafiles import FIXTURES
+
+SAMPLE = FIXTURES / "trace-kvmmmu-sample.txt"
+
+
+def _zstd(data: bytes) -> bytes:
+    if shutil.which("zstd") is None:
+        pytest.skip("no zstd program")
+    return subprocess.run(["zstd", "-q", "-c"], input=data, capture_output=True, check=True).stdout
+
+
+@pytest.mark.parametrize("kind", ["gzip", "xz", "zstd"])
+def test_a_compressed_trace_reads_as_its_text(tmp_path: Path, kind: str) -> None:
+    text = SAMPLE.read_bytes()
+    packed = {"gzip": gzip.compress, "xz": lzma.compress, "zstd": _zstd}[kind](text)
+    trace = tmp_path / "trace.bin"  # no telling suffix: the magic says what it is
+    trace.write_bytes(packed)
+    assert ok("replay", trace, "--summary") == ok("replay", SAMPLE, "--summary")
+    assert ok("replay", trace, "--jsonl") == ok("replay", SAMPLE, "--jsonl")
+    damaged = tmp_path / "damaged.bin"
+    damaged.write_bytes(packed[: len(packed) // 2])
+    done = run("replay", damaged, "--summary")
+    assert kind in assert_user_error(done) or "zstd" in done.stderr
+
+
+def test_a_compressed_trace_is_one_source_named_without_its_suffixes(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    trace = tmp_path / "host-a.trace.txt.gz"
+    trace.write_bytes(gzip.compress(SAMPLE.read_bytes()))
+    out = ok("replay", trace, "--parquet", tmp_path / "d")
+    assert out.startswith(f"{tmp_path}/d/source=host-a.trace/part-00000.parquet: 29 events")
+    counts = json.loads(ok("query", tmp_path / "d", "SELECT count(*) AS n FROM events", "--json"))
+    assert counts == [{"n": 29}]
