@@ -10,10 +10,16 @@ costs below.  Each cost is a `Cost` with a `kind`:
 - `hardware`: a documented figure of the thread's hardware, with the spread of the parts
   of that era;
 - `measured`: measured on this machine by a script in `benchmarks/` (named in the source);
+- `config`: a build option of the thread's kernel that the thread does not give: low and
+  high are the values the configurations of that era used, central the one assumed;
+- `fitted`: set so that one named row of the thread's table matches (by a script in
+  `benchmarks/`, named in the source); that row's table marks it `fitted`, and a table
+  fits at most one parameter;
 - `estimate`: none of these exists, so a reasoned low / central / high, marked as such.
 Every source note, and every estimate's reasoning, was written here before the model it
-feeds was compared with the thread's number; no value was chosen by searching for a
-thread's number (tests/test_costs.py fails on a cost without a source note).
+feeds was compared with the thread's number; no value but a `fitted` one was chosen by
+searching for a thread's number (tests/test_costs.py fails on a cost without a source
+note).  docs/bench.md lists every cost with its range and its source.
 
 `at(name, level)` reads a cost at `low`, `central` or `high`; the claim tables compute each
 time once per level and, for closed-form models, at every corner of their estimates
@@ -25,9 +31,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 KERNEL, THREAD, HARDWARE = "kernel", "thread", "hardware"
-MEASURED, ESTIMATE = "measured", "estimate"
-KINDS = (KERNEL, THREAD, HARDWARE, MEASURED, ESTIMATE)
-EXACT_KINDS = (KERNEL, THREAD)
+MEASURED, CONFIG, FITTED, ESTIMATE = "measured", "config", "fitted", "estimate"
+KINDS = (KERNEL, THREAD, HARDWARE, MEASURED, CONFIG, FITTED, ESTIMATE)
+EXACT_KINDS = (KERNEL, THREAD, FITTED)
 LEVELS = ("low", "central", "high")
 
 
@@ -239,20 +245,19 @@ ZAP_PAGE_NS = _cost(
     (drop_spte -> rmap_remove, one or two cache lines), 5-15 ns a spte, plus the unlink
     from its parent and the hash list.""",
 )
-ZAPS_PER_RUN = _cost(
+ZAPS_PER_RUN = _exact(
     "ZAPS_PER_RUN",
     "zaps",
     1,
-    1,
-    8,
-    ESTIMATE,
-    """Zaps of all shadow pages during one run of Xiao's benchmark ("writes large memory
-    when do pci rom read"): each ROM read maps the ROM BAR (a memslot created) and unmaps
-    it (a memslot deleted: kvm_arch_flush_shadow zaps everything in 2013). The benchmark
-    was attached to the mail and is not in the thread; the mail names one "pci rom read",
-    so the central value is one read (one zap), and up to 8 reads a run is the high end.
-    (An earlier central of 2 had been chosen after comparing with the thread's 82 ms
-    saving: a fit, so it was replaced by the reading of the mail's own words.)""",
+    THREAD,
+    """Zaps of all shadow pages during one run of Xiao's benchmark, read from the mail's
+    own words: it "writes large memory when do pci rom read" - one ROM read, and in 2013
+    a ROM read maps the ROM BAR (a memslot created) and unmaps it (a memslot deleted:
+    kvm_arch_flush_shadow_memslot zapped every shadow page, docs/kvm.md §4.4), one zap.
+    The benchmark itself was attached to the mail and is not in the thread, so no range
+    has a source: the count is held at the one read the mail names. (An earlier central
+    of 2 had been chosen after comparing with the thread's 82 ms saving, a fit; its
+    high of 8 had no source.)""",
 )
 
 # -- the POWER-keys thread (kvm-ppc, 2014): pfault on POWER
@@ -286,6 +291,34 @@ HPTE_SEARCH_CPU_NS = _cost(
 
 # -- the PV-flush thread (lkml, 2012): the paravirt TLB flush (a Xeon without PLE)
 # --------
+
+HOST_HZ = _cost(
+    "HOST_HZ",
+    "Hz",
+    250,
+    1000,
+    1000,
+    CONFIG,
+    """CONFIG_HZ of the thread's host (a linux-tip kernel of February 2012, its config not
+    in the thread): the scheduler tick, the only moment CFS ends a slice
+    (scheduler_tick -> task_tick_fair -> check_preempt_tick, kernel/sched/fair.c, v3.2).
+    250 is the Kconfig default (kernel/Kconfig.hz, HZ_250); 1000 is RHEL 6's kernel
+    configuration (CONFIG_HZ_1000), a common base for 2012 KVM hosts, taken as central;
+    which one the thread's host used is UNVERIFIED.""",
+)
+TLB_PHASE_SPREAD_NS = _exact(
+    "TLB_PHASE_SPREAD_NS",
+    "ns",
+    12_500_000,
+    FITTED,
+    """How far apart the 8 pCPUs' CFS rotations start (each pCPU's drawn from 0 to this):
+    set by when each vCPU woke as the VMs' ebizzy runs began, which the thread does not
+    give. Fitted on one cell, the 2-VM baseline (3979.50 records/s): the value on a grid
+    of 0.25 ms steps whose mean over seeds 1-5 comes nearest, by
+    benchmarks/tlb_phase_fit.py (12.25 ms gives 5,193, 12.5 ms 3,264: the cell moves in
+    steps, as whole ticks of phase do); every other cell of the tlb_flush table is
+    predicted.""",
+)
 
 EXIT_NS = _cost(
     "EXIT_NS",

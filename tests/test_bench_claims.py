@@ -35,15 +35,15 @@ from mmuscope.engine.claims.table import ClaimTable
 from mmuscope.engine.lookup import LOOKUP_STRATEGIES
 from mmuscope.engine.mmu.rmap import ERAS, KvmRmapHead
 from mmuscope.engine.threads import THREADS
-from mmuscope.tui.bench import claim_table
-from rich.console import Console
+from mmuscope.tui.bench import render
 
 from tests.test_bench import mmuscope, quick_json_run
 
 REQUIRED_COLUMNS = {
-    "memslot_lookup": {"strategy", "workload", "layout", "visited_cached", "visited_bare"},
-    "slot_cache": {"workload", "vm_cache_hit_ratio", "thread_hit_ratio"},
+    "memslot_lookup": {"strategy", "workload", "layout", "visited_cached", "visited_bare", "role"},
+    "slot_cache": {"workload", "vm_cache_hit_ratio", "thread_hit_ratio", "role"},
     "rmap_ext": {
+        "role",
         "pte_list_ext",
         "descriptors",
         "bytes",
@@ -52,10 +52,10 @@ REQUIRED_COLUMNS = {
         "lines_per_walk",
         "relative_cost",
     },
-    "zap": {"method", "max_lock_hold_pages", "total_work_pages", "vcpu_stall_mean_pages"},
-    "tlb_flush": {"vms", "quantity", "thread"},
-    "ppc_keys": {"searches_per_fault"},
-    "shadow_2011": {"quantity", "unit", "before", "thread"},
+    "zap": {"method", "max_lock_hold_pages", "total_work_pages", "vcpu_stall_mean_pages", "role"},
+    "tlb_flush": {"vms", "quantity", "thread", "role"},
+    "ppc_keys": {"searches_per_fault", "kernel", "role"},
+    "shadow_2011": {"quantity", "unit", "role", "thread"},
     "engine": {"name", "value", "unit"},
 }
 TIMED = {"shadow_2011", "rmap_ext", "zap", "tlb_flush", "ppc_keys"}  # timed: a thread's times
@@ -71,19 +71,7 @@ def tables() -> dict[str, Any]:
 
 
 def as_table(name: str, data: dict[str, Any]) -> ClaimTable:
-    known = {"columns", "rows", "thread", "seed", "claim", "checks", "verdict", "reproduced"}
-    known |= {"note"}
-    extra = {k: v for k, v in data.items() if k not in known and k != "wide_bands"}
-    return ClaimTable(
-        name,
-        data["columns"],
-        data["rows"],
-        data["thread"],
-        data["claim"],
-        data["checks"],
-        data.get("note", ""),
-        extra,
-    )
+    return ClaimTable.from_json(name, data)
 
 
 def column(data: dict[str, Any], name: str) -> list[Any]:
@@ -145,9 +133,7 @@ def test_human_output_shows_the_verdict_and_thread_columns(
 ) -> None:
     if name == "engine":
         return  # its bars table: tests/test_bench.py
-    console = Console(record=True, width=240)
-    console.print(claim_table(as_table(name, tables[name])))
-    text = console.export_text()
+    text = render(as_table(name, tables[name]), 240)
     assert f"mmuscope bench: {name}" in text and tables[name]["verdict"] in text
     assert THREADS[tables[name]["thread"]].title in text  # the thread by its short name
     assert not re.search(r"\d{3}_[0-9a-f]{16}", text)  # never a file name

@@ -11,7 +11,17 @@ from pathlib import Path
 import mmuscope.engine.costs as costs
 import pytest
 from mmuscope.engine.claims.registry import TABLES, run_table
-from mmuscope.engine.costs import COSTS, ESTIMATE, EXACT_KINDS, KINDS, MEASURED, Cost
+from mmuscope.engine.claims.table import fmt_number
+from mmuscope.engine.costs import (
+    CONFIG,
+    COSTS,
+    ESTIMATE,
+    EXACT_KINDS,
+    FITTED,
+    KINDS,
+    MEASURED,
+    Cost,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 MIN_SOURCE = 60  # characters: a sentence saying where the number comes from
@@ -23,6 +33,7 @@ def test_every_module_constant_is_a_sourced_cost() -> None:
     vocabulary strings and tables."""
     tree = ast.parse(inspect.getsource(costs))
     vocabulary = {"KERNEL", "THREAD", "HARDWARE", "MEASURED", "ESTIMATE", "KINDS", "EXACT_KINDS"}
+    vocabulary |= {"CONFIG", "FITTED"}
     vocabulary |= {"LEVELS", "COSTS"}
     for node in tree.body:
         if not isinstance(node, ast.Assign | ast.AnnAssign):
@@ -49,14 +60,41 @@ def test_each_cost_has_a_source_note(name: str) -> None:
     if cost.kind in EXACT_KINDS:
         assert cost.low == cost.central == cost.high
     if cost.kind == ESTIMATE:
-        # a spread is needed; the central may sit on a bound the source itself gives (one
-        # "pci rom read" in the fast-zap thread is one zap, and a run cannot zap less
-        # than once)
+        # a spread is needed; the central may sit on a bound the source itself gives
         assert cost.low <= cost.central <= cost.high, f"{name}: central outside its band"
         assert cost.low < cost.high, f"{name}: an estimate needs a low and a high"
-    if cost.kind == MEASURED:  # a measurement made here names its benchmark
+    if cost.kind == CONFIG:  # the era's usual values of a build option
+        assert cost.low < cost.high, f"{name}: a config option needs its values"
+    if cost.kind in (MEASURED, FITTED):  # a measurement or a fit made here names its script
         scripts = [w for w in cost.source.split() if w.startswith("benchmarks/")]
         assert scripts and all((ROOT / w.rstrip(".,;)")).exists() for w in scripts)
+    if cost.kind == FITTED:  # and the one row it was fitted on
+        assert "fitted on" in cost.source.lower(), f"{name}: which row was it fitted on?"
+
+
+def _range(cost: Cost) -> str:
+    values = (cost.low, cost.central, cost.high)
+    if cost.low == cost.high:
+        return fmt_number(cost.central)
+    return " – ".join(fmt_number(v) for v in values)
+
+
+@pytest.mark.parametrize("name", sorted(COSTS))
+def test_docs_bench_lists_each_parameter_with_its_range_and_kind(name: str) -> None:
+    """docs/bench.md §5: every parameter a band may use, with the range engine/costs.py
+    gives it, its kind and a source (a parameter's range cited where a reader finds it)."""
+    text = (ROOT / "docs" / "bench.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith(f"| `{name}` |")]
+    assert len(rows) == 1, f"{name} is not in docs/bench.md's table"
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    cost = COSTS[name]
+    assert cells[1:4] == [cost.unit, _range(cost), cost.kind], rows[0]
+    assert len(cells[4]) >= MIN_SOURCE // 2, f"{name}: no source in docs/bench.md"
+
+
+def test_at_most_one_parameter_is_fitted_and_nothing_else_is() -> None:
+    fitted = [name for name, cost in COSTS.items() if cost.kind == FITTED]
+    assert fitted == ["TLB_PHASE_SPREAD_NS"]  # the PV-flush table's, on its 2-VM baseline
 
 
 def test_a_cost_without_a_source_or_a_band_is_refused() -> None:
@@ -80,9 +118,10 @@ def test_every_cost_a_table_names_exists() -> None:
         assert name in TABLES
         table = run_table(name, quick=True)
         named = table.extra.get("time_costs") or [
-            c
+            word.rstrip(",")
             for row in table.rows
-            for c in str(row[table.columns.index("model_inputs")]).split(", ")
+            for word in str(row[table.columns.index("sources")] or "").split()
+            if word.rstrip(",").isupper() and "_" in word
         ]
         assert named and set(named) <= set(COSTS), name
     assert int(COSTS["EXIT_NS"].central) == config.EXIT_NS

@@ -419,7 +419,11 @@ def test_ppc_keys_table_quick() -> None:
     table = ppc_keys_table(quick=True)
     assert table.name == "ppc_keys" and table.columns == COLUMNS
     assert table.thread == "power-keys" and all(table.checks.values())
-    rows = {(row[0], row[1]): dict(zip(table.columns, row, strict=True)) for row in table.rows}
+    at = table.columns.index
+    rows = {
+        (row[at("variant")], row[at("era")]): dict(zip(table.columns, row, strict=True))
+        for row in table.rows
+    }
     without, with_keys = rows["pfault (scaled)", TODAY], rows["pfault (scaled)", KEYS]
     assert without["searches_per_fault"] == 1.0 and with_keys["hash_searches"] == 0
     assert without["hptes_per_fault"] == 16.0
@@ -430,8 +434,13 @@ def test_ppc_keys_table_quick() -> None:
     assert table.checks["same_classification"] is True
     assert table.extra["thread_program_faults_model"] == 3 * 40 * 1024 * 10
     assert with_keys["low"] <= with_keys["central"] <= with_keys["high"] < 8.438
-    assert with_keys["verdict"] == ("in band" if with_keys["low"] <= 7.833 else "direction only")
-    assert without["verdict"] is None  # the base: the thread's run without keys
+    assert with_keys["verdict"] in ("within noise", "within 25 %", "direction only")
+    assert (without["role"], with_keys["role"]) == ("input", "predicted")
+    assert (without["kernel"], with_keys["kernel"]) == (
+        "2014, without the series",  # the thread's "Without Fix": a 2014 kernel, not today's
+        "2014, with the series",
+    )
+    assert without["verdict"] is None  # the input: the thread's run without keys
     assert table.to_json()["verdict"] == table.verdict
     assert PRESSURE.reclaim > 0
 

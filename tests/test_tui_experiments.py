@@ -148,7 +148,7 @@ def test_the_band_is_an_error_bar_beside_the_thread() -> None:
     table = ClaimTable(
         "rmap_ext",
         ["era", "central", "thread_fork_time", "low", "high", "verdict"],
-        [["15", 297.3, 302.0, 177.2, 352.4, "in band"]],
+        [["15", 297.3, 302.0, 177.2, 352.4, "within noise"]],
         "pte-list-ext",
         "the claim",
         {"ext15_cheaper_than_ext3": True},
@@ -159,7 +159,7 @@ def test_the_band_is_an_error_bar_beside_the_thread() -> None:
     assert lines[at - 1].startswith("central") and lines[at + 1].startswith("thread")
     assert "├" in lines[at] and lines[at].rstrip().endswith("177.2–352.4")
     assert lines[at].index("├") < lines[at].index("┤")
-    assert "in band" in lines[0]
+    assert "within noise" in lines[0]
 
 
 async def test_help_lists_the_screens_keys_with_tooltips(tmp_path: Path) -> None:

@@ -3,17 +3,24 @@ measured, one table each (engine/claims/registry.py), and the engine's speed.
 
 `--json` prints one object, `{TABLE: {"columns": [...], "rows": [[...], ...], "thread":
 THREAD_ID, "seed": THREAD_ID, "claim": str, "checks": {...}, "verdict": str, "reproduced":
-bool, "wide_bands": int, "note": str, ...}}`, every table in registry order
-(docs/architecture.md §6.3); tables with a thread's time carry `low`, `central`, `high`
-and `verdict` columns (engine/claims/band.py); the `engine` table keeps its columns `name,
-value, unit` and its rows.  Without it, a table for people per claim — the thread's
-numbers in the `thread*` columns beside the model's, the thread's short name and the claim
-under it, the computed headline in the title (in band, holds, direction only or not
-reproduced, with the failed sub-claims and the bands wider than 3× counted), the note
-under it — and the engine table with its bars.  `--svg DIR` also writes
-`DIR/<table>.svg`, one bar chart per table (a DIR that is not a writable directory: one
-line, exit 2, nothing run). `--table NAME` (repeatable) runs only those tables.  A table
-whose module cannot be imported is left out with one line on stderr; the others still run.
+bool, "fitted": null | {...}, "decimals": {...}, "note": str, ...}}`, every table in
+registry order (docs/architecture.md §6.3); every row of a table with a thread's numbers
+has a `role` (input, fitted, predicted), and tables with a thread's time carry the band
+columns `low, central, high, noise, error_pct, verdict, band_x, sources`
+(engine/claims/band.py); the `engine` table keeps its columns `name, value, unit` and its
+rows.  Without it, a table for people per claim: the computed headline in the title, the
+thread's short name and the claim under it, the fitted parameter if any, the rows, the
+note; and the engine table with its bars.  `--svg DIR` also writes `DIR/<table>.svg`,
+one bar chart per table (a DIR that is not a writable directory: one line, exit 2,
+nothing run).  `--table NAME` (repeatable) runs only those tables.  A table whose module
+cannot be imported is left out with one line on stderr; the others still run.
+
+The text never cuts a number or an identifier.  It is laid out for the terminal's width
+(in a pipe: $COLUMNS, else 200): a table whose columns fit is printed as a table, the
+long texts (claims, sources) wrapped inside their column at spaces; one that does not is
+printed row by row, each row a heading of its identifying columns and then `column value`
+pairs, wrapped between pairs.  Numbers print as the thread printed them (11002.50,
+42.305, 2,405,434,959: `decimals` in the JSON), never in exponent form.
 
 `--quick` keeps every table and column and measures less (each table says how in its
 note); the engine's timings depend on the machine, so they come with baselines measured
@@ -25,24 +32,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from mmuscope.engine.claims.band import BAND_COLUMNS
-from mmuscope.engine.claims.engine_speed import BARS, FULL_ONLY_BARS, Row, bar_met
+from mmuscope.engine.claims.band import BAND_COLUMNS, DIRECTION_ONLY, GREEN
+from mmuscope.engine.claims.engine_speed import BARS, FULL_ONLY_BARS, bar_met
 from mmuscope.engine.claims.registry import TABLES, MissingTable, chart_spec, run_tables
-from mmuscope.engine.claims.table import Cell, ClaimTable
+from mmuscope.engine.claims.table import HOLDS, ClaimTable, fmt_cell, fmt_number
 from mmuscope.engine.threads import THREADS
-from rich.console import Console, Group
-from rich.markup import escape
-from rich.table import Table
+from rich.console import Console
 from rich.text import Text
 
 from .cliparts import CliError
 
-COLUMNS = ["name", "value", "unit"]
-KEEP_WHOLE = ("model [band]", "verdict")  # never wrapped
-PIPE_WIDTH = 210  # a pipe or a file has no width: wide enough that no number breaks
+PIPE_WIDTH = 200  # a pipe or a file without $COLUMNS
+MIN_WIDTH = 40
+GAP = "  "  # between columns
+INDENT = "    "  # a stacked row's pairs
+MODEL = "model [band] ×width"
+ID_STYLE, THEIR_STYLE = "bold", "italic cyan"
 
 
 def bench_json(tables: dict[str, ClaimTable]) -> str:
@@ -50,104 +62,276 @@ def bench_json(tables: dict[str, ClaimTable]) -> str:
     return json.dumps({name: table.to_json() for name, table in tables.items()})
 
 
-def _value(value: float | int) -> str:
-    return f"{value:,}" if isinstance(value, int) else f"{value:,.4g}"
+# -- the columns people read -----------------------------------------------------------------
 
 
-def bench_table(rows: list[Row]) -> Table:
+@dataclass(frozen=True, slots=True)
+class Column:
+    name: str
+    cells: list[str]
+    ident: bool  # identifies the row: never wrapped, repeated as a stacked row's heading
+    text: bool  # free text: may wrap at spaces
+    style: str | None = None
+
+
+def human_columns(table: ClaimTable) -> list[Column]:
+    """The columns people read: a timed table's band columns become `model [band]
+    ×width` (central, low–high, band_x), `noise`, `error %`, `verdict` and `sources`."""
+    spec = chart_spec(table)
+    ident = set(spec.label) if spec is not None else {table.columns[0]}
+    out: list[Column] = []
+    banded = set(BAND_COLUMNS) <= set(table.columns)
+    at = {name: i for i, name in enumerate(table.columns)}
+    for name in table.columns:
+        if banded and name in BAND_COLUMNS:
+            continue
+        cells = [fmt_cell(row[at[name]], table.places(name, n)) for n, row in enumerate(table.rows)]
+        values = [row[at[name]] for row in table.rows if row[at[name]] not in (None, "")]
+        text = all(isinstance(v, str) for v in values) and name not in ident and name != "role"
+        text = text and any(" " in v for v in values if isinstance(v, str))
+        style = THEIR_STYLE if name.startswith("thread") else ID_STYLE if name in ident else None
+        out.append(Column(name, cells, name in ident, text, style))
+    if banded:
+        out += _band_columns(table)
+    return out
+
+
+def _band_columns(table: ClaimTable) -> list[Column]:
+    at = {name: i for i, name in enumerate(table.columns)}
+    model: list[str] = []
+    for n, row in enumerate(table.rows):
+        central = row[at["central"]]
+        if central is None:
+            model.append("—")
+            continue
+        text = fmt_cell(central, table.places("central", n))
+        low, high = row[at["low"]], row[at["high"]]
+        if low is not None and high is not None and (low != central or high != central):
+            text += f" [{fmt_cell(low, table.places('low', n))}–"
+            text += f"{fmt_cell(high, table.places('high', n))}]"
+        factor = row[at["band_x"]]
+        text += f" ×{fmt_cell(factor)}" if factor is not None else " ×∞"
+        model.append(text)
+
+    def plain(name: str) -> list[str]:
+        return [fmt_cell(row[at[name]], table.places(name, n)) for n, row in enumerate(table.rows)]
+
+    errors = [
+        "—" if row[at["error_pct"]] is None else f"{row[at['error_pct']]:+,.1f} %"
+        for row in table.rows
+    ]
+    return [
+        Column(MODEL, model, False, False),
+        Column("noise", plain("noise"), False, False),
+        Column("error", errors, False, False),
+        Column("verdict", plain("verdict"), False, False),
+        Column("sources", plain("sources"), False, True),
+    ]
+
+
+# -- layout ----------------------------------------------------------------------------------
+
+
+def _longest_word(cells: Sequence[str]) -> int:
+    return max((len(w) for c in cells for w in c.split()), default=1)
+
+
+def _natural(column: Column) -> int:
+    return max(len(column.name), *(len(c) for c in column.cells))
+
+
+def _minimum(column: Column) -> int:
+    if column.text:
+        return max(len(column.name), _longest_word(column.cells))
+    return _natural(column)
+
+
+def column_widths(columns: Sequence[Column], width: int) -> list[int] | None:
+    """Each column's width when the table fits `width` (texts wrapped at spaces, never a
+    number or an identifier), else None."""
+    gaps = len(GAP) * (len(columns) - 1)
+    widths = [_minimum(c) for c in columns]
+    if sum(widths) + gaps > width:
+        return None
+    room = width - gaps - sum(widths)
+    for i, column in enumerate(columns):  # give the texts what they want, in order
+        if column.text:
+            extra = min(room, _natural(column) - widths[i])
+            widths[i] += extra
+            room -= extra
+    return widths
+
+
+def _style(column: Column, cell: str) -> str | None:
+    if column.name == "verdict":
+        return verdict_style(cell)
+    return column.style
+
+
+def verdict_style(verdict: str) -> str | None:
+    if verdict in (*GREEN, HOLDS):
+        return "green"
+    if verdict == DIRECTION_ONLY:
+        return "yellow"
+    if verdict == "not reproduced":
+        return "red"
+    return None
+
+
+def table_lines(columns: Sequence[Column], widths: Sequence[int]) -> list[Text]:
+    """The columns as a table: a header, a rule, then each row (texts wrapped)."""
+    header = Text()
+    rule = Text()
+    for i, (column, w) in enumerate(zip(columns, widths, strict=True)):
+        sep = GAP if i else ""
+        header.append(sep + column.name.ljust(w), style=column.style or "bold")
+        rule.append(sep + "─" * w)
+    lines = [header, rule]
+    for n in range(len(columns[0].cells)):
+        parts = []
+        for column, w in zip(columns, widths, strict=True):
+            cell = column.cells[n]
+            wrapped = _wrap(cell, w) if column.text else [cell]
+            parts.append(wrapped)
+        for k in range(max(len(p) for p in parts)):
+            line = Text()
+            for i, (column, w, part) in enumerate(zip(columns, widths, parts, strict=True)):
+                piece = part[k] if k < len(part) else ""
+                numeric = not column.text and not column.ident and _numeric(column)
+                line.append(GAP if i else "")
+                cell = piece.rjust(w) if numeric else piece.ljust(w)
+                line.append(cell, style=_style(column, piece))
+            line.rstrip()
+            lines.append(line)
+    return lines
+
+
+def _numeric(column: Column) -> bool:
+    return column.name not in ("verdict", "role", "sources", MODEL)
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """`text` in lines of at most `width` (a word longer than that keeps its own line
+    whole)."""
+    return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) or [""]
+
+
+def stacked_lines(columns: Sequence[Column], width: int) -> list[Text]:
+    """Row by row: the identifying cells as a heading, then `name value` pairs wrapped
+    between pairs (a text value longer than a line wraps at spaces)."""
+    idents = [c for c in columns if c.ident]
+    rest = [c for c in columns if not c.ident]
+    lines: list[Text] = []
+    for n in range(len(columns[0].cells)):
+        heading = Text()
+        for i, column in enumerate(idents):
+            heading.append(" · " if i else "")
+            heading.append(f"{column.name} ", style="dim")
+            heading.append(column.cells[n], style=ID_STYLE)
+        lines += _wrap_text(heading, width, "")
+        line = Text(INDENT)
+        for column in rest:
+            cell = column.cells[n]
+            pair = Text()
+            pair.append(f"{column.name} ", style="dim")
+            pair.append(cell, style=_style(column, cell))
+            if line.plain.strip() and len(line) + len(GAP) + len(pair) > width:
+                lines.append(line)
+                line = Text(INDENT)
+            if len(INDENT) + len(pair) > width:  # a long text: wrapped on lines of its own
+                lines += _wrap_text(pair, width, INDENT)
+                continue
+            if line.plain.strip():
+                line.append(GAP)
+            line.append_text(pair)
+        if line.plain.strip():
+            lines.append(line)
+    return lines
+
+
+def _wrap_text(text: Text, width: int, indent: str) -> list[Text]:
+    """A styled line wrapped at spaces to `width` (words never split)."""
+    out: list[Text] = []
+    plain = text.plain
+    start = 0
+    for piece in _wrap(plain, width - len(indent)):
+        at = plain.index(piece, start)
+        out.append(Text(indent) + text[at : at + len(piece)])
+        start = at + len(piece)
+    return out
+
+
+def claim_lines(table: ClaimTable, width: int) -> list[Text]:
+    """A claim table for people, laid out for `width` columns."""
+    width = max(width, MIN_WIDTH)
+    title = Text(f"mmuscope bench: {table.name} — ", style="bold")
+    title.append(table.headline(), style=verdict_style(table.verdict))
+    lines = _wrap_text(title, width, "")
+    caption = f"{THREADS[table.thread].title}: {table.claim}"
+    lines += [Text(line) for line in _wrap(caption, width)]
+    if table.fitted is not None:
+        lines += [
+            Text(line, style="yellow") for line in _wrap(f"fitted: {table.fitted.text()}", width)
+        ]
+    lines.append(Text(""))
+    columns = human_columns(table)
+    widths = column_widths(columns, width)
+    lines += table_lines(columns, widths) if widths else stacked_lines(columns, width)
+    lines.append(Text(""))
+    lines += [Text(line, style="dim") for line in _wrap(table.note, width)]
+    lines.append(Text(""))
+    return lines
+
+
+def engine_lines(table: ClaimTable, width: int) -> list[Text]:
     """The engine table, with its bars."""
-    quick = any(name == "quick" and value for name, value, _ in rows)
-    title = "mmuscope bench: engine" + (" (--quick: smaller runs)" if quick else "")
-    table = Table(
-        title=title, caption="*_vs_dict_insert: speed / a dict insert's speed", show_edge=False
-    )
-    table.add_column("name", no_wrap=True)
-    table.add_column("value", justify="right", no_wrap=True)
-    table.add_column("unit", no_wrap=True)
-    table.add_column("bar", no_wrap=True)
-    for name, value, unit in rows:
+    rows = table.rows
+    quick = any(row[0] == "quick" and row[1] for row in rows)
+    bars: list[str] = []
+    for name, value, _ in rows:
         bar = ""
         if name in BARS:
             op, limit = BARS[name]
-            met = bar_met(name, value)
-            verdict = "[green]ok[/]" if met else "[red]MISSED[/]"
+            assert isinstance(value, int | float)
+            met = bar_met(str(name), value)
+            verdict = "ok" if met else "MISSED"
             if quick and name in FULL_ONLY_BARS:
                 verdict = "n/a (quick)"
-            bar = f"{'≥' if op == '>=' else '≤'} {_value(limit)} {verdict}"
-        table.add_row(name, _value(value), unit, bar)
-    return table
+            bar = f"{'≥' if op == '>=' else '≤'} {fmt_number(limit)} {verdict}"
+        bars.append(bar)
+    columns = [
+        Column("name", [str(r[0]) for r in rows], True, False, ID_STYLE),
+        Column("value", [fmt_cell(r[1]) for r in rows], False, False),
+        Column("unit", [str(r[2]) for r in rows], False, False),
+        Column("bar", bars, False, False),
+    ]
+    title = "mmuscope bench: engine" + (" (--quick: smaller runs)" if quick else "")
+    lines = _wrap_text(Text(title, style="bold"), max(width, MIN_WIDTH), "")
+    widths = column_widths(columns, max(width, MIN_WIDTH))
+    lines += table_lines(columns, widths) if widths else stacked_lines(columns, width)
+    lines.append(Text("*_vs_dict_insert: speed / a dict insert's speed", style="dim"))
+    lines += [Text(line, style="dim") for line in _wrap(table.note, max(width, MIN_WIDTH))]
+    return lines
 
 
-def _cell(cell: Cell) -> str:
-    if cell is None:
-        return "—"
-    if isinstance(cell, bool):
-        return "yes" if cell else "no"
-    if isinstance(cell, int | float):
-        return _value(cell)
-    return cell
+def human_lines(table: ClaimTable, width: int) -> list[Text]:
+    return engine_lines(table, width) if table.name == "engine" else claim_lines(table, width)
 
 
-def claim_table(table: ClaimTable) -> Group:
-    """A claim table for people: the verdict in the title, the thread's columns set
-    apart."""
-    colour = {"in band": "green", "holds": "green", "direction only": "yellow"}
-    headline = escape(table.headline())
-    verdict = f"[{colour.get(table.verdict, 'red')}]{headline}[/]"
-    out = Table(
-        title=f"mmuscope bench: {table.name} — {verdict}",
-        caption=f"{THREADS[table.thread].title}: {table.claim}",
-        caption_justify="left",
-        show_edge=False,
-    )
-    columns, rows = human_columns(table)
-    for index, column in enumerate(columns):
-        theirs = column.startswith("thread")
-        cells = [row[index] for row in rows if row[index] is not None]
-        text_column = all(isinstance(cell, str) for cell in cells) and column not in KEEP_WHOLE
-        out.add_column(
-            column,
-            justify="left" if text_column else "right",
-            style="italic cyan" if theirs else None,
-            header_style="bold cyan" if theirs else "bold",
-            overflow="fold",
-            no_wrap=not text_column,  # numbers never break; long texts wrap
-            ratio=1 if text_column else None,
-            min_width=min(max((len(str(c)) for c in cells), default=1), 12),
-        )
-    for row in rows:
-        out.add_row(*(_cell(cell) for cell in row))
-    return Group(out, Text(table.note, style="dim"), Text(""))
+def render(table: ClaimTable, width: int) -> str:
+    """The table's text at `width`, without colours (what a pipe gets)."""
+    return "\n".join(line.plain.rstrip() for line in human_lines(table, width)) + "\n"
 
 
-def human_columns(table: ClaimTable) -> tuple[list[str], list[list[Cell]]]:
-    """The columns people read: a timed table's `low, central, high, verdict, band_x,
-    wide` become `model [band]` (central, then low–high, `>3×` when wide) and `verdict`."""
-    if not set(BAND_COLUMNS) <= set(table.columns):
-        return list(table.columns), [list(row) for row in table.rows]
-    at = {name: table.columns.index(name) for name in BAND_COLUMNS}
-    kept = [i for i, name in enumerate(table.columns) if name not in at]
-    rows: list[list[Cell]] = []
-    for row in table.rows:
-        band: Cell = None
-        if row[at["central"]] is not None:
-            band = _cell(row[at["central"]])
-            if row[at["low"]] is not None:
-                band += f" [{_cell(row[at['low']])}–{_cell(row[at['high']])}]"
-            if row[at["wide"]] is True:
-                band += " >3×"
-        rows.append([*(row[i] for i in kept), band, row[at["verdict"]]])
-    return [*(table.columns[i] for i in kept), "model [band]", "verdict"], rows
+def output_width() -> int:
+    """The terminal's width; in a pipe $COLUMNS, else PIPE_WIDTH."""
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) > 0 else PIPE_WIDTH
 
 
-def _human(table: ClaimTable) -> Table | Group:
-    if table.name == "engine":
-        rows: list[Row] = []
-        for name, value, unit in table.rows:
-            assert isinstance(value, int | float)
-            rows.append((str(name), value, str(unit)))
-        return bench_table(rows)
-    return claim_table(table)
+# -- the command -----------------------------------------------------------------------------
 
 
 def check_svg_dir(directory: Path) -> None:
@@ -194,9 +378,11 @@ def run_bench(args: argparse.Namespace) -> int:
         for path in written:
             print(f"wrote {path}", file=sys.stderr)
         return 0
-    console = Console() if sys.stdout.isatty() else Console(width=PIPE_WIDTH)
+    width = output_width()
+    console = Console(width=max(width, MIN_WIDTH), soft_wrap=True)
     for table in tables.values():
-        console.print(_human(table))
+        for line in human_lines(table, width):
+            console.print(line, overflow="ignore", crop=False, no_wrap=True)
     for path in written:
-        console.print(f"wrote {path}")
+        console.print(f"wrote {path}", overflow="ignore", crop=False)
     return 0

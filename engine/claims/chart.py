@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 
 from ..export.render import write_atomically
 from ..threads import THREADS
-from .table import Cell, ClaimTable
+from .band import GREEN
+from .table import HOLDS, Cell, ClaimTable, fmt_cell
 
 WIDTH = 1000
 LABEL_W = 330
@@ -151,18 +152,9 @@ def _loose(name: str, cell: Cell) -> str:
     return cell if isinstance(cell, str) else f"{name} {_fmt(cell)}"
 
 
-def _fit(text: str, chars: int) -> str:
-    return text if len(text) <= chars else text[: chars - 1] + "…"
-
-
 def _fmt(cell: Cell) -> str:
-    if cell is None:
-        return "—"
-    if isinstance(cell, float):
-        return f"{cell:,.4g}" if abs(cell) < 1000 else f"{cell:,.0f}"
-    if isinstance(cell, int) and not isinstance(cell, bool):
-        return f"{cell:,}"
-    return str(cell)
+    """A number whole (never cut to 4 digits, never an exponent)."""
+    return fmt_cell(cell)
 
 
 def log_scale(spec: ChartSpec, all_groups: Sequence[Group]) -> bool:
@@ -179,7 +171,9 @@ def top_value(all_groups: Sequence[Group]) -> float:
 
 
 def verdict_colour(table: ClaimTable) -> str:
-    return {"in band": YES, "holds": YES, "direction only": AMBER}.get(table.verdict, NO)
+    if table.verdict in (*GREEN, HOLDS):
+        return YES
+    return AMBER if table.verdict == "direction only" else NO
 
 
 def bar_fraction(value: float | None, top: float, log: bool) -> float:
@@ -267,11 +261,15 @@ def _header(table: ClaimTable, spec: ChartSpec, log: bool) -> tuple[list[str], f
 def _group_svg(
     group: Group, y: float, top: float, log: bool, colours: dict[str, str]
 ) -> tuple[list[str], float]:
-    parts = [_text(12, y + BAR_H - 2, _fit(group.label, LABEL_CHARS), size=11)]
-    if group.thread_text:
-        text = _fit(group.thread_text, LABEL_CHARS + 4)
-        parts.append(_text(12, y + BAR_H + 11, text, size=10, fill="#666"))
-    height = max(len(group.bars), 2 if group.thread_text else 1) * (BAR_H + BAR_GAP)
+    """One row's bars; its label (and the thread's loose numbers) wrapped at spaces
+    left of them, never cut."""
+    label = textwrap.wrap(group.label, LABEL_CHARS, break_long_words=False) or [""]
+    loose = textwrap.wrap(group.thread_text, LABEL_CHARS + 4, break_long_words=False)
+    parts = [_text(12, y + BAR_H - 2 + k * 12, line, size=11) for k, line in enumerate(label)]
+    base = y + BAR_H - 2 + len(label) * 12
+    parts += [_text(12, base + k * 12, line, size=10, fill="#666") for k, line in enumerate(loose)]
+    text_height = (len(label) + len(loose)) * 12
+    height = max(len(group.bars) * (BAR_H + BAR_GAP), text_height)
     for n, bar in enumerate(group.bars):
         by = y + n * (BAR_H + BAR_GAP)
         width = BAR_MAX * bar_fraction(bar.value, top, log)
@@ -281,15 +279,15 @@ def _group_svg(
             f'<rect x="{BAR_X}" y="{by:.1f}" width="{width:.1f}" height="{BAR_H}" '
             f'fill="{colour}"><title>{_clean(title)}</title></rect>'
         )
-        label = ("thread " if bar.thread else "") + _fmt(bar.value)
+        value = ("thread " if bar.thread else "") + _fmt(bar.value)
         end = width
         if bar.has_band:
             x0 = BAR_X + BAR_MAX * bar_fraction(bar.low, top, log)
             x1 = BAR_X + BAR_MAX * bar_fraction(bar.high, top, log)
             parts.append(_error_bar(x0, x1, by + BAR_H / 2))
-            label += f" [{_fmt(bar.low)}–{_fmt(bar.high)}]"
+            value += f" [{_fmt(bar.low)}–{_fmt(bar.high)}]"
             end = max(width, x1 - BAR_X)
-        parts.append(_text(BAR_X + end + 4, by + BAR_H - 2, label, size=10, fill="#333"))
+        parts.append(_text(BAR_X + end + 4, by + BAR_H - 2, value, size=10, fill="#333"))
     return parts, y + height + GROUP_GAP
 
 

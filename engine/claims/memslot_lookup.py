@@ -44,6 +44,7 @@ from ..lookup import LOOKUP_STRATEGIES
 from ..memslots.vm import Vm
 from ..memslots.workload import WORKLOADS, Access, Workload, WorkloadMix
 from ..stats import LookupCost
+from .band import PREDICTED
 from .table import Cell, ClaimTable
 
 THREAD = "memslot-search"
@@ -76,7 +77,9 @@ COLUMNS = [
     "miss_share",
     "visited_bare",
     "visited_cached",
+    "role",
     "thread_visited",
+    "error_pct",
     "thread_claim",
 ]
 KiB = 1 << 10
@@ -177,6 +180,11 @@ def thread_visited(strategy: str, workload: str, layout: str) -> float | None:
     return None
 
 
+def error_pct(model: float, theirs: float | None) -> float | None:
+    """The model's looks against the thread's, in % (None without a number)."""
+    return round(100 * (model / theirs - 1), 1) if theirs else None
+
+
 def measure(
     layouts: Iterable[str], sizes: dict[str, int], seed: int = RUN_SEED
 ) -> list[list[Cell]]:
@@ -201,7 +209,9 @@ def measure(
                         round(tally.misses / tally.lookups, 3) if tally.lookups else 0.0,
                         round(tally.bare_mean, 2),
                         round(tally.cached_mean, 2),
-                        thread_visited(strategy, workload, layout_name),
+                        PREDICTED,
+                        theirs := thread_visited(strategy, workload, layout_name),
+                        error_pct(tally.bare_mean, theirs),
                         thread_claim(strategy, workload, layout_name),
                     ]
                 )

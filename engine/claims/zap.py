@@ -23,7 +23,17 @@ import itertools
 
 from ..mmu.direct.mmu import DirectMmu
 from ..mmu.mmu_pages import BATCH_ZAP_PAGES
-from .band import BAND_COLUMNS, NO_BAND, Band, Values, band_of
+from .band import (
+    BAND_COLUMNS,
+    INPUT,
+    NO_BAND,
+    NO_SEED,
+    PREDICTED,
+    Band,
+    Values,
+    band_of,
+    no_thread_spread,
+)
 from .engine_speed import GFNS_PER_2M, PAGE_SHIFT, GiB, bare_mmu, one_slot_guest
 from .table import Cell, ClaimTable
 
@@ -49,6 +59,7 @@ COLUMNS = [
     "max_lock_hold_pages",
     "vcpu_stall_mean_pages",
     "vcpu_stall_max_pages",
+    "role",
     "thread_ns",
     "thread_relative",
     "thread_label",
@@ -94,6 +105,7 @@ def zap_row(method: str, gib: int) -> list[Cell]:
         max(holds, default=0),
         round(mean, 2),
         worst,
+        INPUT if measured is not None and method == "slow" else PREDICTED,
         measured,
         round(THREAD_NS[method] / THREAD_NS["slow"], 3) if measured is not None else None,
         THREAD_LABEL[method] if measured is not None else "",
@@ -128,8 +140,16 @@ def run_ns(method: str, stalls: dict[str, float], values: Values) -> float:
     return THREAD_NS["slow"] - values["ZAPS_PER_RUN"] * saved_pages * values["ZAP_PAGE_NS"]
 
 
+SOURCES = (
+    no_thread_spread(THREAD, "one run per version"),
+    NO_SEED,
+)
+
+
 def time_band(method: str, stalls: dict[str, float]) -> Band:
-    return band_of(lambda v: run_ns(method, stalls, v), TIME_COSTS, base=THREAD_NS["slow"])
+    return band_of(
+        lambda v: run_ns(method, stalls, v), TIME_COSTS, base=THREAD_NS["slow"], sources=SOURCES
+    )
 
 
 def add_times(rows: list[list[Cell]]) -> list[list[Cell]]:
@@ -141,15 +161,16 @@ def add_times(rows: list[list[Cell]]) -> list[list[Cell]]:
     for row in rows:
         method = str(row[at["method"]])
         timed = row[at["guest_gib"]] == THREAD_GIB and method != "slow"
-        cells = time_band(method, stalls).cells(THREAD_NS[method], 6) if timed else NO_BAND
+        cells = time_band(method, stalls).cells(THREAD_NS[method], 0) if timed else NO_BAND
         out.append([*row, *cells])
         if row[at["guest_gib"]] == THREAD_GIB and method == "fast":
-            previous: list[Cell] = ["previous", THREAD_GIB, *[None] * 6, THREAD_NS["previous"]]
+            previous: list[Cell] = ["previous", THREAD_GIB, *[None] * 6, PREDICTED]
             previous += [
+                THREAD_NS["previous"],
                 round(THREAD_NS["previous"] / THREAD_NS["slow"], 3),
                 THREAD_LABEL["previous"],
             ]
-            out.append([*previous, *time_band("previous", stalls).cells(THREAD_NS["previous"], 6)])
+            out.append([*previous, *time_band("previous", stalls).cells(THREAD_NS["previous"], 0)])
     return out
 
 
@@ -199,7 +220,7 @@ def _previous_between(rows: list[list[Cell]]) -> bool:
         if r[at["guest_gib"]] == THREAD_GIB and r[at["central"]] is not None
     }
     fast, previous = central.get("fast"), central.get("previous")
-    if not isinstance(fast, float) or not isinstance(previous, float):
+    if not isinstance(fast, int | float) or not isinstance(previous, int | float):
         return False
     return fast < previous < THREAD_NS["slow"]
 
@@ -238,15 +259,16 @@ def _time_note(rows: list[list[Cell]], checks: dict[str, bool]) -> str:
         if r[at["guest_gib"]] == THREAD_GIB and r[at["verdict"]] is not None
     }
     parts = [
-        "Times (ns): the thread's Current code run is the base; each zap the writing vCPU "
-        "waits for mmu_lock the mean pages above at ZAP_PAGE_NS a page, ZAPS_PER_RUN zaps a "
-        "run (engine/costs.py; the benchmark is not in the thread)."
+        "Times (ns): the thread's Current code run is the input; each zap the writing vCPU "
+        "waits for mmu_lock the mean pages above at ZAP_PAGE_NS a page, ZAPS_PER_RUN (1: "
+        'the one "pci rom read" the mail names) zaps a run (engine/costs.py, docs/bench.md; '
+        "the benchmark itself is not in the thread)."
     ]
     for method, row in timed.items():
         parts.append(
-            f"{THREAD_LABEL[method]}: model {row[at['central']]:,.0f} ns "
-            f"[{row[at['low']]:,.0f}, {row[at['high']]:,.0f}], thread {THREAD_NS[method]:,}: "
-            f"{row[at['verdict']]}" + (" (band > 3×)." if row[at["wide"]] else ".")
+            f"{THREAD_LABEL[method]}: model {row[at['central']]:,} ns "
+            f"[{row[at['low']]:,}–{row[at['high']]:,}], thread {THREAD_NS[method]:,}, "
+            f"error {row[at['error_pct']]:+} % on the saving: {row[at['verdict']]}."
         )
     order = "holds" if checks["previous_version_between"] else "NOT reproduced"
     parts.append(
@@ -271,6 +293,7 @@ def zap_table(quick: bool = False) -> ClaimTable:
         claim=CLAIM,
         checks=checks,
         note=_note(rows, checks, quick),
+        decimals={c: 0 for c in ("thread_ns", "low", "central", "high", "noise")},
         extra={
             "units": "shadow pages zapped; times in ns",
             "batch_zap_pages": 10,

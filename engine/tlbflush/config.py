@@ -11,7 +11,10 @@ Times are integer nanoseconds (the model never uses a wall clock).
   each a slice of latency / n: 12 ms with 2 VMs, 6 ms with 4, 3 ms with 8.  A waking
   vCPU's vruntime is placed at least at `min_vruntime - latency / 2` (place_entity,
   GENTLE_FAIR_SLEEPERS) and preempts the running one when it is behind by more than the
-  wakeup granularity (check_preempt_wakeup).
+  wakeup granularity (check_preempt_wakeup).  A slice ends only on the scheduler tick
+  (check_preempt_tick), every CPU ticking at once: HOST_HZ, a config range in
+  engine/costs.py.  How far apart the pCPUs' rotations start is TLB_PHASE_SPREAD_NS, the
+  one parameter fitted on the thread's table (the 2-VM baseline; docs/bench.md §4).
 * The patch's spin: `int loop = 1024;` and `while (... && --loop) cpu_relax();` — at most
   1023 PAUSE iterations before `halt()` (the PV-flush thread, Nikunj A Dadhania, 20 Feb
   2012).  What one iteration costs is not in the thread: PAUSE_LOOP_NS is an assumption
@@ -25,7 +28,9 @@ Times are integer nanoseconds (the model never uses a wall clock).
   them at its `TlbConfig.level` (every claim is computed at low, central and high).
 * The guest tick matters only to the patch's `halt()`, which returns on any interrupt:
   GUEST_HZ is the kernel's Kconfig default (HZ_250); the thread's guest config is unknown.
-* The workload is ebizzy 0.3 (ltp utils/benchmark/ebizzy-0.3/ebizzy.c): each record is
+* The workload is ebizzy 0.3 (ltp utils/benchmark/ebizzy-0.3/ebizzy.c), 2 threads a CPU
+  by default (`threads = 2 * sysconf(_SC_NPROCESSORS_ONLN)`), both of one mm, so the
+  model runs one record stream per vCPU: each record is
   `alloc_mem(chunk_size)`, a memcpy of a 512 KiB chunk (the default chunk_size is 64 Ki
   records of 8 bytes), a bsearch, and `free_mem()`.  With glibc's per-thread arenas the
   free trims the heap with MADV_DONTNEED (mmap_sem held for read), so each record ends in
@@ -35,6 +40,7 @@ Times are integer nanoseconds (the model never uses a wall clock).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ..costs import at
@@ -99,6 +105,8 @@ class TlbCosts:
     flush_on_entry_ns: int
     pause_loop_ns: int
     work_ns: int
+    host_tick_ns: int  # 1 s / HOST_HZ: CFS ends a slice only on a tick
+    phase_spread_ns: int  # TLB_PHASE_SPREAD_NS: how far apart the pCPUs' rotations start
 
     @classmethod
     def at(cls, level: str = "central") -> TlbCosts:
@@ -110,6 +118,8 @@ class TlbCosts:
             flush_on_entry_ns=int(at("FLUSH_ON_ENTRY_NS", level)),
             pause_loop_ns=int(at("PAUSE_LOOP_NS", level)),
             work_ns=int(at("EBIZZY_RECORD_NS", level)),
+            host_tick_ns=NS_PER_S // int(at("HOST_HZ", level)),
+            phase_spread_ns=int(at("TLB_PHASE_SPREAD_NS", level)),
         )
 
     @property
@@ -132,10 +142,14 @@ class TlbConfig:
     level: str = "central"  # which of engine/costs.py's values the costs take
     work_jitter: float = WORK_JITTER
     tick_ns: int = TICK_NS
+    phase_spread_ns: int | None = None  # None: TLB_PHASE_SPREAD_NS (engine/costs.py)
 
     @property
     def costs(self) -> TlbCosts:
-        return TlbCosts.at(self.level)
+        costs = TlbCosts.at(self.level)
+        if self.phase_spread_ns is None:
+            return costs
+        return dataclasses.replace(costs, phase_spread_ns=self.phase_spread_ns)
 
     @property
     def work_ns(self) -> int:

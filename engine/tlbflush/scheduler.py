@@ -2,18 +2,28 @@
 
 `CfsScheduler` is a small CFS (kernel/sched/fair.c of early 2012, constants in
 config.py): each pCPU has a run queue ordered by vruntime; the running vCPU keeps the
-pCPU for `sched_slice()` (24 ms / n), then the leftmost runnable one takes over.  A
-vCPU that halts leaves the queue (`kvm_vcpu_block()` sleeps); when it wakes its vruntime
-is placed at least at `min_vruntime - latency / 2` and it preempts the running vCPU if
-that one is ahead by more than the wakeup granularity.  Every vCPU is pinned (vCPU i of
-each VM on pCPU i): the load balancer is not modelled, it has nothing to even out here.
+pCPU for `sched_slice()` (24 ms / n), then the leftmost runnable one takes over.  CFS
+ends a slice only from the scheduler tick (`scheduler_tick()` -> `task_tick_fair()` ->
+`check_preempt_tick()`: the first tick after the slice is used up), and every pCPU ticks
+at the same moments (the per-CPU tick was not skewed before the `skew_tick` option of
+v3.5): a slice ends on the tick after it (`tick_after`, HOST_HZ in engine/costs.py).  A
+vCPU that halts leaves the queue (`kvm_vcpu_block()` sleeps) and the next one runs at
+once; when it wakes its vruntime is placed at least at `min_vruntime - latency / 2` and
+it preempts the running vCPU at once if that one is ahead by more than the wakeup
+granularity (`check_preempt_wakeup()`).  Every vCPU is pinned (vCPU i of each VM on
+pCPU i): the load balancer is not modelled, it has nothing to even out here.
 
-`GangScheduler` runs one VM at a time on all pCPUs, rotating every `sched_slice(vms)` —
-the slice CFS would give each vCPU — so a VM gets the same share as under CFS.  A vCPU
-that halts leaves its pCPU idle until its VM's next slot or its wake-up: no other VM may
-use it (the fragmentation gang scheduling pays).  The co-scheduling IPIs of a real gang
-scheduler are not in the thread and not modelled: the switch costs CONTEXT_SWITCH_NS, as
-under CFS.
+The run starts with the VMs taking turns in the same order on every pCPU, each pCPU's
+rotation shifted by a phase drawn from [0, TLB_PHASE_SPREAD_NS]: when the VMs' vCPUs
+woke as their ebizzy runs began.  A vCPU that never halts (the baseline's) keeps that
+phase for the whole run, since its pCPU switches every slice on the same ticks.
+
+`GangScheduler` runs one VM at a time on all pCPUs, rotating on the tick after every
+`sched_slice(vms)` — the slice CFS would give each vCPU — so a VM gets the same share as
+under CFS.  A vCPU that halts leaves its pCPU idle until its VM's next slot or its
+wake-up: no other VM may use it (the fragmentation gang scheduling pays).  The
+co-scheduling IPIs of a real gang scheduler are not in the thread and not modelled: the
+switch costs CONTEXT_SWITCH_NS, as under CFS.
 """
 
 from __future__ import annotations
@@ -63,27 +73,41 @@ class RunQueue:
         return self.idle_ns + (now - self.idle_since if self.idle_since is not None else 0)
 
 
+def tick_after(when: int, tick_ns: int) -> int:
+    """The first scheduler tick after `when` (every pCPU ticks at the same moments)."""
+    return (when // tick_ns + 1) * tick_ns
+
+
 class CfsScheduler:
     name = "cfs"
 
-    def __init__(self, host: Host, pcpus: int, rng: random.Random) -> None:
+    def __init__(
+        self, host: Host, pcpus: int, rng: random.Random, tick_ns: int, phase_spread_ns: int
+    ) -> None:
         self.host = host
         self.rqs = [RunQueue(p) for p in range(pcpus)]
         self.rng = rng
+        self.tick_ns = tick_ns
+        self.phase_spread_ns = phase_spread_ns
+
+    def tick_after(self, when: int) -> int:
+        return tick_after(when, self.tick_ns)
 
     def start(self) -> None:
-        """Every vCPU runnable on its pCPU, with vruntimes spread over one slice, and
-        each pCPU's first slice cut at random: the pCPUs switch at independent phases
-        (the VMs did not boot in lock-step)."""
+        """Every vCPU runnable on its pCPU, the VMs taking turns in the same order on
+        every pCPU, each pCPU's rotation shifted by a phase drawn from
+        [0, phase_spread_ns]."""
         for v in self.host.vcpus:
-            rq = self.rqs[v.pcpu]
-            rq.queue.append(v)
+            self.rqs[v.pcpu].queue.append(v)
         for rq in self.rqs:
-            width = sched_slice(len(rq.queue))
+            if not rq.queue:
+                continue
+            n = len(rq.queue)
+            width = sched_slice(n)
+            turns, into = divmod(self.rng.randrange(self.phase_spread_ns + 1), width)
             for v in rq.queue:
-                v.vruntime = self.rng.randrange(width)
-            if rq.queue:
-                self._switch(rq, self._leftmost(rq), first=self.rng.randrange(1, width + 1))
+                v.vruntime = (v.vm - turns) % n
+            self._switch(rq, self._leftmost(rq), first=width - into)
 
     # -- CFS's bookkeeping -------------------------------------------------------------
 
@@ -108,7 +132,7 @@ class CfsScheduler:
         rq.exec_start = self.host.now
         rq.token += 1
         slice_ns = first if first is not None else sched_slice(len(rq.queue) + 1)
-        self.host.push(self.host.now + slice_ns, EV_SLICE, rq.pcpu, 0, rq.token)
+        self.host.push(self.tick_after(self.host.now + slice_ns), EV_SLICE, rq.pcpu, 0, rq.token)
         self.host.switch_in(v)
 
     def _preempt_curr(self, rq: RunQueue) -> None:
@@ -130,7 +154,8 @@ class CfsScheduler:
             self._switch(rq, self._leftmost(rq))
         else:
             rq.token += 1
-            self.host.push(self.host.now + sched_slice(1), EV_SLICE, pcpu, 0, rq.token)
+            end = self.tick_after(self.host.now + sched_slice(1))
+            self.host.push(end, EV_SLICE, pcpu, 0, rq.token)
 
     def block(self, v: VCpu) -> None:
         """The running `v` halted: it leaves the run queue, the next one runs."""
@@ -175,12 +200,13 @@ class CfsScheduler:
 class GangScheduler:
     name = "gang"
 
-    def __init__(self, host: Host, pcpus: int, vms: int, rng: random.Random) -> None:
+    def __init__(self, host: Host, pcpus: int, vms: int, rng: random.Random, tick_ns: int) -> None:
         self.host = host
         self.rqs = [RunQueue(p) for p in range(pcpus)]
         self.vms = vms
         self.gang = rng.randrange(vms)
         self.token = 0
+        self.tick_ns = tick_ns
 
     def _member(self, vm: int, pcpu: int) -> VCpu | None:
         return next((v for v in self.host.vcpus if v.vm == vm and v.pcpu == pcpu), None)
@@ -196,8 +222,8 @@ class GangScheduler:
                 self.host.switch_in(v)
         if self.vms > 1:
             self.token += 1
-            slot = sched_slice(self.vms)
-            self.host.push(self.host.now + slot, EV_SLICE, -1, 0, self.token)
+            end = tick_after(self.host.now + sched_slice(self.vms), self.tick_ns)
+            self.host.push(end, EV_SLICE, -1, 0, self.token)
 
     def slice_end(self, pcpu: int, token: int) -> None:
         if token != self.token:

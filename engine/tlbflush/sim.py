@@ -101,9 +101,11 @@ class TlbSim:
             v.guest_left = self.rng.randrange(1, config.work_ns)
             v.st_preempted = True  # and every vCPU as if just preempted
         self.sched: Scheduler = (
-            GangScheduler(self, config.pcpus, config.vms, self.rng)
+            GangScheduler(self, config.pcpus, config.vms, self.rng, self.costs.host_tick_ns)
             if self.protocol.gang
-            else CfsScheduler(self, config.pcpus, self.rng)
+            else CfsScheduler(
+                self, config.pcpus, self.rng, self.costs.host_tick_ns, self.costs.phase_spread_ns
+            )
         )
         self.sched.start()
 

@@ -3,10 +3,10 @@ as bar charts — each thread's claim measured by the model beside the thread's 
 with the verdict (engine/claims/registry.py).
 
 The list on the left holds every table and what is known of it (not run, running, its
-computed verdict — in band, holds, direction only, not reproduced — or missing); ↑/↓
-select one, enter (or r) runs it with `quick=True`, `a` runs them all.  Each chart draws
-the model's band as an error bar beside the thread's mark.  Runs happen in a
-thread worker, one table after another, so the app never blocks; the progress bar counts
+computed verdict — within noise, within 25 %, holds, direction only, not reproduced —
+or missing); ↑/↓ select one, enter (or r) runs it with `quick=True`, `a` runs them all.
+Each chart draws the model's band as an error bar beside the thread's mark.  Runs happen
+in a thread worker, one table after another, so the app never blocks; the progress bar counts
 the tables done and the status line says which one is running.  Each finished table
 emits a `bench_table` event (the event panel and its counters show it) and is drawn by
 `BarChart`; `e` exports the selected table's chart as dot and PDF.
@@ -86,7 +86,8 @@ def _mark(state: str) -> tuple[str, str]:
         IDLE: ("·", "muted"),
         QUEUED: ("queued", "muted"),
         RUNNING: ("running…", "running"),
-        "in band": ("✓ in band", "yes"),
+        "within noise": ("✓ in noise", "yes"),
+        "within 25 %": ("✓ in 25 %", "yes"),
         "holds": ("✓ holds", "yes"),
         "direction only": ("~ direction", "partial"),
         "not reproduced": ("✗ not reprod.", "no"),

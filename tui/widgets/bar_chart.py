@@ -26,7 +26,7 @@ from mmuscope.engine.claims.chart import (
     top_value,
     usable,
 )
-from mmuscope.engine.claims.table import ClaimTable
+from mmuscope.engine.claims.table import ClaimTable, fmt_number
 from mmuscope.engine.threads import THREADS
 from rich.segment import Segment
 from rich.style import Style
@@ -49,11 +49,8 @@ def bar_cells(fraction: float, width: int) -> str:
 
 
 def _value(value: float | None) -> str:
-    if value is None:
-        return "—"
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:.4g}"
+    """A number whole (the band's ends too): never cut to 4 digits."""
+    return "—" if value is None else fmt_number(value)
 
 
 class BarChart(ScrollView, can_focus=False):
@@ -168,7 +165,9 @@ def chart_lines(table: ClaimTable, spec: ChartSpec | None, width: int) -> list[L
     lines.append(_legend(spec, log))
     names = [*spec.values, "thread"]
     name_width = min(max(len(n) for n in names) + 1, max(width // 3, 6))
-    bar_width = max(width - name_width - VALUE_WIDTH - 1, 4)
+    values = [_value(bar.value) for group in all_groups for bar in group.bars]
+    value_width = max([VALUE_WIDTH, *(len(v) + 1 for v in values)])
+    bar_width = max(width - name_width - value_width - 1, 4)
     for group in all_groups:
         scale = (group_top(group) if spec.per_row else top) * band_room(spec)
         lines += _group_lines(
@@ -203,9 +202,9 @@ def _group_lines(
     bar_width: int,
     width: int,
 ) -> list[Line]:
-    lines: list[Line] = [[], [(group.label[:width], "label")]]
-    if group.thread_text:
-        lines.append([(group.thread_text[:width], "muted")])
+    lines: list[Line] = [[]]
+    lines += [[(text, "label")] for text in _wrap(group.label, width)]
+    lines += [[(text, "muted")] for text in _wrap(group.thread_text, width)]
     series = {name: n % SERIES_CLASSES for n, name in enumerate(spec.values)}
     for bar in group.bars:
         name = "thread" if bar.thread else bar.series
@@ -219,8 +218,13 @@ def _group_lines(
             ]
         )
         if bar.has_band:
-            lines.append(_band_line(bar, top, log, name_width, bar_width))
+            lines += _band_lines(bar, top, log, name_width, bar_width, width)
     return lines
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """Wrapped at spaces, a word never cut (one wider than the chart keeps its line)."""
+    return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)
 
 
 def band_cells(low: float, high: float, top: float, log: bool, width: int) -> str:
@@ -230,11 +234,14 @@ def band_cells(low: float, high: float, top: float, log: bool, width: int) -> st
     return " " * start + "├" + "─" * (end - start - 1) + "┤"
 
 
-def _band_line(bar: Bar, top: float, log: bool, name_width: int, bar_width: int) -> Line:
+def _band_lines(
+    bar: Bar, top: float, log: bool, name_width: int, bar_width: int, width: int
+) -> list[Line]:
+    """The band as `├──┤`, its ends after it when they fit, else on the next line."""
     assert bar.low is not None and bar.high is not None
     cells = band_cells(bar.low, bar.high, top, log, bar_width)
-    return [
-        ("band".ljust(name_width), "muted"),
-        (cells, ""),
-        (f" {_value(bar.low)}–{_value(bar.high)}", "muted"),
-    ]
+    ends = f" {_value(bar.low)}–{_value(bar.high)}"
+    line: Line = [("band".ljust(name_width), "muted"), (cells, "")]
+    if name_width + len(cells) + len(ends) <= width:
+        return [[*line, (ends, "muted")]]
+    return [line, [(" " * name_width + ends.strip(), "muted")]]
