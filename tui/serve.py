@@ -87,10 +87,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def explorer_argv(args: argparse.Namespace) -> list[str]:
     """The explorer options of `args` as command-line words (files made absolute)."""
-    probe = argparse.ArgumentParser(add_help=False)
-    add_explorer_options(probe)
     words: list[str] = []
-    for action in probe._actions:
+    for action in add_explorer_options(argparse.ArgumentParser(add_help=False)):
         value = getattr(args, action.dest, None)
         if value is None or value is False:
             continue

@@ -1,0 +1,278 @@
+"""The TUI uses Textual's and Rich's public API only: a minor release of either may change
+anything whose name starts with an underscore.  Read from the source (its syntax tree):
+
+- no import from a private module (`textual._…`, `rich._…`, `textual.widgets._header`)
+  and no private name imported from a public one, but for the few public classes Textual
+  exports from a private module and nowhere else (ALLOWED_PRIVATE_MODULES);
+- no `x._name` where `_name` is not one of the project's own (an underscore name that
+  engine/ or tui/ defines: a function, a class, a module or class variable, an attribute
+  set on `self`): `screen._compositor`, `app._start_widget`, `strip._filter_cache`;
+- no class of tui/ that subclasses a Textual or Rich class touches, sets or overrides,
+  on `self` or through `super()`, an underscore name that one of those library classes
+  defines: a widget's `self._border_title = …` or `_styles_cache`, a screen's
+  `def _on_mount`.  (A name of the project's own that a library class happens to use
+  as well would be the library's attribute all the same.)
+
+Dunder names (`__init__`, `__rich__`) are public protocol.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import textwrap
+from collections.abc import Iterator
+from contextlib import suppress
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LIBRARIES = ("textual", "rich")
+
+# Public classes that Textual defines in a private module and exports from no public one:
+# (module, name).  Each is documented as a part of the widget it belongs to.
+ALLOWED_PRIVATE_MODULES = {
+    # Header's three parts, which a header of two rows (widgets/header.py) composes
+    # itself; Textual's docs and CSS name them (`Header HeaderTitle`), textual.widgets
+    # exports Header alone.
+    ("textual.widgets._header", "HeaderClockSpace"),
+    ("textual.widgets._header", "HeaderIcon"),
+    ("textual.widgets._header", "HeaderTitle"),
+}
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def sources(*packages: str) -> list[Path]:
+    return sorted(p for package in packages for p in (ROOT / package).rglob("*.py"))
+
+
+@cache
+def tree_of(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def defined_names(tree: ast.AST) -> set[str]:
+    """The underscore names the classes in a piece of source define: methods, nested
+    classes, class variables (annotated or not) and attributes set on `self` or `cls`."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                    names.add(item.name)
+                elif isinstance(item, ast.Assign | ast.AnnAssign):
+                    targets = item.targets if isinstance(item, ast.Assign) else [item.target]
+                    names.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Store)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in ("self", "cls")
+        ):
+            names.add(node.attr)
+    return {name for name in names if is_private(name)}
+
+
+@cache
+def project_names() -> frozenset[str]:
+    names: set[str] = set()
+    for path in sources("engine", "tui"):
+        names |= defined_names(tree_of(path))
+    return frozenset(names)
+
+
+def library(module: str) -> bool:
+    return module.split(".")[0] in LIBRARIES
+
+
+def private_imports(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if library(alias.name) and any(map(is_private, alias.name.split("."))):
+                    yield node.lineno, f"import {alias.name}"
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            if not library(node.module):
+                continue
+            private_module = any(map(is_private, node.module.split(".")))
+            for alias in node.names:
+                if (node.module, alias.name) in ALLOWED_PRIVATE_MODULES:
+                    continue
+                if private_module or is_private(alias.name):
+                    yield node.lineno, f"from {node.module} import {alias.name}"
+
+
+def imported_from_elsewhere(tree: ast.Module) -> set[str]:
+    """The names a module imports from anything but Textual and Rich: modules and
+    classes of the standard library, the project's own modules."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(
+                alias.asname or alias.name.split(".")[0]
+                for alias in node.names
+                if not library(alias.name)
+            )
+        elif isinstance(node, ast.ImportFrom) and (node.level or not library(node.module or "")):
+            names.update(alias.asname or alias.name for alias in node.names)
+    return names
+
+
+def foreign_attributes(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """`x._name` where `_name` is none of the project's classes'.  On a name imported
+    from elsewhere than Textual and Rich (`argparse._SubParsersAction`, typeshed's name
+    for what add_subparsers() returns) it is not Textual's or Rich's either."""
+    own = project_names()
+    elsewhere = imported_from_elsewhere(tree)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not is_private(node.attr) or node.attr in own:
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id in elsewhere:
+            continue
+        yield node.lineno, ast.unparse(node)
+
+
+def test_the_scan_finds_what_it_looks_for() -> None:
+    """Each rule on a sample of what the private layer did."""
+    sample = ast.parse(
+        "import textual._border\n"
+        "from textual._segment_tools import line_crop\n"
+        "from textual.strip import _filter\n"
+        "from textual.widgets._header import HeaderTitle\n"
+        "import argparse\n"
+        "def f(strip, app, sub: argparse._SubParsersAction) -> None:\n"
+        "    strip._filter_cache.clear()\n"
+        "    app._start_widget(app, None)\n"
+    )
+    assert [text for _, text in sorted(private_imports(sample))] == [
+        "import textual._border",
+        "from textual._segment_tools import line_crop",
+        "from textual.strip import _filter",
+    ]
+    assert [text for _, text in sorted(foreign_attributes(sample))] == [
+        "strip._filter_cache",
+        "app._start_widget",
+    ]
+
+
+@pytest.mark.parametrize("path", sources("tui"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_private_import_or_attribute(path: Path) -> None:
+    tree = tree_of(path)
+    found = [
+        f"line {line}: {text}"
+        for line, text in sorted([*private_imports(tree), *foreign_attributes(tree)])
+    ]
+    assert not found, "Textual's or Rich's private API:\n" + "\n".join(found)
+
+
+# -- classes that subclass Textual's or Rich's -----------------------------------------
+
+
+def tui_modules() -> Iterator[str]:
+    for path in sources("tui"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if parts[-1] == "__main__":
+            continue  # runs the app
+        yield ".".join(["mmuscope", *(parts[:-1] if parts[-1] == "__init__" else parts)])
+
+
+@cache
+def library_names(cls: type) -> frozenset[str]:
+    """The underscore names a library class defines (on the class or on `self`)."""
+    names = {name for name in vars(cls) if is_private(name)}
+    with suppress(OSError, TypeError):  # no source (a C type): its class variables only
+        names |= defined_names(ast.parse(textwrap.dedent(inspect.getsource(cls))))
+    return frozenset(names)
+
+
+def class_tree(cls: type) -> ast.ClassDef:
+    path = Path(inspect.getsourcefile(cls) or "")
+    _, line = inspect.getsourcelines(cls)
+    for node in ast.walk(tree_of(path)):
+        if (
+            isinstance(node, ast.ClassDef)
+            and node.name == cls.__name__
+            and min([node.lineno, *(d.lineno for d in node.decorator_list)]) == line
+        ):
+            return node
+    raise LookupError(cls)
+
+
+def names_on_self(node: ast.ClassDef) -> Iterator[tuple[int, str]]:
+    """The underscore names a class body defines, or uses on `self`, `cls` or `super()`."""
+    for item in node.body:
+        if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            if is_private(item.name):
+                yield item.lineno, item.name
+        elif isinstance(item, ast.Assign | ast.AnnAssign):
+            targets = item.targets if isinstance(item, ast.Assign) else [item.target]
+            for target in targets:
+                if isinstance(target, ast.Name) and is_private(target.id):
+                    yield item.lineno, target.id
+    for sub in ast.walk(node):
+        if not isinstance(sub, ast.Attribute) or not is_private(sub.attr):
+            continue
+        value = sub.value
+        if (isinstance(value, ast.Name) and value.id in ("self", "cls")) or (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Name)
+            and value.func.id == "super"
+        ):
+            yield sub.lineno, sub.attr
+
+
+def subclasses_of_libraries() -> Iterator[type]:
+    for name in tui_modules():
+        module = importlib.import_module(name)
+        for cls in vars(module).values():
+            if (
+                inspect.isclass(cls)
+                and cls.__module__ == name
+                and any(library(base.__module__) for base in cls.__mro__[1:])
+            ):
+                yield cls
+
+
+def test_the_class_scan_finds_what_it_looks_for() -> None:
+    """A widget that set its title, cleared its styles cache and chained a private
+    handler the way the private layer did."""
+    from textual.widget import Widget
+
+    (sample,) = ast.parse(
+        "class Panel(Widget):\n"
+        "    _lines = None\n"
+        "    def _on_mount(self, event) -> None:\n"
+        "        super()._on_mount(event)\n"
+        "    def show(self, title) -> None:\n"
+        "        self._border_title = title\n"
+        "        self._styles_cache.clear()\n"
+        "        self._shown = title\n"
+    ).body
+    assert isinstance(sample, ast.ClassDef)
+    names = {name for _, name in names_on_self(sample)}
+    assert names == {"_lines", "_on_mount", "_border_title", "_styles_cache", "_shown"}
+    assert names & library_names(Widget) == {"_on_mount", "_border_title", "_styles_cache"}
+
+
+def test_no_subclass_touches_a_library_private() -> None:
+    found = []
+    classes = list(subclasses_of_libraries())
+    assert len(classes) > 50  # the screens and the widgets
+    for cls in classes:
+        theirs: set[str] = set()
+        for base in cls.__mro__:
+            if library(base.__module__):
+                theirs |= library_names(base)
+        for own in cls.__mro__:
+            if not own.__module__.startswith("mmuscope.tui"):
+                continue
+            for line, name in names_on_self(class_tree(own)):
+                if name in theirs:
+                    found.append(f"{own.__module__}.{own.__qualname__} line {line}: {name}")
+    assert not found, "Textual's or Rich's private names:\n" + "\n".join(sorted(set(found)))
