@@ -299,6 +299,10 @@ def test_a_real_kvm_run_counts_alike(tmp_path: Path) -> None:
     rows = query(tmp_path / "d", "--report", "kvm-stat")
     assert {r["event"]: r["total"] for r in rows} == summary["by_event"]
     assert {r["system"] for r in rows} <= {"kvm", "kvmmmu"}
+    # the program's memslots came along: every fault is in one (RAM, slot 0)
+    slots = query(tmp_path / "d", "--report", "faults-per-memslot")
+    assert [(r["slot"], r["name"]) for r in slots] == [(0, "ram")]
+    assert slots[0]["faults"] == summary["by_event"]["kvm_mmu_spte_requested"]
 
 
 def test_help_explains_and_its_examples_run_as_printed(tmp_path: Path) -> None:

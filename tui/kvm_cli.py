@@ -22,13 +22,17 @@ import io
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .cliparts import CliError, int_arg
 from .dataset_cli import add_options as add_parquet_options
 from .dataset_cli import check_options as check_parquet_options
 from .dataset_cli import host_source, source_names, write_source
 from .kvm_record import record_or_fail, write_atomically
+
+if TYPE_CHECKING:
+    from mmuscope.engine.kvm.program import GuestProgram
+    from mmuscope.engine.layouts.layout import Layout
 
 PROGRAM_HELP = {
     "touch": "demand faults over N pages",
@@ -94,7 +98,7 @@ def run_kvm(args: argparse.Namespace) -> int:
               "the counts below are short", file=sys.stderr)  # fmt: skip
     lines = io.StringIO(text.getvalue())
     if args.parquet is not None:  # the recording written as a dataset (dataset_cli)
-        write_source(args, source, lines, f"kvm {program.name}")
+        write_source(args, source, lines, f"kvm {program.name}", program_layout(program))
     elif args.summary:
         print(json.dumps(summary(recording, lines)))
     else:
@@ -103,6 +107,23 @@ def run_kvm(args: argparse.Namespace) -> int:
         write_jsonl(lines, sys.stdout)
     sys.stdout.flush()
     return 0
+
+
+def program_layout(program: GuestProgram) -> Layout:
+    """Every range a memslot of `program` had during the run (its set-up's, and those its
+    slices create or move: KVM_SET_USER_MEMORY_REGION calls of a non-zero size), for
+    `query --report faults-per-memslot`."""
+    from mmuscope.engine.kvm.program import MemslotOp
+    from mmuscope.engine.layouts.layout import Layout, RegionSpec
+
+    calls = [*program.setup, *(op for s in program.slices for op in s.before)]
+    regions: dict[tuple[int, int, int], RegionSpec] = {}
+    for op in calls:
+        if isinstance(op, MemslotOp) and op.memory_size:
+            key = (op.slot, op.guest_phys_addr, op.memory_size)
+            name = "ram" if op.backing == 0 else "data"
+            regions.setdefault(key, RegionSpec(name, *key, op.flags))
+    return Layout(program.name, f"kvm {program.name}", tuple(regions.values()))
 
 
 def summary(recording: Any, lines: io.StringIO) -> dict[str, Any]:

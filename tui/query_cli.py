@@ -28,8 +28,9 @@ row per event: source (the directory name source=NAME), ts (ns), cpu, pid, comm,
 trace), the fields MMU events share as typed columns (vcpu, as_id, gfn, gpa, level,
 spte, old_spte, new_spte, sptep, pfn, error_code, role, mmu_valid_gen) and the other
 fields in the map `fields` (fields['root_count'], text values).  The view `memslots`
-(source, as_id, slot, base_gfn, npages, flags, name) holds the memslots a layout gave.
---report NAME runs a named report; --report alone lists them."""
+(source, as_id, slot, base_gfn, npages, flags, name) holds the guest's memslots
+(replay --layout or --mtree; simulate and kvm write their own).  --report NAME runs a
+named report; --report alone lists them."""
 EXAMPLES = """examples:
   mmuscope simulate --mmu direct --workload kernbench --zap fast --at 500 --parquet fleet
   mmuscope simulate --mmu shadow --workload fork --accesses 3000 --parquet fleet

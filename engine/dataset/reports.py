@@ -39,7 +39,7 @@ FAULTS_PER_MEMSLOT = Report(
     "faults-per-memslot",
     "faults per memslot: each kvm_mmu_spte_requested (the gfn a fault maps, under every "
     "MMU) placed in its slot of address space 0; slot NULL in a source without memslots "
-    "(replay --layout or --mtree gives them; simulate writes its own)",
+    "(replay --layout or --mtree gives them; simulate and kvm write their own)",
     """
 SELECT f.source, m.slot, m.name, m.base_gfn, m.npages,
        count(*) AS faults, count(DISTINCT f.gfn) AS gfns
