@@ -58,8 +58,9 @@ def fmt_number(value: float | int, places: int | None = None) -> str:
 
 
 def fmt_cell(cell: Cell, places: int | None = None) -> str:
-    """A table cell for people: — for none, yes/no, a number whole, a text as it is."""
-    if cell is None:
+    """A table cell for people: — for none or an empty text, yes/no, a number whole, a
+    text as it is."""
+    if cell is None or cell == "":
         return "—"
     if isinstance(cell, bool):
         return "yes" if cell else "no"
