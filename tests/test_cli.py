@@ -58,6 +58,60 @@ def test_overview_shows_slots_and_strategies() -> None:
     assert "mmuscope lookup" in out
 
 
+def test_overview_shows_the_guest_it_is_given() -> None:
+    """--layout/--as pick the guest; a big one shows its first and last memslots with
+    the count of those between, and the cost table samples its own slots."""
+    env = dict(os.environ, COLUMNS="120")
+    out = run("overview", "--layout", "max", env=env).stdout
+    assert "region0 " in out and "region32763" in out
+    assert "32,740 more" in out and "region100 " not in out
+    assert re.search(r"0xfff700 │ region32763 │\s+32764 │", out), out
+    out = run("overview", "--layout", "q35-16g", "--as", "1", env=env).stdout
+    assert "memslots of address space 1" in out and "smram-low" in out
+
+
+def test_explorer_options_before_a_command_are_refused_by_name() -> None:
+    message = assert_user_error(run("--layout", "max", "overview"))
+    assert "--layout is an option of the explorer" in message
+    assert "(mmuscope overview --help)" in message
+    assert "--layout" not in assert_user_error(run("--lookup", "lookup", "lookup", "-5"))
+
+
+@pytest.mark.parametrize(
+    ("args", "hint"),
+    [
+        (
+            ["kvm", "fork", "--pages", "4"],
+            "; for counts without one, run: mmuscope kvm fork --summary",
+        ),
+        (
+            ["replay", str(Path(__file__).parent / "fixtures" / "trace-kvmmmu-sample.txt")],
+            "; for counts without one, run: mmuscope replay TRACE --summary",
+        ),
+        ([], "the explorer needs a terminal; for a summary without one, run: mmuscope overview"),
+    ],
+)
+def test_without_a_terminal_the_app_names_the_text_command(args: list[str], hint: str) -> None:
+    """What to run instead, spelled so that it can be pasted (no stray quoting)."""
+    message = assert_user_error(run(*args))
+    assert message.rstrip().endswith(hint) and "`" not in message, message
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["mmio", "--children", "5"], "--children goes with fork; mmio runs one process"),
+        (["fork", "--pages", "-5"], "--pages -5: give 1 to 65536"),
+        (["fork", "--pages", "0"], "--pages 0: give 1 to 65536"),
+        (["fork", "--children", "-1"], "--children -1: give 0 to 1024"),
+    ],
+)
+def test_kvm_counts_out_of_range_say_the_range(args: list[str], message: str) -> None:
+    """The same message for every count out of range, negative or not, and no option
+    accepted only to be ignored."""
+    assert assert_user_error(run("kvm", *args, "--summary")) == f"mmuscope: error: {message}\n"
+
+
 # -- bad input --------------------------------------------------------------------------
 
 BAD_INPUT = {
@@ -93,6 +147,11 @@ BAD_INPUT = {
     "trace-text": ["layout", "--trace", "garbage.txt", "--json"],
     "trace-empty": ["layout", "--trace", "empty.txt"],
     "trace-is-an-mtree": ["layout", "--trace", str(MTREE_TREE)],
+    "overview-address-space": ["overview", "--as", "3"],
+    "explorer-layout-before-overview": ["--layout", "max", "overview"],
+    "explorer-theme-before-overview": ["--theme", "nosuch", "overview"],
+    "explorer-seed-before-simulate": ["--seed=3", "simulate", "--accesses", "3"],
+    "explorer-scenario-before-lookup": ["--scenario", "vtlb", "lookup", "1"],
 }
 
 

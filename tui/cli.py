@@ -90,8 +90,30 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         _add_commands(sub, only=None)
     else:
         takes_value = {s for action in explorer if action.nargs != 0 for s in action.option_strings}
-        _add_commands(sub, only=command_of(argv, takes_value) or "")
+        command = command_of(argv, takes_value)
+        _add_commands(sub, only=command or "")
+        if command is not None:
+            _refuse_explorer_options(parser, argv, command, explorer)
     return parser
+
+
+def _refuse_explorer_options(
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str],
+    command: str,
+    explorer: Sequence[argparse.Action],
+) -> None:
+    """An explorer option written before a command (`mmuscope --layout max overview`)
+    would be parsed and then ignored: refuse it, naming where the command's own go."""
+    names = {s for action in explorer for s in action.option_strings}
+    for word in argv[: list(argv).index(command)]:
+        name = word.split("=", 1)[0]
+        if name in names:
+            parser.error(
+                f"{name} is an option of the explorer (mmuscope without a command) and means "
+                f"nothing before {command!r}; a command's own options follow it "
+                f"(mmuscope {command} --help)"
+            )
 
 
 def _command_module(module: str) -> ModuleType:
@@ -119,6 +141,12 @@ def _replay(replay: argparse.ArgumentParser) -> None:
         help='with --jsonl: 64-bit fields (sptes, gfns, addresses) as "0x..." strings, '
         "for readers such as jq 1.6 that round integers above 2**53",
     )
+
+
+def _overview(overview: argparse.ArgumentParser) -> None:
+    from .cliparts import add_guest_options
+
+    add_guest_options(overview)
 
 
 def _lookup(lookup: argparse.ArgumentParser) -> None:
@@ -195,7 +223,7 @@ def _no_arguments(parser: argparse.ArgumentParser) -> None:
 
 # command -> (help line, what adds its arguments), in the order `--help` lists them
 LOCAL: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
-    "overview": ("print the default guest's memslots and lookup costs", _no_arguments),
+    "overview": ("print a guest's memslots and lookup costs", _overview),
     "scenarios": ("list the classroom scenarios (open one with --scenario)", _no_arguments),
     "replay": ("replay a trace-cmd report or tracefs trace (the app, or text)", _replay),
     "lookup": ("explain one memslot lookup in text", _lookup),

@@ -41,6 +41,15 @@ def int_arg(text: str) -> int:
     return value
 
 
+def count_arg(text: str) -> int:
+    """A whole number, 0x... or decimal, negative included: for counts whose command
+    checks their range itself and names it in one message (`--pages -5: give 1 to ...`)."""
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
 def add_guest_options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
     """--lookup, --layout | --mtree and --as: which guest, which address space."""
     from pathlib import Path
@@ -126,11 +135,12 @@ def check_display_options(args: argparse.Namespace) -> None:
         raise CliError(f"--export-dir {args.export_dir}: no such directory")
 
 
-def check_replay_app_options(args: argparse.Namespace) -> None:
-    """What `replay TRACE` and `live` check before opening the replay screen."""
+def check_replay_app_options(args: argparse.Namespace, text_instead: str | None = None) -> None:
+    """What `replay TRACE`, `kvm` and `live` check before opening the replay screen;
+    `text_instead` is the command line that prints the same run as text."""
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        raise CliError("the replay screen needs a terminal; `mmuscope replay TRACE --summary` "
-                       "prints counts")  # fmt: skip
+        hint = f"; for counts without one, run: {text_instead}" if text_instead else ""
+        raise CliError(f"the replay screen needs a terminal{hint}")
     check_display_options(args)
 
 

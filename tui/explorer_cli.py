@@ -21,7 +21,8 @@ def run_explorer(args: argparse.Namespace) -> int:
     """Open the explorer (the app factory shared with the tests and screenshots)."""
     app = explorer_app(args)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        raise CliError("the explorer needs a terminal; `mmuscope overview` prints a summary")
+        raise CliError("the explorer needs a terminal; for a summary without one, run: "
+                       "mmuscope overview")  # fmt: skip
     app.run()
     return 0
 

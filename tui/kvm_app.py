@@ -49,7 +49,7 @@ def preflight() -> str:
 
 
 def run_kvm_app(args: argparse.Namespace) -> int:
-    check_replay_app_options(args)
+    check_replay_app_options(args, f"mmuscope kvm {args.program} --summary")
     header = preflight()
     from .app import make_app
 

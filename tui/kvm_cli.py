@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .cliparts import CliError, int_arg
+from .cliparts import CliError, count_arg
 from .dataset_cli import add_options as add_parquet_options
 from .dataset_cli import check_options as check_parquet_options
 from .dataset_cli import host_source, source_names, write_source
@@ -52,8 +52,8 @@ def add_kvm_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     )
     kvm.add_argument("program", choices=PROGRAMS, metavar="PROGRAM",
                      help="; ".join(f"{k}: {v}" for k, v in PROGRAM_HELP.items()))  # fmt: skip
-    kvm.add_argument("--pages", type=int_arg, help="pages the program touches")
-    kvm.add_argument("--children", type=int_arg, help="fork: child processes (default 8)")
+    kvm.add_argument("--pages", type=count_arg, help="pages the program touches")
+    kvm.add_argument("--children", type=count_arg, help="fork: child processes (default 8)")
     kvm.add_argument("--trace-out", type=Path, metavar="FILE", help="keep the kernel's trace")
     mode = kvm.add_mutually_exclusive_group()
     mode.add_argument("--summary", action="store_true", help="counts and statistics as JSON")
@@ -73,6 +73,8 @@ def run_kvm(args: argparse.Namespace) -> int:
     if args.json and not args.compare:
         raise CliError("--json goes with --compare (--summary and --jsonl are JSON already)")
     check_parquet_options(args)
+    if args.children is not None and args.program != "fork":
+        raise CliError(f"--children goes with fork; {args.program} runs one process")
     try:
         program = build_program(args.program, args.pages, args.children)
     except ValueError as err:

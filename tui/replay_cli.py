@@ -180,7 +180,7 @@ def run_replay_app(args: argparse.Namespace) -> int:
                 pass
         except TraceFileError as err:
             raise CliError(str(err)) from None
-    check_replay_app_options(args)
+    check_replay_app_options(args, "mmuscope replay TRACE --summary")
     text = _report_file(path) if is_trace_dat(path) else path
     try:
         from .app import make_app

@@ -52,7 +52,9 @@ class ZapReplay:
         self.zap_kind = kind
         self.zap_replay = zap_batches(holds) if zapped else []
         self.path, self.shown = [], 0
-        self.notify(f"{kind}: {zapped} pages in {len(holds)} lock holds", timeout=4)
+        pages = f"{zapped} page{'s' if zapped != 1 else ''}"
+        locks = f"{len(holds)} lock hold{'s' if len(holds) != 1 else ''}"
+        self.notify(f"{kind}: {pages} in {locks}", timeout=4)
         self.sync_player()
         self.flush_events(force=True)
         self._zap_at = time.monotonic()  # after the zap's events (thousands, for the TDP MMU)
@@ -78,7 +80,8 @@ class ZapReplay:
             return f"slow zap: mmu_lock held over all {hold} pages; every vCPU waits"
         return (
             f"{self.zap_kind}: mmu_lock held, zapping pages {done + 1}-{done + hold}; "
-            f"{left} more holds after a lock break (the vCPUs run meanwhile)"
+            f"{left} more hold{'s' if left != 1 else ''} after a lock break "
+            "(the vCPUs run meanwhile)"
         )
 
     def _zap_levels(self) -> tuple[list[LevelSummary], set[int]]:

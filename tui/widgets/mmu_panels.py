@@ -320,7 +320,8 @@ class MmuCounters(MmuDrawing):
         for hold in holds[:shown]:
             rows.append(Text.assemble((f"{hold:>5} ", label), ("█" * min(hold, longest), bar)))
         if len(holds) > shown:
-            rows.append(Text(f"  ... {len(holds) - shown} more holds", style=label))
+            more = len(holds) - shown
+            rows.append(Text(f"  ... {more} more hold{'s' if more != 1 else ''}", style=label))
         return rows
 
 
