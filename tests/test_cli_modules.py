@@ -22,13 +22,13 @@ def test_no_command_module_imports_the_assembling_cli() -> None:
 def test_a_command_line_builds_only_its_command_and_lists_every_command() -> None:
     """Start-up: `mmuscope` alone, or with an option whose value names a command, imports
     no command module, yet `--help` lists every command with its help line; a command
-    after the explorer's options gets its arguments."""
+    gets its arguments."""
     full = build_parser().format_help()
     assert build_parser([]).format_help() == full
     assert build_parser(["--scenario", "simulate"]).format_help() == full
-    words = ["--layout", "max", "lookup", "0x1"]
+    words = ["lookup", "0x1", "--layout", "max"]
     args = build_parser(words).parse_args(words)
-    assert (args.command, args.gfn) == ("lookup", 1)
+    assert (args.command, args.gfn, args.layout) == ("lookup", 1, "max")
     words = ["--scenario", "simulate", "--paused"]
     args = build_parser(words).parse_args(words)
     assert (args.command, args.scenario, args.paused) == (None, "simulate", True)

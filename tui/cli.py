@@ -9,13 +9,14 @@ tool (one line on stderr), 1 a bug.  Modules are imported when their command run
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import argparse
     from types import ModuleType
 
 # command -> (module in tui, function taking the parsed arguments and returning the exit code)
@@ -68,9 +69,15 @@ def command_of(argv: Sequence[str], takes_value: Collection[str]) -> str | None:
     return None
 
 
-DESCRIPTION = (
-    "A terminal microscope for KVM's MMU.  Without a command: the explorer, a "
-    "Textual app that animates memslot lookups live (ctrl+q quits, ? lists keys)."
+DESCRIPTION = """\
+A terminal microscope for KVM's MMU. Without a command: the explorer, a Textual
+app that animates memslot lookups live and walks through the classroom scenarios
+(ctrl+q quits, ? lists keys). `mmuscope COMMAND --help` explains each command."""
+EXAMPLES = (
+    "mmuscope                                     # the explorer",
+    "mmuscope --layout max --lookup binary        # KVM's limit, 32,764 memslots",
+    "mmuscope --scenario fast-zap --theme projector",
+    "mmuscope overview                            # the same guest as text",
 )
 
 
@@ -81,7 +88,12 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     from . import __version__
     from .cliparts import CliParser, add_explorer_options
 
-    parser = CliParser(prog="mmuscope", description=DESCRIPTION)
+    parser = CliParser(
+        prog="mmuscope",
+        description=DESCRIPTION,
+        epilog="examples:\n" + "\n".join(f"  {line}" for line in EXAMPLES),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
 
     parser.add_argument("--version", action="version", version=f"mmuscope {__version__}")
     explorer = add_explorer_options(parser)
@@ -124,6 +136,7 @@ def _command_module(module: str) -> ModuleType:
 def _replay(replay: argparse.ArgumentParser) -> None:
     from pathlib import Path
 
+    from .cliparts import add_display_options
     from .dataset_cli import add_options
 
     replay.add_argument(
@@ -141,6 +154,7 @@ def _replay(replay: argparse.ArgumentParser) -> None:
         help='with --jsonl: 64-bit fields (sptes, gfns, addresses) as "0x..." strings, '
         "for readers such as jq 1.6 that round integers above 2**53",
     )
+    add_display_options(replay)
 
 
 def _overview(overview: argparse.ArgumentParser) -> None:
@@ -165,8 +179,13 @@ def _export(export: argparse.ArgumentParser) -> None:
 
     from .cliparts import add_guest_options, int_arg
 
-    export.add_argument("-o", "--output", type=Path, required=True, metavar="OUT")
-    export.add_argument("--path", type=int_arg, metavar="GFN", help="highlight one lookup")
+    export.add_argument(
+        "-o", "--output", type=Path, required=True, metavar="OUT",
+        help="the file to write: .dot, .pdf, .svg or .png",
+    )  # fmt: skip
+    export.add_argument(
+        "--path", type=int_arg, metavar="GFN", help="number the nodes a lookup of GFN visits"
+    )
     add_guest_options(export)
 
 
@@ -181,20 +200,32 @@ def _layout(layout: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="QEMU kvm_set_user_memory trace or strace KVM_SET_USER_MEMORY_REGION lines",
     )
-    src.add_argument("--preset", metavar="NAME", help="a preset layout")
-    layout.add_argument("--address-space", default="memory", help="mtree address space")
+    src.add_argument("--preset", metavar="NAME", help="a preset guest (default pc-4g)")
+    layout.add_argument(
+        "--address-space", default="memory", metavar="NAME",
+        help="with --mtree: the dump's address space to read (default memory)",
+    )  # fmt: skip
     layout.add_argument("--json", action="store_true", help="print JSON")
 
 
 def _rmaps_stat(rmaps: argparse.ArgumentParser) -> None:
     from .cliparts import int_arg
 
-    rmaps.add_argument("--workload", default="fork", choices=("fork", "kernbench"))
-    rmaps.add_argument("--children", type=int_arg, default=500, help="forked children (fork)")
-    rmaps.add_argument("--pages", type=int_arg, default=16, help="pages each process maps")
     rmaps.add_argument(
-        "--era", default="6.4", choices=("3", "15", "14", "6.4"), help="PTE_LIST_EXT era"
+        "--workload", default="fork", choices=("fork", "kernbench"),
+        help="fork: a parent and its children map the same pages; kernbench: many short "
+        "processes (default fork)",
+    )  # fmt: skip
+    rmaps.add_argument(
+        "--children", type=int_arg, default=500, help="forked children (fork; default 500)"
     )
+    rmaps.add_argument(
+        "--pages", type=int_arg, default=16, help="4 KiB pages each process maps (default 16)"
+    )
+    rmaps.add_argument(
+        "--era", default="6.4", choices=("3", "15", "14", "6.4"),
+        help="struct pte_list_desc's layout (default 6.4)",
+    )  # fmt: skip
     rmaps.add_argument(
         "--log2", action="store_true", help="true log2 buckets (not the kernel's ffs())"
     )
@@ -221,28 +252,134 @@ def _no_arguments(parser: argparse.ArgumentParser) -> None:
     pass
 
 
-# command -> (help line, what adds its arguments), in the order `--help` lists them
-LOCAL: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
-    "overview": ("print a guest's memslots and lookup costs", _overview),
-    "scenarios": ("list the classroom scenarios (open one with --scenario)", _no_arguments),
-    "replay": ("replay a trace-cmd report or tracefs trace (the app, or text)", _replay),
-    "lookup": ("explain one memslot lookup in text", _lookup),
-    "export": ("write the memslot structure as dot/pdf/svg/png", _export),
-    "layout": ("show a guest layout, or import a QEMU one", _layout),
-    "rmaps-stat": (
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A command `tui/cli.py` builds the parser of: its line in `mmuscope --help`, what
+    `mmuscope NAME --help` says of it, and what adds its arguments."""
+
+    help: str
+    description: str
+    examples: tuple[str, ...]
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+
+
+# in the order `--help` lists them
+LOCAL: dict[str, Command] = {
+    "overview": Command(
+        "print a guest's memslots and lookup costs",
+        "A guest's memslots, and how many slots or tree nodes each lookup strategy visits "
+        "to find a few of its gfns (no cache), printed as text: the explorer's first screen "
+        "for a pipe, a log or a terminal where the app cannot run. The guest is pc-4g "
+        "unless --layout or --mtree names another; --as picks its address space.",
+        (
+            "mmuscope overview",
+            "mmuscope overview --layout q35-16g --as 1    # the SMM address space",
+            "mmuscope overview --layout max | tail -12    # KVM's limit, 32,764 memslots",
+        ),
+        _overview,
+    ),
+    "scenarios": Command(
+        "list the classroom scenarios (open one with --scenario)",
+        "The classroom scenarios, one a line: name, screen, the thread it comes from "
+        "(docs/threads.md), steps and title. `mmuscope --scenario NAME` opens the explorer "
+        "paused on a scenario's first step; > steps, < goes back.",
+        (
+            "mmuscope scenarios",
+            "mmuscope --scenario fast-zap                 # opens the app",
+        ),
+        _no_arguments,
+    ),
+    "replay": Command(
+        "replay a trace-cmd report or tracefs trace (the app, or text)",
+        "A kvmmmu trace, as `trace-cmd report` prints it or as a tracefs `trace` file "
+        "(from `mmuscope simulate`, `kvm --trace-out` or a real host), shown in the replay "
+        "screen, or printed as one JSON object per event (--jsonl) or as counts (--summary). "
+        "With --jsonl or --summary, TRACE '-' reads stdin.",
+        (
+            "mmuscope simulate --mmu tdp --workload kernbench --accesses 2000 > tdp.txt",
+            "mmuscope replay tdp.txt --summary",
+            "mmuscope replay tdp.txt --jsonl --hex64 | head -3",
+            "mmuscope replay tdp.txt                      # the replay screen",
+        ),
+        _replay,
+    ),
+    "lookup": Command(
+        "explain one memslot lookup in text",
+        "One memslot lookup explained probe by probe: the per-VM last_used_slot cache, "
+        "then each slot or tree node the strategy visits for the gfn, and why it goes left "
+        "or right, down to the slot that holds it or the miss (an MMIO gfn). --compare adds "
+        "the cost of the same gfn under every strategy.",
+        (
+            "mmuscope lookup 0xfee00 --lookup wbtree --compare",
+            "mmuscope lookup 0xfee00000 --gpa             # an address, not a gfn",
+            "mmuscope lookup 0x60 --layout q35-16g --as 1 # SMRAM",
+        ),
+        _lookup,
+    ),
+    "export": Command(
+        "write the memslot structure as dot/pdf/svg/png",
+        "A lookup strategy's structure (the sorted array, the weight-balanced or red-black "
+        "tree) as a Graphviz drawing; the format follows OUT's suffix: .dot always works, "
+        ".pdf, .svg and .png run Graphviz's dot. --path numbers the nodes one lookup "
+        "visits. A failed export leaves no file behind.",
+        (
+            "mmuscope export -o rbtree.dot",
+            "mmuscope export -o wbtree.svg --lookup wbtree --path 0xfee00",
+        ),
+        _export,
+    ),
+    "layout": Command(
+        "show a guest layout, or import a QEMU one",
+        "A guest's memory regions as QEMU registers them with KVM (one line each: gpa "
+        "range, size, name, flags; or --json): a preset (--preset, pc-4g by default), "
+        "QEMU's `info mtree` or `info mtree -f` text (--mtree), or QEMU's recorded memslot "
+        "calls (--trace: a kvm_set_user_memory trace, or strace's "
+        "KVM_SET_USER_MEMORY_REGION lines).",
+        (
+            "mmuscope layout",
+            "mmuscope layout --preset q35-16g --json | head -12",
+        ),
+        _layout,
+    ),
+    "rmaps-stat": Command(
         "debugfs mmu_rmaps_stat after a workload (shadow paging, as in the PTE_LIST_EXT thread)",
+        "The VM's debugfs `mmu_rmaps_stat` after a shadow-paging workload, as the kernel "
+        "prints it: per level, how many rmaps hold 0, 1, 2-3, 4-7, ... sptes (ffs() "
+        "buckets; --log2 for true log2). --era picks struct pte_list_desc's layout: "
+        "PTE_LIST_EXT 3 (to 2021), 15 and 14 (the PTE_LIST_EXT thread (kvm, 2021); 14 "
+        "shipped in 5.15-6.3), or 6.4's spte_count/tail_count.",
+        (
+            "mmuscope rmaps-stat",
+            "mmuscope rmaps-stat --era 3 --children 50 --pages 64",
+            "mmuscope rmaps-stat --workload kernbench --log2",
+        ),
         _rmaps_stat,
     ),
-    "bench": ("the threads' claims measured beside their numbers, and the engine's speed", _bench),
+    "bench": Command(
+        "the threads' claims measured beside their numbers, and the engine's speed",
+        "Each mailing-list thread's claims measured on the model beside the numbers the "
+        "thread reported (docs/threads.md), one table per claim with its verdict, and the "
+        "engine's own speed. The whole run takes minutes; --quick makes every run smaller, "
+        "--table runs only the named tables.",
+        (
+            "mmuscope bench --quick --table slot_cache",
+            "mmuscope bench --quick --table slot_cache --json | head -c 300",
+        ),
+        _bench,
+    ),
 }
 
 
 def _add_commands(sub: argparse._SubParsersAction, only: str | None) -> None:  # type: ignore[type-arg]
     """Every command's parser; with `only`, the others' without their arguments."""
-    for name, (help, add_arguments) in LOCAL.items():
-        parser = sub.add_parser(name, help=help)
+    from .cliparts import add_command
+
+    for name, command in LOCAL.items():
         if only is None or only == name:
-            add_arguments(parser)
+            parser = add_command(sub, name, command.help, command.description, command.examples)
+            command.add_arguments(parser)
+        else:
+            sub.add_parser(name, help=command.help)
     for name, (module, function, help) in EXTERNAL.items():
         if only is None or only == name:
             getattr(_command_module(module), function)(sub)

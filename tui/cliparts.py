@@ -30,6 +30,27 @@ class CliParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def add_command(
+    sub: argparse._SubParsersAction,  # type: ignore[type-arg]
+    name: str,
+    help: str,
+    description: str,
+    examples: tuple[str, ...],
+) -> argparse.ArgumentParser:
+    """A command's parser as `mmuscope NAME --help` shows it: a paragraph on what it
+    does, then examples that run as printed, in order, in one directory (a test runs
+    them)."""
+    import textwrap
+
+    return sub.add_parser(  # type: ignore[no-any-return]
+        name,
+        help=help,
+        description=textwrap.fill(description, 80),
+        epilog="examples:\n" + "\n".join(f"  {line}" for line in examples),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
 def int_arg(text: str) -> int:
     """A 64-bit unsigned number, 0x... or decimal (gfns, seeds, counts)."""
     try:
@@ -70,10 +91,13 @@ def add_guest_options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
         metavar="NAME",
         help=f"preset guest: {', '.join(PRESETS)} (default {DEFAULT_LAYOUT})",
     )
-    mtree = source.add_argument("--mtree", type=Path, metavar="FILE", help="QEMU 'info mtree' text")
-    as_id = parser.add_argument(
-        "--as", dest="as_id", type=int_arg, default=0, help="address space (1 = SMM)"
+    mtree = source.add_argument(
+        "--mtree", type=Path, metavar="FILE", help="a guest from QEMU's 'info mtree [-f]' text"
     )
+    as_id = parser.add_argument(
+        "--as", dest="as_id", type=int_arg, default=0, metavar="N",
+        help="address space (default 0; 1 = SMM)",
+    )  # fmt: skip
     return [lookup, layout, mtree, as_id]
 
 
@@ -95,13 +119,13 @@ def add_explorer_options(parser: argparse.ArgumentParser) -> list[argparse.Actio
         ),
         group.add_argument("--seed", type=int_arg, default=1, help="workload seed (default 1)"),
         group.add_argument(
-            "--speed", type=float, default=DEFAULT_SPEED, help="lookups per second to start with"
+            "--speed",
+            type=float,
+            default=DEFAULT_SPEED,
+            help=f"lookups per second to start with (default {DEFAULT_SPEED:g})",
         ),
         group.add_argument("--paused", action="store_true", help="start paused"),
-        group.add_argument("--theme", help="theme name (default mmuscope-dark)"),
-        group.add_argument(
-            "--export-dir", type=Path, default=Path("."), help="where e and S write files"
-        ),
+        *add_display_options(group),  # type: ignore[arg-type]
         group.add_argument(
             "--qemu-trace",
             type=Path,
@@ -113,6 +137,22 @@ def add_explorer_options(parser: argparse.ArgumentParser) -> list[argparse.Actio
             "--scenario",
             metavar="NAME",
             help="open on a classroom scenario, paused on its first step (see `scenarios`)",
+        ),
+    ]
+
+
+def add_display_options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """--theme and --export-dir: what every command that opens the app takes."""
+    from pathlib import Path
+
+    return [
+        parser.add_argument("--theme", metavar="NAME", help="theme name (default mmuscope-dark)"),
+        parser.add_argument(
+            "--export-dir",
+            type=Path,
+            default=Path("."),
+            metavar="DIR",
+            help="where e and S write files (default the current directory)",
         ),
     ]
 

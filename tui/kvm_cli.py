@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .cliparts import CliError, count_arg
+from .cliparts import CliError, add_command, add_display_options, count_arg
 from .dataset_cli import add_options as add_parquet_options
 from .dataset_cli import check_options as check_parquet_options
 from .dataset_cli import host_source, source_names, write_source
@@ -47,8 +47,21 @@ PROGRAM_HELP = {
 def add_kvm_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     from mmuscope.engine.kvm.program import PROGRAMS
 
-    kvm = sub.add_parser(
-        "kvm", help="run a guest program on this host's KVM and record what its MMU did (root)"
+    kvm = add_command(
+        sub,
+        "kvm",
+        "run a guest program on this host's KVM and record what its MMU did (root)",
+        "A small guest program run on this host's /dev/kvm (as root; each run bounded in "
+        "time), with the kernel's kvmmmu events recorded in a private tracefs instance, "
+        "removed however the run ends. Shown in the replay screen, or printed: counts and "
+        "the kernel's statistics (--summary), one JSON object per event (--jsonl), or the "
+        "model beside the kernel, event by event (--compare).",
+        (
+            "mmuscope kvm touch --pages 64 --summary",
+            "mmuscope kvm fork --children 2 --compare",
+            "mmuscope kvm mmio --pages 4 --jsonl | head -3",
+            "mmuscope kvm fork --trace-out fork.txt       # the app; the trace is kept",
+        ),
     )
     kvm.add_argument("program", choices=PROGRAMS, metavar="PROGRAM",
                      help="; ".join(f"{k}: {v}" for k, v in PROGRAM_HELP.items()))  # fmt: skip
@@ -63,8 +76,7 @@ def add_kvm_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     kvm.add_argument("--json", action="store_true", help="with --compare: one JSON object")
     kvm.add_argument("--no-trace", action="store_true", help=argparse.SUPPRESS)  # benchmark
     kvm.add_argument("--follow", type=Path, help=argparse.SUPPRESS)  # the app's child
-    kvm.add_argument("--theme", help="theme name (the app)")
-    kvm.add_argument("--export-dir", type=Path, default=Path("."), help="where S writes (app)")
+    add_display_options(kvm)
 
 
 def run_kvm(args: argparse.Namespace) -> int:

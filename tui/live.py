@@ -22,7 +22,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from .cliparts import CliError, check_replay_app_options
+from .cliparts import CliError, add_command, add_display_options, check_replay_app_options
 
 DEFAULT_TRACEFS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 
@@ -31,8 +31,18 @@ DEFAULT_TRACEFS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"
 
 
 def add_live_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    live = sub.add_parser(
-        "live", help="tail a tracefs's kvmmmu events live in the replay screen (root)"
+    live = add_command(
+        sub,
+        "live",
+        "tail a tracefs's kvmmmu events live in the replay screen (root)",
+        "This host's kvmmmu events as they come, in the replay screen. As root, in a "
+        "private tracefs instance with the kvmmmu events on, removed when the app ends "
+        "however it ends; the global trace is never touched. With --tracefs, another "
+        "mount's trace_pipe, whose events --enable turns on (or the app asks first).",
+        (
+            "mmuscope live                                # then start a guest",
+            "mmuscope live --theme projector --export-dir /tmp  # S writes there",
+        ),
     )
     live.add_argument(
         "--tracefs",
@@ -43,6 +53,7 @@ def add_live_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
     live.add_argument(
         "--enable", action="store_true", help="enable the kvmmmu events without asking (root)"
     )
+    add_display_options(live)
 
 
 def run_live(args: argparse.Namespace) -> int:

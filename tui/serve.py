@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .cliparts import CliError, add_explorer_options
+from .cliparts import CliError, add_command, add_explorer_options
 from .explorer_cli import explorer_app
 
 if TYPE_CHECKING:
@@ -48,8 +48,18 @@ LOCAL_FONT = """<style>
 
 def add_serve_parser(sub: Any) -> None:
     """The `serve` subcommand: where to listen, and the explorer's own options."""
-    serve = sub.add_parser(
-        "serve", help="serve the explorer to web browsers (a classroom), on 127.0.0.1"
+    serve = add_command(
+        sub,
+        "serve",
+        "serve the explorer to web browsers (a classroom), on 127.0.0.1",
+        "The explorer in web browsers, for a classroom: each browser tab that opens the "
+        f"page gets its own app, started with the explorer options given here (a scenario, "
+        f"a theme, a guest). It listens on {DEFAULT_HOST} (this machine only) unless "
+        "--host says otherwise, loads nothing from outside the machine, and stops on Ctrl+C.",
+        (
+            "mmuscope serve --scenario fast-zap --theme projector",
+            "mmuscope serve --host 0.0.0.0 --port 8080  # the whole room; prints a warning",
+        ),
     )
     serve.add_argument(
         "--host",
