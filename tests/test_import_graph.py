@@ -22,10 +22,6 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("engine", "tui")
 INSTALLED = "mmuscope."  # the wheel's top-level package
 
-# The TDP MMU's second fault path (tdp/cpu.py) and its session import each other; the
-# pair goes with that fault path's rewrite, which removes it from here.
-KNOWN_CIRCLES = [frozenset({"engine.mmu.tdp.cpu", "engine.mmu.tdp.session"})]
-
 
 def module_name(root: Path, path: Path) -> str:
     parts = list(path.relative_to(root).with_suffix("").parts)
@@ -90,14 +86,8 @@ def test_the_graph_sees_every_kind_of_import() -> None:
 
 def test_no_module_imports_itself_through_others() -> None:
     graph = import_graph()
-    found = [c for c in circles(graph) if c not in KNOWN_CIRCLES]
+    found = circles(graph)
     assert found == [], "import circles:\n" + "\n".join(describe(graph, c) for c in found)
-
-
-def test_each_known_circle_is_still_there() -> None:
-    """An entry of KNOWN_CIRCLES whose modules no longer import each other goes."""
-    graph = import_graph()
-    assert [c for c in KNOWN_CIRCLES if c not in circles(graph)] == []
 
 
 @pytest.mark.parametrize(

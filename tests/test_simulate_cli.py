@@ -1,6 +1,6 @@
 """`mmuscope simulate`: through the installed entry point (trace-cmd text, --jsonl, bad
-options), the fast printk against the tracepoint templates, and the round trip: the
-printed run replayed by the replay model gives the simulation's live pages and sptes."""
+options), each printed line the tracepoint template's, and the round trip: the printed
+run replayed by the replay model gives the simulation's live pages and sptes."""
 
 from __future__ import annotations
 
@@ -16,13 +16,7 @@ import pytest
 from mmuscope.engine.events import Event
 from mmuscope.engine.replay.model import SMM_KEY
 from mmuscope.engine.trace.lines import TRACE_CMD, format_line, parse_line, parse_trace
-from mmuscope.tui.simulate_cli import (
-    FAST_FORMATS,
-    SimulateOptions,
-    make_session,
-    run,
-    trace_cmd_line,
-)
+from mmuscope.tui.simulate_cli import SimulateOptions, make_session, run
 
 from tests.tdp_replay import assert_shown_sptes_are_live, replay_audited
 
@@ -92,68 +86,26 @@ def test_bad_options_are_one_line_and_exit_2(args: tuple[str, ...]) -> None:
 @pytest.mark.parametrize(
     "options",
     [
-        SimulateOptions("tdp", "dirty", 450, 2, "fast", 420),
-        SimulateOptions("tdp", "netperf", 300, 1, "roots", 150),
-        SimulateOptions("direct", "churn", 300, 1, "slow", 100),
-        SimulateOptions("shadow", "fork", 200, 1),
-    ],
-)
-def test_fast_printk_is_the_tracepoint_templates(options: SimulateOptions) -> None:
-    session = make_session(options)
-    events: list[Event] = []
-    session.subscribe(events.append)
-    run(session, options, io.StringIO())
-    assert events
-    for event in events:
-        assert trace_cmd_line(event) == format_line(event, TRACE_CMD)
-
-
-@pytest.mark.parametrize(
-    "options",
-    [
         SimulateOptions("tdp", "dirty", 450, 2, "fast", 420, race_rate=0.2),
         SimulateOptions("tdp", "netperf", 300, 1, "roots", 150),
+        SimulateOptions("tdp", "kernbench", 900, 3, "roots", 500),
+        SimulateOptions("tdp", "dirty", 900, 2, "fast", 420, layout="q35-16g", smi_every=150),
         SimulateOptions("direct", "churn", 300, 1, "slow", 100),
         SimulateOptions("shadow", "fork", 200, 1),
     ],
 )
-def test_the_printers_formats_are_the_tracepoint_templates(options: SimulateOptions) -> None:
-    """What `simulate` prints (`LinePrinter.listen`: FAST_FORMATS' `%` formats, the head
-    made once per access) is each event's template line, also while an Event listener
-    makes the session hand the printer the fields through `_forward_fields`."""
+def test_each_printed_line_is_the_tracepoint_templates(options: SimulateOptions) -> None:
+    """What `simulate` prints (`LinePrinter.listen`: the session's names and fields, not
+    Events) is each event's `format_line`, the same events an Event listener gets."""
     session = make_session(options)
     events: list[Event] = []
     session.subscribe(events.append)
-    out = io.StringIO()
-    run(session, options, out)
-    lines = out.getvalue().splitlines()[1:]  # after cpus=N
-    assert len(lines) == len(events) > 100
-    assert {e.name for e in events} & set(FAST_FORMATS)
-    for line, event in zip(lines, events, strict=True):
-        assert line == format_line(event, TRACE_CMD)
-
-
-@pytest.mark.parametrize(
-    "options",
-    [
-        SimulateOptions("tdp", "kernbench", 900, 3, "roots", 500),
-        SimulateOptions("tdp", "dirty", 900, 2, "fast", 420, layout="q35-16g", smi_every=150),
-    ],
-)
-def test_the_tdp_fast_paths_print_each_events_template_line(options: SimulateOptions) -> None:
-    """The TDP MMU's fast paths to the printer (`common_listener`, `fault_listener`: values,
-    no fields; used only while nothing wants an Event) print what the template prints
-    for each event, counted as lines."""
-    session = make_session(options)
-    events: list[Event] = []
-    session.subscribe(events.append)  # the Event path: no fast paths
     run(session, options, io.StringIO())
-    fast = make_session(options)
+    printer_only = make_session(options)  # no Event listener: the MMU hands the printer fields
     out = io.StringIO()
-    printed = run(fast, options, out)
-    assert fast.mmu._common is not None and fast._fault_line is not None  # type: ignore[attr-defined]
-    lines = out.getvalue().splitlines()[1:]
-    assert printed == len(lines) == len(events) > 1000
+    printed = run(printer_only, options, out)
+    lines = out.getvalue().splitlines()[1:]  # after cpus=N
+    assert printed == len(lines) == len(events) > 100
     for line, event in zip(lines, events, strict=True):
         assert line == format_line(event, TRACE_CMD)
 

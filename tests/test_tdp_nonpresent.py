@@ -64,7 +64,8 @@ def test_a_zapped_spte_is_nonpresent_and_a_removed_table_frozen(
     mmu, events = mapped(config)
     root = mmu.roots[0]
     it = TdpIter(mmu.pages.by_pa, root, 1, 0x12345)
-    it.step_down_through_tables(1)
+    while it.try_step_down():
+        pass
     assert it.level == 1 and is_shadow_present_pte(it.old_spte)
     events.clear()
     assert mmu.tdp_mmu_zap_spte_atomic(it) == 0

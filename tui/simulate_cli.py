@@ -17,9 +17,9 @@ table made for a lost link is freed without a tracepoint, as `tdp_mmu_free_sp` d
 vCPU enters SMM every N accesses and leaves half way, on a root of address space 1.
 
 Each line is `engine.trace.lines.format_line(event, "trace-cmd")`, made by the printer
-in `tui.report_lines` (`LinePrinter`: fast formats of the events a run prints most, the
-session's names and fields without an `Event`).  The first line is trace-cmd's `cpus=N`
-header.  Bad options: one line on stderr, exit 2.
+in `tui.report_lines` (`LinePrinter`: the session's names and fields without an `Event`,
+through the tracepoints' templates).  The first line is trace-cmd's `cpus=N` header.  Bad
+options: one line on stderr, exit 2.
 """
 
 from __future__ import annotations
@@ -33,9 +33,7 @@ from mmuscope.engine.events import Event
 
 from .cliparts import CliError
 from .dataset_cli import add_options as add_parquet_options
-from .report_lines import FAST_FORMATS as FAST_FORMATS
-from .report_lines import FAST_PRINTK as FAST_PRINTK
-from .report_lines import LinePrinter, trace_cmd_line
+from .report_lines import LinePrinter
 
 if TYPE_CHECKING:
     from mmuscope.engine.mmu.guest.session import GuestSession
@@ -248,13 +246,11 @@ def run(session: GuestSession[object], options: SimulateOptions, out: TextIO) ->
     written in batches of at least WRITE_BATCH."""
     batch: list[str] = []
     printed = 0
-    printer: LinePrinter | None = None
     if options.jsonl:
         session.subscribe(lambda event: batch.append(_json_line(event)))
     else:
         out.write(f"cpus={session.nr_vcpus}\n")
-        printer = LinePrinter()
-        printer.listen(session, batch.append, joined=True)
+        LinePrinter().listen(session, batch.append)
     done, stop = 0, options.accesses
     while True:
         if done == options.at and options.zap is not None:
@@ -265,7 +261,7 @@ def run(session: GuestSession[object], options: SimulateOptions, out: TextIO) ->
             out.write("\n".join(batch))
             batch.clear()
         if done == stop:
-            return printed + (printer.extra_lines if printer is not None else 0)
+            return printed
         until = options.at if options.at is not None and done < options.at else stop
         chunk = min(until - done, RUN_CHUNK)
         session.run(chunk)
@@ -277,10 +273,10 @@ def _json_line(event: Event) -> str:
     the timestamp in microseconds)."""
     import json
 
-    from mmuscope.engine.trace.lines import parse_line
+    from mmuscope.engine.trace.lines import TRACE_CMD, format_line, parse_line
 
     from .replay_cli import event_json
 
-    parsed = parse_line(trace_cmd_line(event))
+    parsed = parse_line(format_line(event, TRACE_CMD))
     assert parsed is not None
     return json.dumps(event_json(parsed))

@@ -79,12 +79,21 @@ def format_line(
             f"{event.name}: {text}"
         )
     if style == TRACE_CMD:
-        pad = " " * max(0, _NAME_WIDTH - len(event.name))
-        return (
-            f"{comm}-{event.pid:<5} [{event.cpu:03d}] {_timestamp(event.ts)}: "
-            f"{event.name}: {pad}{text}"
-        )
+        return trace_cmd_head(event.comm, event.pid, event.cpu, event.ts) + trace_cmd_name(
+            event.name
+        ) + text  # fmt: skip
     raise ValueError(f"unknown trace line style {style!r} (not one of {', '.join(STYLES)})")
+
+
+def trace_cmd_head(comm: str, pid: int, cpu: int, ts: float) -> str:
+    """A ``trace-cmd report`` line up to the event's name: comm, pid, cpu and timestamp."""
+    return f"{comm:>16}-{pid:<5} [{cpu:03d}] {_timestamp(ts)}: "
+
+
+def trace_cmd_name(name: str) -> str:
+    """The event's name as ``trace-cmd report`` prints it: ``name: `` and spaces up to a
+    20-character name."""
+    return f"{name}: " + " " * max(0, _NAME_WIDTH - len(name))
 
 
 def parse_line(line: str, *, variant: str | None = None) -> Event | None:

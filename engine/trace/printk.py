@@ -186,10 +186,18 @@ _SLOT_RE = re.compile(
 )
 
 
+#: the `%` conversion that prints a valid value of a kind as `KINDS` formats it (an int >= 0
+#: for u and the hex kinds, an int for d, 0/1 or a bool for 01, a str for the text kinds)
+PRINTF_KINDS = {
+    "u": "%d", "d": "%d", "x": "%x", "016x": "%016x", "08x": "%08x", "#x": "%#x", "01": "%d",
+    "s": "%s", "exit": "%s", "rwxu": "%s",
+}  # fmt: skip
+
+
 class Template:
     """A TP_printk text with its values marked; formats and parses it."""
 
-    __slots__ = ("_groups", "_parts", "_regex", "slots", "text")
+    __slots__ = ("_groups", "_parts", "_regex", "printf", "slots", "text")
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -205,6 +213,10 @@ class Template:
         #: per regex group, in order: (field name, the bool's true text or None, parser)
         self._groups: tuple[tuple[str, str | None, Callable[[str], FieldValue]], ...] = ()
         self.slots = tuple(p for p in parts if isinstance(p, Slot) and p.kind != "nul")
+        #: the text as one `%` format and the fields it takes, in order, when every value
+        #: has a `PRINTF_KINDS` conversion (None otherwise): `format` of valid fields is
+        #: `printf[0] % tuple(fields[name] for name in printf[1])`, without the checks
+        self.printf = self._printf(self._parts)
 
     def _compiled(self) -> re.Pattern[str]:
         """The template as a regex, group g<i> for the slot at part i (formatting needs
@@ -239,6 +251,19 @@ class Template:
         twice, as ``pferr %x %s`` prints it twice)."""
         slots = [self._parts[int(group[1:])] for group in self.regex.groupindex]
         return tuple(slot for slot in slots if isinstance(slot, Slot))
+
+    @staticmethod
+    def _printf(parts: tuple[str | Slot, ...]) -> tuple[str, tuple[str, ...]] | None:
+        text, names = [], []
+        for part in parts:
+            if isinstance(part, str):
+                text.append(part.replace("%", "%%"))
+            elif part.kind in PRINTF_KINDS:
+                text.append(PRINTF_KINDS[part.kind])
+                names.append(part.name)
+            else:
+                return None  # a bool's two texts, a pointer, flags, bytes, the trailing %c
+        return "".join(text), tuple(names)
 
     @staticmethod
     def _slot(m: re.Match[str]) -> Slot:

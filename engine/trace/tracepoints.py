@@ -63,6 +63,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from ..events import FieldValue
 from .printk import ACCESS_STR, Slot, Template, format_pferr, parse_pferr
@@ -95,6 +96,7 @@ class TracepointError(ValueError):
 
 
 Deriver = Callable[[dict[str, FieldValue]], None]
+Values = Callable[[Mapping[str, FieldValue]], object]  # the values a `%` format prints
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +137,23 @@ class Tracepoint:
             return template.format(values)
         except ValueError as err:
             raise TracepointError(f"{self.name}: {err}") from None
+
+    def printf(self) -> tuple[str, Values] | None:
+        """The current text as one `%` format (`Template.printf`) and what takes the
+        values it prints from fields given by their kernel names (the missing ones with a
+        default from `defaults`), or None when the text has no `%` format.  For fields
+        that `format` accepts, `fmt % values(fields)` is `format(fields)`, without its
+        checks; `values` raises KeyError for any other missing field (one `format` would
+        derive, or find by an earlier name)."""
+        printf = self.templates[CURRENT].printf
+        if printf is None:
+            return None
+        fmt, names = printf
+        getter = itemgetter(*names) if names else lambda fields: ()
+        defaults = self.defaults
+        if not defaults:
+            return fmt, getter  # (one name: the value itself, which `%` takes alike)
+        return fmt, lambda fields: getter({**defaults, **fields})
 
     def try_match(
         self, text: str, variant: str | None = None

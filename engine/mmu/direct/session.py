@@ -121,7 +121,7 @@ class MmuSession(EptSession[MmuStep]):
     # -- the workload -------------------------------------------------------------------
 
     def next_access(self) -> MmuAccess:
-        return self.draw_access(MmuAccess)
+        return MmuAccess(*self.draw())
 
     def _tick(self) -> None:
         """The NX recovery worker wakes when its period of guest time is up."""

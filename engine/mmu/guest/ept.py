@@ -3,8 +3,8 @@
 
 Both draw the same guest accesses for the same seed (so a run on either MMU can be
 compared access by access) and make the same memslot updates:
-- `kernbench`: RAM accesses across the RAM slots (`random.choice` of a slot, then
-  `randrange` of its pages), 30% of them writes; a tenth of the reads are instruction
+- `kernbench`: RAM accesses across the RAM slots (a slot, then one of its pages, each
+  drawn uniformly: `uniform_below`), 30% of them writes; a tenth of the reads are instruction
   fetches, drawn from a second generator (`seed ^ FETCH_SEED`) so that the accesses are
   those of before fetches existed;
 - `netperf`: 70% MMIO stores, to an emulated NIC's doorbell (80%) or the LAPIC's EOI;
@@ -22,14 +22,13 @@ first wake-up (`recovery_period_ns` of guest time).  The shadow-paging session
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from ...errors import KvmError
 from ...memslots.vm import Vm
 from ..dirty_log import DirtyLogging
 from .fast import FastPathControls
-from .session import FETCH_RATE, GuestSession, StepT
+from .session import FETCH_RATE, GuestSession, StepT, uniform_below
 
 if TYPE_CHECKING:
     from ..direct.mmu import DirectMmu
@@ -42,9 +41,7 @@ NIC_DOORBELL, LAPIC_EOI = 0xFEBF_1000, 0xFEE0_00B0
 DIRTY_EVERY = 400  # the dirty workload toggles dirty logging this often
 EPT_WORKLOADS = ("kernbench", "netperf", "churn", "dirty", "migrate")
 FETCH_SEED = 0x7D9  # the fetch generator's seed is the session's seed ^ this
-
-
-AccessT = TypeVar("AccessT")
+Access = tuple[int, int, bool, bool]  # vcpu, gpa, write, fetch
 
 
 class EptSession(GuestSession[StepT], FastPathControls):
@@ -61,22 +58,33 @@ class EptSession(GuestSession[StepT], FastPathControls):
         period = self.mmu.params.recovery_period_ns
         self._next_recovery = period if period else -1
 
-    def draw_access(self, access: Callable[[int, int, bool, bool], AccessT]) -> AccessT:
-        """The next access of the workload (its random draws), as `access(vcpu, gpa,
-        write, fetch)`."""
-        rng = self._rng
-        vcpu = self.steps % self.nr_vcpus
-        if self.workload == "netperf" and rng.random() < 0.7:
-            gpa = NIC_DOORBELL if rng.random() < 0.8 else LAPIC_EOI
-            return access(vcpu, gpa, True, False)
-        hot = self.hot_access(rng) if self.workload == "migrate" else None
-        if hot is not None:
-            return access(vcpu, hot[0] << PAGE_SHIFT, hot[1], False)
-        slot = rng.choice(self._ram)
-        gfn = slot.base_gfn + rng.randrange(slot.npages)
-        write = rng.random() < 0.3
-        fetch = not write and self._fetch_rng.random() < FETCH_RATE
-        return access(vcpu, gfn << PAGE_SHIFT, write, fetch)
+    def draw(self) -> Access:
+        """The workload's next access (its random draws)."""
+        return self.draws(self.steps, self.steps + 1)[0]
+
+    def draws(self, first: int, stop: int) -> list[Access]:
+        """The workload's accesses `first` up to `stop`, drawn at once: nothing an access
+        does changes the draws of the next (only a memslot update does, and they come
+        between draws, `workload_update`)."""
+        rng, fetch_rng, ram = self._rng, self._fetch_rng, self._ram
+        netperf, migrate = self.workload == "netperf", self.workload == "migrate"
+        accesses: list[Access] = []
+        for at in range(first, stop):
+            vcpu = at % self.nr_vcpus
+            if netperf and rng.random() < 0.7:
+                gpa = NIC_DOORBELL if rng.random() < 0.8 else LAPIC_EOI
+                accesses.append((vcpu, gpa, True, False))
+                continue
+            hot = self.hot_access(rng) if migrate else None
+            if hot is not None:
+                accesses.append((vcpu, hot[0] << PAGE_SHIFT, hot[1], False))
+                continue
+            slot = ram[uniform_below(rng, len(ram))]  # rng.choice(ram)
+            gfn = slot.base_gfn + uniform_below(rng, slot.npages)  # + rng.randrange(npages)
+            write = rng.random() < 0.3
+            fetch = not write and fetch_rng.random() < FETCH_RATE
+            accesses.append((vcpu, gfn << PAGE_SHIFT, write, fetch))
+        return accesses
 
     def set_workload(self, workload: str) -> None:
         self.check_workload(workload)

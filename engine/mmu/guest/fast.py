@@ -25,6 +25,7 @@ from ...memslots.constants import KVM_MEM_LOG_DIRTY_PAGES, PAGE_SHIFT
 from ...memslots.memslot import MemorySlot
 from ...memslots.vm import Vm
 from ..dirty_log import DirtyLogging
+from .session import uniform_below
 
 if TYPE_CHECKING:
     from ..direct.mmu import DirectMmu
@@ -89,7 +90,7 @@ class FastPathControls:
         if rng.random() >= HOT_SHARE:
             return None
         slot = self.logged_slot()
-        gfn = slot.base_gfn + (256 + rng.randrange(HOT_PAGES)) % slot.npages
+        gfn = slot.base_gfn + (256 + uniform_below(rng, HOT_PAGES)) % slot.npages
         return gfn, rng.random() < HOT_WRITES
 
     @property

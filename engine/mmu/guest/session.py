@@ -31,6 +31,19 @@ def after_2011(spte_config: str) -> bool:
     return not spte_config.startswith("2011")
 
 
+def uniform_below(rng: random.Random, n: int) -> int:
+    """A number drawn uniformly from 0 to n - 1: draws of `n.bit_length()` bits until one is
+    below n.  What `rng.randrange(n)` and `rng.choice` draw in CPython, written out so that
+    a seed gives the same accesses on every Python: the random module keeps the sequence of
+    `random()` across versions, not its other methods' algorithms ("Notes on
+    Reproducibility" in its documentation)."""
+    k = n.bit_length()
+    r = rng.getrandbits(k)
+    while r >= n:
+        r = rng.getrandbits(k)
+    return r
+
+
 class RootedMmu(Protocol):
     """What the sessions read of either MMU: the vCPUs' roots and the pages."""
 

@@ -26,7 +26,7 @@ torvalds/linux `arch/x86/kvm/mmu/tdp_mmu.c` (commit 0089c055, ≈6.10):
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from ...errors import AuditError
@@ -55,11 +55,7 @@ from .pages import SPTE_ENT_PER_PAGE, TdpMmuPage, TdpMmuPages, spte_to_child_pa
 EBUSY = -errno.EBUSY
 _PAGE_STATS = {1: "pages_4k", 2: "pages_2m", 3: "pages_1g"}
 Race = Callable[[TdpIter], None]
-FieldsListener = Callable[[str, dict[str, FieldValue]], None]
-#: the common fault's three events at once, as values, not fields (a printer's fast path,
-#: `TdpMmu._map_common`): as_id, gfn, pfn, level, the leaf's gfn, old_spte, new_spte,
-#: access_str, sptep: `kvm_mmu_spte_requested`, `kvm_tdp_mmu_spte_changed`, `kvm_mmu_set_spte`
-CommonListener = Callable[[int, int, int, int, int, int, int, str, int], None]
+FieldsListener = Callable[[str, Mapping[str, FieldValue]], None]
 
 
 def fields_listener(emit: Callable[[Event], None] | None) -> FieldsListener | None:
@@ -88,9 +84,6 @@ class TdpMmuCore:
         self.frozen = self.cfg.frozen_spte  # FROZEN_SPTE or REMOVED_SPTE, by era
         #: (name, fields) of each event, or None: nobody listens, no event is built
         self._listener: FieldsListener | None = fields_listener(emit)
-        #: the session's printer's fast path for the common fault, or None (the session
-        #: sets it only while `_listener` is that printer's own)
-        self._common: CommonListener | None = None
         self.now_ns = 0  # guest time, for RCU grace periods (the session sets it)
         self.race: Race | None = None
         self._child_roles: dict[KvmMmuPageRole, KvmMmuPageRole] = {}

@@ -16,7 +16,7 @@ iterator object is yielded each time, so a caller can retry on it (`goto retry`)
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 
 from ..mmu_pages import KvmMmuPage
 from ..role import PG_LEVEL_4K
@@ -76,16 +76,7 @@ class TdpIter:
         self.pt_path: list[KvmMmuPage | None] = [None] * PT64_ROOT_MAX_LEVEL
         self.pt_path[self.root_level - 1] = root
         self.as_id = root.role.smm
-        # restart(), inline: the fault path makes one iterator per fault
-        self.yielded = False
-        self.yielded_gfn = next_last_level_gfn
-        self.level = level = self.root_level
-        shift = SPTE_LEVEL_BITS * (level - 1)
-        self.gfn = gfn = next_last_level_gfn >> shift << shift
-        self.pt = root
-        self.index = index = (gfn >> shift) & (SPTE_ENT_PER_PAGE - 1)
-        self.old_spte = root.spt[index]
-        self.valid = True
+        self.restart()
 
     @property
     def sptep(self) -> int:
@@ -129,42 +120,6 @@ class TdpIter:
         self.index = index = (gfn >> shift) & (SPTE_ENT_PER_PAGE - 1)
         self.old_spte = child.spt[index]
         return True
-
-    def step_down_through_tables(self, goal_level: int) -> None:
-        """`try_step_down()` while above `goal_level` and on a present non-leaf spte whose
-        table exists: what the fault's walk does level by level (`continue`) until it
-        reaches its goal or an spte it must change, in one call."""
-        level, spte, pt = self.level, self.old_spte, self.pt
-        stop = goal_level if goal_level > self.min_level else self.min_level
-        if level <= stop:
-            return
-        by_pa, path, gfn = self._by_pa, self.pt_path, self.next_last_level_gfn
-        while spte & SPTE_MMU_PRESENT_MASK and not spte & PT_PAGE_SIZE_MASK:
-            child = by_pa.get(spte & SPTE_BASE_ADDR_MASK)
-            if child is None:
-                break
-            level -= 1
-            path[level - 1] = pt = child
-            spte = child.spt[(gfn >> (9 * level - 9)) & 511]  # SPTE_INDEX at the new level
-            if level <= stop:
-                break
-        if pt is not self.pt:
-            shift = SPTE_LEVEL_BITS * (level - 1)
-            self.level, self.pt, self.old_spte = level, pt, spte
-            self.gfn = gfn = gfn >> shift << shift
-            self.index = (gfn >> shift) & (SPTE_ENT_PER_PAGE - 1)
-
-    def start_at(self, pt: KvmMmuPage, path: Sequence[KvmMmuPage | None]) -> None:
-        """Stand on the spte of `next_last_level_gfn` in `pt`, a table of this root on
-        the iterator's path (`path`: the tables above it, by level - 1), as the steps
-        down to it would (the fault path's memo of an earlier walk)."""
-        level = pt.role.level
-        self.pt_path[level - 1 : self.root_level - 1] = path[level - 1 : self.root_level - 1]
-        shift = SPTE_LEVEL_BITS * (level - 1)
-        self.level, self.pt = level, pt
-        self.gfn = gfn = self.next_last_level_gfn >> shift << shift
-        self.index = index = (gfn >> shift) & (SPTE_ENT_PER_PAGE - 1)
-        self.old_spte = pt.spt[index]
 
     def try_step_side(self) -> bool:
         if self.index == SPTE_ENT_PER_PAGE - 1:

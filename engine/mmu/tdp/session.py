@@ -12,8 +12,9 @@ and only matter under the NX huge page mitigation.  Workloads:
 - `migrate`: dirty logging passes over a working set (`FastPathControls`): with PML
   (EPT) the CPU logs the writes, without it (NPT) `fast_page_fault()` fixes them.
 An access exits when the CPU's walk of the vCPU's root finds no leaf that allows it (not
-present, MMIO, not writable for a write, not executable for a fetch).  A fault that
-returns RET_PF_RETRY lets the vCPU run again, and it faults again if it must.
+present, MMIO, not writable for a write, not executable for a fetch: cpu.py); the exit is
+the fault path's, `TdpMmu.page_fault`.  A fault that returns RET_PF_RETRY lets the vCPU
+run again, and it faults again if it must.
 `smi_every` sends the last vCPU an SMI every that many accesses; it leaves SMM (RSM) half
 way to the next, so its accesses run in address space 1 (SMRAM) on a root of its own.
 `race_rate` makes another vCPU fault on the same gfn inside the spte's cmpxchg window
@@ -24,14 +25,15 @@ from __future__ import annotations
 
 import random
 import sys
-from collections.abc import Callable
 from typing import NamedTuple
 
 from ...layouts.layout import Layout
+from ..fast_pf import fast_words
 from ..guest.ept import (
     CHURN_EVERY,
     DIRTY_EVERY,
     EPT_WORKLOADS,
+    Access,
     EptSession,
     workload_update,
 )
@@ -39,25 +41,30 @@ from ..guest.fast import GET_DIRTY_EVERY
 from ..guest.session import ACCESS_NS, PFERR_WRITE
 from ..mmu_pages import KvmMmuPage
 from ..params import TdpMmuParams
-from ..spte import (
-    PT_PRESENT_MASK,
-    PT_WRITABLE_MASK,
-    SPTE_CONFIGS,
-    SPTE_MMU_PRESENT_MASK,
-    RetPf,
-    is_executable_pte,
-)
-from .core import CommonListener
-from .cpu import MAX_RETRIES, TdpAccess, cpu_run
+from ..spte import SPTE_CONFIGS, RetPf
+from .cpu import CpuWalks
 from .iter import TdpIter
 from .mmu import TdpMmu
 from .pages import RCU_GRACE_PERIOD_NS, TdpMmuPage
 
 PAGE_SHIFT = 12
 PFERR_FETCH = 1 << 4
+MAX_RETRIES = 4  # faults of one access while RET_PF_RETRY leaves it unmapped (model-only)
 TDP_WORKLOADS = EPT_WORKLOADS
 ZAP_KINDS = ("fast", "slow", "roots")
 SMBASE = 0x30000  # the default SMBASE (SDM: SMRAM at 0x30000 + 0x8000 entry)
+Exited = tuple[int, RetPf, str]  # an exit: the access's number, RET_PF_*, fast_words
+
+
+class TdpAccess(NamedTuple):
+    vcpu: int
+    gpa: int
+    write: bool
+    fetch: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"gpa {self.gpa:#x}" + (" (fetch)" if self.fetch else "")
 
 
 class TdpStep(NamedTuple):
@@ -85,7 +92,6 @@ class TdpSession(EptSession[TdpStep]):
         spte_config: str = "ept",
         params: TdpMmuParams | None = None,
         race_rate: float = 0.0,
-        walk_cache: bool = True,
         smi_every: int = 0,
     ) -> None:
         super().__init__(layout, workload, seed, nr_vcpus)
@@ -96,31 +102,14 @@ class TdpSession(EptSession[TdpStep]):
             )
         self.smi_every = smi_every
         self.mmu = TdpMmu(self.vm, SPTE_CONFIGS[spte_config], params)
-        #: a printer's fast paths beside its `raw_listener` (values, no fields): the
-        #: common fault's three events (`TdpMmu._common`) and a VM exit's `kvm_page_fault`
-        #: (vcpu_id, fault_address, error_code); used only while the raw listener is
-        #: what the MMU calls (no Event listener, no `_observe`)
-        self.common_listener: CommonListener | None = None
-        self.fault_listener: Callable[[int, int, int], None] | None = None
-        self._fault_line: Callable[[int, int, int], None] | None = None
+        self.cpu = CpuWalks(self.mmu)  # the hardware's walks of the vCPUs' roots
         self._listeners_changed()
         self.set_up_guest(seed)
         self._race_rng = random.Random(seed ^ 0xACE)
         self.race_rate = race_rate
         self._racing: TdpAccess | None = None
-        self.walk_cache = walk_cache
-        #: where the CPU's walks of each root (by seq) ended, per 2M region: the entries of
-        #: the page table read last and the index in it (-1 in a 4K table: gfn & 511).
-        #: While no table was linked or taken out since (`_memos_checked`), a walk of the
-        #: same root ends there again.
-        #: Model-only, a memo of `last_spte` (`walk_cache=False`: walk from the root).
-        self._walks: dict[int, dict[int, tuple[list[int], int]]] = {}
-        self._memo_changes = -1
 
     # -- the workload -------------------------------------------------------------------
-
-    def next_access(self) -> TdpAccess:
-        return self.draw_access(TdpAccess)
 
     def kvm_smm_changed(self, vcpu: int) -> str:
         """An SMI (enter_smm) or RSM for `vcpu`: `kvm_smm_transition`, HF_SMM_MASK (its
@@ -139,13 +128,8 @@ class TdpSession(EptSession[TdpStep]):
 
     def _listeners_changed(self) -> None:
         """The MMU hands its names and fields to `fields_listener()` (None, bare mode:
-        no event is built while nobody listens), and to the printer's fast paths while
-        that is the raw listener."""
-        mmu = self.mmu
-        mmu._listener = self.fields_listener()
-        raw = mmu._listener is not None and mmu._listener is self._raw
-        mmu._common = self.common_listener if raw else None
-        self._fault_line = self.fault_listener if raw else None
+        no event is built while nobody listens)."""
+        self.mmu._listener = self.fields_listener()
 
     def _tick(self) -> None:
         """Guest time moves on: RCU callbacks whose grace period ended run, and the NX
@@ -167,35 +151,58 @@ class TdpSession(EptSession[TdpStep]):
         return self._steps(count) if count > 0 else None
 
     def _steps(self, count: int) -> TdpStep:
-        """`count` steps.  Each: time moves on (`_tick`), the workload's update, an SMI,
-        the next access (`next_access`'s draws, made inline: `random.choice`/`randrange`
-        are `_randbelow(n)`, i.e. `getrandbits(n.bit_length())` until below n), the vCPU's
-        `kvm_mmu_reload()`, and the CPU's walk of its root (`needs_exit`, inline); only an
-        access that exits builds its `TdpAccess` and takes `_exit`.  Between two accesses
-        that have anything but the walk to do (`_due`), the accesses run as the hardware
-        runs them (`_hits`): no exit, no kernel code."""
-        steps, end = self.steps, self.steps + count
-        update_at = exit_at = -1
-        update, ret, fast = "", None, ""
-        access = (0, 0, False, False)
-        ram = self._ram_draws()
-        while steps < end:
-            note = self._due(steps)
-            if note is not None:
-                update, update_at, ram = note, steps, self._ram_draws()
-            self._reload_root(steps)
-            done, access, exited = self._hits(steps, self._next_due(steps, end), ram)
-            if exited is not None:
-                exit_at, ret, fast = exited
-            self._vcpu = (done - 1) % self.nr_vcpus  # the stamp of what comes next
-            steps = done
+        """`count` accesses: before one that has something due (`_due`: time, the
+        workload's update, an SMI), that; up to the next, the workload's accesses, drawn
+        at once (`draws`) and run as the CPU runs them (`_run`)."""
+        end = self.steps + count
+        due = self.steps  # the first access of a run looks
+        update, update_at = "", -1
+        exited: Exited | None = None
+        accesses: list[Access] = []
+        while self.steps < end:
+            at = self.steps
+            if at >= due:
+                note = self._due(at)
+                if note is not None:
+                    update, update_at = note, at
+                due = self._next_due(at)
+            accesses = self.draws(at, min(due, end))
+            exited = self._run(accesses) or exited
         last = end - 1
-        self.steps, self._vcpu, self.mmu.now_ns = end, last % self.nr_vcpus, last * ACCESS_NS
-        if exit_at != last:
-            ret, fast = None, ""
-        return TdpStep(
-            TdpAccess(*access), exit_at == last, ret, update if update_at == last else "", fast
-        )
+        self.mmu.now_ns = last * ACCESS_NS
+        access = TdpAccess(*accesses[-1])
+        if exited is None or exited[0] != last:
+            return TdpStep(access, False, None, update if update_at == last else "")
+        return TdpStep(access, True, exited[1], update if update_at == last else "", exited[2])
+
+    def _run(self, accesses: list[Access]) -> Exited | None:
+        """The accesses from `steps` on, as the CPU runs them (`CpuWalks.first_exit`) up to
+        one it does not let through: at its VM entry a vCPU without a valid root loads one
+        (`kvm_mmu_reload()`), else it exits into the fault path (`_exit`); then on after
+        it.  Time moves on where it is due (`_tick`: a fault that freed page tables makes
+        an RCU grace period end sooner).  The last exit: (access, RET_PF_*, what
+        fast_page_fault did)."""
+        first, exited = self.steps, None
+        index = 0
+        while True:
+            stop = min(len(accesses), max(index, self._tick_step() - first))
+            index = self.cpu.first_exit(accesses, index, stop)
+            if index:
+                self.steps, self._vcpu = first + index, accesses[index - 1][0]
+            if index == len(accesses):
+                return exited
+            if index == stop:
+                self._due(first + index)  # time only: updates and SMIs end a draw
+                continue
+            vcpu, gpa, write, fetch = accesses[index]
+            self.steps, self._vcpu = first + index + 1, vcpu  # the stamp of its events
+            self.mmu.now_ns = (first + index) * ACCESS_NS
+            root = self.mmu.roots.get(vcpu)
+            if root is None or root.role.invalid:
+                self.mmu.root(vcpu)  # kvm_mmu_load(); the access runs on the new root
+                continue
+            exited = (first + index, *self._exit(TdpAccess(vcpu, gpa, write, fetch)))
+            index += 1
 
     def _due(self, steps: int) -> str | None:
         """What comes before access `steps` besides the access: time (`_tick`, when an
@@ -215,9 +222,9 @@ class TdpSession(EptSession[TdpStep]):
         self.mmu.now_ns = now
         return note
 
-    def _next_due(self, steps: int, end: int) -> int:
-        """The first access after `steps` (at most `end`) that has something `_due`."""
-        stop = min(end, self._tick_step())
+    def _next_due(self, steps: int) -> int:
+        """The first access after `steps` that has something `_due`."""
+        stop = self._tick_step()
         every = self._update_every()
         if every:
             stop = min(stop, (steps // every + 1) * every)
@@ -242,65 +249,19 @@ class TdpSession(EptSession[TdpStep]):
             due = first if due < 0 else min(due, first)
         return -(-due // ACCESS_NS) if due >= 0 else sys.maxsize
 
-    def _reload_root(self, steps: int) -> None:
-        """`kvm_mmu_reload()` before access `steps`: a new root when the vCPU has none or
-        its root is invalid (its events stamped with the access)."""
-        vcpu = steps % self.nr_vcpus
-        root = self.mmu.roots.get(vcpu)
-        if root is None or root.role.invalid:
-            self.steps, self._vcpu, self.mmu.now_ns = steps + 1, vcpu, steps * ACCESS_NS
-            self.mmu.root(vcpu)
-
-    def _hits(
-        self, steps: int, stop: int, ram: list[tuple[int, int, int]]
-    ) -> tuple[int, tuple[int, int, bool, bool], tuple[int, RetPf, str] | None]:
-        """Accesses `steps` up to `stop`, as the CPU runs them (`tdp_cpu.cpu_run`)."""
-        return cpu_run(self, steps, stop, ram)
-
-    def _memos_checked(self) -> int:
-        """The walks' memos (`_walks`), dropped when a page table was linked or taken out
-        since they were made (`paging_changes`): then an spte a walk ended at may point to
-        a table now, or the table it was read from may be RCU pending."""
-        changes = self.mmu.pages.paging_changes
-        if changes != self._memo_changes:
-            self._memo_changes = changes
-            for memo in self._walks.values():
-                memo.clear()
-        return changes
-
-    def _vcpu_roots(
-        self,
-    ) -> tuple[list[TdpMmuPage | None], list[dict[int, tuple[list[int], int]]]]:
-        """Each vCPU's valid root (None: it needs `kvm_mmu_reload()`) and its walk memo."""
-        roots: list[TdpMmuPage | None] = []
-        walks: list[dict[int, tuple[list[int], int]]] = []
-        for vcpu in range(self.nr_vcpus):
-            root = self.mmu.roots.get(vcpu)
-            valid = root is not None and not root.role.invalid
-            roots.append(root if valid else None)
-            walks.append(self._walks_of(root) if valid and root is not None else {})
-        return roots, walks
-
-    def _walks_of(self, root: TdpMmuPage) -> dict[int, tuple[list[int], int]]:
-        walks = self._walks.get(root.seq)
-        if walks is None:  # a new root: the memos of roots freed since go
-            live = {r.seq for r in self.mmu.pages.tdp_mmu_roots}
-            self._walks = {seq: w for seq, w in self._walks.items() if seq in live}
-            walks = self._walks[root.seq] = {}
-        return walks
-
-    def _ram_draws(self) -> list[tuple[int, int, int]]:
-        """(base_gfn, npages, npages.bit_length()) of each RAM slot `next_access` draws."""
-        return [(s.base_gfn, s.npages, s.npages.bit_length()) for s in self._ram]
-
-    def _exit(self, access: TdpAccess, tries: int = MAX_RETRIES) -> RetPf:
-        """The VM exit and the faults, again while RET_PF_RETRY leaves it unmapped."""
+    def _exit(self, access: TdpAccess) -> tuple[RetPf, str]:
+        """The VM exit and the faults, again while RET_PF_RETRY leaves it unmapped; the
+        last RET_PF_* and what fast_page_fault did (`fast_words`, when it fixed it)."""
+        mmu = self.mmu
+        fixed_fast = mmu.stat["pf_fast"]
         ret = RetPf.RETRY
-        for _ in range(tries):
+        for _ in range(MAX_RETRIES):
             ret = self._fault(access)
             if ret is not RetPf.RETRY or not self.needs_exit(access):
                 break
-        return ret
+        if mmu.stat["pf_fast"] == fixed_fast:
+            return ret, ""
+        return ret, fast_words(mmu.cfg, mmu.fast_pf.last)
 
     def _fault(self, access: TdpAccess) -> RetPf:
         error_code = (PFERR_WRITE if access.write else 0) | (PFERR_FETCH if access.fetch else 0)
@@ -356,15 +317,8 @@ class TdpSession(EptSession[TdpStep]):
         root = self.mmu.roots.get(access.vcpu)
         if root is None or root.role.invalid:
             return True
-        sp, index = self.mmu.last_spte(root, access.gpa >> PAGE_SHIFT)
-        spte = sp.spt[index]
-        if not spte & SPTE_MMU_PRESENT_MASK:
-            return True  # not present, or an MMIO spte (never MMU-present)
-        if access.write and not spte & PT_WRITABLE_MASK:
-            return True
-        if not access.write and not access.fetch and not spte & PT_PRESENT_MASK:
-            return True  # an access-tracked spte (RWX cleared)
-        return access.fetch and not is_executable_pte(self.mmu.cfg, spte)
+        spte = self.cpu.leaf_spte(root, access.gpa >> PAGE_SHIFT)
+        return not self.cpu.allows(spte, access.write, access.fetch)
 
     def leaf_spte(self, vcpu: int, gfn: int) -> int:
         root = self._live_root(vcpu)
