@@ -27,12 +27,11 @@ class DirectHuge:
     levels: MappingLevels
     huge_pages: bool
     roots: dict[int, KvmMmuPage]
-    _l1_hint: dict[int, tuple[KvmMmuPage, int, KvmMmuPage, int]]
 
     def kvm_recover_nx_huge_pages(self) -> int:
         """One run of the NX recovery worker (nx_huge_pages.py): the oldest tables made
         for a disallowed NX huge page are zapped (`kvm_mmu_prepare_zap_page()`)."""
-        return kvm_recover_mmu_nx_huge_pages(self.vm, self.pages, self.params, self._l1_hint.clear)
+        return kvm_recover_mmu_nx_huge_pages(self.vm, self.pages, self.params)
 
     # -- the fault --------------------------------------------------------------------
 

@@ -18,7 +18,6 @@ from ..role import ACC_ALL
 from ..spte import (
     RetPf,
     SpteConfig,
-    check_mmio_spte,
     check_mmio_spte_traced,
     get_mmio_spte_access,
     kvm_mmio_fields,
@@ -49,23 +48,17 @@ class DirectMmio:
         `get_mmio_spte_access(spte)` = spte & shadow_mmio_access_mask (0 on EPT)."""
         gen = self.vm.generation(root.role.smm)
         if self.mmio_info.match_gpa(vcpu, gfn << PAGE_SHIFT, gen) is not None:
-            if self._listener is not None:
-                self._emit_mmio(gfn << PAGE_SHIFT, write)
-            return True
-        if self._listener is None:
-            if not check_mmio_spte(self.cfg, spte, gen):
-                return False
-        else:
-            valid, fields = check_mmio_spte_traced(self.cfg, spte, gen)
-            if fields is not None:
-                self._emit("check_mmio_spte", **fields)
-            if not valid:
-                return False
-            access = get_mmio_spte_access(self.cfg, spte)
-            self._emit("handle_mmio_page_fault", addr=0, gfn=gfn, access=access)
-        self.mmio_info.cache(vcpu, 0, gfn, get_mmio_spte_access(self.cfg, spte), gen)
-        if self._listener is not None:
             self._emit_mmio(gfn << PAGE_SHIFT, write)
+            return True
+        valid, fields = check_mmio_spte_traced(self.cfg, spte, gen)
+        if fields is not None:
+            self._emit("check_mmio_spte", **fields)
+        if not valid:
+            return False
+        access = get_mmio_spte_access(self.cfg, spte)
+        self._emit("handle_mmio_page_fault", addr=0, gfn=gfn, access=access)
+        self.mmio_info.cache(vcpu, 0, gfn, access, gen)
+        self._emit_mmio(gfn << PAGE_SHIFT, write)
         return True
 
     def max_gfn(self) -> int:
@@ -82,7 +75,6 @@ class DirectMmio:
         gen = self.vm.generation(root.role.smm)
         sp.spt[index] = spte = make_mmio_spte(self.cfg, gfn, ACC_ALL, gen)
         self.stat["pf_mmio_spte_created"] += 1
-        if self._listener is not None:
-            self._emit("mark_mmio_spte", **mark_mmio_spte_fields(sp.sptep(index), gfn, spte))
-            self._emit_mmio(gfn << PAGE_SHIFT, write)
+        self._emit("mark_mmio_spte", **mark_mmio_spte_fields(sp.sptep(index), gfn, spte))
+        self._emit_mmio(gfn << PAGE_SHIFT, write)
         return RetPf.EMULATE

@@ -1,36 +1,28 @@
 """The fault path of the shadow MMU with direct pages (EPT/NPT on, tdp_mmu=N), with MMIO
 sptes and rmaps (docs/kvm.md §3-§6).
 
-`DirectMmu.page_fault(vcpu, gpa, write)` follows `kvm_mmu_page_fault()` → `direct_map()`:
+`DirectMmu.page_fault(vcpu, gpa, write)` follows `kvm_mmu_page_fault()` →
+`direct_page_fault()` → `direct_map()` (6.18 mmu.c), every fault the same way:
 - a reserved-bit fault on a cached MMIO spte is `handle_mmio_page_fault()`: if the spte's
   19-bit generation matches the memslots generation the access is emulated at once
   (RET_PF_EMULATE, no memslot search); otherwise RET_PF_INVALID and the real fault path
   rebuilds it;
 - the real path looks up the memslot (the vCPU's `last_used_slot`, then the gfn tree),
-  picks the leaf level (`kvm_mmu_hugepage_adjust()`, mapping_level.py: 4K, 2M or 1G as
-  the slot, the host's backing and the NX huge page mitigation allow), walks from the
-  vCPU's root creating direct child pages (`kvm_mmu_get_child_sp`; one made for a
-  disallowed NX huge page is `account_nx_huge_page()`d, nx_huge_pages.py, and a later
-  fault keeps below it: `disallowed_hugepage_adjust()`) and installs the leaf: an MMIO
-  spte (`mark_mmio_spte`, RET_PF_EMULATE) when no slot holds the gfn, else a present
-  spte added to the slot's rmap of that level (RET_PF_FIXED), then
-  `direct_pte_prefetch()` maps the free neighbours of a 4K leaf (prefetch.py);
+  tries `fast_page_fault()` (fast_pf.py), emulates what `kvm_mmu_faultin_pfn()` ends
+  (no slot with MMIO caching off, a write to a read-only slot), makes room
+  (`make_mmu_pages_available()`), picks the leaf level (`kvm_mmu_hugepage_adjust()`,
+  mapping_level.py: 4K, 2M or 1G as the slot, the host's backing and the NX huge page
+  mitigation allow; traced as `kvm_mmu_spte_requested`), walks from the vCPU's root
+  creating direct child pages (`kvm_mmu_get_child_sp`; one made for a disallowed NX huge
+  page is `account_nx_huge_page()`d, nx_huge_pages.py, and a later fault keeps below it:
+  `disallowed_hugepage_adjust()`) and installs the leaf: an MMIO spte (`mark_mmio_spte`,
+  RET_PF_EMULATE) when no slot holds the gfn, else the spte `make_spte()` makes, added
+  to the slot's rmap of that level (RET_PF_FIXED; RET_PF_SPURIOUS when it is there
+  already), then `direct_pte_prefetch()` maps the free neighbours of a 4K leaf
+  (prefetch.py);
 - a memslot DELETE or MOVE zaps everything fast (`kvm_arch_flush_shadow_memslot`), and a
   generation whose 19 MMIO bits wrap zaps fast too (`kvm_mmu_invalidate_mmio_sptes`).
-
-Speed without a second model (the `mmuscope bench` numbers; every shortcut gives the same
-result, stats and events as the long way, and tests compare them):
-- bare mode: with no listener no Event and no field dict is built;
-- leaf sptes: `make_spte()` runs once per (level, writable, dirty) with pfn 0 to learn the
-  constant bits; a pfn that fits bits 12-51, is aligned for the level and sets no bit of
-  the MMIO mask gives `constant | pfn << 12`, which is exactly `make_spte()` (any other pfn
-  takes `make_spte()` itself, which raises where the kernel would WARN);
-- a per-vCPU hint (root, 2M region, level-1 page) skips the walk from the root while no
-  shadow page was zapped since (`MmuPages.stat["mmu_shadow_zapped"]`), the root is the
-  same and no huge leaf was zapped; only a 4K leaf in an empty slot of that page uses it;
-- the vCPU's `last_used_slot` is read here, and only a miss goes to
-  `Vm.vcpu_gfn_to_memslot()` (which resets and refills it exactly as before);
-- rmaps: rmap.py.
+Rmaps: rmap.py.  With no listener, no Event is built.
 """
 
 from __future__ import annotations
@@ -46,7 +38,7 @@ from ..fast_pf import (
     fast_pf_get_last_sptep,
     mark_page_dirty_in_slot,
 )
-from ..mapping_level import KvmPageFault, MappingLevels
+from ..mapping_level import KvmPageFault, MappingLevels, kvm_pages_per_hpage
 from ..mmio_info import VcpuMmioInfo
 from ..mmu_pages import KvmMmuPage, MmuPages, default_mmu_pages, shadow_mmu_memslot_update
 from ..nx_huge_pages import account_nx_huge_page
@@ -60,30 +52,23 @@ from ..role import (
     tdp_root_role,
 )
 from ..spte import (
-    KVM_PFN_NOSLOT,
+    PT_WRITABLE_MASK,
     SPTE_CONFIGS,
     RetPf,
     SpteConfig,
     is_mmio_spte,
-    is_shadow_present_pte,
     make_spte,
     spte_requested_fields,
-    spte_to_pfn,
 )
 from ..vcpu_memslot import VcpuMemslotCache
 from .huge import DirectHuge
 from .mmio import DirectMmio
 from .prefetch import direct_pte_prefetch
-from .rmap import DirectRmaps, RmapKey
+from .rmap import LEVEL_BITS, DirectRmaps, RmapKey, level_shift
+from .rmap import SlotRmaps as SlotRmaps  # re-exported (public before)
 from .rmap import gfn_to_index as gfn_to_index  # re-exported (public before)
-from .tables import SlotRmaps as SlotRmaps  # re-exported (public before)
-from .tables import _spte_key, level_shift, spte_constants
 
 PAGE_SHIFT = 12
-LEVEL_BITS = 9
-_FIXED = RetPf.FIXED
-
-_L1Hint = tuple[KvmMmuPage, int, KvmMmuPage, int]  # root, gfn >> 9, level-1 page, zapped
 
 
 def spte_index(gfn: int, level: int) -> int:
@@ -140,12 +125,8 @@ class DirectMmu(DirectMmio, DirectHuge, DirectRmaps):
         self.fast_pf = FastPageFault(self, self._fast_pf_last_sptep) if fast_pf else None
         self.prefetched = 0  # sptes set by direct_pte_prefetch() (no kernel stat)
         self.prefetch_lookups = 0  # its gfn_to_memslot_dirty_bitmap() calls
-        self._spte_bits = spte_constants(self.cfg)
-        self._l1_hint: dict[int, _L1Hint] = {}
         self._child_roles: dict[KvmMmuPageRole, KvmMmuPageRole] = {}
         self._vcpu_gfn_to_memslot = VcpuMemslotCache(vm).lookup
-        self._rmap4k_slot: MemorySlot | None = None  # the slot whose 4K vals come next
-        self._rmap4k_vals: dict[int, RmapVal] = {}
         self._prefetch_vcpu = 0
         vm.subscribe(self._memslots_changed)
 
@@ -197,87 +178,59 @@ class DirectMmu(DirectMmio, DirectHuge, DirectRmaps):
 
         A hit on a current MMIO spte (the RSVD/EPT-misconfig path,
         `handle_mmio_page_fault()`) jumps to `emulate:`: neither `pf_taken` nor
-        `pf_emulate` counts it.  Only the `RET_PF_INVALID` path counts `pf_taken`.
-        `direct_page_fault()` then tries `fast_page_fault()` (fast_pf.py) before the
-        slow path; `error_code` is `fault->error_code` (default: what the exit on the
-        spte the walk reads gives, `fault_error_code`)."""
+        `pf_emulate` counts it.  Only the `RET_PF_INVALID` path counts `pf_taken`, and
+        goes on to `direct_page_fault()`; `error_code` is `fault->error_code` (default:
+        what the exit on the spte the walk reads gives, `fault_error_code`)."""
         gfn = gpa >> PAGE_SHIFT
-        pages = self.pages
-        root = self.roots.get(vcpu)
-        if root is None or root.role.invalid or root.mmu_valid_gen != pages.mmu_valid_gen:
-            root = self.root(vcpu)
-        hint = self._l1_hint.get(vcpu)
-        if (
-            hint is not None
-            and hint[1] == gfn >> LEVEL_BITS
-            and hint[0] is root
-            and hint[3] == pages.stat["mmu_shadow_zapped"]
-            and hint[2].spt[gfn & 511] == pages.nonpresent  # not an MMIO spte either
-        ):
-            # The walk from the root ends at this level-1 page, as when the hint was taken.
-            self.stat["pf_taken"] += 1
-            slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
-            fast = self.fast_pf
-            if fast is not None and not fast.kvm_ad_enabled:  # RET_PF_INVALID: not present
-                fast.try_fast_page_fault(vcpu, gpa, slot, 0, write, exec_, error_code)
-            if (
-                slot is not None
-                and not (write and slot.flags & KVM_MEM_READONLY)
-                and (not self.huge_pages or self.max_level(slot, gfn) == PG_LEVEL_4K)
-            ):
-                sp, index = hint[2], gfn & 511
-                ret = self._set_leaf(sp, index, gfn, slot, PG_LEVEL_4K, write)
-                if self.pte_prefetch:
-                    self._prefetch(vcpu, sp, index)
-                return ret
-            return self._slow_path(vcpu, root, gfn, slot, write, exec_)
+        root = self.root(vcpu)
         leaf_page, index = self._walk_existing(root, gfn)
-        if (
-            leaf_page is not None
-            and is_mmio_spte(self.cfg, leaf_page.spt[index])
-            and self._handle_mmio_page_fault(vcpu, root, gfn, leaf_page.spt[index], write)
+        spte = self.pages.nonpresent if leaf_page is None else leaf_page.spt[index]
+        if is_mmio_spte(self.cfg, spte) and self._handle_mmio_page_fault(
+            vcpu, root, gfn, spte, write
         ):
             return RetPf.EMULATE  # else a stale generation: RET_PF_INVALID, the real path
         self.stat["pf_taken"] += 1
-        slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
-        fast = self.fast_pf
-        if fast is not None:
-            spte = pages.nonpresent if leaf_page is None else leaf_page.spt[index]
-            ret = fast.try_fast_page_fault(vcpu, gpa, slot, spte, write, exec_, error_code)
-            if ret is not RetPf.INVALID:
-                return ret
-        return self._slow_path(vcpu, root, gfn, slot, write, exec_)
+        return self.direct_page_fault(vcpu, root, gpa, write, exec_, error_code, spte)
 
     def _fast_pf_last_sptep(self, vcpu: int, gfn: int) -> tuple[KvmMmuPage, int]:
         """`fast_pf_get_last_sptep()` from the vCPU's root (fast_pf.py)."""
         return fast_pf_get_last_sptep(self.pages.child_at, self.roots[vcpu], gfn)
 
-    def _slow_path(
+    def direct_page_fault(
         self,
         vcpu: int,
         root: KvmMmuPage,
-        gfn: int,
-        slot: MemorySlot | None,
+        gpa: int,
         write: bool,
-        exec_: bool = False,
+        exec_: bool,
+        error_code: int | None,
+        spte: int,
     ) -> RetPf:
-        """`direct_page_fault()` after the memslot lookup: `kvm_mmu_faultin_pfn()` may end
-        the fault before any page table is touched, otherwise `direct_map()`.
+        """`direct_page_fault()` (6.18 mmu.c): `fast_page_fault()` first (fast_pf.py, for
+        the exit on `spte`), then `kvm_mmu_faultin_pfn()`, which may end the fault before
+        any page table is touched, then, with mmu_lock held,
+        `make_mmu_pages_available()` and `direct_map()`.
 
         - no slot, MMIO caching off or a gfn above `kvm_mmu_max_gfn()`:
           `kvm_handle_noslot_fault()` returns RET_PF_EMULATE at once;
         - a write to a read-only slot: `__kvm_faultin_pfn()` gets KVM_PFN_ERR_RO_FAULT and
           `kvm_handle_error_pfn()` returns RET_PF_EMULATE (no spte is made or changed)."""
+        gfn = gpa >> PAGE_SHIFT
+        slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
+        if self.fast_pf is not None:
+            ret = self.fast_pf.try_fast_page_fault(vcpu, gpa, slot, spte, write, exec_, error_code)
+            if ret is not RetPf.INVALID:
+                return ret
         if slot is None:  # kvm_handle_noslot_fault(): the vCPU's MMIO info first
             self.mmio_info.cache(vcpu, 0, gfn, 0, self.vm.generation(root.role.smm))
         if (slot is None and (not self.cfg.mmio_caching_enabled or gfn > self.max_gfn())) or (
             slot is not None and write and slot.flags & KVM_MEM_READONLY
         ):
             self.stat["pf_emulate"] += 1
-            if self._listener is not None:
-                self._emit_mmio(gfn << PAGE_SHIFT, write)
+            self._emit_mmio(gfn << PAGE_SHIFT, write)
             return RetPf.EMULATE
-        return self._direct_map(vcpu, root, gfn, slot, write, exec_)
+        self.pages.make_mmu_pages_available()
+        return self.direct_map(vcpu, root, KvmPageFault(gfn, write, exec_, slot, self._max_level()))
 
     def _walk_existing(self, root: KvmMmuPage, gfn: int) -> tuple[KvmMmuPage | None, int]:
         """The lockless walk of `get_mmio_spte()`: the last page reached and the index."""
@@ -289,31 +242,18 @@ class DirectMmu(DirectMmio, DirectHuge, DirectRmaps):
                 return (sp, index) if sp.spt[index] != self.pages.nonpresent else (None, 0)
             sp = child
 
-    def _direct_map(
-        self,
-        vcpu: int,
-        root: KvmMmuPage,
-        gfn: int,
-        slot: MemorySlot | None,
-        write: bool,
-        exec_: bool = False,
-    ) -> RetPf:
-        """`direct_map()` (6.18 mmu.c), after `make_mmu_pages_available()`: once per
-        fault, after faultin and with mmu_lock held, before the walk (freeing pages in
-        the walk could zap the parent)."""
-        self.pages.make_mmu_pages_available()
-        fault = KvmPageFault(gfn, write, exec_, slot, self._max_level())
+    def direct_map(self, vcpu: int, root: KvmMmuPage, fault: KvmPageFault) -> RetPf:
+        """`direct_map()` (6.18 mmu.c): `kvm_mmu_hugepage_adjust()`, the
+        `kvm_mmu_spte_requested` tracepoint, the walk down to the goal level
+        (`_walk_to_goal`), then the leaf: `mark_mmio_spte()` without a slot, else
+        `mmu_set_spte()` and `direct_pte_prefetch()`."""
+        gfn, slot = fault.gfn, fault.slot
         self.levels.kvm_mmu_hugepage_adjust(fault)
         if self._listener is not None:
-            pfn = KVM_PFN_NOSLOT if slot is None else self._pfn(slot, gfn, fault.goal_level)
-            self._emit(
-                "kvm_mmu_spte_requested", **spte_requested_fields(gfn, pfn, fault.goal_level)
-            )
-        zapped = self.pages.stat["mmu_shadow_zapped"]
+            fields = spte_requested_fields(gfn, fault.pfn, fault.goal_level)
+            self._emit("kvm_mmu_spte_requested", **fields)
         sp = self._walk_to_goal(root, fault)
         level = fault.goal_level
-        if sp.role.level == PG_LEVEL_4K and self.pages.stat["mmu_shadow_zapped"] == zapped:
-            self._l1_hint[vcpu] = (root, gfn >> LEVEL_BITS, sp, zapped)
         index = spte_index(gfn, level)
         if level > PG_LEVEL_4K:
             child = self.pages.child_at(sp, index)
@@ -323,15 +263,17 @@ class DirectMmu(DirectMmio, DirectHuge, DirectRmaps):
                 # 4K leaves made while the slot logged dirty pages.
                 child.parent_ptes.discard(sp.sptep(index))
                 sp.spt[index] = self.pages.nonpresent
-                self._l1_hint.clear()
-        if slot is not None and self._same_leaf(sp, index, slot, gfn, level):
+        if slot is None:  # caching on (else direct_page_fault emulated): mark_mmio_spte()
+            if sp.spt[index] != self.pages.nonpresent:
+                self._zap_leaf(sp, index)
+            return self._mark_mmio_spte(root, sp, index, gfn, fault.write)
+        spte = self.make_spte(slot, gfn, level)
+        if sp.spt[index] == spte:  # `mmu_set_spte()`: already mapped (another vCPU won)
             self.stat["pf_spurious"] += 1
-            return RetPf.SPURIOUS  # `mmu_set_spte()`: already mapped (another vCPU won)
+            return RetPf.SPURIOUS
         if sp.spt[index] != self.pages.nonpresent:
-            self._zap_leaf(sp, index)
-        if slot is None:  # caching on (else _slow_path emulated): mark_mmio_spte()
-            return self._mark_mmio_spte(root, sp, index, gfn, write)
-        ret = self._set_leaf(sp, index, gfn, slot, level, write)
+            self._zap_leaf(sp, index)  # the same pfn with other bits: updated (FIXED)
+        ret = self._set_leaf(sp, index, gfn, slot, level, spte)
         if self.pte_prefetch:
             self._prefetch(vcpu, sp, index)
         return ret
@@ -377,17 +319,21 @@ class DirectMmu(DirectMmio, DirectHuge, DirectRmaps):
         self, sp: KvmMmuPage, index: int, gfn: int, access: int, slot: MemorySlot
     ) -> None:
         """`mmu_set_spte(vcpu, slot, sptep, access, gfn, pfn, NULL)`: a prefetch."""
-        self._set_leaf(sp, index, gfn, slot, sp.role.level, False, prefetch=True)
+        level = sp.role.level
+        spte = self.make_spte(slot, gfn, level, prefetch=True)
+        self._set_leaf(sp, index, gfn, slot, level, spte, prefetch=True)
 
-    def spte_for(self, pfn: int, level: int, writable: bool, dirty: bool) -> int:
-        """The leaf `make_spte(cfg, pfn, ACC_ALL, level, writable=, accessed=True, dirty=)`
-        gives, from the precomputed constant bits when the pfn allows it."""
-        const, forbidden = self._spte_bits[_spte_key(level, writable, dirty)]
-        if pfn & forbidden:
-            return make_spte(
-                self.cfg, pfn, ACC_ALL, level, writable=writable, accessed=True, dirty=dirty
-            )
-        return const | pfn << PAGE_SHIFT
+    def make_spte(self, slot: MemorySlot, gfn: int, level: int, prefetch: bool = False) -> int:
+        """`make_spte()` (6.18 spte.c) of the slot's page for `gfn` at `level` (a huge
+        leaf maps from the base gfn): ACC_ALL, writable unless the slot is read-only (the
+        dirty mask with it, read fault or write: `write` only decides the fault's path),
+        Accessed unless a prefetch (`mark_spte_for_access_track()`); under the NX
+        mitigation a huge leaf is not executable (ACC_EXEC_MASK dropped above 4K)."""
+        base = gfn & -kvm_pages_per_hpage(level)
+        pfn = (slot.userspace_addr >> PAGE_SHIFT) + (base - slot.base_gfn)
+        access = ACC_ALL & ~ACC_EXEC_MASK if self.nx and level > PG_LEVEL_4K else ACC_ALL
+        writable = not slot.flags & KVM_MEM_READONLY
+        return make_spte(self.cfg, pfn, access, level, writable=writable, accessed=not prefetch)
 
     def _set_leaf(
         self,
@@ -396,59 +342,25 @@ class DirectMmu(DirectMmio, DirectHuge, DirectRmaps):
         gfn: int,
         slot: MemorySlot,
         level: int,
-        write: bool,
+        spte: int,
         *,
         prefetch: bool = False,
     ) -> RetPf:
-        """`mmu_set_spte()` for RAM: the leaf, its rmap entry, the tracepoint.
-
-        `make_spte()` (6.18 spte.c) sets the dirty mask with every writable spte, read
-        fault or write (`spte |= spte_shadow_dirty_mask(spte)` under ACC_WRITE_MASK):
-        `write` only decides the fault's path, not the spte.  A prefetch
-        (`prefetch=true`) leaves the Accessed bit clear (`mark_spte_for_access_track()`)
-        and is no fault (not in pf_fixed); under the NX mitigation a huge leaf is not
-        executable (`make_spte()` drops ACC_EXEC_MASK above 4K)."""
-        writable = not slot.flags & KVM_MEM_READONLY
-        if level == PG_LEVEL_4K:
-            base = gfn
-            const, forbidden = self._spte_bits[7 if writable else 5]
-        else:
-            base = gfn & ~((1 << level_shift(level)) - 1)
-            const, forbidden = self._spte_bits[_spte_key(level, writable, True)]
-        pfn = (slot.userspace_addr >> PAGE_SHIFT) + (base - slot.base_gfn)
-        if prefetch or pfn & forbidden or (self.nx and level > PG_LEVEL_4K):
-            access = ACC_ALL & ~ACC_EXEC_MASK if self.nx and level > PG_LEVEL_4K else ACC_ALL
-            spte = make_spte(self.cfg, pfn, access, level, writable=writable, accessed=not prefetch)
-        else:
-            spte = const | pfn << PAGE_SHIFT
+        """`mmu_set_spte()` for RAM: the leaf `make_spte()` made, its rmap entry, the
+        tracepoint, the page marked dirty in a slot that logs them (`make_spte()`).  A
+        prefetch is no fault (not in pf_fixed)."""
         sp.spt[index] = spte
         sptep = sp.spt_pa + 8 * index
         self.rmap_add(slot, gfn, level, sptep)
-        if self._listener is not None:
-            self._emit("kvm_mmu_set_spte", gfn=base, spte=spte, level=level, sptep=sptep)
-        if writable and slot.flags & KVM_MEM_LOG_DIRTY_PAGES:
-            mark_page_dirty_in_slot(self, slot, gfn)  # make_spte()
+        self._emit(
+            "kvm_mmu_set_spte", gfn=gfn & -kvm_pages_per_hpage(level), spte=spte, level=level,
+            sptep=sptep,
+        )  # fmt: skip
+        if spte & PT_WRITABLE_MASK and slot.flags & KVM_MEM_LOG_DIRTY_PAGES:
+            mark_page_dirty_in_slot(self, slot, gfn)
         if not prefetch:
             self.stat["pf_fixed"] += 1
-        return _FIXED
-
-    def _pfn(self, slot: MemorySlot, gfn: int, level: int) -> int:
-        base = gfn & ~((1 << level_shift(level)) - 1)
-        return (slot.userspace_addr >> PAGE_SHIFT) + (base - slot.base_gfn)
-
-    def _same_leaf(
-        self, sp: KvmMmuPage, index: int, slot: MemorySlot, gfn: int, level: int
-    ) -> bool:
-        """`mmu_set_spte()`'s RET_PF_SPURIOUS: the spte `make_spte()` would make is there
-        already.  A leaf of the same pfn with other bits (write-protected for dirty
-        logging, access-tracked) is updated in place: RET_PF_FIXED."""
-        spte = sp.spt[index]
-        if not is_shadow_present_pte(spte) or is_mmio_spte(self.cfg, spte):
-            return False
-        pfn = self._pfn(slot, gfn, level)
-        if spte_to_pfn(spte) != pfn:
-            return False
-        return spte == self.spte_for(pfn, level, not slot.flags & KVM_MEM_READONLY, True)
+        return RetPf.FIXED
 
     def _child(self, parent: KvmMmuPage, gfn: int, index: int) -> KvmMmuPage:
         """`kvm_mmu_get_child_sp()`: the direct page mapping this part of the parent."""
@@ -462,7 +374,5 @@ class DirectMmu(DirectMmio, DirectHuge, DirectRmaps):
         return child
 
     def _zap_leaf(self, sp: KvmMmuPage, index: int) -> None:
-        if sp.role.level > PG_LEVEL_4K:
-            self._l1_hint.clear()  # the walk below this entry changes
         self._drop_leaf(sp, index, sp.spt[index])
         sp.spt[index] = self.pages.nonpresent

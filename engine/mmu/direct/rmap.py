@@ -9,6 +9,8 @@ int in the per-slot, per-level dict; the second sptep of a gfn makes a `KvmRmapH
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+
 from ...errors import AuditError
 from ...memslots.memslot import MemorySlot
 from ...memslots.vm import Vm
@@ -19,19 +21,57 @@ from ..rmap import (
     RmapVal,
     check_sptep,
     rmap_val_add,
+    rmap_val_head,
     rmap_val_remove,
     rmap_val_sptes,
 )
-from ..role import PG_LEVEL_4K
 from ..spte import SpteConfig, is_mmio_spte
-from .tables import RmapsView, level_shift
 
+LEVEL_BITS = 9
 RmapKey = tuple[int, int, int]  # (as_id, slot id, level)
+
+
+def level_shift(level: int) -> int:
+    """gfn bits below one entry of a page table of `level` (0 for 4K leaves)."""
+    return LEVEL_BITS * (level - 1)
 
 
 def gfn_to_index(gfn: int, base_gfn: int, level: int) -> int:
     """`gfn_to_index()`: the rmap slot of `gfn` at `level` within a memslot."""
     return (gfn >> level_shift(level)) - (base_gfn >> level_shift(level))
+
+
+class SlotRmaps(Mapping[int, KvmRmapHead]):
+    """One slot's rmap at one level, `gfn_to_index` -> head, decoded from stored vals (a
+    single sptep becomes a new one-entry head; a desc chain is the live head)."""
+
+    def __init__(self, vals: dict[int, RmapVal], era: PteListEra) -> None:
+        self._vals, self._era = vals, era
+
+    def __getitem__(self, key: int) -> KvmRmapHead:
+        return rmap_val_head(self._vals[key], self._era)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._vals)
+
+    def __len__(self) -> int:
+        return len(self._vals)
+
+
+class RmapsView(Mapping[RmapKey, SlotRmaps]):
+    """`DirectMmu.rmaps`: (as_id, slot id, level) -> that slot's rmap (read-only)."""
+
+    def __init__(self, vals: dict[RmapKey, dict[int, RmapVal]], era: PteListEra) -> None:
+        self._vals, self._era = vals, era
+
+    def __getitem__(self, key: RmapKey) -> SlotRmaps:
+        return SlotRmaps(self._vals[key], self._era)
+
+    def __iter__(self) -> Iterator[RmapKey]:
+        return iter(self._vals)
+
+    def __len__(self) -> int:
+        return len(self._vals)
 
 
 class DirectRmaps:
@@ -40,8 +80,6 @@ class DirectRmaps:
     pages: MmuPages
     era: PteListEra
     rmap_vals: dict[RmapKey, dict[int, RmapVal]]
-    _rmap4k_slot: MemorySlot | None  # the slot whose 4K vals come next
-    _rmap4k_vals: dict[int, RmapVal]
 
     @property
     def rmaps(self) -> RmapsView:
@@ -50,16 +88,8 @@ class DirectRmaps:
 
     def rmap_add(self, slot: MemorySlot, gfn: int, level: int, sptep: int) -> None:
         """`rmap_add()`: `sptep` onto the rmap of (slot, level, gfn)."""
-        if level == PG_LEVEL_4K:
-            if slot is self._rmap4k_slot:
-                vals = self._rmap4k_vals
-            else:
-                vals = self.rmap_vals.setdefault((slot.as_id, slot.id, level), {})
-                self._rmap4k_slot, self._rmap4k_vals = slot, vals
-            key = gfn - slot.base_gfn
-        else:
-            vals = self.rmap_vals.setdefault((slot.as_id, slot.id, level), {})
-            key = gfn_to_index(gfn, slot.base_gfn, level)
+        vals = self.rmap_vals.setdefault((slot.as_id, slot.id, level), {})
+        key = gfn_to_index(gfn, slot.base_gfn, level)
         old = vals.get(key)
         if old is None:
             vals[key] = sptep  # pte_list_add 0 -> 1: val is the sptep itself
