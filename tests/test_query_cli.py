@@ -20,6 +20,7 @@ import pytest
 pytest.importorskip("pyarrow")
 pytest.importorskip("duckdb")
 
+from mmuscope.engine.dataset.columns import TYPED, column_of
 from mmuscope.engine.events import Event
 from mmuscope.engine.layouts import preset
 from mmuscope.engine.trace.reader import iter_events, summarize
@@ -336,3 +337,27 @@ def test_the_readmes_spark_query_is_the_kvm_stat_report(fleet: dict[str, Any]) -
     report = query(fleet["dir"], "--report", "kvm-stat")
     assert spark == [{k: r[k] for k in spark[0]} for r in report]
     assert list(spark[0]) == ["source", "system", "event", "total", "pct_total"]
+
+
+def test_a_source_holds_the_events_of_its_trace(fleet: dict[str, Any]) -> None:
+    """Trace -> dataset -> the same events: each row, read back through `query --json`
+    in the trace's order, is the event the engine's reader makes of that record (name,
+    time in ns, cpu, pid, comm; each field in its typed column where the column holds
+    it, else in `fields` as text)."""
+    for source in ("trace-kvmmmu-sample", "trace-wrapped-mail", "random", "sim-shadow"):
+        rows = query(fleet["dir"], f"SELECT * FROM events WHERE source = '{source}' ORDER BY seq")
+        events = events_of(fleet["texts"][source])
+        assert [r["event"] for r in rows] == [e.name for e in events], source
+        for row, event in zip(rows, events, strict=True):
+            where = (source, row["seq"])
+            assert (row["cpu"], row["pid"], row["comm"]) == (event.cpu, event.pid, event.comm)
+            assert row["ts"] is None or abs(row["ts"] - event.ts * 1e9) < 1e3, where
+            typed = {c.name: row[c.name] for c in TYPED if row[c.name] is not None}
+            want_typed, want_fields = {}, {}
+            for key, value in event.fields.items():
+                column = column_of(event.name, key)
+                if column is not None and column.holds(value) and column.name not in want_typed:
+                    want_typed[column.name] = value
+                else:
+                    want_fields[key] = str(value).lower() if isinstance(value, bool) else str(value)
+            assert (typed, row["fields"]) == (want_typed, want_fields), where

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_run import assert_user_error, ok, run
+from tests.cli_run import MMUSCOPE, assert_user_error, ok, run
 from tests.datafiles import FIXTURES
 
 SAMPLE = FIXTURES / "trace-kvmmmu-sample.txt"
@@ -46,3 +46,23 @@ def test_a_compressed_trace_is_one_source_named_without_its_suffixes(tmp_path: P
     assert out.startswith(f"{tmp_path}/d/source=host-a.trace/part-00000.parquet: 29 events")
     counts = json.loads(ok("query", tmp_path / "d", "SELECT count(*) AS n FROM events", "--json"))
     assert counts == [{"n": 29}]
+
+
+def test_a_trace_dat_is_one_source_as_its_report(tmp_path: Path) -> None:
+    """trace-cmd record's binary file, read through `trace-cmd report` (here a stand-in
+    that prints a report), is a source like its text."""
+    pytest.importorskip("pyarrow")
+    from tests.test_cli_trace_dat import FAST_PF, MAGIC, fake_trace_cmd
+
+    dat = tmp_path / "host-c.dat"
+    dat.write_bytes(MAGIC + b"\x00" * 64)
+    env = fake_trace_cmd(tmp_path, "cpus=2\n" + FAST_PF * 3)
+    done = subprocess.run(
+        [str(MMUSCOPE), "replay", str(dat), "--parquet", str(tmp_path / "d")],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"{tmp_path}/d/source=host-c/part-00000.parquet: 3 events")
+    rows = json.loads(ok("query", tmp_path / "d", "SELECT event, vcpu, old_spte FROM events",
+                         "--json"))  # fmt: skip
+    assert rows == [{"event": "fast_page_fault", "vcpu": 0, "old_spte": 0x8600000123456867}] * 3
