@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from types import ModuleType
 
+    from .cliparts import CliParser
+
 # command -> (module in tui, function taking the parsed arguments and returning the exit code)
 RUNNERS: dict[str | None, tuple[str, str]] = {
     None: ("explorer_cli", "run_explorer"),
@@ -370,7 +372,7 @@ LOCAL: dict[str, Command] = {
 }
 
 
-def _add_commands(sub: argparse._SubParsersAction, only: str | None) -> None:  # type: ignore[type-arg]
+def _add_commands(sub: argparse._SubParsersAction[CliParser], only: str | None) -> None:
     """Every command's parser; with `only`, the others' without their arguments."""
     from .cliparts import add_command
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -23,6 +23,9 @@ class CliError(Exception):
     """Bad input: printed as one line, exit code 2."""
 
 
+ParserT = TypeVar("ParserT", bound=argparse.ArgumentParser)  # a sub-parser's class
+
+
 class CliParser(argparse.ArgumentParser):
     """argparse with exit code 2 and one line for a usage error (no usage dump)."""
 
@@ -31,18 +34,18 @@ class CliParser(argparse.ArgumentParser):
 
 
 def add_command(
-    sub: argparse._SubParsersAction,  # type: ignore[type-arg]
+    sub: argparse._SubParsersAction[ParserT],
     name: str,
     help: str,
     description: str,
     examples: tuple[str, ...],
-) -> argparse.ArgumentParser:
+) -> ParserT:
     """A command's parser as `mmuscope NAME --help` shows it: a paragraph on what it
     does, then examples that run as printed, in order, in one directory (a test runs
     them)."""
     import textwrap
 
-    return sub.add_parser(  # type: ignore[no-any-return]
+    return sub.add_parser(
         name,
         help=help,
         description=textwrap.fill(description, 80),

@@ -8,7 +8,7 @@ import sys
 
 from mmuscope.engine import KvmError, Vm
 from mmuscope.engine.layouts import Layout, build_vm
-from mmuscope.engine.lookup.base import LookupTrace
+from mmuscope.engine.lookup.base import LookupTrace, Probe
 from mmuscope.engine.lookup.describe import describe_probe
 from mmuscope.engine.memslots.constants import PAGE_SHIFT
 from mmuscope.engine.memslots.memslot import MemorySlot
@@ -42,7 +42,7 @@ def format_trace(trace: LookupTrace, layout: Layout, show_all: bool) -> list[str
         state = "hit" if cache.hit else "miss"
         note = f" ({cache.note})" if cache.note else ""
         lines.append(f"  cache {cache.cache:<4} last_used_slot: {held} -> {state}{note}")
-    probes = list(enumerate(trace.probes, 1))
+    probes: list[tuple[int, Probe | None]] = list(enumerate(trace.probes, 1))
     skipped = ""
     if not show_all and len(probes) > PROBE_LIMIT:
         hidden = len(probes) - PROBE_LIMIT
@@ -127,7 +127,7 @@ def run_layout(args: argparse.Namespace) -> int:
             slots = read_mtree(read_text(args.mtree), args.address_space, source=str(args.mtree))
         except MtreeError as err:
             raise CliError(str(err)) from None
-        rows = [
+        rows: list[dict[str, str | int | bool]] = [
             {"name": r.name, "gpa": r.gpa, "size": r.size, "readonly": r.readonly}
             for r in slots.regions
         ]

@@ -167,8 +167,8 @@ def write_source(
                 writer.write_memslots(memslots(layout))
     except DatasetError as err:
         raise CliError(str(err)) from None
-    skipped = counts.skipped
-    skipped = f", {skipped} line{'s' if skipped > 1 else ''} skipped" if skipped else ""
+    n = counts.skipped
+    skipped = f", {n} line{'s' if n > 1 else ''} skipped" if n else ""
     print(f"{writer.path}: {counts.events} events from {what}{skipped}")
     sys.stdout.flush()
     return counts.events

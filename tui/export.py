@@ -8,6 +8,7 @@ dot file is still there.  Files are written to a temporary name and renamed.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mmuscope.engine.export.render import (
     INSTALL_HINT,
@@ -17,8 +18,11 @@ from mmuscope.engine.export.render import (
     write_export,
 )
 
+if TYPE_CHECKING:
+    from textual.notifications import SeverityLevel
 
-def export_view(text: str, nodes: int, stem: Path) -> tuple[str, str]:
+
+def export_view(text: str, nodes: int, stem: Path) -> tuple[str, SeverityLevel]:
     """Write `stem`.dot and `stem`.pdf; return (message, severity) for a notification."""
     dot_path = stem.with_suffix(".dot")
     try:

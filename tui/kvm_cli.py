@@ -44,7 +44,7 @@ PROGRAM_HELP = {
 }
 
 
-def add_kvm_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_kvm_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from mmuscope.engine.kvm.program import PROGRAMS
 
     kvm = add_command(

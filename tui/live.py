@@ -30,7 +30,7 @@ DEFAULT_TRACEFS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"
 # -- the command line -------------------------------------------------------------------
 
 
-def add_live_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_live_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     live = add_command(
         sub,
         "live",

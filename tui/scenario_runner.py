@@ -11,7 +11,7 @@ numbers, and the tests check each step's `expect` against the same values.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mmuscope.engine.scenarios.checks import CheckError, Values, render
 from mmuscope.engine.threads import thread
@@ -50,7 +50,7 @@ class ScenarioRun:
             return text
 
 
-def show_caption(screen: Screen[object], run: ScenarioRun) -> None:
+def show_caption(screen: Screen[Any], run: ScenarioRun) -> None:
     from .widgets.caption import Caption
 
     scenario = run.scenario

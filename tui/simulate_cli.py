@@ -27,7 +27,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from mmuscope.engine.events import Event
 
@@ -36,7 +36,10 @@ from .dataset_cli import add_options as add_parquet_options
 from .report_lines import LinePrinter
 
 if TYPE_CHECKING:
+    from mmuscope.engine.mmu.direct.session import MmuSession
     from mmuscope.engine.mmu.guest.session import GuestSession
+    from mmuscope.engine.mmu.shadow.session import ShadowSession
+    from mmuscope.engine.mmu.tdp.session import TdpSession
 
 MMUS = ("tdp", "direct", "shadow")
 ZAPS = ("fast", "slow", "roots")
@@ -204,16 +207,18 @@ def make_session(options: SimulateOptions) -> GuestSession[object]:
         raise SimulateError("--race-rate needs --mmu tdp: the races are tdp_mmu_set_spte_atomic's")
     if options.smi_every and options.mmu != "tdp":
         raise SimulateError("--smi-every needs --mmu tdp")
+    layout = preset(options.layout)
     if options.mmu == "tdp":
-        return kind(  # type: ignore[call-arg, no-any-return]
-            preset(options.layout), workload=options.workload, seed=options.seed,
+        from mmuscope.engine.mmu.tdp.session import TdpSession
+
+        return TdpSession(
+            layout, workload=options.workload, seed=options.seed,
             race_rate=options.race_rate, smi_every=options.smi_every,
         )  # fmt: skip
-    session = kind(preset(options.layout), workload=options.workload, seed=options.seed)
-    return session  # type: ignore[no-any-return]
+    return kind(layout, workload=options.workload, seed=options.seed)
 
 
-def _session_class(mmu: str) -> type[GuestSession[Any]]:
+def _session_class(mmu: str) -> type[MmuSession | ShadowSession | TdpSession]:
     if mmu == "tdp":
         from mmuscope.engine.mmu.tdp.session import TdpSession
 

@@ -32,7 +32,9 @@ from .resources import BUILTIN_THEMES, theme_dir
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
-    import tomli as tomllib
+    # tomli is installed on 3.10 only: mypy (python_version 3.10) checks this branch
+    # everywhere, and the ignore is unused where tomli is found
+    import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
 
 __all__ = [
     "BUILTIN_THEMES",
@@ -109,7 +111,8 @@ def user_theme_dir() -> Path:
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as fh:
-            return tomllib.load(fh)
+            data: dict[str, Any] = tomllib.load(fh)
+            return data
     except tomllib.TOMLDecodeError as exc:
         raise ThemeFileError(path, f"invalid TOML: {exc}") from exc
     except (OSError, UnicodeDecodeError) as exc:

@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TextIO
+from typing import IO
 
 TRACE_DAT_MAGIC = b"\x17\x08Dtracing"
 INSTALL = "sudo apt-get install trace-cmd (or: make trace-cmd)"
@@ -57,7 +57,7 @@ def _trace_cmd(path: Path) -> str:
 
 
 @contextmanager
-def report_lines(path: Path) -> Iterator[TextIO]:
+def report_lines(path: Path) -> Iterator[IO[str]]:
     """`trace-cmd report -i path` as text lines, streamed; its failure is a TraceDatError
     (after the lines it did print, if any).  The child never outlives the reading."""
     binary = _trace_cmd(path)

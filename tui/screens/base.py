@@ -195,8 +195,8 @@ class MmuScreen(Screen[None]):
         message, severity = export_view(text, nodes, stem)
         self.app.call_from_thread(self._notify_export, message, severity)
 
-    def _notify_export(self, message: str, severity: str) -> None:
-        self.notify(message, title="export", severity=severity, timeout=8)  # type: ignore[arg-type]
+    def _notify_export(self, message: str, severity: SeverityLevel) -> None:
+        self.notify(message, title="export", severity=severity, timeout=8)
 
 
 class PlayerScreen(MmuScreen):

@@ -25,6 +25,7 @@ from mmuscope.engine.replay.live import LiveTimeline
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.notifications import SeverityLevel
 
 from ..kvm_launch import KvmLaunch
 from ..widgets.panel import TextPanel
@@ -187,7 +188,7 @@ class KvmReplayScreen(ReplayScreen):
             if child.returncode != 0 and not self.status.startswith("error"):
                 err = (self.launch.folder / "stderr").read_text(errors="replace").strip()
                 self.status = f"error: {err.splitlines()[-1] if err else child.returncode}"
-            severity = "error" if self.status.startswith("error") else "information"
+            severity: SeverityLevel = "error" if self.status.startswith("error") else "information"
             self.notify(self.status, title="kvm", severity=severity, timeout=8)
         self.show_kernel_stats()
 

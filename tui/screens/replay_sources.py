@@ -56,7 +56,7 @@ class FrameGate:
 def index_trace(
     path: Path,
     index: TraceIndex,
-    report: Callable[[float, str], None],
+    report: Callable[[float, str], object],
     cancelled: Callable[[], bool],
     gate: threading.Event | None = None,
 ) -> None:
@@ -89,8 +89,8 @@ def index_trace(
 
 def tail_pipe(
     pipe: Path,
-    hand_over: Callable[[list[Event]], None],
-    ended: Callable[[str], None],
+    hand_over: Callable[[list[Event]], object],
+    ended: Callable[[str], object],
     cancelled: Callable[[], bool],
 ) -> None:
     """Read trace_pipe without blocking the app; hand events over in batches."""

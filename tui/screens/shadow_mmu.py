@@ -200,8 +200,8 @@ class ShadowMmuScreen(ZapReplay, PagingModes, GuestActions, FastPathActions, Pla
             grid.show_empty()
             show_title(grid, "spt: no page selected (step to a fault)")
         else:
-            gen = session.vm.generation(selected.role.smm)
-            grid.show(spt_cells(mmu.pages, selected, mmu.cfg, gen), marked)  # type: ignore[arg-type]
+            generation = session.vm.generation(selected.role.smm)
+            grid.show(spt_cells(mmu.pages, selected, mmu.cfg, generation), marked)  # type: ignore[arg-type]
             obsolete = " (obsolete)" if mmu.pages.is_obsolete(selected) else ""
             gen = "" if era_2011(self.paging) else f" gen {selected.mmu_valid_gen}"
             page = f"spt of sp gfn {selected.gfn:#x} l{selected.role.level}{gen}{obsolete}"

@@ -34,8 +34,12 @@ PAGING_MODES = (
     # no PML without EPT A/D bits: dirty logging and aging both go through fast_page_fault
     ("EPT without A/D bits (kvm_intel.eptad=0), TDP MMU", "ept-no-ad", "tdp"),
 )
-SESSION_KINDS = {"tdp": TdpSession, "direct": MmuSession, "shadow": ShadowSession}
 Session = MmuSession | ShadowSession | TdpSession
+SESSION_KINDS: dict[str, type[Session]] = {
+    "tdp": TdpSession,
+    "direct": MmuSession,
+    "shadow": ShadowSession,
+}
 Step = MmuStep | ShadowStep | TdpStep
 
 

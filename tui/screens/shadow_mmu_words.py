@@ -62,14 +62,14 @@ def counter_lines(session: Session, last: Step | None, paging: int) -> list[tupl
         ("accesses / exits", f"{session.steps} / {session.exits}"),
     ]
     if isinstance(session, ShadowSession):
-        vtlbs = session.mmu.vtlbs
+        vtlbs, stat = session.mmu.vtlbs, session.mmu.pages.stat
         lines += [
             ("guest walks", str(session.guest_walks)),
             ("vtlb walks saved", str(vtlbs.walks_saved) if vtlbs else "vtlb off"),
             ("emulator translations", str(session.emulator_walks)),
             ("cr3 loads / processes", f"{session.cr3_loads} / {len(session.os.processes)}"),
             # guest page-table writes (kvm->stat): unsync pages, emulated pte writes
-            ("unsync/pte_wr/flooded", " · ".join(str(pages.stat[n]) for n in _PT_WRITES)),
+            ("unsync/pte_wr/flooded", " · ".join(str(stat[n]) for n in _PT_WRITES)),
             (f"prev_roots vcpu {vcpu}", _prev_roots(session, vcpu)),
         ]
     if isinstance(session, MmuSession):

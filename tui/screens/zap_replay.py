@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from mmuscope.engine.mmu.mmu_pages import KvmMmuPage
 from mmuscope.engine.mmu.tdp.session import TdpSession
-from mmuscope.engine.mmu.views import LevelSummary, levels_of, pages_by_level, zap_batches
+from mmuscope.engine.mmu.views import LevelSummary, levels_of, zap_batches
 
 from .tdp_view import tdp_zap_caption
 
@@ -89,7 +89,7 @@ class ZapReplay:
         the seqs of the ones its current lock hold is zapping."""
         pages = self.session.mmu.pages
         if not self.zap_replay:
-            return pages_by_level(pages), set()
+            return levels_of(pages.pages(), pages.is_obsolete), set()
         done, hold = self.zap_replay[0]
         ghosts = self.zap_ghosts[done:]
         gone = {sp.seq for sp in ghosts}
@@ -104,7 +104,7 @@ class ZapReplay:
         zapped = (
             session.zap("fast") if isinstance(session, TdpSession) else session.mmu.zap_all_fast()
         )
-        self._start_zap("fast zap", zapped, before)  # type: ignore[arg-type]
+        self._start_zap("fast zap", zapped, before)
 
     def action_slow_zap(self) -> None:
         before = list(self.session.mmu.pages.pages())
@@ -112,7 +112,7 @@ class ZapReplay:
         zapped = (
             session.zap("slow") if isinstance(session, TdpSession) else session.mmu.pages.zap_all()
         )
-        self._start_zap("slow zap", zapped, before)  # type: ignore[arg-type]
+        self._start_zap("slow zap", zapped, before)
 
     def action_invalidate_roots(self) -> None:
         if not isinstance(self.session, TdpSession):

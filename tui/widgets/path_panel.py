@@ -103,8 +103,8 @@ class PathPanel(TextPanel):
         row that counts the earlier ones."""
         shown = min(highlight.shown, highlight.visits)
         if highlight.probes is None:
-            line = f"   scanned entries 0..{shown - 1} in order ({shown} of {highlight.visits})"
-            return [wrap_text(Text(line), width)]
+            scanned = f"   scanned entries 0..{shown - 1} in order ({shown} of {highlight.visits})"
+            return [wrap_text(Text(scanned), width)]
         lines: list[Text] = []
         rows = 0
         first = shown

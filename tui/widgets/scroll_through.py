@@ -21,7 +21,7 @@ from textual.widget import Widget
 def scroll_delta(widget: Widget, offset: Offset, region: Region) -> Offset:
     """The scroll `scroll_to_region(region)` makes from `offset` (its `clamp_delta`)."""
     window = widget.scrollable_content_region.at_offset(offset)
-    if window in region:  # Textual's test: the region holds the whole window
+    if region.contains_region(window):  # Textual's test: the region holds the whole window
         return Offset()
     delta = Region.get_scroll_to_visible(window, region)
     x, y = offset

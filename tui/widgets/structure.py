@@ -139,7 +139,7 @@ class StructureView(ArrayCells, LineDiffView, can_focus=True):
         that the window follows and scrolls to first (a lookup shown whole at once
         moves the window as if revealed from its first probe), drawn once, at the end."""
         drawn_with = self._drawing()
-        stages = (via, highlight) if via is not None else (highlight,)
+        stages: tuple[Highlight | None, ...] = (via, highlight) if via is not None else (highlight,)
         if isinstance(self.shape, ArrayView) and self.merge_scrolls:  # no window to follow
             self.highlight = highlight
             scroll_through(self, [self._array_head(stage) for stage in stages])

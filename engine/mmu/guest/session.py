@@ -19,7 +19,7 @@ ACCESS_NS = 1000  # virtual time between two guest accesses, for event timestamp
 FETCH_RATE = 0.1  # share of RAM reads that are instruction fetches (EPT sessions)
 PFERR_WRITE = 1 << 1  # the error code bits of the emitted kvm_page_fault
 PFERR_USER = 1 << 2
-StepT = TypeVar("StepT")
+StepT = TypeVar("StepT", covariant=True)  # what step() returns
 _RET_NAMES = {ret: ret.name for ret in RetPf}
 RawListener = Callable[[str, Mapping[str, FieldValue]], None]
 
