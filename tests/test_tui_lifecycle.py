@@ -1,10 +1,14 @@
 """Textual's lifecycle as Textual means it: Textual dispatches a message to the handler
 each class of the MRO defines itself, so each screen class's `on_mount` runs once per
 mount and none calls its base's (a chained one ran MmuScreen's three times: three
-kvm_stat counter timers, whose CurAvg/s then read 0 while playing)."""
+kvm_stat counter timers, whose CurAvg/s then read 0 while playing).  Border titles are
+set one way: through widgets/fit.py's show_title and show_subtitle, which set Textual's
+public `border_title`/`border_subtitle` when the text changes (a set repaints the widget
+whole, to the same text too)."""
 
 from __future__ import annotations
 
+import ast
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +23,9 @@ from mmuscope.tui.screens.shadow_mmu import ShadowMmuScreen
 from mmuscope.tui.screens.tlb import TlbScreen
 
 from tests.tui_pilot import SIZE, build
+
+ROOT = Path(__file__).resolve().parent.parent
+TITLES_SET_IN = ROOT / "tui" / "widgets" / "fit.py"
 
 VIEWS = {
     "memslots": MemslotsScreen,
@@ -69,3 +76,47 @@ async def test_each_screen_class_mounts_once(
         }
         assert expected["MmuScreen"] == 1
         assert dict(calls) == expected
+
+
+def handler_chains_and_title_writes(path: Path) -> list[str]:
+    """`super().on_x(…)`/`super()._on_x(…)` calls (a handler calling its base's, which
+    Textual runs anyway) and writes of `border_title`/`border_subtitle`, in one module."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.removeprefix("_").startswith("on_")
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Name)
+            and node.value.func.id == "super"
+        ):
+            found.append((node.lineno, f"super().{node.attr}"))
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Store)
+            and node.attr in ("border_title", "border_subtitle")
+            and path != TITLES_SET_IN
+        ):
+            found.append((node.lineno, f"{ast.unparse(node)} ="))
+    return [f"line {line}: {text}" for line, text in sorted(found)]
+
+
+def test_the_scan_finds_a_chain_and_a_title_write(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "class S(Screen):\n"
+        "    def on_mount(self) -> None:\n"
+        "        super().on_mount()\n"
+        "        self.query_one('#a').border_title = 'a'\n"
+    )
+    assert handler_chains_and_title_writes(sample) == [
+        "line 3: super().on_mount",
+        "line 4: self.query_one('#a').border_title =",
+    ]
+
+
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "tui").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT))
+)
+def test_no_handler_chain_and_titles_set_one_way(path: Path) -> None:
+    assert not handler_chains_and_title_writes(path)

@@ -29,6 +29,7 @@ from textual.widgets import ProgressBar, Static
 from textual.worker import get_current_worker
 
 from ..widgets.bar_chart import BarChart
+from ..widgets.fit import show_title
 from .base import MmuScreen
 
 IDLE, QUEUED, RUNNING = "idle", "queued", "running"
@@ -139,7 +140,7 @@ class ExperimentsScreen(MmuScreen):
         yield BarChart(id="bench-chart")
 
     def on_mount(self) -> None:
-        self.query_one(TableList).border_title = "bench tables"
+        show_title(self.query_one(TableList), "bench tables")
         self.title = "mmuscope · experiments"
         self.sub_title = "the threads' claims measured (quick runs)"
         self.redraw()
@@ -157,7 +158,7 @@ class ExperimentsScreen(MmuScreen):
     def _show_chart(self) -> None:
         chart = self.query_one(BarChart)
         name = self.selected_name
-        chart.border_title = "chart (j/k scroll)"
+        show_title(chart, "chart (j/k scroll)")
         table = self.results.get(name)
         if table is not None:
             chart.show(table, chart_spec(table))

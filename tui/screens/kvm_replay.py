@@ -28,6 +28,7 @@ from textual.containers import Vertical
 from textual.notifications import SeverityLevel
 
 from ..kvm_launch import KvmLaunch
+from ..widgets.fit import show_title
 from ..widgets.panel import TextPanel
 from .replay import ReplayScreen
 
@@ -147,10 +148,10 @@ class KvmReplayScreen(ReplayScreen):
         yield from super().compose_main()
         with Vertical(id="kvm-side"):
             panel = KernelStats(id="kernel-stats")
-            panel.border_title = "KVM_GET_STATS_FD"
+            show_title(panel, "KVM_GET_STATS_FD")
             yield panel
             compare = ComparePanel(id="kvm-compare")
-            compare.border_title = "kernel · model"
+            show_title(compare, "kernel · model")
             yield compare
 
     def on_mount(self) -> None:

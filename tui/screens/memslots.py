@@ -19,7 +19,7 @@ from textual.containers import Vertical
 
 from ..messages import WindowMoved
 from ..widgets.cost_panel import CostPanel
-from ..widgets.fit import fit_title, show_title
+from ..widgets.fit import fit_title, show_subtitle, show_title
 from ..widgets.highlight import Highlight
 from ..widgets.lookup_bar import LookupBar
 from ..widgets.path_panel import PathPanel
@@ -148,10 +148,10 @@ class MemslotsScreen(MemslotUpdates):
             yield CostPanel(id="costs")
 
     def on_mount(self) -> None:
-        self.query_one("#slots").border_title = "memslots"
-        self.query_one("#costs").border_title = "slots looked at per lookup"
-        self.query_one("#path").border_title = "this lookup"
-        self.query_one(StructureView).border_subtitle = LEGEND
+        show_title(self.query_one("#slots"), "memslots")
+        show_title(self.query_one("#costs"), "slots looked at per lookup")
+        show_title(self.query_one("#path"), "this lookup")
+        show_subtitle(self.query_one(StructureView), LEGEND)
         self._show_structure()
         self.query_one(SlotTable).set_slots(self.explorer.slots(), self.explorer.names)
         self.query_one(LookupBar).show(None, 0, "", "")

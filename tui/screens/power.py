@@ -82,8 +82,8 @@ class PowerScreen(PlayerScreen):
             yield FaultSteps(id="fault-steps")
 
     def on_mount(self) -> None:
-        self.query_one("#power-counters").border_title = "faults by class"
-        self.query_one("#fault-steps").border_title = "the handler's path"
+        show_title(self.query_one("#power-counters"), "faults by class")
+        show_title(self.query_one("#fault-steps"), "the handler's path")
         self.redraw()
 
     # -- the player -------------------------------------------------------------------

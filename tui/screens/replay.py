@@ -32,6 +32,7 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.worker import get_current_worker
 
+from ..widgets.fit import show_title
 from ..widgets.replay_panels import (
     IndexingBar,
     ReplayPages,
@@ -151,7 +152,7 @@ class ReplayScreen(ReplayDrawing):
                 yield ReplayState(id="replay-state")
 
     def on_mount(self) -> None:
-        self.query_one("#replay-state").border_title = "kvm->arch · vCPUs"
+        show_title(self.query_one("#replay-state"), "kvm->arch · vCPUs")
         if self.trace is not None:
             self._index_started = time.monotonic()
             self._index_trace()

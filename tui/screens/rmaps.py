@@ -46,7 +46,7 @@ class RmapScreen(PlayerScreen):
         yield RmapBars(id="bars")
 
     def on_mount(self) -> None:
-        self.query_one("#bars").border_title = "mmu_rmaps_stat"
+        show_title(self.query_one("#bars"), "mmu_rmaps_stat")
         self.redraw()
 
     def tick(self, now: float, dt: float) -> None:

@@ -119,8 +119,8 @@ class ShadowMmuScreen(ZapReplay, PagingModes, GuestActions, FastPathActions, Pla
             yield GuestPanel(id="guest")
 
     def on_mount(self) -> None:
-        self.query_one("#levels").border_title = "shadow pages by level"
-        self.query_one("#mmu-counters").border_title = "kvm->arch"
+        show_title(self.query_one("#levels"), "shadow pages by level")
+        show_title(self.query_one("#mmu-counters"), "kvm->arch")
         self.redraw()
 
     # -- the player -------------------------------------------------------------------

@@ -68,7 +68,7 @@ class TlbScreen(PlayerScreen):
         yield TlbSide(id="tlb-side")
 
     def on_mount(self) -> None:
-        self.query_one("#tlb-side").border_title = "protocol"
+        show_title(self.query_one("#tlb-side"), "protocol")
         self.redraw()
 
     # -- the player -------------------------------------------------------------------

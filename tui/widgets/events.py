@@ -29,7 +29,7 @@ from textual.containers import Horizontal
 from textual.markup import escape
 
 from .event_log import EventLog
-from .fit import fit_title, more_rows, names_in
+from .fit import fit_title, more_rows, names_in, show_subtitle, show_title
 from .panel import TextPanel
 
 #: events the model emits that no kernel has a tracepoint for: marked `*` wherever shown
@@ -181,10 +181,10 @@ class EventPanel(Horizontal):
 
     def compose(self) -> ComposeResult:
         log = EventLog(max_lines=LOG_MAX_LINES, auto_scroll=True, id="event-log")
-        log.border_title = "events"
+        show_title(log, "events")
         yield log
         table = CountersTable(id="counters")
-        table.border_title = "kvm_stat"
+        show_title(table, "kvm_stat")
         yield table
 
     @property
@@ -195,8 +195,8 @@ class EventPanel(Horizontal):
         self.pattern = pattern
         log = self.query_one(EventLog)
         shown = f" /{escape(pattern.pattern)}/" if pattern else ""  # "[ab]" is not markup
-        log.border_title = f"events{shown}"
-        self.query_one(CountersTable).border_title = f"kvm_stat{shown}"
+        show_title(log, f"events{shown}")
+        show_title(self.query_one(CountersTable), f"kvm_stat{shown}")
         self.rewrite_log()
         self.show_counters()
 
@@ -242,8 +242,8 @@ class EventPanel(Horizontal):
         if self._unwritten and self.query(EventLog):
             log = self.query_one(EventLog)
             own = any(e.name in OWN_EVENTS for e in self._unwritten)
-            if own and log.border_subtitle != OWN_NOTE:
-                log.border_subtitle = OWN_NOTE
+            if own:
+                show_subtitle(log, OWN_NOTE)
             entries = [log_entry(e) for e in self._unwritten]
             self._unwritten.clear()
             if self._t0 is None:
@@ -299,8 +299,7 @@ class EventPanel(Horizontal):
         more, note = more_rows(dropped), OWN_NOTE if own else ""
         versions = [f"{note} · {more}", more] if note and more else [note or more]
         subtitle = fit_title(versions, table.outer_size.width)
-        if table.border_subtitle != subtitle:
-            table.border_subtitle = subtitle
+        show_subtitle(table, subtitle)
 
     def clear_log(self) -> None:
         self.query_one(EventLog).clear()

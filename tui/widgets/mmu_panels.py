@@ -17,7 +17,14 @@ from rich.text import Text
 from textual.geometry import Size
 from textual.widget import Widget
 
-from .fit import fit_rows, more_rows, names_in, refit_in_render, table_row
+from .fit import (
+    fit_rows,
+    more_rows,
+    names_in,
+    refit_in_render,
+    show_subtitle,
+    table_row,
+)
 from .wrap import WrapCache, wrapped_height
 
 PAGES_PER_LEVEL = 6  # chips shown per level around the path
@@ -131,8 +138,7 @@ class FittedRows(MmuDrawing):
         width, room = self.content_size
         kept, dropped = fit_rows(self._rows, width, room, self._order)
         note = more_rows(dropped)
-        if self.border_subtitle != note:
-            self.border_subtitle = note
+        show_subtitle(self, note)
         self.show_text(
             Text("\n", no_wrap=True, overflow="ellipsis").join(self._rows[i] for i in kept)
         )
@@ -299,8 +305,7 @@ class MmuCounters(MmuDrawing):
         kept, dropped = fit_rows(rows, width, room, named + first + zap + rest)
         text = Text("\n", no_wrap=True, overflow="ellipsis").join(rows[i] for i in kept)
         note = more_rows(dropped)
-        if self.border_subtitle != note:
-            self.border_subtitle = note
+        show_subtitle(self, note)
         self.show_text(text)
 
     def _hold_rows(self, holds: list[int], width: int, room: int) -> list[Text]:
@@ -358,8 +363,7 @@ class GuestPanel(MmuDrawing):
         counters beside it need the rows more)."""
         self._shown = None
         self.add_class("-tdp")
-        if self.border_subtitle != "":
-            self.border_subtitle = ""
+        show_subtitle(self, "")
         short = self.app.size.height < SHORT_SCREEN
         self.show_text(Text(EPT_NOTE_SHORT if short else EPT_NOTE, style=self.style_of("label")))
 
@@ -441,10 +445,8 @@ class GuestPanel(MmuDrawing):
         left_out = sum(rows[i].plain.count("→") for i in range(first, len(rows)) if i not in kept)
         if any(i not in kept for i in range(first)):  # the walk's own rows too
             note = more_rows(dropped)
-            if self.border_subtitle != note:
-                self.border_subtitle = note
+            show_subtitle(self, note)
         else:
             note = more_rows(left_out if dropped else 0, "entries")
-            if self.border_subtitle != note:
-                self.border_subtitle = note
+            show_subtitle(self, note)
         self.show_text(text)

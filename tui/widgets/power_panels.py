@@ -20,7 +20,7 @@ from rich.text import Text
 from textual.geometry import Size
 from textual.widget import Widget
 
-from .fit import fit_rows, more_rows, names_in, refit_in_render
+from .fit import fit_rows, more_rows, names_in, refit_in_render, show_subtitle
 from .wrap import WrapCache, wrapped_height
 
 GLYPH = {VALID: "■", ABSENT: "□", MMIO: "◆", SWAPPED: "▣", EMPTY: "·"}
@@ -162,8 +162,7 @@ class HptGroups(PowerDrawing):
         text.append(LEGEND if with_legend else "", style=self.style_of("label"))
         text.rstrip()
         note = "" if with_legend else more_rows(legend)
-        if self.border_subtitle != note:
-            self.border_subtitle = note
+        show_subtitle(self, note)
         self.show_text(text)
 
     @staticmethod
@@ -270,8 +269,7 @@ class PowerCounters(PowerDrawing):
             room = 0  # as tall as its rows (up to its max-height): all of them
         kept, dropped = fit_rows(self._every, width, room, self._order)
         note = more_rows(dropped)
-        if self.border_subtitle != note:
-            self.border_subtitle = note
+        show_subtitle(self, note)
         self.show_text(
             Text("\n", no_wrap=True, overflow="ellipsis").join(self._every[i] for i in kept)
         )

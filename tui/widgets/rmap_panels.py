@@ -12,7 +12,7 @@ from mmuscope.engine.mmu.rmap.stat import RmapHistogram, bucket_labels
 from rich.text import Text
 from textual.geometry import Size
 
-from .fit import fit_rows, more_rows, refit_in_render
+from .fit import fit_rows, more_rows, refit_in_render, show_subtitle
 from .mmu_panels import MmuDrawing
 from .wrap import wrapped_height
 
@@ -145,8 +145,7 @@ class RmapBars(MmuDrawing):
         order = [0, *full, *(i + 1 for i, count in enumerate(counts) if not count)]
         kept, dropped = fit_rows(rows, width, room, order)
         note = more_rows(dropped)
-        if self.border_subtitle != note:
-            self.border_subtitle = note
+        show_subtitle(self, note)
         self.show_text(Text("\n", no_wrap=True).join(rows[i] for i in kept))
 
 

@@ -13,7 +13,7 @@ from mmuscope.engine.mmu.views import SpteCell
 from rich.text import Text
 from textual.geometry import Size
 
-from .fit import fit_rows, more_rows, refit_in_render
+from .fit import fit_rows, more_rows, refit_in_render, show_subtitle
 from .mmu_panels import MmuDrawing
 
 GRID_COLUMNS = 32  # 512 sptes = 16 rows of 32
@@ -40,8 +40,7 @@ class SptGrid(MmuDrawing):
 
     def show_text(self, text: Text) -> None:
         self._grid = None
-        if self.border_subtitle != "":
-            self.border_subtitle = ""
+        show_subtitle(self, "")
         super().show_text(text)
 
     def render(self) -> Text:
@@ -59,8 +58,7 @@ class SptGrid(MmuDrawing):
             lines = [Text(EMPTY, style=label), Text(), Text(self.legend(), style=label)]
             kept, dropped = fit_rows(lines, width, room, [0, 2])  # the gap: when all fit
             super().show_text(Text("\n").join(lines[i] for i in kept))
-            if self.border_subtitle != "":
-                self.border_subtitle = ""
+            show_subtitle(self, "")
             self._grid = (cells, marked)
             return
         columns, gap = self._shape()
@@ -73,8 +71,7 @@ class SptGrid(MmuDrawing):
             kept, dropped = fit_rows([*rows, legend], width, room, order)
         lines = [*rows, legend]
         note = more_rows(dropped)
-        if self.border_subtitle != note:
-            self.border_subtitle = note
+        show_subtitle(self, note)
         super().show_text(Text("\n", no_wrap=True).join(lines[i] for i in kept))
         self._grid = (cells, marked)  # show_text above forgets it
 

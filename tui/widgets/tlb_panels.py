@@ -21,7 +21,7 @@ from rich.text import Text
 from textual.geometry import Size
 from textual.widget import Widget
 
-from .fit import fit_rows, more_rows, names_in, refit_in_render
+from .fit import fit_rows, more_rows, names_in, refit_in_render, show_subtitle
 from .wrap import WrapCache
 
 GLYPHS = ("█", "▓", "░", "▁")
@@ -121,8 +121,7 @@ class TlbLanes(TlbDrawing):
         note = more_rows(1) if rows_left <= 0 else ""  # the legend, left out for the lanes
 
         def note_legend() -> None:
-            if self.border_subtitle != note:
-                self.border_subtitle = note
+            show_subtitle(self, note)
 
         refit_in_render(self, note_legend)
         return text
@@ -246,7 +245,6 @@ class TlbSide(TlbDrawing):
         width, room = self.content_size
         kept, dropped = fit_rows(lines, width, room, order)
         note = more_rows(dropped)
-        if self.border_subtitle != note:
-            self.border_subtitle = note
+        show_subtitle(self, note)
         self.content = Text("\n", no_wrap=True, overflow="ellipsis").join(lines[i] for i in kept)
         self.refresh()
