@@ -4,6 +4,7 @@ memory."""
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import subprocess
@@ -125,10 +126,50 @@ def test_bad_files_are_one_line_errors(tmp_path: Path) -> None:
         out = replay(str(target), "--summary")
         assert out.returncode == 2 and words in out.stderr
         assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
-    binary = tmp_path / "core"
+
+
+def _not_a_trace(out: subprocess.CompletedProcess[str], what: str) -> None:
+    assert out.returncode == 2 and out.stdout == "", (out.returncode, out.stdout[:200])
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
+    assert f" {what}" in out.stderr, out.stderr
+    assert out.stderr.endswith(": no ftrace record and no trace header in it\n"), out.stderr
+
+
+@pytest.mark.parametrize("mode", ["--summary", "--jsonl"])
+def test_a_file_with_no_trace_line_is_named_not_counted(mode: str, tmp_path: Path) -> None:
+    """Garbage was an empty trace ("events": 0, exit 0): now one line naming what the
+    file looks like, exit 2, nothing on stdout."""
+    binary = tmp_path / "garbage.bin"
     binary.write_bytes(bytes(range(256)) * 40)
-    out = replay(str(binary), "--summary")
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "out.jsonl").write_text('{"event": "kvm_mmu_get_page"}\n')
+    cases = {
+        str(binary): "is binary data",
+        sys.executable: "is an ELF executable",
+        str(FIXTURES / "qemu-mtree-pc-tree.txt"): "is a QEMU 'info mtree' dump",
+        str(FIXTURES / "qemu-strace-kvm_set_user_memory_region.txt"): "holds QEMU's memslot",
+        str(tmp_path / "empty.txt"): "is empty",
+        str(tmp_path / "out.jsonl"): "is JSON, not trace text",
+    }
+    for path, what in cases.items():
+        _not_a_trace(replay(path, mode), what)
+    _not_a_trace(replay("-", mode, stdin="hello\nworld\n"), "is text with no trace line")
+
+
+def test_a_trace_of_no_events_is_still_a_trace(tmp_path: Path) -> None:
+    """A quiet recording has a header: zero events, exit 0; a compressed trace is read
+    as the text inside."""
+    out = replay("-", "--summary", stdin="# tracer: nop\n#\n")
     assert out.returncode == 0 and json.loads(out.stdout)["events"] == 0
+    out = replay("-", "--summary", stdin="cpus=2\n")
+    assert out.returncode == 0 and json.loads(out.stdout)["events"] == 0
+    packed = tmp_path / "trace.txt.gz"
+    packed.write_bytes(gzip.compress(SAMPLE.read_bytes()))
+    assert json.loads(replay(str(packed), "--summary").stdout)["events"] == 29
+
+
+def test_the_replay_screen_refuses_what_is_not_a_trace_before_needing_a_terminal() -> None:
+    _not_a_trace(replay(str(FIXTURES / "qemu-mtree-pc-tree.txt")), "is a QEMU 'info mtree' dump")
 
 
 def test_stdin_and_a_closed_pipe() -> None:

@@ -12,6 +12,7 @@ import argparse
 import io
 import itertools
 import json
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -20,6 +21,7 @@ from typing import Any, TextIO
 
 from mmuscope.engine.events import Event
 from mmuscope.engine.trace import widths
+from mmuscope.engine.trace.lines import parse_line
 from mmuscope.engine.trace.reader import TraceCounts, iter_events, summarize
 from mmuscope.engine.trace.tracepoints import json_fields
 
@@ -113,13 +115,83 @@ def _as_is(event_json: dict[str, Any]) -> dict[str, Any]:
     return event_json
 
 
+# -- what is not a trace ----------------------------------------------------------------
+
+HEAD_LINES = 2000  # lines kept to tell a file without events from an empty trace
+# What only a trace prints besides its records: tracefs's `trace` header, `trace-cmd
+# report`'s first lines and its notes
+_TRACE_HEADER = re.compile(
+    r"\s*(?:# tracer:|# entries-in-buffer|#\s+TASK-PID|cpus=\d|version = \d|CPU \d+ is empty)"
+)
+_MTREE = re.compile(
+    r"(?:address-space|memory-region)(?: \(\d+\))?: |FlatView #\d|Root memory region:"
+)
+_MEMSLOT_CALLS = re.compile(r"kvm_set_user_memory |KVM_SET_USER_MEMORY_REGION")
+
+
+class HeadLines:
+    """The lines of a stream, passed on as they are read, the first HEAD_LINES kept."""
+
+    def __init__(self, lines: Iterable[str]) -> None:
+        self.lines = lines
+        self.head: list[str] = []
+
+    def __iter__(self) -> Iterator[str]:
+        for line in self.lines:
+            if len(self.head) < HEAD_LINES:
+                self.head.append(line)
+            yield line
+
+    def is_trace(self) -> bool:
+        """Whether the head holds an ftrace record or a trace's header: a file of no
+        events that is a trace (a quiet recording) rather than something else."""
+        return any(_TRACE_HEADER.match(line) or parse_line(line) for line in self.head)
+
+
+def not_a_trace(path: Path, head: list[str]) -> str:
+    """The one-line error for a file in which nothing is a trace line, naming what it
+    looks like (and the command that reads it, where there is one)."""
+    name = "standard input" if str(path) == "-" else str(path)
+    raw = b"" if str(path) == "-" else _first_bytes(path)
+    text = "".join(head)
+    if not text.strip():
+        what = "is empty"
+    elif raw.startswith(b"\x7fELF"):
+        what = "is an ELF executable"
+    elif b"\0" in raw or text.count("\ufffd") * 20 > len(text):
+        what = "is binary data"
+    elif any(_MTREE.match(line.lstrip()) for line in head):
+        what = "is a QEMU 'info mtree' dump (mmuscope layout --mtree FILE reads it)"
+    elif any(_MEMSLOT_CALLS.search(line) for line in head):
+        what = "holds QEMU's memslot calls (mmuscope layout --trace FILE reads them)"
+    elif all(line.lstrip().startswith("{") for line in head if line.strip()):
+        what = "is JSON, not trace text"
+    else:
+        what = "is text with no trace line"
+    return f"{name} {what}: no ftrace record and no trace header in it"
+
+
+def _first_bytes(path: Path) -> bytes:
+    try:
+        with path.open("rb") as raw:
+            return raw.read(4096)
+    except OSError:
+        return b""
+
+
 def run_replay_text(args: argparse.Namespace) -> int:
-    """The two text modes; `run_replay` turns TraceFileError into exit code 2."""
+    """The two text modes; `run_replay` turns TraceFileError into exit code 2.  A file
+    in which nothing is a trace line is an error (no output), not zero events."""
     with open_trace(args.trace) as lines:
+        head = HeadLines(lines)
         if args.summary:
-            print(json.dumps(summarize(lines).summary()))
+            counts = summarize(head)
         else:
-            write_jsonl(lines, sys.stdout, hex64=args.hex64)
+            counts = write_jsonl(head, sys.stdout, hex64=args.hex64)
+    if counts.events == 0 and not head.is_trace():
+        raise TraceFileError(not_a_trace(args.trace, head.head))
+    if args.summary:
+        print(json.dumps(counts.summary()))
     sys.stdout.flush()
     return 0
 
@@ -176,10 +248,14 @@ def run_replay_app(args: argparse.Namespace) -> int:
                        "(--jsonl and --summary read stdin)")  # fmt: skip
     if not is_trace_dat(path):
         try:
-            with open_trace(path):
-                pass
+            with open_trace(path) as lines:
+                head = HeadLines(itertools.islice(lines, HEAD_LINES))
+                for _ in head:
+                    pass
         except TraceFileError as err:
             raise CliError(str(err)) from None
+        if not head.is_trace():
+            raise CliError(not_a_trace(path, head.head))
     check_replay_app_options(args, "mmuscope replay TRACE --summary")
     text = _report_file(path) if is_trace_dat(path) else path
     try:
