@@ -309,9 +309,9 @@ def test_stored_vals_follow_pte_list_add_and_remove(era: str) -> None:
         rmap_val_remove(sptes[0], sptes[1])
 
 
-def test_the_level1_hint_follows_zaps() -> None:
-    """The per-vCPU hint skips the walk only while its level-1 page is still the one the
-    walk reaches: after any zap the next fault goes the long way."""
+def test_faults_after_a_zap_walk_into_the_pages_made_again() -> None:
+    """A fault never installs its leaf into a level-1 page that a zap took out of the
+    paging structure: after any zap the walk from the root makes the pages again."""
     vm = Vm()
     vm.set_user_memory_region(0, 0, 0, 64 * MiB, 0x7F00_0000_0000)
     mmu = DirectMmu(vm, huge_pages=False, pte_prefetch=False)  # the neighbours fault
@@ -352,7 +352,7 @@ def test_a_2m_leaf_over_a_page_table_unlinks_it() -> None:
     vm.set_user_memory_region(1, 1, slot.gpa, slot.size, slot.userspace_addr)  # LOG_DIRTY
     assert mmu.page_fault(0, 0x200 << 12) == RetPf.FIXED
     (l1,) = [sp for sp in mmu.pages.pages() if sp.role.level == PG_LEVEL_4K]
-    assert mmu.page_fault(0, 0x201 << 12) == RetPf.FIXED  # the hint, same page
+    assert mmu.page_fault(0, 0x201 << 12) == RetPf.FIXED  # the same level-1 page
     vm.set_user_memory_region(1, 0, slot.gpa, slot.size, slot.userspace_addr)
     assert mmu.page_fault(0, 0x202 << 12) == RetPf.FIXED
     assert not l1.parent_ptes and is_shadow_present_pte(l1.spt[0])

@@ -2,8 +2,8 @@
 the same run so they can be quoted as ratios (timings alone depend on the machine).
 
 - `faults_per_s(n)`: bare 4K TDP faults (EPT, `huge_pages=False`, no listener) on `n`
-  distinct gfns of a guest with one big slot, in gfn order (a guest touching its memory;
-  the per-vCPU level-1 hint skips the walk from the root) or shuffled (every fault walks).
+  distinct gfns of a guest with one big slot, in gfn order (a guest touching its memory:
+  neighbours share their page tables) or shuffled (most faults make tables of their own).
 - `dict_inserts_per_s(n)`: the baseline, a dict insert per gfn over the same gpas.
 - `populate(gib)`: a guest of one `gib` GiB slot faulted at 4K gfn by gfn, in a fresh
   interpreter so the peak RSS is the populate's own (`peak_rss_mb`): seconds, peak RSS

@@ -66,17 +66,16 @@ class EptSession(GuestSession[StepT], FastPathControls):
         """The workload's accesses `first` up to `stop`, drawn at once: nothing an access
         does changes the draws of the next (only a memslot update does, and they come
         between draws, `workload_update`)."""
-        rng, fetch_rng, ram = self._rng, self._fetch_rng, self._ram
+        rng, fetch_rng, ram, nr_vcpus = self._rng, self._fetch_rng, self._ram, self.nr_vcpus
         netperf, migrate = self.workload == "netperf", self.workload == "migrate"
         accesses: list[Access] = []
         for at in range(first, stop):
-            vcpu = at % self.nr_vcpus
+            vcpu = at % nr_vcpus
             if netperf and rng.random() < 0.7:
                 gpa = NIC_DOORBELL if rng.random() < 0.8 else LAPIC_EOI
                 accesses.append((vcpu, gpa, True, False))
                 continue
-            hot = self.hot_access(rng) if migrate else None
-            if hot is not None:
+            if migrate and (hot := self.hot_access(rng)) is not None:
                 accesses.append((vcpu, hot[0] << PAGE_SHIFT, hot[1], False))
                 continue
             slot = ram[uniform_below(rng, len(ram))]  # rng.choice(ram)
