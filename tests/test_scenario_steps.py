@@ -17,10 +17,13 @@ from mmuscope.engine.scenarios.checks import failures
 from mmuscope.tui.app import MmuscopeApp, goto_step, make_app
 from mmuscope.tui.scenario_runner import ScenarioRun
 from mmuscope.tui.widgets.caption import Caption
+from mmuscope.tui.widgets.event_log import EventLog
 from textual.pilot import Pilot
 from textual.scroll_view import ScrollView
 from textual.scrollbar import ScrollBar, ScrollBarCorner
 from textual.widget import Widget
+
+from tests.tui_pilot import drawn_lines
 
 SIZE = (120, 40)
 WIDE = (200, 60)
@@ -128,3 +131,34 @@ def test_every_step_declares_what_the_screen_shows() -> None:
     for scenario in map(load_scenario, CHECKED):
         for number, step in enumerate(scenario.steps, 1):
             assert step.expect, f"{scenario.name} step {number} declares nothing to check"
+
+
+def log_rows_shown(app: MmuscopeApp) -> list[str]:
+    """The event log's rows on screen, inside its border and left of its scrollbar."""
+    log = app.screen.query_one(EventLog)
+    return [line[1:-2].rstrip() for line in drawn_lines(log)[1:-1]]
+
+
+@pytest.mark.parametrize("name", ["fast-zap", "mmio-generation-wrap", "fast-page-fault"])
+async def test_the_event_log_shows_each_steps_own_events(name: str, tmp_path: Path) -> None:
+    """After each step that logs events, the log on screen shows rows of that step's
+    events, not the first step's: a log that stopped following the end kept showing
+    the rows of step 1 (fast-zap's `kvm_mmu_set_spte: gfn 1099a8` at every step)."""
+    scenario = load_scenario(name)
+    app = make_app(scenario=name, export_dir=tmp_path, playing=False)
+    app.animation_level = "none"
+    async with app.run_test(size=SIZE) as pilot:
+        run = await first_step(app, pilot)
+        log = app.screen.query_one(EventLog)
+        checked = 0
+        for index in range(1, len(scenario.steps)):
+            before = set(log.lines)
+            await goto_step(app, run, index)
+            await pilot.pause()
+            new = {row.rstrip() for row in log.lines if row not in before}
+            if not new:
+                continue  # a step that logs nothing keeps the rows before it
+            shown = log_rows_shown(app)
+            assert new & set(shown), f"{name} step {index + 1} shows none of its rows: {shown}"
+            checked += 1
+        assert checked >= 2

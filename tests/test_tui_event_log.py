@@ -76,3 +76,21 @@ async def test_rows_kept_past_the_bound_are_drawn_again_as_they_were() -> None:
             log._row_strips.clear()
             assert kept == [list(log.render_line(row)) for row in range(log.size.height)]
             assert len(log._row_strips) <= ROW_STRIPS_KEPT
+
+
+async def test_a_cleared_log_shows_the_rows_written_next() -> None:
+    """A log cleared while scrolled back (a replay's seek with End or `g`, a new filter:
+    both write the log afresh) shows the rows written after it, not the blank rows at
+    the old scroll offset."""
+    app = LogApp()
+    async with app.run_test(size=(40, 8)) as pilot:
+        log = app.query_one(EventLog)
+        await pilot.pause()
+        log.write_lines(f"row {i}" for i in range(50))
+        log.scroll_to(y=20, animate=False, immediate=True)
+        await pilot.pause()
+        log.clear()
+        log.write_lines(f"new {i}" for i in range(3))
+        await pilot.pause()
+        shown = [line.strip("│ ▁▇█▔▂") for line in drawn_lines(log)[1:-1]]
+        assert shown[:3] == ["new 0", "new 1", "new 2"], shown

@@ -71,6 +71,7 @@ def show_caption(screen: Screen[Any], run: ScenarioRun) -> None:
         screen.caption_text = f"{scenario.steps[run.index].caption}\n{text}"  # fields too
         screen.events_panel.focus_text = screen.caption_text
         screen.events_panel.show_counters()
+        screen.events_panel.show_latest()  # the step's own events, not step 1's
         show_state = getattr(screen, "show_state", None)
         if show_state is not None:
             show_state()  # the side panels keep what the caption names

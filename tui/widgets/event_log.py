@@ -81,9 +81,12 @@ class EventLog(ScrollView, can_focus=True):
         self.refresh(self.size.region)  # the rows: the border and its titles stay
 
     def clear(self) -> None:
+        """No rows, and the view back at the top: the rows written next (a seek's, a new
+        filter's) are drawn, not the blank rows at the old scroll offset."""
         self._rows.clear()
         self._row_strips.clear()
         self._resized()
+        self.scroll_to(y=0, animate=False, immediate=True)
         self.refresh()
 
     def _resized(self) -> None:

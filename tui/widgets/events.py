@@ -256,6 +256,17 @@ class EventPanel(Horizontal):
             else:
                 log.write_lines(self._rows(entries, width))
 
+    def show_latest(self) -> None:
+        """The log's view at its end, once laid out: a scenario step's events are the
+        newest, and the step's last event is the one its caption is about (the caption
+        shown beside the step changes the log's height, so a view at the end before it
+        would no longer be, and would stop following)."""
+        self.call_after_refresh(self._scroll_to_end)
+
+    def _scroll_to_end(self) -> None:
+        if self.query(EventLog):
+            self.query_one(EventLog).scroll_end(animate=False, immediate=True, x_axis=False)
+
     def _log_width(self, log: EventLog) -> int:
         return log.scrollable_content_region.width or 80
 
