@@ -66,3 +66,37 @@ def test_make_run_writes_exports_outside_the_checkouts_root(tmp_path: Path) -> N
     assert (root / "Makefile").stat().st_mtime_ns == makefile_mtime
     assert "mmuscope --export-dir exports" in dry.stdout, dry.stdout
     assert "/exports/" in (root / ".gitignore").read_text().split()
+
+
+NUMBER_WORDS = "zero one two three four five six seven eight nine ten eleven twelve thirteen"
+
+
+def test_the_readme_lists_the_scenarios_mmuscope_scenarios_lists() -> None:
+    """`mmuscope scenarios` against the README: the count in its opening, the table in
+    "### Scenarios" and the teachers' numbered lesson plan name the same scenarios in the
+    same order, each numbered once, and "Scenario N" is the scenario's place in it."""
+    from tests.cli_run import run
+
+    listed = run("scenarios")
+    assert listed.returncode == 0, listed.stderr
+    names = [line.split()[0] for line in listed.stdout.splitlines() if line[:1].isalpha()]
+    names = [n for n in names if n != "open"]  # the closing hint
+    assert len(names) == len(set(names)) >= 10, names
+    count = NUMBER_WORDS.split()[len(names)]
+    assert f"{count.capitalize()} classroom scenarios" in README
+    table = section("### Scenarios")
+    assert re.findall(r"^\| `([a-z0-9-]+)` \|", table, re.MULTILINE) == names
+    plan = section("## Tutorial: for teachers")
+    plan = plan[plan.index("\n1. ") : plan.index("\n\n", plan.index("\n1. "))]
+    numbers = [int(n) for n in re.findall(r"^(\d+)\. ", plan, re.MULTILINE)]
+    assert numbers == list(range(1, len(names) + 1)), numbers
+    for number, name in re.findall(r"Scenario (\d+), `mmuscope --scenario ([a-z0-9-]+)`", README):
+        assert names.index(name) + 1 == int(number), (number, name)
+
+
+def test_the_scenario_files_are_numbered_once() -> None:
+    """The data files' numbers give `mmuscope scenarios` its order: one file each."""
+    from mmuscope.engine.scenarios.scenario import SCENARIO_DIR
+
+    numbers = [path.name.split("-")[0] for path in sorted(SCENARIO_DIR.glob("*.toml"))]
+    assert numbers == [f"{i:02d}" for i in range(1, len(numbers) + 1)], numbers
