@@ -1,0 +1,60 @@
+"""Captions against the threads and the kernel's history: what a re-check of every step
+against the five threads and the screen found wrong, each finding with words its caption
+must now say and words it must no longer say (what the screen shows beside it is each
+step's `shows`, checked in tests/test_scenario_steps.py)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import pytest
+from mmuscope.engine.scenarios import load_scenario
+
+
+class Finding(NamedTuple):
+    scenario: str
+    step: int  # 1-based, as the caption's title counts
+    says: tuple[str, ...]  # words the caption must have
+    not_says: tuple[str, ...]  # words it must not
+    why: str
+
+
+FINDINGS = [
+    Finding(
+        "fast-zap",
+        1,
+        ("'2019 era'", "where 2013 counted up"),
+        ("direct MMU of 2013",),
+        "the screen shows today's mmu_valid_gen, the 0/1 flag of 2019, beside '2013'",
+    ),
+    Finding(
+        "fast-zap",
+        4,
+        ("cond_resched_lock", "an rwlock since 2021"),
+        ("batches (cond_resched_rwlock_write)",),
+        "2013 dropped a spinlock with cond_resched_lock; mmu_lock became an rwlock in 2021",
+    ),
+    Finding(
+        "fast-zap-today",
+        2,
+        ("kvm_mmu_invalidate_memslot_pages", "increments mmu_valid_gen"),
+        ("kvm_mmu_zap_all_fast flips",),
+        "the 2013 patch incremented the generation; kvm_mmu_zap_all_fast and the flip are 2019's",
+    ),
+    Finding(
+        "fast-zap-today",
+        4,
+        ("FROZEN_SPTE since 6.10",),
+        ("frozen (REMOVED_SPTE)",),
+        "today's name, as the screen draws it, is FROZEN_SPTE (6.10+)",
+    ),
+]
+
+
+@pytest.mark.parametrize("finding", FINDINGS, ids=lambda f: f"{f.scenario}-{f.step}")
+def test_the_caption_states_the_fixed_fact(finding: Finding) -> None:
+    caption = " ".join(load_scenario(finding.scenario).steps[finding.step - 1].caption.split())
+    for words in finding.says:
+        assert words in caption, f"{finding.scenario} step {finding.step}: {finding.why}"
+    for words in finding.not_says:
+        assert words not in caption, f"{finding.scenario} step {finding.step}: {finding.why}"
