@@ -48,6 +48,20 @@ FINDINGS = [
         ("frozen (REMOVED_SPTE)",),
         "today's name, as the screen draws it, is FROZEN_SPTE (6.10+)",
     ),
+    Finding(
+        "pv-tlb-flush",
+        1,
+        ("drawn ▒ (waiting on preempted)",),
+        ("red ▓",),
+        "the lanes and the legend draw a sender waiting on a preempted target as ▒",
+    ),
+    Finding(
+        "pv-tlb-flush",
+        5,
+        ("The protocol on screen, 'flush_on_enter', is today's KVM_VCPU_FLUSH_TLB",),
+        ("Today's KVM does that with",),
+        "the header and panels name the protocol flush_on_enter: the caption says what it is",
+    ),
 ]
 
 
