@@ -62,6 +62,27 @@ FINDINGS = [
         ("Today's KVM does that with",),
         "the header and panels name the protocol flush_on_enter: the caption says what it is",
     ),
+    Finding(
+        "power-keys",
+        4,
+        ("8.438 s of real time",),
+        ('"real0m8.438s"',),
+        "the archive glued `time`'s label to its value; the caption gives the number",
+    ),
+    Finding(
+        "power-keys",
+        5,
+        ("which key marks which is mmuscope's inference",),
+        ("valid HPTEs with keys 31 and 30",),
+        "the thread names keys 30 and 31 together, never which one marks MMIO",
+    ),
+    Finding(
+        "power-keys",
+        6,
+        ('"Now with that we can implement keys for guest if we want to"',),
+        ("overstates what the guest keeps",),
+        "Aneesh answered Ben: guest keys could be supported once protection faults go to the host",
+    ),
 ]
 
 
