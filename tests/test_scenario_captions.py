@@ -83,6 +83,20 @@ FINDINGS = [
         ("overstates what the guest keeps",),
         "Aneesh answered Ben: guest keys could be supported once protection faults go to the host",
     ),
+    Finding(
+        "mmio-caching",
+        2,
+        ("mmio_info_in_cache", "'mmio info hits'"),
+        ("KVM finds the MMIO spte with the current generation (handle_mmio_page_fault)",),
+        "the doorbell's store hits vCPU 0's MMIO info cache; the traced walk is the LAPIC's",
+    ),
+    Finding(
+        "mmio-generation-wrap",
+        1,
+        ("answered by that cache",),
+        ("the second hits it (handle_mmio_page_fault)",),
+        "the second store is answered by the MMIO info cache, before any spte is read",
+    ),
 ]
 
 
