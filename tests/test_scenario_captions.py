@@ -97,6 +97,20 @@ FINDINGS = [
         ("the second hits it (handle_mmio_page_fault)",),
         "the second store is answered by the MMIO info cache, before any spte is read",
     ),
+    Finding(
+        "memslot-search",
+        3,
+        ("mmuscope's reconstruction of the RFC's tree",),
+        (),
+        "the 71-node worst lookup is the model's reading of an archived patch cut short",
+    ),
+    Finding(
+        "memslot-search",
+        5,
+        ('"with device assignment, rare == never, since those pages are pinned"',),
+        ("BARs, which take",),
+        "Avi argued device-assigned pages fault once: the BARs' share is the model's mix",
+    ),
 ]
 
 
