@@ -111,6 +111,13 @@ FINDINGS = [
         ("BARs, which take",),
         "Avi argued device-assigned pages fault once: the BARs' share is the model's mix",
     ),
+    Finding(
+        "rmap-fork-storm",
+        3,
+        ("8 + 15 × 8 = 128 B", "the spte_count that patch 8/9"),
+        (),
+        "15 entries already fit 128 B; Sean's 14 leaves room for 8/9's per-descriptor count",
+    ),
 ]
 
 
