@@ -118,6 +118,13 @@ FINDINGS = [
         (),
         "15 entries already fit 128 B; Sean's 14 leaves room for 8/9's per-descriptor count",
     ),
+    Finding(
+        "vtlb",
+        5,
+        ("Here none ran", "unsync (~)"),
+        ("each emulation's gva_to_gpa asks the vtlb",),
+        "the step emulates nothing: the caption says why no walk is saved, not that one is",
+    ),
 ]
 
 
