@@ -125,6 +125,20 @@ FINDINGS = [
         ("each emulation's gva_to_gpa asks the vtlb",),
         "the step emulates nothing: the caption says why no walk is saved, not that one is",
     ),
+    Finding(
+        "fast-page-fault",
+        1,
+        ("no PML", "no manual protect"),
+        ("as a live migration does",),
+        "an EPT host with PML clears D bits and takes no fast_page_fault: name the setting",
+    ),
+    Finding(
+        "fast-page-fault",
+        3,
+        ("without manual protect", "KVM_CLEAR_DIRTY_LOG"),
+        ("the migration's next pass",),
+        "QEMU's manual protect re-protects at CLEAR time, not at GET",
+    ),
 ]
 
 
