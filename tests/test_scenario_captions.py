@@ -139,6 +139,13 @@ FINDINGS = [
         ("the migration's next pass",),
         "QEMU's manual protect re-protects at CLEAR time, not at GET",
     ),
+    Finding(
+        "mmio-generation-wrap",
+        2,
+        ("on the mark_mmio_spte line", "stays stale (◇) until its next store"),
+        ("(hollow diamond: stale)",),
+        "no hollow diamond is drawn after the store: the doorbell's spte is fresh again",
+    ),
 ]
 
 
