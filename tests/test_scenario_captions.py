@@ -146,6 +146,20 @@ FINDINGS = [
         ("(hollow diamond: stale)",),
         "no hollow diamond is drawn after the store: the doorbell's spte is fresh again",
     ),
+    Finding(
+        "real-kvm",
+        1,
+        ("a parent maps 4 pages", "shares 16 pages"),
+        ("a parent maps 16 pages",),
+        "the model's fork lab shares 4 pages (mmu_rmaps_stat counts 4); the kernel's guest 16",
+    ),
+    Finding(
+        "real-kvm",
+        2,
+        ("KVM shadow-pages (kvm-pvm", "the TDP MMU keeps no rmaps"),
+        ("is 12 on a shadow-paging host, not",),
+        "the kernel's numbers hold where KVM shadow-pages; an EPT host's TDP MMU has no rmaps",
+    ),
 ]
 
 
