@@ -35,7 +35,7 @@ from ..guest.ept import EPT_WORKLOADS, EptSession, workload_update
 from ..guest.ept import LAPIC_EOI as LAPIC_EOI
 from ..guest.ept import NIC_DOORBELL as NIC_DOORBELL
 from ..guest.ept import churn_update as churn_update
-from ..guest.session import ACCESS_NS, PFERR_WRITE, after_2011
+from ..guest.session import ACCESS_NS, after_2011
 from ..mmu_pages import KvmMmuPage
 from ..params import TdpMmuParams
 from ..spte import (
@@ -44,18 +44,11 @@ from ..spte import (
     SPTE_CONFIGS,
     RetPf,
     is_executable_pte,
-    is_mmio_spte,
     is_shadow_present_pte,
 )
 from .mmu import DirectMmu
 
 PAGE_SHIFT = 12
-# The EPT violation exit qualification (asm/vmx.h): the access, the RWX the entries grant,
-# and a guest linear address that was valid and translated (a data access of the guest).
-EPT_VIOLATION_ACC_READ, EPT_VIOLATION_ACC_WRITE, EPT_VIOLATION_ACC_INSTR = 1, 1 << 1, 1 << 2
-EPT_VIOLATION_RWX_SHIFT = 3
-EPT_VIOLATION_GVA_IS_VALID, EPT_VIOLATION_GVA_TRANSLATED = 1 << 7, 1 << 8
-PFERR_PRESENT, PFERR_RSVD, PFERR_FETCH = 1 << 0, 1 << 3, 1 << 4
 MMU_WORKLOADS = EPT_WORKLOADS
 
 
@@ -140,10 +133,7 @@ class MmuSession(EptSession[MmuStep]):
         if not self.needs_exit(access):
             self._cpu_sets_accessed(access)
             return MmuStep(access, False, None, update)
-        spte = self.leaf_spte(access.vcpu, access.gpa >> PAGE_SHIFT)
-        misconfig = is_mmio_spte(self.mmu.cfg, spte)
-        code = self.exit_code(spte, access.write, access.fetch)
-        self._vm_exit(access.vcpu, access.gpa, code, traced=not (misconfig and self.mmu.cfg.ept))
+        self.ept_exit(access.vcpu, access.gpa, access.write, access.fetch)
         fast = self.mmu.fast_pf
         before = self.mmu.stat.get("pf_fast", 0)
         fault = self.mmu.page_fault(access.vcpu, access.gpa, access.write, access.fetch)
@@ -158,21 +148,6 @@ class MmuSession(EptSession[MmuStep]):
         leaf = self._leaf(access.vcpu, access.gpa >> PAGE_SHIFT)
         if leaf is not None and not leaf[0].role.ad_disabled:
             leaf[0].spt[leaf[1]] |= self.mmu.cfg.shadow_accessed_mask
-
-    def exit_code(self, spte: int, write: bool, fetch: bool = False) -> int:
-        """What `kvm_page_fault` prints as its code: under EPT the exit qualification
-        (`handle_ept_violation()`, 6.18 vmx.c: `trace_kvm_page_fault(vcpu, gpa,
-        exit_qualification)`); under NPT the #NPF error code, RSVD|P on an MMIO spte."""
-        if not self.mmu.cfg.ept:
-            if is_mmio_spte(self.mmu.cfg, spte):
-                return PFERR_RSVD | PFERR_PRESENT | (PFERR_WRITE if write else 0)
-            present = PFERR_PRESENT if is_shadow_present_pte(spte) else 0
-            return present | (PFERR_WRITE if write else 0) | (PFERR_FETCH if fetch else 0)
-        qual = EPT_VIOLATION_ACC_WRITE if write else EPT_VIOLATION_ACC_READ
-        qual = EPT_VIOLATION_ACC_INSTR if fetch else qual
-        if is_shadow_present_pte(spte):
-            qual |= (spte & 0x7) << EPT_VIOLATION_RWX_SHIFT
-        return qual | EPT_VIOLATION_GVA_IS_VALID | EPT_VIOLATION_GVA_TRANSLATED
 
     def needs_exit(self, access: MmuAccess) -> bool:
         """False when the CPU's own walk finds a present, non-MMIO leaf that allows the

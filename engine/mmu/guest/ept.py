@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING
 from ...errors import KvmError
 from ...memslots.vm import Vm
 from ..dirty_log import DirtyLogging
+from ..spte import is_mmio_spte, is_shadow_present_pte
 from .fast import FastPathControls
-from .session import FETCH_RATE, GuestSession, StepT, uniform_below
+from .session import FETCH_RATE, PFERR_WRITE, GuestSession, StepT, uniform_below
 
 if TYPE_CHECKING:
     from ..direct.mmu import DirectMmu
@@ -42,6 +43,12 @@ DIRTY_EVERY = 400  # the dirty workload toggles dirty logging this often
 EPT_WORKLOADS = ("kernbench", "netperf", "churn", "dirty", "migrate")
 FETCH_SEED = 0x7D9  # the fetch generator's seed is the session's seed ^ this
 Access = tuple[int, int, bool, bool]  # vcpu, gpa, write, fetch
+# The EPT violation exit qualification (asm/vmx.h): the access, the RWX the entries grant,
+# and a guest linear address that was valid and translated (a data access of the guest).
+EPT_VIOLATION_ACC_READ, EPT_VIOLATION_ACC_WRITE, EPT_VIOLATION_ACC_INSTR = 1, 1 << 1, 1 << 2
+EPT_VIOLATION_RWX_SHIFT = 3
+EPT_VIOLATION_GVA_IS_VALID, EPT_VIOLATION_GVA_TRANSLATED = 1 << 7, 1 << 8
+PFERR_PRESENT, PFERR_RSVD, PFERR_FETCH = 1 << 0, 1 << 3, 1 << 4
 
 
 class EptSession(GuestSession[StepT], FastPathControls):
@@ -49,6 +56,35 @@ class EptSession(GuestSession[StepT], FastPathControls):
 
     workloads = EPT_WORKLOADS
     mmu: DirectMmu | TdpMmu  # type: ignore[assignment]  # both read like RootedMmu
+
+    if TYPE_CHECKING:  # each session's
+
+        def leaf_spte(self, vcpu: int, gfn: int) -> int: ...
+
+    def ept_exit(self, vcpu: int, gpa: int, write: bool, fetch: bool) -> None:
+        """The VM exit of an access the CPU's walk did not let through, on the spte the
+        walk ends at: an EPT violation traces `kvm_page_fault` with the exit
+        qualification (`exit_code`); an EPT misconfiguration (an MMIO spte) traces
+        nothing, as `handle_ept_misconfig()` (6.18 vmx.c) has no such tracepoint.  Under
+        NPT every #NPF is traced (`npf_interception()`, 6.18 svm.c)."""
+        spte = self.leaf_spte(vcpu, gpa >> PAGE_SHIFT)
+        misconfig = self.mmu.cfg.ept and is_mmio_spte(self.mmu.cfg, spte)
+        self._vm_exit(vcpu, gpa, self.exit_code(spte, write, fetch), traced=not misconfig)
+
+    def exit_code(self, spte: int, write: bool, fetch: bool = False) -> int:
+        """What `kvm_page_fault` prints as its code: under EPT the exit qualification
+        (`handle_ept_violation()`, 6.18 vmx.c: `trace_kvm_page_fault(vcpu, gpa,
+        exit_qualification)`); under NPT the #NPF error code, RSVD|P on an MMIO spte."""
+        if not self.mmu.cfg.ept:
+            if is_mmio_spte(self.mmu.cfg, spte):
+                return PFERR_RSVD | PFERR_PRESENT | (PFERR_WRITE if write else 0)
+            present = PFERR_PRESENT if is_shadow_present_pte(spte) else 0
+            return present | (PFERR_WRITE if write else 0) | (PFERR_FETCH if fetch else 0)
+        qual = EPT_VIOLATION_ACC_WRITE if write else EPT_VIOLATION_ACC_READ
+        qual = EPT_VIOLATION_ACC_INSTR if fetch else qual
+        if is_shadow_present_pte(spte):
+            qual |= (spte & 0x7) << EPT_VIOLATION_RWX_SHIFT
+        return qual | EPT_VIOLATION_GVA_IS_VALID | EPT_VIOLATION_GVA_TRANSLATED
 
     def set_up_guest(self, seed: int) -> None:
         """After `self.mmu` is made: what the draws and the workloads' updates use."""

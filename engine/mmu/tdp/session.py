@@ -38,7 +38,7 @@ from ..guest.ept import (
     workload_update,
 )
 from ..guest.fast import GET_DIRTY_EVERY
-from ..guest.session import ACCESS_NS, PFERR_WRITE
+from ..guest.session import ACCESS_NS
 from ..mmu_pages import KvmMmuPage
 from ..params import TdpMmuParams
 from ..spte import SPTE_CONFIGS, RetPf
@@ -48,7 +48,6 @@ from .mmu import TdpMmu
 from .pages import RCU_GRACE_PERIOD_NS, TdpMmuPage
 
 PAGE_SHIFT = 12
-PFERR_FETCH = 1 << 4
 MAX_RETRIES = 4  # faults of one access while RET_PF_RETRY leaves it unmapped (model-only)
 TDP_WORKLOADS = EPT_WORKLOADS
 ZAP_KINDS = ("fast", "slow", "roots")
@@ -264,8 +263,7 @@ class TdpSession(EptSession[TdpStep]):
         return ret, fast_words(mmu.cfg, mmu.fast_pf.last)
 
     def _fault(self, access: TdpAccess) -> RetPf:
-        error_code = (PFERR_WRITE if access.write else 0) | (PFERR_FETCH if access.fetch else 0)
-        self._vm_exit(access.vcpu, access.gpa, error_code)
+        self.ept_exit(access.vcpu, access.gpa, access.write, access.fetch)
         mmu = self.mmu
         if not self.race_rate:
             return self._result(mmu.page_fault(access.vcpu, access.gpa, access.write, access.fetch))
@@ -287,7 +285,7 @@ class TdpSession(EptSession[TdpStep]):
         other = (access.vcpu + 1) % self.nr_vcpus
         self._racing, self._vcpu = None, other
         try:
-            self._vm_exit(other, access.gpa, PFERR_WRITE if access.write else 0)
+            self.ept_exit(other, access.gpa, access.write, access.fetch)
             self.mmu.page_fault(other, access.gpa, access.write, access.fetch)
         finally:
             self._vcpu = access.vcpu
