@@ -35,3 +35,20 @@ def test_tdp_kvm_page_fault_is_the_ept_violations_exit_qualification() -> None:
     assert {code & 0x7 for code in codes} == {1, 2, 4}  # EPT_VIOLATION_ACC_{READ,WRITE,INSTR}
     mmio = [line for line in tdp if f"{DOORBELL:016x}" in line or f"{EOI:016x}" in line]
     assert len(mmio) == 2, mmio
+
+
+def test_tdp_counts_no_fault_for_a_cached_mmio_hit() -> None:
+    """`kvm_mmu_page_fault()` (6.18 mmu.c): `handle_mmio_page_fault()` returning
+    RET_PF_EMULATE jumps to `emulate:`; `pf_taken` moves only on RET_PF_INVALID and
+    `pf_emulate` only for what `kvm_mmu_do_page_fault()` returns.  netperf's stores:
+    the two MMIO sptes' first faults are taken and emulated, the rest are not."""
+    options = SimulateOptions("tdp", "netperf", 2000)
+    session = make_session(options)
+    out = io.StringIO()
+    run(session, options, out)
+    lines = out.getvalue().splitlines()
+    stat = session.mmu.stat
+    assert stat["pf_emulate"] == len(events(lines, "mark_mmio_spte")) == 2
+    assert stat["pf_taken"] == len(events(lines, "kvm_page_fault"))
+    hits = len(events(lines, "handle_mmio_page_fault"))
+    assert hits + 2 == len(events(lines, "kvm_mmio")) == 1374

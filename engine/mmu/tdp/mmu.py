@@ -133,24 +133,26 @@ class TdpMmu(TdpHuge):
         exec_: bool = False,
         rsvd: bool | None = None,
     ) -> RetPf:
-        """`kvm_mmu_page_fault()` for a guest-physical address: a reserved-bit fault (an
-        EPT misconfiguration, PFERR_RSVD_MASK: `rsvd`; None: the CPU hit an MMIO spte at
-        the end of its walk) tries `handle_mmio_page_fault()` first; then
-        `kvm_tdp_page_fault()` → `kvm_tdp_mmu_page_fault()`; RET_PF_EMULATE emulates."""
-        self.stat["pf_taken"] += 1
+        """`kvm_mmu_page_fault()` (6.18 mmu.c) for a guest-physical address: a reserved-bit
+        fault (an EPT misconfiguration, PFERR_RSVD_MASK: `rsvd`; None: the CPU hit an MMIO
+        spte at the end of its walk) tries `handle_mmio_page_fault()` first, and when that
+        emulates jumps to `emulate:`, counting neither `pf_taken` nor `pf_emulate`; only
+        RET_PF_INVALID counts `pf_taken` and goes on to `kvm_tdp_page_fault()` →
+        `kvm_tdp_mmu_page_fault()`, whose RET_PF_EMULATE counts `pf_emulate`."""
         root = self.root(vcpu)
         gfn = gpa >> PAGE_SHIFT
         sp, index = self.last_spte(root, gfn)
         spte = sp.spt[index]  # the spte the exit was on
         if rsvd is None:
             rsvd = is_mmio_spte(self.cfg, spte)
-        ret = RetPf.INVALID
-        if rsvd:
-            ret = self.handle_mmio_page_fault(root, gfn, spte)
-        if ret is RetPf.INVALID:
-            ret = self.kvm_tdp_mmu_page_fault(vcpu, root, gpa, write, exec_, spte)
+        if rsvd and self.handle_mmio_page_fault(root, gfn, spte) is RetPf.EMULATE:
+            self._emit_mmio(gpa, write)  # emulate: x86_emulate_instruction()
+            return RetPf.EMULATE
+        self.stat["pf_taken"] += 1
+        ret = self.kvm_tdp_mmu_page_fault(vcpu, root, gpa, write, exec_, spte)
         if ret is RetPf.EMULATE:
-            return self._emulate(gpa, write)
+            self.stat["pf_emulate"] += 1
+            self._emit_mmio(gpa, write)
         return ret
 
     def handle_mmio_page_fault(self, root: TdpMmuPage, gfn: int, spte: int) -> RetPf:
@@ -189,11 +191,10 @@ class TdpMmu(TdpHuge):
             self.stat["pf_spurious"] += 1
         return ret
 
-    def _emulate(self, gpa: int, write: bool) -> RetPf:
-        self.stat["pf_emulate"] += 1
+    def _emit_mmio(self, gpa: int, write: bool) -> None:
+        """The emulator's MMIO access (`kvm_mmio`, one per emulated store or load)."""
         if self._listener is not None:
             self._emit("kvm_mmio", **kvm_mmio_fields(gpa, write))
-        return RetPf.EMULATE
 
     def disallowed_hugepage_adjust(self, fault: KvmPageFault, spte: int, cur_level: int) -> None:
         """Go one level below a table made for a disallowed NX huge page."""
