@@ -52,3 +52,28 @@ def test_tdp_counts_no_fault_for_a_cached_mmio_hit() -> None:
     assert stat["pf_taken"] == len(events(lines, "kvm_page_fault"))
     hits = len(events(lines, "handle_mmio_page_fault"))
     assert hits + 2 == len(events(lines, "kvm_mmio")) == 1374
+
+
+def set_spte_letters(lines: list[str]) -> dict[int, str]:
+    """Each `kvm_mmu_set_spte`'s spte and its `(%s%s%s%s)` letters."""
+    letters = {}
+    for line in events(lines, "kvm_mmu_set_spte"):
+        words = line.split()
+        letters[int(words[3], 16)] = words[4].strip("()")
+    return letters
+
+
+def test_direct_set_spte_letters_decode_the_ept_layout() -> None:
+    """`kvm_mmu_set_spte` (6.18 mmutrace.h) prints `x` from `is_executable_pte()` and
+    `u` from `shadow_user_mask`; under EPT (`kvm_mmu_set_ept_masks()`) those are
+    VMX_EPT_EXECUTABLE_MASK (bit 2) and VMX_EPT_READABLE_MASK (bit 0), never bit 63.
+    The direct MMU prints what the TDP MMU prints for the same sptes."""
+    direct = set_spte_letters(printed("direct", "kernbench", 600))
+    tdp = set_spte_letters(printed("tdp", "kernbench", 600))
+    assert direct and tdp
+    for spte, letters in direct.items():
+        ept = "r" + "-w"[spte >> 1 & 1] + "-x"[spte >> 2 & 1] + "-u"[spte & 1]
+        assert letters == ept, f"{spte:x} ({letters})"
+    shared = direct.keys() & tdp.keys()
+    assert shared and all(direct[spte] == tdp[spte] for spte in shared)
+    assert "rwxu" in direct.values()

@@ -58,6 +58,7 @@ from ..spte import (
     SpteConfig,
     is_mmio_spte,
     make_spte,
+    spte_access_str,
     spte_requested_fields,
 )
 from ..vcpu_memslot import VcpuMemslotCache
@@ -348,14 +349,18 @@ class DirectMmu(DirectMmio, DirectHuge, DirectRmaps):
     ) -> RetPf:
         """`mmu_set_spte()` for RAM: the leaf `make_spte()` made, its rmap entry, the
         tracepoint, the page marked dirty in a slot that logs them (`make_spte()`).  A
-        prefetch is no fault (not in pf_fixed)."""
+        prefetch is no fault (not in pf_fixed).  The tracepoint's letters are
+        `kvm_mmu_set_spte`'s in 6.18 mmutrace.h: r, w, `x` from `is_executable_pte()` and
+        `u` from `shadow_user_mask`, of the spte layout in use (`spte_access_str`: under
+        EPT `(rwxu)`, not the non-EPT decoding that reads bit 63 as NX)."""
         sp.spt[index] = spte
         sptep = sp.spt_pa + 8 * index
         self.rmap_add(slot, gfn, level, sptep)
-        self._emit(
-            "kvm_mmu_set_spte", gfn=gfn & -kvm_pages_per_hpage(level), spte=spte, level=level,
-            sptep=sptep,
-        )  # fmt: skip
+        if self._listener is not None:
+            self._emit(
+                "kvm_mmu_set_spte", gfn=gfn & -kvm_pages_per_hpage(level), spte=spte,
+                access_str=spte_access_str(self.cfg, spte), level=level, sptep=sptep,
+            )  # fmt: skip
         if spte & PT_WRITABLE_MASK and slot.flags & KVM_MEM_LOG_DIRTY_PAGES:
             mark_page_dirty_in_slot(self, slot, gfn)
         if not prefetch:
