@@ -77,3 +77,15 @@ def test_direct_set_spte_letters_decode_the_ept_layout() -> None:
     shared = direct.keys() & tdp.keys()
     assert shared and all(direct[spte] == tdp[spte] for spte in shared)
     assert "rwxu" in direct.values()
+
+
+def test_every_mmus_kvm_mmio_keeps_the_page_offset() -> None:
+    """The emulator traces `kvm_mmio` with the access's whole gpa (`write_mmio()`, 6.18
+    x86.c, after `emulator_read_write_onepage()` kept `addr & ~PAGE_MASK`): netperf's
+    LAPIC EOI store is at 0xfee000b0 on every MMU."""
+    for mmu in ("tdp", "direct"):
+        gpas = {
+            line.split("gpa ")[1].split()[0]
+            for line in events(printed(mmu, "netperf", 300), "kvm_mmio")
+        }
+        assert gpas == {f"{EOI:#x}", f"{DOORBELL:#x}"}, (mmu, gpas)

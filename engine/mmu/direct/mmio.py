@@ -39,16 +39,13 @@ class DirectMmio:
 
         def _emit(self, name: str, **fields: FieldValue) -> None: ...
 
-    def _handle_mmio_page_fault(
-        self, vcpu: int, root: KvmMmuPage, gfn: int, spte: int, write: bool
-    ) -> bool:
+    def _handle_mmio_page_fault(self, vcpu: int, root: KvmMmuPage, gfn: int, spte: int) -> bool:
         """`handle_mmio_page_fault(vcpu, addr, direct=true)`: True (RET_PF_EMULATE) when
         the vCPU's MMIO info holds this gpa (`vcpu_match_mmio_gpa`), or the MMIO spte's
         generation is current.  The trace prints `addr` 0 (direct) and
         `get_mmio_spte_access(spte)` = spte & shadow_mmio_access_mask (0 on EPT)."""
         gen = self.vm.generation(root.role.smm)
         if self.mmio_info.match_gpa(vcpu, gfn << PAGE_SHIFT, gen) is not None:
-            self._emit_mmio(gfn << PAGE_SHIFT, write)
             return True
         valid, fields = check_mmio_spte_traced(self.cfg, spte, gen)
         if fields is not None:
@@ -58,7 +55,6 @@ class DirectMmio:
         access = get_mmio_spte_access(self.cfg, spte)
         self._emit("handle_mmio_page_fault", addr=0, gfn=gfn, access=access)
         self.mmio_info.cache(vcpu, 0, gfn, access, gen)
-        self._emit_mmio(gfn << PAGE_SHIFT, write)
         return True
 
     def max_gfn(self) -> int:
@@ -66,15 +62,16 @@ class DirectMmio:
         return (1 << (self.cfg.host_phys_bits - PAGE_SHIFT)) - 1
 
     def _emit_mmio(self, gpa: int, write: bool) -> None:
-        self._emit("kvm_mmio", **kvm_mmio_fields(gpa, write))
+        """What the emulator traces for the access: `kvm_mmio` with the whole gpa, page
+        offset included (`write_mmio()`/`read_exit_mmio()`, 6.18 x86.c, through
+        `emulator_read_write_onepage()`, which keeps `addr & ~PAGE_MASK`)."""
+        if self._listener is not None:
+            self._emit("kvm_mmio", **kvm_mmio_fields(gpa, write))
 
-    def _mark_mmio_spte(
-        self, root: KvmMmuPage, sp: KvmMmuPage, index: int, gfn: int, write: bool
-    ) -> RetPf:
+    def _mark_mmio_spte(self, root: KvmMmuPage, sp: KvmMmuPage, index: int, gfn: int) -> RetPf:
         self.stat["pf_emulate"] += 1
         gen = self.vm.generation(root.role.smm)
         sp.spt[index] = spte = make_mmio_spte(self.cfg, gfn, ACC_ALL, gen)
         self.stat["pf_mmio_spte_created"] += 1
         self._emit("mark_mmio_spte", **mark_mmio_spte_fields(sp.sptep(index), gfn, spte))
-        self._emit_mmio(gfn << PAGE_SHIFT, write)
         return RetPf.EMULATE

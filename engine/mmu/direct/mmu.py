@@ -186,12 +186,14 @@ class DirectMmu(DirectMmio, DirectHuge, DirectRmaps):
         root = self.root(vcpu)
         leaf_page, index = self._walk_existing(root, gfn)
         spte = self.pages.nonpresent if leaf_page is None else leaf_page.spt[index]
-        if is_mmio_spte(self.cfg, spte) and self._handle_mmio_page_fault(
-            vcpu, root, gfn, spte, write
-        ):
+        if is_mmio_spte(self.cfg, spte) and self._handle_mmio_page_fault(vcpu, root, gfn, spte):
+            self._emit_mmio(gpa, write)  # emulate: x86_emulate_instruction()
             return RetPf.EMULATE  # else a stale generation: RET_PF_INVALID, the real path
         self.stat["pf_taken"] += 1
-        return self.direct_page_fault(vcpu, root, gpa, write, exec_, error_code, spte)
+        ret = self.direct_page_fault(vcpu, root, gpa, write, exec_, error_code, spte)
+        if ret is RetPf.EMULATE:
+            self._emit_mmio(gpa, write)
+        return ret
 
     def _fast_pf_last_sptep(self, vcpu: int, gfn: int) -> tuple[KvmMmuPage, int]:
         """`fast_pf_get_last_sptep()` from the vCPU's root (fast_pf.py)."""
@@ -228,7 +230,6 @@ class DirectMmu(DirectMmio, DirectHuge, DirectRmaps):
             slot is not None and write and slot.flags & KVM_MEM_READONLY
         ):
             self.stat["pf_emulate"] += 1
-            self._emit_mmio(gfn << PAGE_SHIFT, write)
             return RetPf.EMULATE
         self.pages.make_mmu_pages_available()
         return self.direct_map(vcpu, root, KvmPageFault(gfn, write, exec_, slot, self._max_level()))
@@ -267,7 +268,7 @@ class DirectMmu(DirectMmio, DirectHuge, DirectRmaps):
         if slot is None:  # caching on (else direct_page_fault emulated): mark_mmio_spte()
             if sp.spt[index] != self.pages.nonpresent:
                 self._zap_leaf(sp, index)
-            return self._mark_mmio_spte(root, sp, index, gfn, fault.write)
+            return self._mark_mmio_spte(root, sp, index, gfn)
         spte = self.make_spte(slot, gfn, level)
         if sp.spt[index] == spte:  # `mmu_set_spte()`: already mapped (another vCPU won)
             self.stat["pf_spurious"] += 1
