@@ -89,3 +89,25 @@ def test_every_mmus_kvm_mmio_keeps_the_page_offset() -> None:
             for line in events(printed(mmu, "netperf", 300), "kvm_mmio")
         }
         assert gpas == {f"{EOI:#x}", f"{DOORBELL:#x}"}, (mmu, gpas)
+
+
+def test_no_mmio_spte_for_a_gfn_above_kvm_mmu_max_gfn() -> None:
+    """`kvm_handle_noslot_fault()` (6.18 mmu.c) emulates a fault on a gfn above
+    `kvm_mmu_max_gfn()` (the host's MAXPHYADDR, 46 bits here) without an MMIO spte; below
+    it, an MMIO spte is made.  Both EPT MMUs."""
+    from mmuscope.engine import Vm
+    from mmuscope.engine.events import Event
+    from mmuscope.engine.mmu.direct.mmu import DirectMmu
+    from mmuscope.engine.mmu.spte import RetPf
+    from mmuscope.engine.mmu.tdp.mmu import TdpMmu
+
+    for make in (TdpMmu, DirectMmu):
+        vm = Vm()
+        vm.set_user_memory_region(0, 0, 0, 1 << 30, 0x7F00_0000_0000)
+        seen: list[Event] = []
+        mmu = make(vm, emit=seen.append)
+        assert mmu.page_fault(0, (1 << 46) + 0xB0, write=True) is RetPf.EMULATE
+        assert mmu.stat["pf_emulate"] == 1 and mmu.stat["pf_mmio_spte_created"] == 0
+        assert [e.name for e in seen if e.name == "mark_mmio_spte"] == [], make
+        assert mmu.page_fault(0, (1 << 46) - 0x1000, write=True) is RetPf.EMULATE
+        assert mmu.stat["pf_mmio_spte_created"] == 1, make

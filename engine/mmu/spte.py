@@ -437,6 +437,13 @@ def get_mmio_spte_generation(spte: int) -> int:
     return gen | ((spte & MMIO_SPTE_GEN_HIGH_MASK) >> MMIO_SPTE_GEN_HIGH_SHIFT)
 
 
+def kvm_mmu_max_gfn(cfg: SpteConfig) -> int:
+    """`kvm_mmu_max_gfn()` (6.18 mmu.h) with TDP on: the host's MAXPHYADDR bounds the
+    gfns an MMIO spte may hold; `kvm_handle_noslot_fault()` emulates any gfn above it
+    without making one."""
+    return (1 << (cfg.host_phys_bits - 12)) - 1
+
+
 def make_mmio_spte(cfg: SpteConfig, gfn: int, access: int, gen: int) -> int:
     """`make_mmio_spte()`; `gen` is the vCPU's memslots generation (masked to 19 bits).
 

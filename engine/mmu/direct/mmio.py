@@ -57,10 +57,6 @@ class DirectMmio:
         self.mmio_info.cache(vcpu, 0, gfn, access, gen)
         return True
 
-    def max_gfn(self) -> int:
-        """`kvm_mmu_max_gfn()` with TDP on: the host's MAXPHYADDR."""
-        return (1 << (self.cfg.host_phys_bits - PAGE_SHIFT)) - 1
-
     def _emit_mmio(self, gpa: int, write: bool) -> None:
         """What the emulator traces for the access: `kvm_mmio` with the whole gpa, page
         offset included (`write_mmio()`/`read_exit_mmio()`, 6.18 x86.c, through

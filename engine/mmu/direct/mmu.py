@@ -57,6 +57,7 @@ from ..spte import (
     RetPf,
     SpteConfig,
     is_mmio_spte,
+    kvm_mmu_max_gfn,
     make_spte,
     spte_access_str,
     spte_requested_fields,
@@ -224,11 +225,11 @@ class DirectMmu(DirectMmio, DirectHuge, DirectRmaps):
             ret = self.fast_pf.try_fast_page_fault(vcpu, gpa, slot, spte, write, exec_, error_code)
             if ret is not RetPf.INVALID:
                 return ret
+        noslot_emulate = False
         if slot is None:  # kvm_handle_noslot_fault(): the vCPU's MMIO info first
             self.mmio_info.cache(vcpu, 0, gfn, 0, self.vm.generation(root.role.smm))
-        if (slot is None and (not self.cfg.mmio_caching_enabled or gfn > self.max_gfn())) or (
-            slot is not None and write and slot.flags & KVM_MEM_READONLY
-        ):
+            noslot_emulate = not self.cfg.mmio_caching_enabled or gfn > kvm_mmu_max_gfn(self.cfg)
+        if noslot_emulate or (slot is not None and write and slot.flags & KVM_MEM_READONLY):
             self.stat["pf_emulate"] += 1
             return RetPf.EMULATE
         self.pages.make_mmu_pages_available()

@@ -51,6 +51,7 @@ from ..spte import (
     is_mmio_spte,
     is_shadow_present_pte,
     kvm_mmio_fields,
+    kvm_mmu_max_gfn,
     make_mmio_spte,
     make_spte,
     mark_mmio_spte_fields,
@@ -172,16 +173,18 @@ class TdpMmu(TdpHuge):
         self, vcpu: int, root: TdpMmuPage, gpa: int, write: bool, exec_: bool, spte: int
     ) -> RetPf:
         """`fast_page_fault()` first (fast_pf.py), then `kvm_mmu_faultin_pfn()`: RET_PF_EMULATE
-        without a memslot and MMIO caching off (`kvm_handle_noslot_fault()`) or for a write
-        to a read-only slot (KVM_PFN_ERR_RO_FAULT); else `kvm_tdp_mmu_map()`.  Its
+        without a memslot when MMIO caching is off or the gfn is above `kvm_mmu_max_gfn()`
+        (`kvm_handle_noslot_fault()`, 6.18 mmu.c: no MMIO spte for a gfn beyond the host's
+        MAXPHYADDR), or for a write to a read-only slot (KVM_PFN_ERR_RO_FAULT); else
+        `kvm_tdp_mmu_map()`.  Its
         RET_PF_FIXED and RET_PF_SPURIOUS are counted as `kvm_mmu_do_page_fault()` does."""
         gfn = gpa >> PAGE_SHIFT
         slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
         ret = self.fast_pf.try_fast_page_fault(vcpu, gpa, slot, spte, write, exec_)
         if ret is not RetPf.INVALID:
             return ret
-        if slot is None and not self.cfg.mmio_caching_enabled:
-            return RetPf.EMULATE
+        if slot is None and (not self.cfg.mmio_caching_enabled or gfn > kvm_mmu_max_gfn(self.cfg)):
+            return RetPf.EMULATE  # kvm_handle_noslot_fault(): no MMIO spte made
         if slot is not None and write and slot.flags & KVM_MEM_READONLY:
             return RetPf.EMULATE
         ret = self.kvm_tdp_mmu_map(KvmPageFault(gfn, write, exec_, slot), root)
