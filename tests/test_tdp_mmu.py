@@ -189,8 +189,13 @@ def test_mmio_sptes_are_cached_hit_and_rebuilt_when_stale() -> None:
     gpa = 0x1_2000_0000  # past the slot: MMIO
     assert mmu.page_fault(0, gpa, write=True) is RetPf.EMULATE
     assert mmu.stat["pf_mmio_spte_created"] == 1
-    assert mmu.page_fault(0, gpa, rsvd=True) is RetPf.EMULATE
-    assert events[-2].name == "handle_mmio_page_fault"
+    seen = len(events)
+    assert mmu.page_fault(0, gpa, rsvd=True) is RetPf.EMULATE  # vCPU 0's MMIO info: no trace
+    assert [e.name for e in events[seen:]] == ["kvm_mmio"]
+    seen = len(events)
+    assert mmu.page_fault(1, gpa, rsvd=True) is RetPf.EMULATE  # vCPU 1 reads the spte
+    names = [e.name for e in events[seen:]]
+    assert names == ["check_mmio_spte", "handle_mmio_page_fault", "kvm_mmio"]
     marked = [e.fields for e in events if e.name == "mark_mmio_spte"]
     assert marked[0]["access"] == 6  # spte & ACC_ALL: EPT's misconfig value W|X (mmutrace.h)
     assert marked[0]["gen"] == vm.generation() & 0x7FFFF

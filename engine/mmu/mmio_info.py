@@ -17,8 +17,16 @@ Not before 3.1: the 2011 eras (`enabled=False`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
+from ..events import FieldValue
 from ..memslots.constants import KVM_MEMSLOT_GEN_UPDATE_IN_PROGRESS
+from .spte import (
+    SpteConfig,
+    check_mmio_spte_traced,
+    get_mmio_spte_access,
+    get_mmio_spte_gfn,
+)
 
 PAGE_MASK = ~0xFFF
 
@@ -74,3 +82,38 @@ class VcpuMmioInfo:
             return "empty"
         state = "" if info.gen == gen else " (stale)"
         return f"gva {info.gva:#x} gfn {info.gfn:#x}{state}"
+
+
+class MmioMmu(Protocol):
+    """What `handle_mmio_page_fault()` reads of an MMU: its spte layout, its vCPUs' MMIO
+    info, and its tracepoints."""
+
+    cfg: SpteConfig
+    mmio_info: VcpuMmioInfo
+
+    def _emit(self, name: str, **fields: FieldValue) -> None: ...
+
+
+def handle_mmio_page_fault(
+    mmu: MmioMmu, vcpu: int, addr: int, spte: int, gen: int, direct: bool
+) -> bool:
+    """`handle_mmio_page_fault(vcpu, addr, direct)` (6.18 mmu.c) on the spte the lockless
+    walk ends at; True is RET_PF_EMULATE.  `mmio_info_in_cache()` answers first, before
+    the spte is read and with no tracepoint (`vcpu_match_mmio_gpa` for a direct MMU,
+    `vcpu_match_mmio_gva` for shadow paging); then `check_mmio_spte()` (traced) of the
+    spte, False (RET_PF_INVALID) for a stale generation; a current one traces
+    `handle_mmio_page_fault` (addr 0 when direct) and `vcpu_cache_mmio_info()`s it."""
+    info = mmu.mmio_info
+    if (info.match_gpa if direct else info.match_gva)(vcpu, addr, gen) is not None:
+        return True
+    valid, fields = check_mmio_spte_traced(mmu.cfg, spte, gen)
+    if fields is not None:
+        mmu._emit("check_mmio_spte", **fields)
+    if not valid:
+        return False
+    gfn, access = get_mmio_spte_gfn(mmu.cfg, spte), get_mmio_spte_access(mmu.cfg, spte)
+    if direct:
+        addr = 0
+    mmu._emit("handle_mmio_page_fault", addr=addr, gfn=gfn, access=access)
+    info.cache(vcpu, addr, gfn, access, gen)
+    return True

@@ -39,7 +39,7 @@ from ..fast_pf import (
     mark_page_dirty_in_slot,
 )
 from ..mapping_level import KvmPageFault, MappingLevels, kvm_pages_per_hpage
-from ..mmio_info import VcpuMmioInfo
+from ..mmio_info import VcpuMmioInfo, handle_mmio_page_fault
 from ..mmu_pages import KvmMmuPage, MmuPages, default_mmu_pages, shadow_mmu_memslot_update
 from ..nx_huge_pages import account_nx_huge_page
 from ..params import TdpMmuParams
@@ -187,7 +187,10 @@ class DirectMmu(DirectMmio, DirectHuge, DirectRmaps):
         root = self.root(vcpu)
         leaf_page, index = self._walk_existing(root, gfn)
         spte = self.pages.nonpresent if leaf_page is None else leaf_page.spt[index]
-        if is_mmio_spte(self.cfg, spte) and self._handle_mmio_page_fault(vcpu, root, gfn, spte):
+        gen = self.vm.generation(root.role.smm)
+        if is_mmio_spte(self.cfg, spte) and handle_mmio_page_fault(
+            self, vcpu, gpa, spte, gen, True
+        ):
             self._emit_mmio(gpa, write)  # emulate: x86_emulate_instruction()
             return RetPf.EMULATE  # else a stale generation: RET_PF_INVALID, the real path
         self.stat["pf_taken"] += 1

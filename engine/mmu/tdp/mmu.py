@@ -4,9 +4,10 @@ sptes, its reaction to memslot updates, and its audit.
 torvalds/linux ≈6.10 (commit 0089c055) `tdp_mmu.c`, `mmu.c` (`kvm_mmu_page_fault`,
 `kvm_tdp_page_fault`, `kvm_mmu_hugepage_adjust`, `disallowed_hugepage_adjust`,
 `handle_mmio_page_fault`), `spte.c` (`make_spte`, `make_mmio_spte`):
-- a reserved-bit fault (EPT misconfiguration) on a cached MMIO spte of the current
-  generation is emulated at once (`handle_mmio_page_fault`, RET_PF_EMULATE); a stale one
-  takes the real path, which rebuilds it;
+- a reserved-bit fault (EPT misconfiguration) is emulated at once when the vCPU's MMIO
+  info has the gpa, or the MMIO spte is of the current generation
+  (`handle_mmio_page_fault`, RET_PF_EMULATE: mmio_info.py); a stale one takes the real
+  path, which rebuilds it;
 - the real path finds the memslot; no slot: an MMIO spte (or emulation without one when
   MMIO caching is off); a write to a read-only slot: emulated;
 - `kvm_mmu_hugepage_adjust()` picks the goal level (4K, 2M, 1G: mapping_level.py), unless
@@ -36,6 +37,7 @@ from ...memslots.vm import Vm
 from ..fast_pf import FastPageFault, mark_page_dirty_in_slot
 from ..mapping_level import KvmPageFault as KvmPageFault
 from ..mapping_level import MappingLevels
+from ..mmio_info import VcpuMmioInfo, handle_mmio_page_fault
 from ..params import TdpMmuParams
 from ..role import ACC_ALL, ACC_EXEC_MASK, PG_LEVEL_4K
 from ..spte import (
@@ -44,8 +46,6 @@ from ..spte import (
     SPTE_MMU_PRESENT_MASK,
     RetPf,
     SpteConfig,
-    check_mmio_spte,
-    get_mmio_spte_access,
     is_large_pte,
     is_last_spte,
     is_mmio_spte,
@@ -80,6 +80,7 @@ class TdpMmu(TdpHuge):
         super().__init__(vm, cfg, params, emit)
         self.roots: dict[int, TdpMmuPage] = {}
         self._vcpu_gfn_to_memslot = VcpuMemslotCache(vm).lookup
+        self.mmio_info = VcpuMmioInfo()  # each vCPU's mmio_gfn/access/gen (mmio_info.py)
         self._nx = self.params.nx_huge_page_workaround_enabled  # is_nx_huge_page_enabled()
         self.levels = MappingLevels(self.params.host_level, self._nx)
         self.mark_page_dirty: Callable[[MemorySlot, int], None] | None = None  # dirty_log
@@ -146,7 +147,8 @@ class TdpMmu(TdpHuge):
         spte = sp.spt[index]  # the spte the exit was on
         if rsvd is None:
             rsvd = is_mmio_spte(self.cfg, spte)
-        if rsvd and self.handle_mmio_page_fault(root, gfn, spte) is RetPf.EMULATE:
+        gen = self.vm.generation(root.role.smm)
+        if rsvd and handle_mmio_page_fault(self, vcpu, gpa, spte, gen, direct=True):
             self._emit_mmio(gpa, write)  # emulate: x86_emulate_instruction()
             return RetPf.EMULATE
         self.stat["pf_taken"] += 1
@@ -156,19 +158,6 @@ class TdpMmu(TdpHuge):
             self._emit_mmio(gpa, write)
         return ret
 
-    def handle_mmio_page_fault(self, root: TdpMmuPage, gfn: int, spte: int) -> RetPf:
-        """`handle_mmio_page_fault()`: an MMIO spte of the memslots' generation is emulated
-        at once (traced with addr 0, as for every direct MMU); a stale one, or none, is
-        RET_PF_INVALID: the fault path makes it again."""
-        cfg = self.cfg
-        if not is_mmio_spte(cfg, spte):
-            return RetPf.INVALID
-        if not check_mmio_spte(cfg, spte, self.vm.generation(root.role.smm)):
-            return RetPf.INVALID
-        access = get_mmio_spte_access(cfg, spte)
-        self._emit("handle_mmio_page_fault", addr=0, gfn=gfn, access=access)
-        return RetPf.EMULATE
-
     def kvm_tdp_mmu_page_fault(
         self, vcpu: int, root: TdpMmuPage, gpa: int, write: bool, exec_: bool, spte: int
     ) -> RetPf:
@@ -176,15 +165,20 @@ class TdpMmu(TdpHuge):
         without a memslot when MMIO caching is off or the gfn is above `kvm_mmu_max_gfn()`
         (`kvm_handle_noslot_fault()`, 6.18 mmu.c: no MMIO spte for a gfn beyond the host's
         MAXPHYADDR), or for a write to a read-only slot (KVM_PFN_ERR_RO_FAULT); else
-        `kvm_tdp_mmu_map()`.  Its
-        RET_PF_FIXED and RET_PF_SPURIOUS are counted as `kvm_mmu_do_page_fault()` does."""
+        `kvm_tdp_mmu_map()`.  Its RET_PF_FIXED and RET_PF_SPURIOUS are counted as
+        `kvm_mmu_page_fault()` does.  Without a memslot the vCPU's MMIO info is filled
+        first (`vcpu_cache_mmio_info()`, gva 0), so its next EPT misconfiguration on the
+        gfn is emulated with no tracepoint (`mmio_info_in_cache()`)."""
         gfn = gpa >> PAGE_SHIFT
         slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
         ret = self.fast_pf.try_fast_page_fault(vcpu, gpa, slot, spte, write, exec_)
         if ret is not RetPf.INVALID:
             return ret
-        if slot is None and (not self.cfg.mmio_caching_enabled or gfn > kvm_mmu_max_gfn(self.cfg)):
-            return RetPf.EMULATE  # kvm_handle_noslot_fault(): no MMIO spte made
+        if slot is None:  # kvm_handle_noslot_fault(): vcpu_cache_mmio_info() first
+            gen = self.vm.generation(root.role.smm)
+            self.mmio_info.cache(vcpu, 0, gfn, ACC_ALL & self.cfg.shadow_mmio_access_mask, gen)
+            if not self.cfg.mmio_caching_enabled or gfn > kvm_mmu_max_gfn(self.cfg):
+                return RetPf.EMULATE  # no MMIO spte made
         if slot is not None and write and slot.flags & KVM_MEM_READONLY:
             return RetPf.EMULATE
         ret = self.kvm_tdp_mmu_map(KvmPageFault(gfn, write, exec_, slot), root)
