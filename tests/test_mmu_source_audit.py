@@ -127,3 +127,26 @@ def test_tdp_mmio_path_is_handle_mmio_page_faults_with_the_vcpus_mmio_info() -> 
     hits = len(events(tdp, "handle_mmio_page_fault"))
     assert hits == len(events(tdp, "check_mmio_spte")) == 418
     assert len(events(tdp, "kvm_mmio")) == 1374
+
+
+def test_shadow_kvm_page_fault_is_the_cpus_error_code() -> None:
+    """`kvm_page_fault` prints the #PF error code the CPU reported
+    (`kvm_handle_page_fault()`, 6.18 mmu.c), and `FNAME(page_fault)` walks the guest
+    tables with that code less PFERR_RSVD_MASK: the walk line after each fault repeats
+    its P/W/U/F bits (P on a write to a read-only spte), and a store to an MMIO spte
+    carries RSVD|P (0xb)."""
+    lines = printed("shadow", "kernbench", 1500)
+    pairs, code = [], None
+    for line in lines:
+        if " kvm_page_fault:" in line:
+            code = int(line.rsplit("error_code ", 1)[1], 16)
+        elif " kvm_mmu_pagetable_walk:" in line and code is not None:
+            pairs.append((code, int(line.split("pferr ")[1].split()[0], 16)))
+            code = None
+    assert pairs and all(code & ~0x8 == pferr for code, pferr in pairs), pairs
+    assert any(code & 1 for code, _ in pairs)  # protection faults: P
+    codes = {
+        int(x.rsplit("error_code ", 1)[1], 16)
+        for x in events(printed("shadow", "netperf", 300), "kvm_page_fault")
+    }
+    assert 0xB in codes

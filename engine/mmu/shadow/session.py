@@ -42,8 +42,12 @@ from ...layouts.layout import Layout
 from ...words import count
 from ..guest.ept import CHURN_EVERY, LAPIC_EOI, NIC_DOORBELL, churn_update
 from ..guest.linux import GuestOs, GuestProcess
-from ..guest.page_tables import PFERR_FETCH_MASK
-from ..guest.session import PFERR_USER, PFERR_WRITE, GuestSession, after_2011
+from ..guest.page_tables import (
+    PFERR_PRESENT_MASK,
+    PFERR_RSVD_MASK,
+    access_error_code,
+)
+from ..guest.session import GuestSession, after_2011
 from ..mmu_pages import KvmMmuPage
 from ..params import TdpMmuParams
 from ..spte import (
@@ -52,6 +56,7 @@ from ..spte import (
     SPTE_CONFIGS,
     RetPf,
     is_last_spte,
+    is_mmio_spte,
     is_shadow_present_pte,
 )
 from .kernel import KERNEL_EVERY, KernelMaps, kernel_access
@@ -184,9 +189,7 @@ class ShadowSession(GuestSession[ShadowStep]):
             self._retry = None
             return ShadowStep(access, False, None, update)
         self._mmio_hit = False
-        error_code = (PFERR_WRITE if access.write else 0) | (PFERR_USER if access.user else 0)
-        error_code |= PFERR_FETCH_MASK if access.fetch else 0
-        self._vm_exit(access.vcpu, access.gva, error_code)
+        self._vm_exit(access.vcpu, access.gva, self.exit_error_code(access))
         mmu = self.mmu
         ret = self._result(
             mmu.page_fault(
@@ -236,6 +239,17 @@ class ShadowSession(GuestSession[ShadowStep]):
     def _note(self, text: str) -> None:
         if text:
             self._notes.append(text)
+
+    def exit_error_code(self, access: ShadowAccess) -> int:
+        """The #PF error code the CPU's walk of the shadow tables reports, which
+        `kvm_page_fault` prints (`handle_exception_nmi()` → `kvm_handle_page_fault()`,
+        6.18 vmx.c/mmu.c): W/U/F of the access, P when the spte it ended at is present (a
+        protection fault), RSVD|P on an MMIO spte (its reserved bits are set)."""
+        spte = self.leaf_spte(access.vcpu, access.gva)
+        error_code = access_error_code(access.write, access.user, access.fetch)
+        if is_mmio_spte(self.mmu.cfg, spte):
+            return error_code | PFERR_RSVD_MASK | PFERR_PRESENT_MASK
+        return error_code | (PFERR_PRESENT_MASK if is_shadow_present_pte(spte) else 0)
 
     def needs_exit(self, access: ShadowAccess) -> bool:
         """False when the CPU's walk of the shadow tables finds a present leaf that
