@@ -12,6 +12,7 @@ import struct
 import termios
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 ANSI = re.compile(rb"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]")
@@ -76,3 +77,70 @@ def open_and_quit(
             os.waitpid(pid, 0)
         os.close(fd)
     return screen, os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status) else None
+
+
+def open_and_end(
+    argv: list[str],
+    env: dict[str, str],
+    wanted: list[bytes],
+    end: Callable[[int, int], bool],
+    timeout: float = 30,
+) -> tuple[bytes, int | None, int | None]:
+    """Start `argv` in a 110x30 terminal, read until the `wanted` texts are drawn, then
+    `end(pid, fd)` it (send a signal, or close the terminal: then it returns True).  The
+    bytes it wrote (escape codes kept), its exit code (None: not gone within 15 s, then
+    killed) and the terminal's `c_lflag` after it ended (None: the terminal was closed)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # as in open_and_quit
+        pid, fd = pty.fork()
+    if pid == 0:
+        try:
+            os.execve(argv[0], argv, env)
+        finally:
+            os._exit(127)
+    status: int | None = None
+    raw = b""
+    closed = False
+    try:
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 110, 0, 0))
+        raw = _read_raw(fd, wanted, timeout)
+        closed = end(pid, fd)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and status is None:
+            if not closed:
+                raw += _read_raw(fd, [b"\x00never"], 0.2)
+            else:
+                time.sleep(0.05)
+            done, code = os.waitpid(pid, os.WNOHANG)
+            status = code if done else None
+        if not closed:
+            raw += _read_raw(fd, [b"\x00never"], 0.2)
+        lflag = None if closed else termios.tcgetattr(fd)[3]
+    finally:
+        if status is None:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        if not closed:
+            os.close(fd)
+    code = os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status) else None
+    return raw, code, lflag
+
+
+def _read_raw(fd: int, wanted: list[bytes], timeout: float) -> bytes:
+    """The bytes read until every `wanted` text is on the screen (escape codes kept)."""
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.1)
+        if not ready:
+            continue
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+        if all(w in ANSI.sub(b"", seen) for w in wanted):
+            break
+    return seen

@@ -397,17 +397,38 @@ def _quiet_stdout() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; Ctrl+C ends any of them with one line and exit 130, and no
-    Graphviz `dot` started on the way is left running."""
+    """Run one command; Ctrl+C ends any of them with one line and exit 130, SIGTERM and
+    SIGHUP the same way with 128 + the signal, and no Graphviz `dot` started on the way
+    is left running."""
+    from .cliparts import Ended, end_on_signals
+
+    end_on_signals()
     try:
         return _main(argv)
+    except Ended as ended:
+        _last_word(f"mmuscope: ended by {ended}")
+        return 128 + ended.signum
     except KeyboardInterrupt:
-        print("mmuscope: interrupted", file=sys.stderr)
+        _last_word("mmuscope: interrupted")
         return 130
     finally:
         render = sys.modules.get("mmuscope.engine.export.render")
         if render is not None:
             render.kill_running_dots()
+
+
+def _last_word(line: str) -> None:
+    """`line` on stderr, unless the terminal is gone (a hangup: EIO; then nothing more
+    is written there, not even the buffers Python flushes at exit)."""
+    try:
+        print(line, file=sys.stderr)
+        sys.stderr.flush()
+    except OSError:
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for fd in (sys.stdout.fileno(), sys.stderr.fileno()):
+            os.dup2(devnull, fd)
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -10,8 +10,11 @@ Exit codes: 0 success, 2 bad input or a missing tool (one line on stderr), 1 a b
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
-from typing import TYPE_CHECKING, NoReturn, TypeVar
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -24,6 +27,65 @@ class CliError(Exception):
 
 
 ParserT = TypeVar("ParserT", bound=argparse.ArgumentParser)  # a sub-parser's class
+
+
+class Ended(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (`kill`, a closed terminal, a killed tmux pane): raised where the
+    command is, like Ctrl+C's KeyboardInterrupt, so that every `finally` and `with` on
+    the way out runs (a tracefs instance removed, a VM's fds closed); exit 128 + the
+    signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def end_on_signals() -> None:
+    """From now on SIGTERM and SIGHUP end the command as Ctrl+C does (`Ended`); while a
+    Textual app runs (`run_app`), they make it exit first, terminal restored."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in ENDING_SIGNALS:
+            signal.signal(signum, _ended)
+
+
+_app_exits: list[Callable[[int], bool]] = []  # the running app's, while it runs
+
+
+def _ended(signum: int, frame: object) -> None:
+    if _app_exits and _app_exits[-1](signum):
+        return
+    raise Ended(signum)
+
+
+def run_app(app: Any) -> None:
+    """`app.run()`.  A SIGTERM or SIGHUP meanwhile asks the app to exit from its own
+    event loop (`call_soon_threadsafe`: a signal handler may not touch the loop
+    otherwise), so that its driver restores the terminal and its screens'
+    `on_unmount` runs; then the command ends with `Ended`."""
+    import asyncio
+
+    ended: list[int] = []
+
+    def app_exit(signum: int) -> bool:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not running (yet, or any more): end as usual
+            return False
+        if not ended:
+            ended.append(signum)
+            loop.call_soon_threadsafe(app.exit, None, 128 + signum)
+        return True
+
+    _app_exits.append(app_exit)
+    try:
+        app.run()
+    finally:
+        _app_exits.remove(app_exit)
+    if ended:
+        raise Ended(ended[0])
 
 
 class CliParser(argparse.ArgumentParser):

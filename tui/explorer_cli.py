@@ -8,7 +8,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from .cliparts import CliError, check_display_options, load_layout
+from .cliparts import CliError, check_display_options, load_layout, run_app
 
 if TYPE_CHECKING:
     from mmuscope.engine.memslots.churn import RecordedChurn
@@ -23,7 +23,7 @@ def run_explorer(args: argparse.Namespace) -> int:
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise CliError("the explorer needs a terminal; for a summary without one, run: "
                        "mmuscope overview")  # fmt: skip
-    app.run()
+    run_app(app)
     return 0
 
 

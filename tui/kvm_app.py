@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .cliparts import CliError, check_replay_app_options
+from .cliparts import CliError, check_replay_app_options, run_app
 from .kvm_launch import TRACE_FIFO, KvmLaunch
 
 
@@ -57,5 +57,5 @@ def run_kvm_app(args: argparse.Namespace) -> int:
         folder = Path(tmp)
         os.mkfifo(folder / TRACE_FIFO)
         launch = KvmLaunch(args.program, child_argv(args, folder), folder, header)
-        make_app(kvm=launch, theme=args.theme, export_dir=args.export_dir).run()
+        run_app(make_app(kvm=launch, theme=args.theme, export_dir=args.export_dir))
     return 0

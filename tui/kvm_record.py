@@ -22,7 +22,10 @@ def record_or_fail(program: Any, on_text: Any, *, trace: bool = True, **hooks: A
     except (KvmUnavailableError, TracefsError, GuestError, GuestTimeoutError) as err:
         raise CliError(str(err)) from None
     except PermissionError as err:
-        raise CliError(f"{err.filename or 'tracefs'}: permission denied (run as root)") from None
+        raise CliError(
+            f"{err.filename or 'tracefs'}: permission denied: recording the "
+            "kernel's events needs root (run it with sudo)"
+        ) from None
 
 
 def write_atomically(path: Path, text: str) -> None:

@@ -22,7 +22,13 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from .cliparts import CliError, add_command, add_display_options, check_replay_app_options
+from .cliparts import (
+    CliError,
+    add_command,
+    add_display_options,
+    check_replay_app_options,
+    run_app,
+)
 
 DEFAULT_TRACEFS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 
@@ -58,7 +64,7 @@ def add_live_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run_live(args: argparse.Namespace) -> int:
     tracefs = find_tracefs(args.tracefs)
-    if (tracefs / "instances").is_dir() and is_root():
+    if is_root() and (tracefs / "instances").is_dir():
         _check_events(tracefs)
         check_replay_app_options(args)
         with live_instance(tracefs) as instance:
@@ -73,7 +79,7 @@ def run_live(args: argparse.Namespace) -> int:
 def _run_app(tracefs: Path, args: argparse.Namespace) -> None:
     from .app import make_app
 
-    make_app(tracefs=tracefs, theme=args.theme, export_dir=args.export_dir).run()
+    run_app(make_app(tracefs=tracefs, theme=args.theme, export_dir=args.export_dir))
 
 
 @contextlib.contextmanager

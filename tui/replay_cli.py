@@ -25,7 +25,7 @@ from mmuscope.engine.trace.lines import parse_line
 from mmuscope.engine.trace.reader import TraceCounts, iter_events, summarize
 from mmuscope.engine.trace.tracepoints import json_fields
 
-from .cliparts import CliError, check_replay_app_options
+from .cliparts import CliError, check_replay_app_options, run_app
 from .compressed import CompressedError, compression_of, open_compressed
 from .trace_dat import (
     TraceDatError,
@@ -261,7 +261,7 @@ def run_replay_app(args: argparse.Namespace) -> int:
     try:
         from .app import make_app
 
-        make_app(trace=text, theme=args.theme, export_dir=args.export_dir).run()
+        run_app(make_app(trace=text, theme=args.theme, export_dir=args.export_dir))
     finally:
         if text != path:
             text.unlink(missing_ok=True)

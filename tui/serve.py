@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .cliparts import CliError, add_command, add_explorer_options
+from .cliparts import CliError, add_command, add_explorer_options, run_app
 from .explorer_cli import explorer_app
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def add_serve_parser(sub: Any) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     """`mmuscope serve`, or (with the hidden flag) one browser tab's explorer process."""
     if getattr(args, "run_app", False):
-        explorer_app(args).run()
+        run_app(explorer_app(args))
         return 0
     explorer_app(args)  # bad options fail here, once, not in every browser tab
     if not 0 < args.port < 65536:

@@ -49,8 +49,12 @@ class TracefsError(Exception):
 def find_tracefs(mount: bool = True) -> Path:
     """A tracefs root with `instances/` (mounted here first if absent and root)."""
     for root in (TRACEFS, DEBUGFS_TRACING):
-        if (root / "instances").is_dir():
-            return root
+        try:
+            if (root / "instances").is_dir():
+                return root
+        except PermissionError:  # tracefs is mode 700: root's
+            raise TracefsError(f"cannot look into {root}: recording the kernel's events "
+                               "needs root (run it with sudo)") from None  # fmt: skip
     if os.geteuid() != 0:
         raise TracefsError(f"tracefs is not mounted and mounting it needs root: "
                            f"sudo mount -t tracefs nodev {TRACEFS}")  # fmt: skip
@@ -102,9 +106,9 @@ def reap_stale_instances(root: Path) -> list[str]:
 
 @contextlib.contextmanager
 def deferred_interrupts() -> Iterator[None]:
-    """SIGINT and SIGTERM held back while the block runs (delivered right after), so
+    """SIGINT, SIGTERM and SIGHUP held back while the block runs (delivered right after), so
     that an instance is never made without its cleanup armed, nor half removed."""
-    held = {signal.SIGINT, signal.SIGTERM}
+    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
     old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
     try:
         yield

@@ -90,7 +90,7 @@ class Kvm:
                                       "(modprobe kvm_intel or kvm_amd)") from None  # fmt: skip
         except PermissionError:
             raise KvmUnavailableError(f"cannot open {path}: permission denied "
-                                      "(run as root or join the kvm group)") from None  # fmt: skip
+                                      "(use sudo, or join the kvm group)") from None  # fmt: skip
         except OSError as err:
             raise KvmUnavailableError(f"cannot open {path}: {err.strerror}") from None
         version = fcntl.ioctl(self.fd, KVM_GET_API_VERSION, 0)
