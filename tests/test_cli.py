@@ -100,7 +100,7 @@ def test_without_a_terminal_the_app_names_the_text_command(args: list[str], hint
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["mmio", "--children", "5"], "--children goes with fork; mmio runs one process"),
+        (["mmio", "--children", "5"], "--children goes with fork; mmio has no child processes"),
         (["fork", "--pages", "-5"], "--pages -5: give 1 to 65536"),
         (["fork", "--pages", "0"], "--pages 0: give 1 to 65536"),
         (["fork", "--children", "-1"], "--children -1: give 0 to 1024"),

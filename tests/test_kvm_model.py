@@ -11,7 +11,9 @@ from mmuscope.engine.kvm.asm import Sweep, assemble_slice, decode
 from mmuscope.engine.kvm.compare import MODEL_MISSING, KernelCounts, compare, host_config
 from mmuscope.engine.kvm.host import read_host_mmu
 from mmuscope.engine.kvm.model import run_on_model
-from mmuscope.engine.kvm.program import PROGRAMS, build_program
+from mmuscope.engine.kvm.program import MAX_PAGES, PROGRAMS, build_program
+
+from tests.kvm_host import run_cli
 
 
 @pytest.mark.parametrize("name", PROGRAMS)
@@ -43,6 +45,27 @@ def test_bad_program_arguments() -> None:
         build_program("boot")
     with pytest.raises(ValueError, match="--pages"):
         build_program("touch", 0)
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_every_program_builds_at_its_maximum_and_names_it_above(name: str) -> None:
+    """The guest's RAM holds the tables N pages need (mmio, churn and dirty once ran out
+    of it above 9216 and 8192 pages); one page more is refused, naming the maximum."""
+    top = MAX_PAGES[name]
+    program = build_program(name, top)
+    assert program.pages == top and program.slices
+    tables = len(program.tables.tables)
+    assert tables + len(program.code) < program.ram_pages
+    done = run_cli("kvm", name, "--pages", str(top + 1), "--summary")
+    assert done.returncode == 2
+    assert done.stderr == f"mmuscope: error: --pages {top + 1}: give 1 to {top}\n"
+
+
+def test_children_only_for_fork() -> None:
+    done = run_cli("kvm", "cr3", "--children", "3", "--summary")
+    assert done.returncode == 2
+    assert done.stderr == "mmuscope: error: --children goes with fork; cr3 has no child processes\n"
+    assert build_program("fork", 4, 3).children == 3
 
 
 def _sysfs(root: Path, params: dict[str, str]) -> Path:

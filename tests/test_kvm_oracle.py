@@ -29,7 +29,8 @@ from tests.kvm_host import TRACE_REASON, needs_tracing, our_instances, run_cli
 pytestmark = [needs_tracing, pytest.mark.xdist_group("kvm-oracle")]
 
 # small programs: the whole module records each once, in a few seconds
-PAGES = {"touch": 12, "fork": 8, "mmio": 4, "ptwrite": 12, "churn": 10, "dirty": 10}
+PAGES = {"touch": 12, "fork": 8, "mmio": 4, "ptwrite": 12, "churn": 10, "dirty": 10, "cr3": 16,
+         "flood": 16, "prefetch": 16}  # fmt: skip
 CHILDREN = {"fork": 16}  # 16: the kernel reuses zapped shadow pages' host pages
 
 
@@ -147,6 +148,19 @@ def _mutations() -> dict[str, Mutation]:
                                       lambda self, key, offsets: None),
                   "kvm_mmu_pagetable_walk: addr 1000000 pferr 7 P|W|U",
                   "addr 0x1000000 in the kernel, 0x5ff000 in the model"),
+        # kvm_mmu_reset_context() that keeps the root: the switch back finds no root
+        # to load where the kernel gets its existing one
+        "cr3": (lambda m: m.setattr(mmu.ShadowMmu, "reset_context", lambda self, vcpu: None),
+                "kvm_mmu_get_page: sp gen 0 gfn 2 l4 8-byte q0 wux nxe ad root 0 sync existing",
+                "kvm_mmu_get_page in the kernel, kvm_mmu_pagetable_walk in the model"),
+        # detect_write_flooding() at the fourth emulated write, not the third
+        "flood": (lambda m: m.setattr(mmu, "WRITE_FLOODING_THRESHOLD", 4),
+                  "kvm_mmu_prepare_zap_page: sp gen 0 gfn 4 l2",
+                  "kvm_mmu_prepare_zap_page in the kernel, kvm_mmu_pagetable_walk in the model"),
+        # FNAME(pte_prefetch) over 4 ptes, not PTE_PREFETCH_NUM = 8
+        "prefetch": (lambda m: m.setattr(mmu, "PTE_PREFETCH_NUM", 4),
+                     "kvm_mmu_set_spte: gfn a spte",
+                     "kvm_mmu_set_spte in the kernel, kvm_mmu_pagetable_walk in the model"),
     }  # fmt: skip
 
 

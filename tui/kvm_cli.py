@@ -41,6 +41,9 @@ PROGRAM_HELP = {
     "ptwrite": "the guest stores N of its own ptes (a shadowed table)",
     "churn": "memslot 1 flagged, deleted, re-created, moved while the guest runs",
     "dirty": "KVM_MEM_LOG_DIRTY_PAGES and KVM_GET_DIRTY_LOG rounds",
+    "cr3": "two processes switched and back: each root found again, its sptes kept",
+    "flood": "emulated stores to the guest's own page directory until write flooding zaps it",
+    "prefetch": "faults on every 8th of N accessed pages map their neighbours too",
 }
 
 
@@ -65,8 +68,9 @@ def add_kvm_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     )
     kvm.add_argument("program", choices=PROGRAMS, metavar="PROGRAM",
                      help="; ".join(f"{k}: {v}" for k, v in PROGRAM_HELP.items()))  # fmt: skip
-    kvm.add_argument("--pages", type=count_arg, help="pages the program touches")
-    kvm.add_argument("--children", type=count_arg, help="fork: child processes (default 8)")
+    kvm.add_argument("--pages", type=count_arg,
+                     help="pages it touches (at most 65536; mmio 32768, ptwrite 512)")  # fmt: skip
+    kvm.add_argument("--children", type=count_arg, help="fork only: child processes (default 8)")
     kvm.add_argument("--trace-out", type=Path, metavar="FILE", help="keep the kernel's trace")
     mode = kvm.add_mutually_exclusive_group()
     mode.add_argument("--summary", action="store_true", help="counts and statistics as JSON")
@@ -74,19 +78,20 @@ def add_kvm_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     mode.add_argument("--compare", action="store_true", help="the kernel against the model")
     add_parquet_options(kvm, mode)  # --parquet DIR, --source NAME, --append (dataset_cli)
     kvm.add_argument("--json", action="store_true", help="with --compare: one JSON object")
-    kvm.add_argument("--no-trace", action="store_true", help=argparse.SUPPRESS)  # benchmark
+    kvm.add_argument("--no-trace", action="store_true",
+                     help="run the same guest untraced (for timing; with --summary)")  # fmt: skip
     kvm.add_argument("--follow", type=Path, help=argparse.SUPPRESS)  # the app's child
     add_display_options(kvm)
 
 
 def run_kvm(args: argparse.Namespace) -> int:
-    from mmuscope.engine.kvm.program import build_program
+    from mmuscope.engine.kvm.program import WITH_CHILDREN, build_program
 
     if args.json and not args.compare:
         raise CliError("--json goes with --compare (--summary and --jsonl are JSON already)")
     check_parquet_options(args)
-    if args.children is not None and args.program != "fork":
-        raise CliError(f"--children goes with fork; {args.program} runs one process")
+    if args.children is not None and args.program not in WITH_CHILDREN:
+        raise CliError(f"--children goes with fork; {args.program} has no child processes")
     try:
         program = build_program(args.program, args.pages, args.children)
     except ValueError as err:

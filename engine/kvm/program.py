@@ -21,7 +21,22 @@ Programs:
   on (flags only), off, delete (the reads then find no slot: MMIO exits), re-create,
   move away and back;
 - `dirty`: memslot 1 logged from the start; rounds of writes, each followed by
-  KVM_GET_DIRTY_LOG (which write-protects the logged pages again).
+  KVM_GET_DIRTY_LOG (which write-protects the logged pages again);
+- `cr3`: two processes, each writing its own N pages, then each reading them again
+  after a switch back: the root found again (`kvm_mmu_get_page` existing) with every
+  spte kept.  The VMM loads CR3 with KVM_SET_SREGS, whose `kvm_mmu_reset_context()`
+  frees every root, `prev_roots` included: a CPL-3 guest cannot load CR3 itself;
+- `flood`: the process maps its own page directory (the level-2 table over its N
+  pages) at `FLOOD_GVA`, in a 1G region of its own, and stores `FLOOD_STORES` of its
+  entries back: each store is emulated (the table is shadowed, so write-protected),
+  and the third zaps it (`detect_write_flooding()`); reading the N pages again
+  shadows it anew;
+- `prefetch`: N pages whose ptes have the accessed bit set (a guest OS that used
+  them), read every `PTE_PREFETCH_NUM`-th one: each fault maps its neighbours
+  too (`FNAME(pte_prefetch)`), so reading all N faults no more; writing them faults
+  once more per page, as a prefetched clean pte is mapped read-only.
+
+`MAX_PAGES` is each program's largest N; only `fork` has `--children`.
 """
 
 from __future__ import annotations
@@ -29,7 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..memslots.constants import KVM_MEM_LOG_DIRTY_PAGES
-from ..mmu.guest.page_tables import ENTRIES, GuestPageTables
+from ..mmu.guest.page_tables import ENTRIES, PT_ACCESSED, GuestPageTables, pt_index, pte_gfn
 from .asm import READ, RMW, WRITE, Sweep, assemble_slice, memory_instructions
 
 PAGE = 4096
@@ -38,16 +53,24 @@ DOORBELL_GVA = 0x5F_F000
 DATA_GVA = 0x100_0000
 MMIO_GVA = 0x3000_0000
 PT_GVA = 0x3800_0000
+FLOOD_GVA = 0x40_0000_0000  # 256G: its faults walk other tables than DATA_GVA's
+FLOOD_STORES = 4  # the third emulated store floods (WRITE_FLOODING_THRESHOLD)
+PREFETCH_STRIDE = 8  # PTE_PREFETCH_NUM: one fault maps an aligned group of 8
 DOORBELL_GPA = 0xFEE0_0000  # no memslot covers it
 MMIO_GPA = 0xD000_0000
 SLOT1_GPA = 0x1000_0000
 SLOT1_MOVED_GPA = 0x2000_0000
 RAM_SLOT, DATA_SLOT = 0, 1
-PROGRAMS = ("touch", "fork", "mmio", "ptwrite", "churn", "dirty")
-DEFAULT_PAGES = {"touch": 64, "fork": 16, "mmio": 8, "ptwrite": 16, "churn": 16, "dirty": 16}
+PROGRAMS = ("touch", "fork", "mmio", "ptwrite", "churn", "dirty", "cr3", "flood", "prefetch")
+DEFAULT_PAGES = {"touch": 64, "fork": 16, "mmio": 8, "ptwrite": 16, "churn": 16, "dirty": 16,
+                 "cr3": 64, "flood": 64, "prefetch": 64}  # fmt: skip
 DEFAULT_CHILDREN = 8
+MAX_CHILDREN = 1024
+WITH_CHILDREN = ("fork",)
 DIRTY_ROUNDS = 3
-MAX_PAGES = 1 << 16
+# The largest N: data and MMIO ranges stay below the next range (MMIO_GVA, PT_GVA,
+# SLOT1_MOVED_GPA); ptwrite's stores stay in its one last-level table.
+MAX_PAGES = {name: 1 << 16 for name in PROGRAMS} | {"mmio": 1 << 15, "ptwrite": ENTRIES}
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +178,13 @@ class _Builder:
             self.tables.map(cr3, gva + i * PAGE, gfn)
         return gfns
 
+    def table_at(self, cr3: int, gva: int, level: int) -> int:
+        """The gfn of the level-`level` table on `gva`'s path."""
+        table = cr3
+        for lvl in range(4, level, -1):
+            table = pte_gfn(self.tables.pte(table, pt_index(gva, lvl)))
+        return table
+
     def block(self, sweeps: tuple[Sweep, ...]) -> tuple[int, tuple[Insn, ...]]:
         """The rip of the code for `sweeps` and its memory instructions (each distinct
         block assembled once)."""
@@ -184,9 +214,12 @@ class _Builder:
         self.program.slices.append(Slice(cr3, rip, sweeps, before, label, insns))
 
 
-def _ram_for(pages: int, processes: int = 1) -> int:
-    tables_each = 4 + (pages + ENTRIES - 1) // ENTRIES + 2
-    return 16 + pages + processes * tables_each
+def _ram_for(mapped: int, processes: int = 1, data: int = 0) -> int:
+    """Memslot 0's pages: code, `data` pages, and each process's tables for `mapped`
+    pages besides its code (last-level tables, a directory per 1G crossed, and the top
+    levels, with room for a range that straddles a boundary)."""
+    tables_each = 4 + 2 * (mapped // ENTRIES + 2) + 2 * (mapped // ENTRIES**2 + 2)
+    return 16 + data + processes * tables_each
 
 
 def build_program(name: str, pages: int | None = None, children: int | None = None) -> GuestProgram:
@@ -194,16 +227,20 @@ def build_program(name: str, pages: int | None = None, children: int | None = No
     if name not in PROGRAMS:
         raise ValueError(f"unknown program {name!r}; choose from {', '.join(PROGRAMS)}")
     n = DEFAULT_PAGES[name] if pages is None else pages
+    if not 1 <= n <= MAX_PAGES[name]:
+        raise ValueError(f"--pages {n}: give 1 to {MAX_PAGES[name]}")
+    if name not in WITH_CHILDREN:
+        if children:
+            raise ValueError(f"--children goes with fork; {name} has no child processes")
+        return _BUILDERS[name](n, 0)
     c = DEFAULT_CHILDREN if children is None else children
-    if not 1 <= n <= MAX_PAGES:
-        raise ValueError(f"--pages {n}: give 1 to {MAX_PAGES}")
-    if not 0 <= c <= 1024:
-        raise ValueError(f"--children {c}: give 0 to 1024")
+    if not 0 <= c <= MAX_CHILDREN:
+        raise ValueError(f"--children {c}: give 0 to {MAX_CHILDREN}")
     return _BUILDERS[name](n, c)
 
 
 def _touch(n: int, c: int) -> GuestProgram:
-    b = _Builder("touch", n, c, _ram_for(n))
+    b = _Builder("touch", n, c, _ram_for(n, data=n))
     cr3 = b.process()
     b.data(cr3, n)
     b.slice(cr3, (Sweep(DATA_GVA, n, WRITE),), f"write {n} pages")
@@ -211,7 +248,7 @@ def _touch(n: int, c: int) -> GuestProgram:
 
 
 def _fork(n: int, c: int) -> GuestProgram:
-    b = _Builder("fork", n, c, _ram_for(n, c + 1))
+    b = _Builder("fork", n, c, _ram_for(n, c + 1, data=n))
     parent = b.process()
     b.data(parent, n)
     b.block((Sweep(DATA_GVA, n, READ),))  # both blocks in the code before the fork
@@ -223,7 +260,7 @@ def _fork(n: int, c: int) -> GuestProgram:
 
 
 def _mmio(n: int, c: int) -> GuestProgram:
-    b = _Builder("mmio", n, c, _ram_for(1))
+    b = _Builder("mmio", n, c, _ram_for(n))
     cr3 = b.process()
     for i in range(n):
         b.tables.map(cr3, MMIO_GVA + i * PAGE, (MMIO_GPA >> 12) + i)
@@ -233,13 +270,10 @@ def _mmio(n: int, c: int) -> GuestProgram:
 
 
 def _ptwrite(n: int, c: int) -> GuestProgram:
-    n = min(n, ENTRIES)
-    b = _Builder("ptwrite", n, c, _ram_for(n))
+    b = _Builder("ptwrite", n, c, _ram_for(n + 1, data=n))
     cr3 = b.process()
     b.data(cr3, n)
-    leaf_table = b.tables._leaf(cr3, DATA_GVA)
-    assert leaf_table is not None
-    b.tables.map(cr3, PT_GVA, leaf_table[0])  # its own last-level table, user-writable
+    b.tables.map(cr3, PT_GVA, b.table_at(cr3, DATA_GVA, 1))  # its own last-level table
     b.slice(cr3, (Sweep(DATA_GVA, n, READ),), f"read {n} pages")
     b.slice(cr3, (Sweep(PT_GVA, n, RMW, stride=8),), f"store {n} of its own ptes")
     b.slice(cr3, (Sweep(DATA_GVA, n, READ),), f"read {n} pages again")
@@ -257,7 +291,7 @@ def _map_slot1(b: _Builder, cr3: int, n: int) -> None:
 
 
 def _churn(n: int, c: int) -> GuestProgram:
-    b = _Builder("churn", n, c, _ram_for(0))
+    b = _Builder("churn", n, c, _ram_for(n))
     cr3 = b.process()
     _map_slot1(b, cr3, n)
     write, read = (Sweep(DATA_GVA, n, WRITE),), (Sweep(DATA_GVA, n, READ),)
@@ -276,7 +310,7 @@ def _churn(n: int, c: int) -> GuestProgram:
 
 
 def _dirty(n: int, c: int) -> GuestProgram:
-    b = _Builder("dirty", n, c, _ram_for(0))
+    b = _Builder("dirty", n, c, _ram_for(n))
     cr3 = b.process()
     _map_slot1(b, cr3, n)
     logged = _slot1(b, n, KVM_MEM_LOG_DIRTY_PAGES)
@@ -288,6 +322,48 @@ def _dirty(n: int, c: int) -> GuestProgram:
     return b.program
 
 
+def _cr3(n: int, c: int) -> GuestProgram:
+    b = _Builder("cr3", n, c, _ram_for(n, 2, data=2 * n))
+    first, second = b.process(), b.process()
+    b.data(first, n)
+    b.data(second, n)
+    write, read = (Sweep(DATA_GVA, n, WRITE),), (Sweep(DATA_GVA, n, READ),)
+    b.slice(first, write, f"process 1 writes {n} pages")
+    b.slice(second, write, f"process 2 writes its own {n} pages")
+    b.slice(first, read, "back to process 1: its root again, no fault")
+    b.slice(second, read, "back to process 2: its root again, no fault")
+    return b.program
+
+
+def _flood(n: int, c: int) -> GuestProgram:
+    b = _Builder("flood", n, c, _ram_for(n + 1, data=n))
+    cr3 = b.process()
+    b.data(cr3, n)
+    directory = b.table_at(cr3, DATA_GVA, 2)
+    b.tables.map(cr3, FLOOD_GVA, directory)  # its own page directory, user-writable
+    read = (Sweep(DATA_GVA, n, READ),)
+    stores = (Sweep(FLOOD_GVA, FLOOD_STORES, RMW, stride=8, width=8),)
+    b.slice(cr3, read, f"read {n} pages")
+    b.slice(cr3, stores, f"store {FLOOD_STORES} entries of its page directory back")
+    b.slice(cr3, read, f"read {n} pages again")
+    return b.program
+
+
+def _prefetch(n: int, c: int) -> GuestProgram:
+    b = _Builder("prefetch", n, c, _ram_for(n, data=n))
+    cr3 = b.process()
+    b.data(cr3, n)
+    for i in range(n):  # ptes the guest OS has used: accessed
+        table, index = b.table_at(cr3, DATA_GVA + i * PAGE, 1), pt_index(DATA_GVA + i * PAGE, 1)
+        b.tables.write_pte(table, index, b.tables.pte(table, index) | PT_ACCESSED)
+    every = (n + PREFETCH_STRIDE - 1) // PREFETCH_STRIDE
+    b.slice(cr3, (Sweep(DATA_GVA, every, READ, stride=PREFETCH_STRIDE * PAGE),),
+            f"read every {PREFETCH_STRIDE}th of {n} pages")  # fmt: skip
+    b.slice(cr3, (Sweep(DATA_GVA, n, READ),), f"read all {n} pages")
+    b.slice(cr3, (Sweep(DATA_GVA, n, WRITE),), f"write all {n} pages")
+    return b.program
+
+
 _BUILDERS = {
     "touch": _touch,
     "fork": _fork,
@@ -295,4 +371,7 @@ _BUILDERS = {
     "ptwrite": _ptwrite,
     "churn": _churn,
     "dirty": _dirty,
+    "cr3": _cr3,
+    "flood": _flood,
+    "prefetch": _prefetch,
 }
