@@ -19,6 +19,7 @@ import json
 from collections.abc import Callable, Iterator
 from contextlib import redirect_stdout
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -180,6 +181,24 @@ def test_a_one_line_model_change_fails_the_comparison(
     before = min(3, position)  # three events of context on each side, if there are
     assert len(first["kernel_context"]["before"]) == before == len(first["model_context"]["before"])
     assert len(first["kernel_context"]["after"]) == 3 == len(first["model_context"]["after"])
+
+
+@pytest.mark.parametrize("name", sorted(PAGES))
+def test_every_recording_replays_complete(
+    recordings: dict[str, Played], tmp_path: Path, name: str
+) -> None:
+    """The kernel's text as `--trace-out` keeps it: `replay --summary` places every
+    zap (churn's roots zapped in use, then again when put, included)."""
+    from mmuscope.tui.cli import main
+
+    trace = tmp_path / f"{name}.trace"
+    trace.write_text("".join(value for kind, value in recordings[name].steps if kind == "text"))
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["replay", str(trace), "--summary"]) == 0
+    summary = json.loads(out.getvalue())
+    assert summary["unmatched"] == 0 and summary["skipped"] == 0
+    assert summary["events"] > 0
 
 
 def test_compare_runs_the_kernel_and_exits_by_its_verdict() -> None:

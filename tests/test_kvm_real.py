@@ -35,7 +35,8 @@ def test_summary_counts_every_demand_fault_and_the_kernels_statistics(tmp_path: 
         assert summary["emulated"] == {"mov %bl,(%rax)": 1}  # the doorbell store, decoded
     replayed = run_cli("replay", str(out_file), "--summary")
     counts = json.loads(replayed.stdout)
-    assert counts == {k: summary[k] for k in ("lines", "events", "skipped", "by_event")}
+    keys = ("lines", "events", "skipped", "unmatched", "by_event")
+    assert counts == {k: summary[k] for k in keys} and counts["unmatched"] == 0
     assert not our_instances()
 
 

@@ -48,7 +48,7 @@ def test_summary_of_the_sample_has_exactly_the_contract_keys() -> None:
     out = replay(str(SAMPLE), "--summary")
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
-    assert list(summary) == ["lines", "events", "skipped", "by_event"]
+    assert list(summary) == ["lines", "events", "skipped", "unmatched", "by_event"]
     assert summary["lines"] == 55 == summary["events"] + summary["skipped"]
     assert summary["by_event"]["kvm_mmu_get_page"] >= 1
     assert sum(summary["by_event"].values()) == summary["events"]

@@ -452,3 +452,23 @@ def test_live_window_feeds_follows_seeks_back_and_forgets(tmp_path: Path) -> Non
     assert timeline.lost > 0 and timeline.position == timeline.start
     timeline.follow()
     assert timeline.at_end and timeline.following
+
+
+def test_a_root_zapped_in_use_is_zapped_again_when_put_not_unmatched() -> None:
+    """`kvm_mmu_zap_all_fast` zaps a root a vCPU still uses (`root 1`): it turns invalid
+    and stays until its last user puts it, when mmu_free_root_page() zaps it again
+    (`invalid ... root 0`), as the kernel's churn trace shows.  The second zap closes
+    the first; a second zap of a page never zapped in use stays unmatched."""
+    root = "sp gen 0 gfn 2 l4 8-byte q0 wux nxe ad root {n} sync"
+    model = replay(events_of([
+        line("kvm_mmu_get_page", root.format(n=0) + " new"),
+        line("kvm_mmu_zap_all_fast", "kvm-mmu-valid-gen 0 used_pages 1"),
+        line("kvm_mmu_prepare_zap_page", root.format(n=1)),
+        line("kvm_mmu_get_page", root.replace("gen 0", "gen 1").format(n=0) + " new"),
+        line("kvm_mmu_prepare_zap_page", root.replace("wux", "wux invalid").format(n=0)),
+    ]))  # fmt: skip
+    assert (model.zapped, model.unknown_zaps) == (1, 0)
+    assert not model.invalid_roots and [p.gen for p in model.pages.values()] == [1]
+    replay(events_of([line("kvm_mmu_prepare_zap_page",
+                           root.replace("wux", "wux invalid").format(n=0))]), model)  # fmt: skip
+    assert model.unknown_zaps == 1

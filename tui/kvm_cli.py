@@ -146,9 +146,9 @@ def program_layout(program: GuestProgram) -> Layout:
 
 
 def summary(recording: Any, lines: io.StringIO) -> dict[str, Any]:
-    from mmuscope.engine.trace.reader import summarize
+    from mmuscope.engine.replay.model import replay_summary
 
-    out: dict[str, Any] = summarize(lines).summary()
+    out: dict[str, Any] = replay_summary(lines)
     lines.seek(0)
     emulated = emulated_instructions(lines)
     out.update(

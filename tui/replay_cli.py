@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from mmuscope.engine.events import Event
+from mmuscope.engine.replay.model import replay_summary
 from mmuscope.engine.trace import widths
 from mmuscope.engine.trace.lines import parse_line
-from mmuscope.engine.trace.reader import TraceCounts, iter_events, summarize
+from mmuscope.engine.trace.reader import TraceCounts, iter_events
 from mmuscope.engine.trace.tracepoints import json_fields
 
 from .cliparts import CliError, check_replay_app_options, run_app
@@ -185,13 +186,14 @@ def run_replay_text(args: argparse.Namespace) -> int:
     with open_trace(args.trace) as lines:
         head = HeadLines(lines)
         if args.summary:
-            counts = summarize(head)
+            summary = replay_summary(head)
+            events = summary["events"]
         else:
-            counts = write_jsonl(head, sys.stdout, hex64=args.hex64)
-    if counts.events == 0 and not head.is_trace():
+            events = write_jsonl(head, sys.stdout, hex64=args.hex64).events
+    if events == 0 and not head.is_trace():
         raise TraceFileError(not_a_trace(args.trace, head.head))
     if args.summary:
-        print(json.dumps(counts.summary()))
+        print(json.dumps(summary))
     sys.stdout.flush()
     return 0
 

@@ -11,7 +11,10 @@ What each event does to the model:
   (the gfn and the role fields the printk shows; plus ``gen``, since an obsolete page and
   its same-role successor coexist until the zap).  A zap of a page never seen is counted
   (``unknown_zaps``), and so is one the trace gives no gfn for (``unkeyed_zaps``:
-  ``trace-cmd report``'s kvm plugin prints none for zaps).
+  ``trace-cmd report``'s kvm plugin prints none for zaps).  A root zapped while in use
+  (``root N``, N > 0) is marked invalid and stays until its last user puts it, when
+  ``mmu_free_root_page()`` zaps it again (``invalid``, ``root 0``): that second zap
+  closes the first one (``invalid_roots``), it is not a zap of an unknown page.
 * ``kvm_mmu_zap_all_fast`` — prints the generation *before* the flip (mmu.c emits the
   tracepoint, then toggles ``mmu_valid_gen = mmu_valid_gen ? 0 : 1``); before 2019 the
   generation was a counter, incremented instead (§4.4).  Which one: 0/1 toggles unless a
@@ -61,12 +64,15 @@ counted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import TypeVar
+from re import Match
+from typing import Any, TypeVar
 
 from ..events import Event, FieldValue
 from ..mmu.spte import MMIO_SPTE_GEN_MASK
+from ..trace.lines import event_of
+from ..trace.reader import CONTINUED, summarize
 from .records import (
     MAX_COUNT_KEYS,
     MAX_FLIPS,
@@ -96,7 +102,7 @@ K = TypeVar("K")
 V = TypeVar("V")
 _TABLES: tuple[str, ...] = ("pages", "by_gfn", "mmio", "tdp", "counts", "vcpus")
 _TABLES += ("exit_reasons", "tdp_pending", "tdp_pending_roots")
-_TABLES += ("level_copies", "level_epochs", "level_gens")
+_TABLES += ("level_copies", "level_epochs", "level_gens", "invalid_roots")
 _SCALARS = (
     *("events", "seq", "version", "mmu_valid_gen", "memslots_gen", "max_gen_seen"),
     *("flips", "flips_total", "created", "adopted", "zapped", "duplicate_creates"),
@@ -131,6 +137,9 @@ class ReplayModel:
         self.level_copies: dict[int | None, int] = {}
         self.level_epochs: dict[tuple[int | None, int], int] = {}
         self.level_gens: dict[tuple[int | None, int | None], int] = {}
+        #: roots zapped while a vCPU used them (`root N` > 0): the kernel marks them
+        #: invalid and zaps (traces) them again when the last user puts them
+        self.invalid_roots: dict[PageKey, ReplayPage] = {}
         self.events = 0
         self.seq = 0
         self.version = 0  # bumped whenever something drawn changes
@@ -346,12 +355,19 @@ class ReplayModel:
         if key == self.last_tdp_freed:
             self.last_tdp_freed = None  # already freed with its table spte
             return False
+        if event.fields.get("invalid") is True and key in self.invalid_roots:
+            del self.invalid_roots[key]  # mmu_free_root_page(): its last user put it
+            return False
         page = self.pages.get(key)
         if page is None:
             self.unknown_zaps += 1
             return False
         self.zapped += 1
         self._remove_copy(page, "zapped")
+        if _int(event.fields, "root_count"):  # in use: invalid until its last user puts it
+            self.invalid_roots[key] = page
+            if len(self.invalid_roots) > self.limits[0]:
+                del self.invalid_roots[next(iter(self.invalid_roots))]
         return True
 
     def _zap_all_fast(self, event: Event) -> bool:
@@ -650,3 +666,26 @@ _HANDLERS: dict[str, Callable[[ReplayModel, Event], bool]] = {
 }
 #: the events whose fields the model reads (an index pass may skip parsing the others)
 MODEL_EVENTS = frozenset(_HANDLERS)
+
+
+#: the events that make and unmake shadow pages: all that `unmatched` needs
+PLACING_EVENTS = frozenset(
+    {"kvm_mmu_get_page", "kvm_mmu_prepare_zap_page", "kvm_mmu_zap_all_fast",
+     "kvm_tdp_mmu_spte_changed"}
+)  # fmt: skip
+
+
+def replay_summary(lines: Iterable[str]) -> dict[str, Any]:
+    """`replay --summary`'s object: the counts `summarize` makes, and `unmatched`, the
+    zaps a `ReplayModel` fed the events that make and unmake pages could not place (of
+    a page the trace never showed, or with no gfn).  A complete trace has none."""
+    model = ReplayModel()
+
+    def found(where: int, m: Match[str]) -> None:
+        if where != CONTINUED:
+            model.apply(event_of(m, lazy=True))
+
+    counts = summarize(lines, found, only=PLACING_EVENTS)
+    out = counts.summary()
+    by_event = out.pop("by_event")
+    return {**out, "unmatched": model.unknown_zaps + model.unkeyed_zaps, "by_event": by_event}

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,7 +134,9 @@ AT_LINE, AT_LINE_BEFORE, CONTINUED = 0, 1, 2
 Found = Callable[[int, "re.Match[str]"], None]
 
 
-def summarize(lines: Iterable[str], found: Found | None = None) -> TraceCounts:
+def summarize(
+    lines: Iterable[str], found: Found | None = None, only: Collection[str] | None = None
+) -> TraceCounts:
     """The counts `iter_events` would make, matching only line heads where it can.
 
     `found(where, m)`, if given, hears of each event as the scan meets it, with `m` the
@@ -142,7 +144,8 @@ def summarize(lines: Iterable[str], found: Found | None = None) -> TraceCounts:
     is the line just read; `AT_LINE_BEFORE`, an event whose record began on the line
     before (no event on its own) and ends on this one; `CONTINUED`, the event reported
     on the line before continues on this one (one record over two lines: same head, so
-    same name and time).  The timeline index (engine.replay.scan) is this very loop."""
+    same name and time).  With `only`, `found` hears of those events alone.  The
+    timeline index (engine.replay.scan) is this very loop."""
     counts = TraceCounts()
     by_event = counts.by_event
     match = _LINE_END_RE.fullmatch
@@ -157,7 +160,7 @@ def summarize(lines: Iterable[str], found: Found | None = None) -> TraceCounts:
             name = m["event"]
             by_event[name] = by_event.get(name, 0) + 1
             before, before_was_event = line, True
-            if found is not None:
+            if found is not None and (only is None or name in only):
                 found(AT_LINE, m)
             continue
         if before is not None:
@@ -169,7 +172,7 @@ def summarize(lines: Iterable[str], found: Found | None = None) -> TraceCounts:
                 if not before_was_event:
                     events += 1
                     by_event[joined_m["event"]] += 1
-                if found is not None:
+                if found is not None and (only is None or joined_m["event"] in only):
                     found(CONTINUED if before_was_event else AT_LINE_BEFORE, joined_m)
                 before = None
                 continue
