@@ -108,13 +108,13 @@ def run_kvm(args: argparse.Namespace) -> int:
         return run_kvm_app(args)
     if args.compare:
         return run_compare(args, program)
+    if args.summary and args.trace_out is None and args.parquet is None and not args.no_trace:
+        return run_raw_summary(program)
     text = io.StringIO()
     recording = record_or_fail(program, text.write, trace=not args.no_trace)
     if args.trace_out is not None:
         write_atomically(args.trace_out, text.getvalue())
-    if recording.lost:
-        print(f"mmuscope: WARNING: the trace buffer lost {recording.lost} events: "
-              "the counts below are short", file=sys.stderr)  # fmt: skip
+    _warn_lost(recording.lost)
     lines = io.StringIO(text.getvalue())
     if args.parquet is not None:  # the recording written as a dataset (dataset_cli)
         write_source(args, source, lines, f"kvm {program.name}", program_layout(program))
@@ -145,12 +145,42 @@ def program_layout(program: GuestProgram) -> Layout:
     return Layout(program.name, f"kvm {program.name}", tuple(regions.values()))
 
 
+def run_raw_summary(program: Any) -> int:
+    """`--summary` read from the ring buffers in binary (engine.kvm.rawtrace): no text
+    made by the kernel nor parsed here, and only counts kept."""
+    from mmuscope.engine.kvm.rawtrace import RawSummary
+
+    held: list[RawSummary] = []
+
+    def on_raw(pipes: Any, formats: Any) -> None:
+        if not held:
+            held.append(RawSummary(formats))
+        held[0].drain(pipes)
+
+    recording = record_or_fail(program, None, on_raw=on_raw)
+    _warn_lost(recording.lost)
+    counts = held[0] if held else RawSummary({})
+    print(json.dumps(with_run(counts.summary(), recording, counts.emulated)))
+    sys.stdout.flush()
+    return 0
+
+
+def _warn_lost(lost: int) -> None:
+    if lost:
+        print(f"mmuscope: WARNING: the trace buffer lost {lost} events: "
+              "the counts below are short", file=sys.stderr)  # fmt: skip
+
+
 def summary(recording: Any, lines: io.StringIO) -> dict[str, Any]:
     from mmuscope.engine.replay.model import replay_summary
 
     out: dict[str, Any] = replay_summary(lines)
     lines.seek(0)
-    emulated = emulated_instructions(lines)
+    return with_run(out, recording, emulated_instructions(lines))
+
+
+def with_run(out: dict[str, Any], recording: Any, emulated: dict[str, int]) -> dict[str, Any]:
+    """The counts, then what `--summary` adds of the run."""
     out.update(
         kernel=recording.kernel,
         mmu=recording.host.kind,

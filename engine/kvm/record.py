@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from .host import HostMmu, kernel_release, read_host_mmu
 from .program import GuestProgram
+from .rawtrace import Format, RawPipes, read_formats
 from .runner import KernelRun, SliceResult, run_on_kernel
 from .stats import stats_delta
 from .tracing import TraceInstance, find_tracefs
@@ -58,21 +59,33 @@ def buffer_kb(program: GuestProgram) -> int:
 def record(
     program: GuestProgram,
     *,
-    on_text: Callable[[str], None],
+    on_text: Callable[[str], None] | None = None,
     on_slice: Callable[[SliceResult], None] | None = None,
     on_start: Callable[[KernelRun], None] | None = None,
     trace: bool = True,
+    on_raw: Callable[[RawPipes, dict[int, Format]], None] | None = None,
 ) -> Recording:
-    """Run `program` with tracing (or, `trace=False`, without: the benchmark's baseline)."""
+    """Run `program` with tracing (or, `trace=False`, without: the benchmark's baseline).
+    The kernel's events go to `on_text` as `trace_pipe` prints them, or, with `on_raw`,
+    as the per-CPU ring buffers hold them: `on_raw` drains the pipes itself (`rawtrace`:
+    no text made or parsed), with the host's formats to decode them."""
     host = read_host_mmu()
     if not trace:
         run = run_on_kernel(program, on_slice=on_slice, on_ready=on_start)
         return Recording(run, 0, host, kernel_release(), "")
     root = find_tracefs()
     with TraceInstance(root, pid=os.getpid(), buffer_kb=buffer_kb(program)) as instance:
+        pipes = RawPipes(instance.path) if on_raw is not None else None
+        formats = read_formats(instance.path / "events", instance.subsystems) if pipes else {}
+
+        def drain() -> None:
+            if on_raw is not None and pipes is not None:
+                on_raw(pipes, formats)
+            elif on_text is not None:
+                on_text(instance.read_available())
 
         def sliced(result: SliceResult) -> None:
-            on_text(instance.read_available())
+            drain()
             if on_slice is not None:
                 on_slice(result)
 
@@ -83,9 +96,13 @@ def record(
 
         def closing() -> None:
             instance.stop()
-            on_text(instance.read_available())
+            drain()
 
-        run = run_on_kernel(program, on_ready=ready, on_slice=sliced, before_close=closing)
+        try:
+            run = run_on_kernel(program, on_ready=ready, on_slice=sliced, before_close=closing)
+        finally:
+            if pipes is not None:
+                pipes.close()  # before the instance goes: an open pipe keeps it busy
         lost = instance.lost()
         name = instance.path.name
     return Recording(run, lost, host, kernel_release(), name)

@@ -1,0 +1,267 @@
+"""A tracefs instance's ring buffers read as the kernel keeps them: binary, per CPU.
+
+`trace_pipe` makes the kernel print every event as text (its `print fmt`), and the
+reader then parses that text back: for 590,000 events (`kvm touch --pages 65536`) that
+is 57 MB, and most of a traced run's time.  `per_cpu/cpuN/trace_pipe_raw` hands out the
+ring buffer's pages instead (kernel/trace/ring_buffer.c, 6.18): a page header
+(`events/header_page`: a u64 timestamp, a `commit` whose low bits are the bytes used),
+then events, each behind a 32-bit header (`events/header_event`): `type_len` (5 bits)
+and `time_delta` (27 bits).  `type_len` 1..28 is a data event of `type_len * 4` bytes;
+0 one whose length is the next u32 (which it counts); 29 padding (a discarded event,
+or with no delta the rest of the page); 30 a time extend (the delta's upper bits in
+the next u32); 31 an absolute time stamp.  A data event starts with the common fields
+(`common_type`, the event's `ID` in its `format` file, and `common_pid`), then the
+event's own fields at the offsets its `format` file gives.
+
+`RawPipes` drains every CPU's pipe without blocking and merges the CPUs' events by
+time; `Formats` decodes an event's fields by the host's format files (numbers as ints,
+byte arrays as bytes), under the TP_STRUCT__entry names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import heapq
+import os
+import re
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+PAGE_DATA = 16  # events/header_page: "field: char data; offset:16"
+COMMIT_MASK = (1 << 27) - 1  # commit's low bits: the bytes used (the rest are flags)
+TYPE_PADDING, TYPE_TIME_EXTEND, TYPE_TIME_STAMP = 29, 30, 31
+TS_BITS = 27
+_U32 = struct.Struct("<I")
+_HEAD = struct.Struct("<QQ")
+_COMMON = struct.Struct("<HBBi")  # common_type, common_flags, common_preempt_count, common_pid
+_FIELD_RE = re.compile(
+    r"\s*field:(?P<decl>[^;]+);\s*offset:(?P<offset>\d+);\s*size:(?P<size>\d+);"
+    r"\s*signed:(?P<signed>\d+);"
+)
+_INTS = {1: "B", 2: "H", 4: "I", 8: "Q"}
+
+
+class RawEvent(NamedTuple):
+    """One event as the ring buffer holds it: its time (ns), CPU, type (`common_type`)
+    and bytes (a NamedTuple: half a million are made per second of guest)."""
+
+    ts: int
+    cpu: int
+    type: int
+    data: bytes
+
+    @property
+    def pid(self) -> int:
+        return int(_COMMON.unpack_from(self.data)[3])
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    name: str
+    offset: int
+    size: int
+    signed: bool
+    array: bool  # `__u8 insn[15]`: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Format:
+    """One event's `format` file: its id, name and fields (the common ones left out)."""
+
+    id: int
+    name: str
+    fields: tuple[Field, ...]
+
+    def decode(self, data: bytes) -> dict[str, int | bytes]:
+        out: dict[str, int | bytes] = {}
+        for f in self.fields:
+            if f.array or f.size not in _INTS:
+                out[f.name] = data[f.offset : f.offset + f.size]
+                continue
+            code = _INTS[f.size].lower() if f.signed else _INTS[f.size]
+            out[f.name] = struct.unpack_from("<" + code, data, f.offset)[0]
+        return out
+
+
+def parse_format(text: str) -> Format | None:
+    """A `format` file's id, name and own fields (None: not one)."""
+    name = re.search(r"^name: (\S+)", text, re.M)
+    ident = re.search(r"^ID: (\d+)", text, re.M)
+    if name is None or ident is None:
+        return None
+    fields = []
+    for m in _FIELD_RE.finditer(text):
+        decl = m["decl"].strip()
+        array = decl.endswith("]")
+        word = decl.rsplit(" ", 1)[-1].split("[")[0]
+        if word.startswith("common_"):
+            continue
+        fields.append(Field(word, int(m["offset"]), int(m["size"]), m["signed"] == "1", array))
+    return Format(int(ident[1]), name[1], tuple(fields))
+
+
+def read_formats(events: Path, subsystems: Iterable[str]) -> dict[int, Format]:
+    """The formats of every event of `subsystems` under `events/`, by id."""
+    found: dict[int, Format] = {}
+    for sub in subsystems:
+        for path in sorted((events / sub).glob("*/format")):
+            fmt = parse_format(path.read_text())
+            if fmt is not None:
+                found[fmt.id] = fmt
+    return found
+
+
+@dataclass
+class Tally:
+    """Events counted by type as pages are parsed (with the time each type was first
+    seen), only the types in `keep` made into `RawEvent`s (None: all): a summary needs
+    the bytes of a few event kinds, not of half a million events."""
+
+    keep: frozenset[int] | None = None
+    counts: dict[int, int] = field(default_factory=dict)
+    first: dict[int, int] = field(default_factory=dict)
+
+
+def parse_page(page: bytes, cpu: int, out: list[RawEvent], tally: Tally | None = None) -> bool:
+    """The data events of one ring-buffer page, appended to `out` (and counted in
+    `tally`, which picks the ones to append); whether the kernel flagged events missed
+    before the page."""
+    ts, commit = _HEAD.unpack_from(page, 0)
+    end = PAGE_DATA + (commit & COMMIT_MASK)
+    missed = bool(commit >> 30)
+    at = PAGE_DATA
+    unpack = _U32.unpack_from
+    counts, first, keep = (tally.counts, tally.first, tally.keep) if tally else ({}, {}, None)
+    while at + 4 <= end:
+        (head,) = unpack(page, at)
+        type_len, delta = head & 0x1F, head >> 5
+        if type_len <= 28:  # data: 4 * type_len bytes, or (0) the length follows
+            if type_len:
+                start, size = at + 4, 4 * type_len
+            else:
+                start, size = at + 8, unpack(page, at + 4)[0] - 4
+            ts += delta
+            kind = page[start] | page[start + 1] << 8  # common_type
+            if kind in counts:
+                counts[kind] += 1
+            else:
+                counts[kind], first[kind] = 1, ts
+            if keep is None or kind in keep:
+                out.append(RawEvent(ts, cpu, kind, page[start : start + size]))
+            at = start + size
+        elif type_len == TYPE_PADDING:
+            if delta == 0:  # the rest of the page
+                break
+            (length,) = unpack(page, at + 4)
+            at += 4 + length
+        elif type_len == TYPE_TIME_EXTEND:
+            (upper,) = unpack(page, at + 4)
+            ts += upper << TS_BITS | delta
+            at += 8
+        else:  # TYPE_TIME_STAMP: absolute (its top bits are the current time's)
+            (upper,) = unpack(page, at + 4)
+            stamp = upper << TS_BITS | delta
+            ts = ts & ~((1 << 59) - 1) | stamp
+            at += 8
+    return missed
+
+
+class RawPipes:
+    """Every CPU's `trace_pipe_raw` of one instance, drained without blocking."""
+
+    def __init__(self, instance: Path) -> None:
+        self.fds: dict[int, int] = {}
+        self.page_size = os.sysconf("SC_PAGE_SIZE")
+        self.missed = 0  # pages flagged with events lost before them
+        for path in sorted((instance / "per_cpu").glob("cpu*")):
+            cpu = int(path.name[3:])
+            self.fds[cpu] = os.open(path / "trace_pipe_raw", os.O_RDONLY | os.O_NONBLOCK)
+
+    def read_available(self, tally: Tally | None = None) -> list[RawEvent]:
+        """Every event recorded and not read yet (those `tally` keeps), in time order
+        across CPUs."""
+        per_cpu: list[list[RawEvent]] = []
+        for cpu, fd in self.fds.items():
+            events: list[RawEvent] = []
+            while True:
+                try:
+                    page = os.read(fd, self.page_size)
+                except BlockingIOError:
+                    break
+                except OSError as err:
+                    if err.errno == errno.EINTR:
+                        continue
+                    raise
+                if not page:
+                    break
+                self.missed += parse_page(page, cpu, events, tally)
+            if events:
+                per_cpu.append(events)
+        if len(per_cpu) == 1:
+            return per_cpu[0]
+        return list(heapq.merge(*per_cpu, key=lambda e: e.ts))
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.fds.clear()
+
+
+SHADOW_PAGE_EVENTS = frozenset(
+    {"kvm_mmu_get_page", "kvm_mmu_prepare_zap_page", "kvm_mmu_sync_page", "kvm_mmu_unsync_page"}
+)
+ROLE_INVALID = 1 << 11  # role.invalid in role.word
+
+
+class RawSummary:
+    """`replay --summary`'s object from the ring buffers, drained as the run goes (only
+    counts kept, so memory does not grow with the run): events per name in first-seen
+    order, `unmatched` from a `ReplayModel` fed the events that make and unmake pages,
+    and the emulated instructions, decoded."""
+
+    def __init__(self, formats: dict[int, Format]) -> None:
+        from ..replay.model import PLACING_EVENTS, ReplayModel
+
+        self.formats = formats
+        self.placing = PLACING_EVENTS
+        self.model = ReplayModel()
+        self.emulated: dict[str, int] = {}
+        wanted = {*PLACING_EVENTS, "kvm_emulate_insn"}
+        self.tally = Tally(frozenset(i for i, f in formats.items() if f.name in wanted))
+
+    def drain(self, pipes: RawPipes) -> None:
+        from ..events import Event
+        from .asm import decode_emulated
+
+        for raw in pipes.read_available(self.tally):
+            fmt = self.formats[raw.type]
+            if fmt.name in self.placing:
+                fields: dict[str, int | bool] = {
+                    k: v for k, v in fmt.decode(raw.data).items() if isinstance(v, int)
+                }
+                if fmt.name in SHADOW_PAGE_EVENTS:  # the text parser's names for them
+                    fields["gen"] = fields["mmu_valid_gen"]
+                    fields["invalid"] = bool(fields["role"] & ROLE_INVALID)
+                self.model.apply(Event(fmt.name, fields, raw.ts / 1e9, raw.cpu, raw.pid))
+            else:  # kvm_emulate_insn
+                f = fmt.decode(raw.data)
+                insn, rip, size = f["insn"], f["rip"], f["len"]
+                assert isinstance(insn, bytes) and isinstance(rip, int) and isinstance(size, int)
+                text = decode_emulated(insn[:size].hex(" "), rip)
+                self.emulated[text] = self.emulated.get(text, 0) + 1
+
+    def summary(self) -> dict[str, object]:
+        tally = self.tally
+        by_event: dict[str, int] = {}
+        for kind in sorted(tally.counts, key=tally.first.__getitem__):
+            fmt = self.formats.get(kind)
+            by_event[fmt.name if fmt is not None else f"type {kind}"] = tally.counts[kind]
+        events = sum(by_event.values())
+        unmatched = self.model.unknown_zaps + self.model.unkeyed_zaps
+        return {"lines": events, "events": events, "skipped": 0, "unmatched": unmatched,
+                "by_event": by_event}  # fmt: skip
