@@ -31,7 +31,7 @@ pytestmark = [needs_tracing, pytest.mark.xdist_group("kvm-oracle")]
 
 # small programs: the whole module records each once, in a few seconds
 PAGES = {"touch": 12, "fork": 8, "mmio": 4, "ptwrite": 12, "churn": 10, "dirty": 10, "cr3": 16,
-         "flood": 16, "prefetch": 16}  # fmt: skip
+         "flood": 16, "prefetch": 16, "huge": 600}  # fmt: skip
 CHILDREN = {"fork": 16}  # 16: the kernel reuses zapped shadow pages' host pages
 
 
@@ -112,6 +112,7 @@ Mutation = tuple[Callable[[pytest.MonkeyPatch], None], str, str]
 def _mutations() -> dict[str, Mutation]:
     """One line of the model changed per program: the kernel's event at the first
     difference, and what the report says of it."""
+    from mmuscope.engine.kvm import model
     from mmuscope.engine.mmu import dirty_log
     from mmuscope.engine.mmu.guest import page_tables
     from mmuscope.engine.mmu.rmap import head
@@ -162,6 +163,11 @@ def _mutations() -> dict[str, Mutation]:
         "prefetch": (lambda m: m.setattr(mmu, "PTE_PREFETCH_NUM", 4),
                      "kvm_mmu_set_spte: gfn a spte",
                      "kvm_mmu_set_spte in the kernel, kvm_mmu_pagetable_walk in the model"),
+        # a host that backs guest memory with 2M pages (host_pfn_mapping_level()): the
+        # model maps the guest's 2M page whole where the kernel maps 4K
+        "huge": (lambda m: m.setattr(model, "PG_LEVEL_4K", 2),
+                 "kvm_mmu_spte_requested: gfn 10000 pfn",
+                 "kvm_mmu_spte_requested: level 0x1 in the kernel, 0x2 in the model"),
     }  # fmt: skip
 
 

@@ -44,6 +44,7 @@ PROGRAM_HELP = {
     "cr3": "two processes switched and back: each root found again, its sptes kept",
     "flood": "emulated stores to the guest's own page directory until write flooding zaps it",
     "prefetch": "faults on every 8th of N accessed pages map their neighbours too",
+    "huge": "N pages in 2M guest pages: direct shadow pages, 4K sptes",
 }
 
 

@@ -31,12 +31,15 @@ from ..events import Event
 from ..memslots.vm import Vm
 from ..mmu.dirty_log import DirtyLogging
 from ..mmu.mmu_pages import kvm_page_table_hashfn
+from ..mmu.params import TdpMmuParams
+from ..mmu.role import PG_LEVEL_4K
 from ..mmu.shadow.mmu import ShadowMmu
 from ..mmu.spte import (
     PT_USER_MASK,
     PT_WRITABLE_MASK,
     RetPf,
     SpteConfig,
+    is_large_pte,
     is_shadow_present_pte,
 )
 from ..mmu.walk import last_on_path
@@ -79,7 +82,9 @@ class _Cpu:
         if root is None or self.mmu.pages.is_obsolete(root):
             return False
         sp, index = last_on_path(self.mmu.pages, root, gva >> 12)
-        spte = sp.spt[index] if sp.role.level == 1 else self.mmu.pages.nonpresent
+        spte = sp.spt[index]
+        if sp.role.level > 1 and not is_large_pte(spte):  # no table below: not mapped
+            return False
         if not is_shadow_present_pte(spte):  # empty or an MMIO spte
             return False
         if fetch and spte & self.mmu.cfg.shadow_nx_mask:
@@ -217,7 +222,11 @@ class ModelRunner:
                 run.rmap_max = max(run.rmap_max, count - 1)
                 self.dirty.observe(event)
 
-        run.mmu = ShadowMmu(vm, cfg, guest=program.tables, emit=observe, pte_prefetch=True)
+        # guest memory is anonymous 4K pages (no MADV_HUGEPAGE): host_pfn_mapping_level()
+        # is 4K, so a guest 2M page is shadowed by 4K sptes under a direct page
+        params = TdpMmuParams(tdp_mmu=False, host_level=PG_LEVEL_4K)
+        run.mmu = ShadowMmu(vm, cfg, guest=program.tables, emit=observe, pte_prefetch=True,
+                            params=params)  # fmt: skip
         run.mmu.pages.rezap_freed_roots = True  # as mmu_free_root_page() does
         self.dirty = DirtyLogging(run.mmu)
         self.cpu = _Cpu(run)

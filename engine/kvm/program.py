@@ -34,7 +34,11 @@ Programs:
 - `prefetch`: N pages whose ptes have the accessed bit set (a guest OS that used
   them), read every `PTE_PREFETCH_NUM`-th one: each fault maps its neighbours
   too (`FNAME(pte_prefetch)`), so reading all N faults no more; writing them faults
-  once more per page, as a prefetched clean pte is mapped read-only.
+  once more per page, as a prefetched clean pte is mapped read-only;
+- `huge`: N pages in 2M guest pages (memslot 1, 2M-aligned), written then read.  The
+  VMM's memory is 4K pages (no MADV_HUGEPAGE), so the host maps them 4K: each guest
+  2M page is shadowed by a direct last-level page whose sptes `__direct_pte_prefetch()`
+  fills 8 at a time.
 
 `MAX_PAGES` is each program's largest N; only `fork` has `--children`.
 """
@@ -61,9 +65,10 @@ MMIO_GPA = 0xD000_0000
 SLOT1_GPA = 0x1000_0000
 SLOT1_MOVED_GPA = 0x2000_0000
 RAM_SLOT, DATA_SLOT = 0, 1
-PROGRAMS = ("touch", "fork", "mmio", "ptwrite", "churn", "dirty", "cr3", "flood", "prefetch")
+PROGRAMS = ("touch", "fork", "mmio", "ptwrite", "churn", "dirty", "cr3", "flood", "prefetch",
+            "huge")  # fmt: skip
 DEFAULT_PAGES = {"touch": 64, "fork": 16, "mmio": 8, "ptwrite": 16, "churn": 16, "dirty": 16,
-                 "cr3": 64, "flood": 64, "prefetch": 64}  # fmt: skip
+                 "cr3": 64, "flood": 64, "prefetch": 64, "huge": 1024}  # fmt: skip
 DEFAULT_CHILDREN = 8
 MAX_CHILDREN = 1024
 WITH_CHILDREN = ("fork",)
@@ -364,6 +369,19 @@ def _prefetch(n: int, c: int) -> GuestProgram:
     return b.program
 
 
+def _huge(n: int, c: int) -> GuestProgram:
+    b = _Builder("huge", n, c, _ram_for(0))
+    cr3 = b.process()
+    large = (n + ENTRIES - 1) // ENTRIES
+    slot = _slot1(b, large * ENTRIES)
+    for i in range(large):  # 2M guest pages over memslot 1 (2M-aligned gpa)
+        b.tables.map(cr3, DATA_GVA + i * ENTRIES * PAGE, (SLOT1_GPA >> 12) + i * ENTRIES,
+                     level=2)  # fmt: skip
+    b.slice(cr3, (Sweep(DATA_GVA, n, WRITE),), f"write {n} pages of 2M guest pages", slot)
+    b.slice(cr3, (Sweep(DATA_GVA, n, READ),), "read them again")
+    return b.program
+
+
 _BUILDERS = {
     "touch": _touch,
     "fork": _fork,
@@ -374,4 +392,5 @@ _BUILDERS = {
     "cr3": _cr3,
     "flood": _flood,
     "prefetch": _prefetch,
+    "huge": _huge,
 }
