@@ -111,6 +111,8 @@ def run_kvm(args: argparse.Namespace) -> int:
         return run_compare(args, program)
     if args.summary and args.trace_out is None and args.parquet is None and not args.no_trace:
         return run_raw_summary(program)
+    if args.jsonl and args.trace_out is None and args.parquet is None:
+        return run_streamed_jsonl(program)
     text = io.StringIO()
     recording = record_or_fail(program, text.write, trace=not args.no_trace)
     if args.trace_out is not None:
@@ -166,10 +168,29 @@ def run_raw_summary(program: Any) -> int:
     return 0
 
 
+def run_streamed_jsonl(program: Any) -> int:
+    """`--jsonl` written as each drain brings the kernel's text (a line the drain cut
+    waits for its rest): nothing of the run is kept."""
+    from .replay_cli import write_jsonl
+
+    rest = [""]
+
+    def on_text(text: str) -> None:
+        *lines, rest[0] = (rest[0] + text).split("\n")
+        write_jsonl((line + "\n" for line in lines), sys.stdout)
+
+    recording = record_or_fail(program, on_text)
+    if rest[0]:
+        write_jsonl([rest[0]], sys.stdout)
+    sys.stdout.flush()
+    _warn_lost(recording.lost)
+    return 0
+
+
 def _warn_lost(lost: int) -> None:
     if lost:
         print(f"mmuscope: WARNING: the trace buffer lost {lost} events: "
-              "the counts below are short", file=sys.stderr)  # fmt: skip
+              "the kernel's events are incomplete", file=sys.stderr)  # fmt: skip
 
 
 def summary(recording: Any, lines: io.StringIO) -> dict[str, Any]:
