@@ -48,6 +48,7 @@ from rich.console import Console
 from rich.text import Text
 
 from .cliparts import CliError
+from .progress import steps, watched
 
 PIPE_WIDTH = 200  # a pipe or a file without $COLUMNS
 MIN_WIDTH = 40
@@ -371,7 +372,8 @@ def run_bench(args: argparse.Namespace) -> int:
         check_svg_dir(svg_dir)
     names = getattr(args, "table", None) or list(TABLES)
     names = [name for name in TABLES if name in names]  # registry order, no repeats
-    tables = run_tables(names, args.quick, on_missing=_report_missing)
+    with steps("bench", len(names), shown=watched(json_output=args.json)) as progress:
+        tables = run_tables(names, args.quick, on_missing=_report_missing, on_start=progress.start)
     written = write_charts(tables, svg_dir) if svg_dir is not None else []
     if args.json:
         print(bench_json(tables))

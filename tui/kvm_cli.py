@@ -29,6 +29,7 @@ from .dataset_cli import add_options as add_parquet_options
 from .dataset_cli import check_options as check_parquet_options
 from .dataset_cli import host_source, source_names, write_source
 from .kvm_record import record_or_fail, write_atomically
+from .progress import steps, watched
 
 if TYPE_CHECKING:
     from mmuscope.engine.kvm.program import GuestProgram
@@ -114,7 +115,13 @@ def run_kvm(args: argparse.Namespace) -> int:
     if args.jsonl and args.trace_out is None and args.parquet is None:
         return run_streamed_jsonl(program)
     text = io.StringIO()
-    recording = record_or_fail(program, text.write, trace=not args.no_trace)
+    shown = watched(json_output=args.parquet is None)  # --summary and --jsonl print JSON
+    with steps(f"kvm {program.name}", len(program.slices), shown=shown) as progress:
+
+        def on_slice(result: Any) -> None:
+            progress.finished(program.slices[result.index].label or f"slice {result.index}")
+
+        recording = record_or_fail(program, text.write, trace=not args.no_trace, on_slice=on_slice)
     if args.trace_out is not None:
         write_atomically(args.trace_out, text.getvalue())
     _warn_lost(recording.lost)
@@ -252,10 +259,14 @@ def run_compare(args: argparse.Namespace, program: Any) -> int:
             kept.append(text)
         held[0].kernel_text(text)
 
-    def on_slice(result: Any) -> None:
-        held[0].run_slice(result.index)
+    shown = watched(json_output=args.json)
+    with steps(f"kvm {program.name}", len(program.slices), shown=shown) as progress:
 
-    recording = record_or_fail(program, on_text, on_slice=on_slice, on_start=on_start)
+        def on_slice(result: Any) -> None:
+            held[0].run_slice(result.index)
+            progress.finished(program.slices[result.index].label or f"slice {result.index}")
+
+        recording = record_or_fail(program, on_text, on_slice=on_slice, on_start=on_start)
     if args.trace_out is not None:
         write_atomically(args.trace_out, "".join(kept))
     verdict = held[0].verdict(recording.stats(), recording.run.mmio_exits, recording.lost)
