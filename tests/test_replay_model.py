@@ -6,6 +6,9 @@ model and with random and recorded event sequences."""
 from __future__ import annotations
 
 import io
+import shutil
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -472,3 +475,46 @@ def test_a_root_zapped_in_use_is_zapped_again_when_put_not_unmatched() -> None:
     replay(events_of([line("kvm_mmu_prepare_zap_page",
                            root.replace("wux", "wux invalid").format(n=0))]), model)  # fmt: skip
     assert model.unknown_zaps == 1
+
+
+def test_direct_pages_are_drawn_linked_to_their_parents(tmp_path: Path) -> None:
+    """A direct page's parent follows from gfn and level (direct_map() gets each child
+    for the gfn rounded to the level above): the replay's dot draws those links,
+    labelled with the parent's spte index, and Graphviz renders it."""
+    from mmuscope.engine.replay.dot import direct_links
+
+    pages = [(0, 4), (0, 3), (0x40000, 2), (0x40200, 1), (0x40000, 1)]
+    lines = [
+        line("kvm_mmu_get_page", SP.format(gen=0, gfn=g, level=lv) + " new") for g, lv in pages
+    ]
+    model = replay(events_of(lines))
+    links = {
+        (p.gfn, p.level, c.gfn, c.level, i) for p, c, i in direct_links(list(model.pages.values()))
+    }
+    assert links == {
+        (0, 4, 0, 3, 0),
+        (0, 3, 0x40000, 2, 1),  # 0x40000 >> 18 = 1
+        (0x40000, 2, 0x40200, 1, 1),  # 0x40200 >> 9 & 511 = 1
+        (0x40000, 2, 0x40000, 1, 0),
+    }
+    text, nodes = replay_to_dot(model)
+    assert nodes == 5 and text.count('[label="spte[') == 4
+    if shutil.which("dot"):
+        out = subprocess.run(["dot", "-Tsvg"], input=text, capture_output=True, text=True)
+        assert out.returncode == 0 and out.stdout.count('class="edge"') >= 4
+
+
+def test_a_simulated_direct_run_replays_into_one_linked_tree() -> None:
+    """Every direct page of a simulated run but its root has its parent drawn."""
+    from mmuscope.engine.replay.dot import direct_links
+
+    done = subprocess.run(
+        [sys.executable, "-m", "mmuscope.tui", "simulate", "--mmu", "direct",
+         "--workload", "kernbench", "--accesses", "1500"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    model = replay(events_of(done.stdout.splitlines(keepends=True)))
+    pages = [p for p in model.pages.values() if p.direct and not model.is_obsolete(p)]
+    children = {id(c) for _, c, _ in direct_links(pages)}
+    orphans = [p for p in pages if id(p) not in children]
+    assert len(pages) > 10 and [p.level for p in orphans] == [4], orphans

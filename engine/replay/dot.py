@@ -1,7 +1,16 @@
 """The replayed shadow pages as a Graphviz graph, in the look of `engine.export.mmu_dot`:
 one box per page, ranked by level; obsolete pages (another `mmu_valid_gen`) dashed and
-grey, the page that appeared last filled.  A trace does not say which spte links a page
-to its parent, so levels are stacked by invisible edges instead of drawn as a tree."""
+grey, the page that appeared last filled.
+
+A trace does not say which spte links a page to its parent, but a direct page's place
+follows from its gfn and level: a level-L direct page maps the 512**L gfns from its gfn
+(`direct_map()` gets it by `kvm_mmu_get_child_sp()` for the gfn rounded by
+`gfn_round_for_level()` to the level above), so its parent is
+the direct page of level L+1, of the same generation and SMM bit, whose range holds that
+gfn, through its spte `(gfn >> 9L) & 511` (`SPTE_INDEX`).  Those links are drawn,
+labelled with the index.  An indirect page shadows a guest page table, whose place the
+trace does not show: levels are stacked by invisible edges, for them and for pages whose
+parent is not drawn."""
 
 from __future__ import annotations
 
@@ -12,6 +21,8 @@ from .model import ReplayModel
 from .records import ReplayPage
 from .views import page_levels
 
+SPTE_INDEX_BITS = 9  # SPTE_LEVEL_BITS: 512 sptes a page
+SPTES_PER_PAGE = 1 << SPTE_INDEX_BITS
 MAX_DOT_PAGES = 3000  # the newest pages drawn (dot needs minutes beyond this)
 
 
@@ -22,6 +33,34 @@ def _label(page: ReplayPage) -> str:
     copies = f" ×{page.copies}" if page.copies > 1 else ""
     seen = ", before the trace" if page.adopted else ""
     return f"gfn {page.gfn:#x}{copies}\n{level} {role}\n{gen}{seen}"
+
+
+def _direct_place(page: ReplayPage) -> tuple[int | None, object, int] | None:
+    """(generation, SMM bit, level) of a direct page of known level, else None."""
+    if not page.direct or page.level is None:
+        return None
+    return page.gen, dict(page.key[2]).get("smm"), page.level
+
+
+def direct_links(pages: list[ReplayPage]) -> list[tuple[ReplayPage, ReplayPage, int]]:
+    """(parent, child, spte index) for each direct page whose parent is among `pages`."""
+    at: dict[tuple[int | None, object, int, int], ReplayPage] = {}
+    for page in pages:
+        place = _direct_place(page)
+        if place is not None:
+            at.setdefault((*place, page.gfn), page)
+    links = []
+    for page in pages:
+        place = _direct_place(page)
+        if place is None:
+            continue
+        gen, smm, level = place
+        span = 1 << (SPTE_INDEX_BITS * (level + 1))  # gfns the parent maps
+        parent = at.get((gen, smm, level + 1, page.gfn & ~(span - 1)))
+        if parent is not None:
+            index = (page.gfn >> (SPTE_INDEX_BITS * level)) & (SPTES_PER_PAGE - 1)
+            links.append((parent, page, index))
+    return links
 
 
 def replay_to_dot(model: ReplayModel, *, title: str = "") -> tuple[str, int]:
@@ -54,5 +93,8 @@ def replay_to_dot(model: ReplayModel, *, title: str = "") -> tuple[str, int]:
         firsts.append(ids[0])
     for upper, lower in itertools.pairwise(firsts):
         lines.append(f"  {upper} -> {lower} [style=invis];")
+    drawn_pages = [page for row in rows for page in row.newest]
+    for parent, child, index in direct_links(drawn_pages):
+        lines.append(f"  p{parent.seq} -> p{child.seq} [label={quote(f'spte[{index}]')}];")
     lines.append("}")
     return "\n".join(lines) + "\n", drawn
