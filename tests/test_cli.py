@@ -67,7 +67,7 @@ def test_overview_shows_the_guest_it_is_given() -> None:
     assert "32,740 more" in out and "region100 " not in out
     assert re.search(r"0xfff700 │ region32763 │\s+32764 │", out), out
     out = run("overview", "--layout", "q35-16g", "--as", "1", env=env).stdout
-    assert "memslots of address space 1" in out and "smram-low" in out
+    assert "memslots of address space 1" in out and "smm-ram-below-768k" in out
 
 
 def test_explorer_options_before_a_command_are_refused_by_name() -> None:

@@ -48,6 +48,24 @@ def test_layout_preset_json() -> None:
     assert len(rows) == 7
 
 
+def test_layout_preset_with_smm_heads_each_address_space() -> None:
+    """q35-16g's slots in two address spaces: a header before each, `as_id` in JSON, and
+    address space 1's first slot as QEMU registers it (RAM below 640K and SMRAM,
+    0-0xbffff, one slot: `Slot#65536 gpa=0x0 size=0xc0000` in a recorded SMM run)."""
+    lines = ok("layout", "--preset", "q35-16g").splitlines()
+    heads = [i for i, line in enumerate(lines) if line.startswith("#")]
+    assert [lines[i] for i in heads] == [
+        "# address space 0: memory",
+        "# address space 1: SMM (QEMU's KVM-SMRAM)",
+    ]
+    assert heads[0] == 0 and lines[heads[1] + 1] == (
+        "0x0000000000000000-0x00000000000bffff         786432 smm-ram-below-768k"
+    )
+    rows = layout_json("--preset", "q35-16g")
+    assert [row["as_id"] for row in rows] == [0] * 7 + [1] * 6
+    assert not any(line.startswith("#") for line in ok("layout", "--preset", "pc-4g").splitlines())
+
+
 def test_layout_default_text() -> None:
     out = ok("layout")
     bios = r"^0x00000000fffc0000-0x00000000ffffffff\s+262144 pc\.bios readonly$"
@@ -59,9 +77,9 @@ def test_layout_mtree_flat_view_fixture() -> None:
     assert_memslot_shape(rows)
     assert [(r["name"], r["gpa"], r["size"], r["readonly"]) for r in rows] == [
         ("pc.ram", 0x0, 0xA0000, False),
-        ("pc.ram", 0xC0000, 0xA000, True),
-        ("pc.ram", 0xCA000, 0x3000, False),
-        ("pc.ram", 0xCD000, 0x33000, True),
+        ("pc.ram", 0xC0000, 0xA000, False),  # printed 'rom' (PAM): kvm_mem_flags() reads
+        ("pc.ram", 0xCA000, 0x3000, False),  # pc.ram's own flags, so KVM's slot is
+        ("pc.ram", 0xCD000, 0x33000, False),  # writable
         ("pc.ram", 0x100000, 0x3FF00000, False),
         ("vga.vram", 0xFD000000, 0x1000000, False),
         ("0000:00:05.0 BAR 0 mmaps[0]", 0xFE000000, 0x1000, False),  # ramd

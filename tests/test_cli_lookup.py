@@ -70,7 +70,7 @@ def test_lookup_no_cache_skips_last_used_slot() -> None:
 def test_lookup_smm_address_space() -> None:
     out = ok("lookup", "--layout", "q35-16g", "--as", "1", "0x10")
     assert "address space 1" in out
-    assert "hit slot 0 (smram-low)" in out
+    assert "hit slot 0 (smm-ram-below-768k)" in out
 
 
 def test_lookup_on_realdata_mtree() -> None:

@@ -88,7 +88,7 @@ def test_a_session_on_the_smm_address_space_looks_up_there(vcpu_cache: bool) -> 
         record = explorer.step()
         assert record.slot == brute_force(explorer, record.access.gfn)
         assert record.slot is None or record.slot.as_id == 1
-    assert explorer.slot_name(explorer.slots()[0]).startswith("smram")
+    assert explorer.slot_name(explorer.slots()[0]) == "smm-ram-below-768k"
 
 
 def test_explain_replays_the_record_without_touching_the_caches() -> None:

@@ -44,7 +44,7 @@ PASTED = """\
 """
 MARKED = [
     R("pc.ram", 0x0, 0xA0000, False),
-    R("pc.ram", 0xC0000, 0x40000, True),
+    R("pc.ram", 0xC0000, 0x40000, False),  # 'rom' through PAM's alias: KVM sees pc.ram
     R("pc.ram", 0x100000, 0x7FF00000, False),
     R("pc.bios", 0xFFFC0000, 0x40000, True),
 ]

@@ -99,9 +99,11 @@ def test_list_address_spaces_fixtures() -> None:
 def test_flat_fixture_memory() -> None:
     assert parse_mtree(fixture("qemu-mtree-f-pc-kvm.txt")) == [
         R("pc.ram", 0x0, 0xA0000, False),
-        R("pc.ram", 0xC0000, 0xB000, True),  # the flat view prints 'rom' for read-only RAM
+        # 'rom' for pc.ram through PAM's read-only alias: a writable memslot, as
+        # kvm_mem_flags() reads pc.ram's own flags (the ranges stay apart, as QEMU's do)
+        R("pc.ram", 0xC0000, 0xB000, False),
         R("pc.ram", 0xCB000, 0x3000, False),
-        R("pc.ram", 0xCE000, 0x32000, True),
+        R("pc.ram", 0xCE000, 0x32000, False),
         R("pc.ram", 0x100000, 0x7FF00000, False),
         R("vga.vram", 0xFD000000, 0x1000000, False),
         R("0000:00:05.0 BAR 0 mmaps[0]", 0xFE100000, 0x100000, False),
@@ -115,7 +117,7 @@ def test_flat_fixture_smm_and_errors() -> None:
     text = fixture("qemu-mtree-f-pc-kvm.txt")
     assert parse_mtree(text, "cpu-smm-0") == [
         R("pc.ram", 0x0, 0xC0000, False),
-        R("pc.ram", 0xC0000, 0x40000, True),
+        R("pc.ram", 0xC0000, 0x40000, False),
         R("pc.ram", 0x100000, 0x7FF00000, False),
     ]
     assert parse_mtree(text, "I/O") == []
@@ -343,14 +345,28 @@ def test_realdata_q35_16g() -> None:
     assert parse_mtree(text, "KVM-SMRAM") == sorted([*Q35_16G, SMRAM_LOW], key=_gpa)
 
 
+def test_pam_rom_is_writable_in_both_forms_as_kvm_registers_it() -> None:
+    """`info mtree` prints pam-rom with pc.ram's type (ram), `info mtree -f` prints the
+    flat range `rom` (its alias is read-only); KVM gets the same writable slot from
+    both, since kvm_mem_flags() reads only the MemoryRegion's (pc.ram's) own flags."""
+    tree = [
+        r for r in parse_mtree(realdata("qemu-info-mtree-x86-pc-kvm-6g.txt")) if r.gpa == 0xC0000
+    ]
+    flat = [r for r in parse_mtree(fixture("qemu-mtree-f-pc-kvm.txt")) if r.gpa == 0xC0000]
+    assert tree == [R("pam-rom", 0xC0000, 0xB000, False)]
+    assert flat == [R("pc.ram", 0xC0000, 0xB000, False)]
+    bios = [r for r in parse_mtree(fixture("qemu-mtree-f-pc-kvm.txt")) if r.name == "pc.bios"]
+    assert [r.readonly for r in bios] == [True]  # a ROM region stays read-only
+
+
 def test_realdata_pc_tcg_flatview() -> None:
     text = realdata("qemu-info-mtree-f-x86-pc-tcg-flatview.txt")
     tail = [
-        R("pc.ram", 0xC0000, 0xB000, True),
+        R("pc.ram", 0xC0000, 0xB000, False),
         R("pc.ram", 0xCB000, 0x3000, False),
-        R("pc.ram", 0xCE000, 0x16000, True),
+        R("pc.ram", 0xCE000, 0x16000, False),
         R("pc.ram", 0xE4000, 0xC000, False),
-        R("pc.ram", 0xF0000, 0x10000, True),
+        R("pc.ram", 0xF0000, 0x10000, False),
         R("pc.ram", 0x100000, 0xBFF00000, False),
         R("vga.vram", 0xFD000000, 0x1000000, False),
         R("pc.bios", 0xFFFC0000, 0x40000, True),

@@ -117,6 +117,10 @@ def run_export(args: argparse.Namespace) -> int:
 # -- layout ---------------------------------------------------------------------------
 
 
+# KVM's address spaces on x86 (KVM_ADDRESS_SPACE_NUM 2): as_id 1 is what a vCPU in SMM sees
+ADDRESS_SPACES = {0: "memory", 1: "SMM (QEMU's KVM-SMRAM)"}
+
+
 def run_layout(args: argparse.Namespace) -> int:
     if args.trace is not None:
         return _replay_trace(args)
@@ -142,13 +146,20 @@ def run_layout(args: argparse.Namespace) -> int:
                 "size": r.size,
                 "readonly": r.readonly,
                 "slot": r.slot,
+                "as_id": r.as_id,
             }
             for r in sorted(layout.regions, key=lambda r: (r.as_id, r.gpa))
         ]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
+    spaces = {int(row.get("as_id", 0)) for row in rows}
+    headed: int | None = None
     for row in rows:
+        as_id = int(row.get("as_id", 0))
+        if len(spaces) > 1 and as_id != headed:
+            print(f"# address space {as_id}: {ADDRESS_SPACES.get(as_id, '')}")
+            headed = as_id
         ro = " readonly" if row["readonly"] else ""
         end = int(row["gpa"]) + int(row["size"]) - 1
         print(f"{int(row['gpa']):#018x}-{end:#018x} {int(row['size']):>14} {row['name']}{ro}")

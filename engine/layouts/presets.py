@@ -56,7 +56,13 @@ def _pc(ram_gib: int) -> Callable[[], Layout]:
 
 
 def q35_16g() -> Layout:
-    """q35 with 16 GiB (2 GiB below 4G, 14 above) and SMM: SMRAM in address space 1."""
+    """q35 with 16 GiB (2 GiB below 4G, 14 above) and SMM: SMRAM in address space 1.
+
+    Address space 1 is QEMU's KVM-SMRAM: SMRAM (0xa0000-0xbffff, RAM where normal mode
+    sees the VGA window) over the system memory.  QEMU registers the RAM below 640K and
+    SMRAM as one slot, 0-0xbffff (one flat range: both are pc.ram at consecutive
+    offsets), as a recorded SMM-on run shows (`Slot#65536 gpa=0x0 size=0xc0000`): it is
+    named for both, smm-ram-below-768k."""
     normal: list[Region] = [
         ("ram-below-640k", 0, 0, 640 * KiB, 0),
         ("pc.rom", 1, 0xC0000, 128 * KiB, RO),
@@ -67,7 +73,7 @@ def q35_16g() -> Layout:
         ("ram-above-4g", 6, 4 * GiB, 14 * GiB, 0),
     ]
     smm: list[Region] = [
-        ("smram-low", 1 << 16 | 0, 0, 768 * KiB, 0),
+        ("smm-ram-below-768k", 1 << 16 | 0, 0, 768 * KiB, 0),  # with SMRAM at 0xa0000
         ("smm-pc.rom", 1 << 16 | 1, 0xC0000, 128 * KiB, RO),
         ("smm-isa-bios", 1 << 16 | 2, 0xE0000, 128 * KiB, RO),
         ("smm-ram-below-4g", 1 << 16 | 3, 1 * MiB, 2 * GiB - 1 * MiB, 0),

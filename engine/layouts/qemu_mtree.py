@@ -38,7 +38,7 @@ class RamRegion:
     name: str  # the alias name for an alias (``ram-below-4g``), else the region's name
     gpa: int
     size: int
-    readonly: bool  # ``rom``/``romd``: KVM_MEM_READONLY (``kvm_mem_flags``)
+    readonly: bool  # a ROM or ROMD region: KVM_MEM_READONLY (``kvm_mem_flags``)
 
 
 class MtreeError(ValueError):
@@ -356,7 +356,8 @@ def _simplify(pieces: list[_Piece]) -> list[_Piece]:
 
     QEMU merges FlatRanges of one MemoryRegion at contiguous offsets with equal flags.
     The tree does not print an alias's own flags (``pam-rom`` is read-only, ``pam-ram``
-    is not, both alias ``pc.ram``), so only pieces of the same alias name merge.
+    is not, both alias ``pc.ram``), so only pieces of the same alias name merge.  Either
+    way the memslot is writable: ``kvm_mem_flags()`` reads pc.ram's own flags only.
     """
     merged: list[_Piece] = []
     for piece in pieces:
@@ -394,7 +395,19 @@ def _flat_pieces(block: _Block) -> tuple[list[_Piece], bool]:
         pieces.append(piece)
         if rest.endswith(_KVM_MARK):
             marked.append(piece)
-    return sorted(marked or pieces), bool(marked)
+    ram_mrs = {piece.mr for piece in pieces if piece.kind == "ram"}
+    return sorted(_kvm_flags(p, ram_mrs) for p in marked or pieces), bool(marked)
+
+
+def _kvm_flags(piece: _Piece, ram_mrs: set[str]) -> _Piece:
+    """The kind KVM sees: a flat range prints ``rom`` when it or an alias on its way is
+    read-only (``fr->readonly``), but ``kvm_mem_flags()`` (QEMU's accel/kvm/kvm-all.c)
+    reads only the MemoryRegion's own ``readonly`` and ROMD mode.  A range of a RAM
+    region printed ``rom`` is such an alias (PAM's ``pam-rom``, hw/pci-host/pam.c): the
+    memslot is writable (a recorded run registers 0xc0000-0xcafff with flags 0)."""
+    if piece.kind == "rom" and piece.mr in ram_mrs:
+        return piece._replace(kind="ram")
+    return piece
 
 
 # --- public API -------------------------------------------------------------------------
