@@ -354,3 +354,30 @@ def test_counted_nouns() -> None:
         "2 children",
     ]
     assert count(1234, "event") == "1,234 events"
+
+
+async def test_a_complete_trace_played_to_its_end_says_so(tmp_path: Path) -> None:
+    """A trace with no page from before it and no unmatched zap (`replay --summary`'s
+    `unmatched` 0) says "complete" once played to its end; the sample, which zaps a page
+    it never made, says how many zaps it could not place instead."""
+    lines = SAMPLE.read_text().splitlines()
+    picked = [lines[14], lines[16], *[line for line in lines if "qemu-system-x86-4240" in line]]
+    complete = tmp_path / "complete.txt"
+    complete.write_text("\n".join(picked) + "\n")
+    summary = subprocess.run(
+        [str(MMUSCOPE), "replay", str(complete), "--summary"], capture_output=True, text=True
+    )
+    assert '"unmatched": 0' in summary.stdout, summary.stdout + summary.stderr
+    for trace, said, unsaid in (
+        (complete, "complete", "unmatched"),
+        (SAMPLE, "unmatched", "complete"),
+    ):
+        app = build(trace, tmp_path)
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = replay_screen(app)
+            await indexed(pilot, screen)
+            assert "complete" not in shown(screen.query_one(ReplayState))  # not yet at the end
+            await pilot.press("end")
+            await pilot.pause()
+            state = shown(screen.query_one(ReplayState))
+            assert said in state and unsaid not in state

@@ -145,7 +145,12 @@ class ReplayDrawing(PlayerScreen):
 
     def _draw_state(self) -> None:
         model = self.timeline.model
-        self.query_one(ReplayState).show(model, self._times()[0] if model.events else None)
+        timeline = self.timeline
+        # a file, played to its last event
+        at_end = not timeline.live and timeline.scanned and timeline.position >= timeline.total
+        self.query_one(ReplayState).show(
+            model, self._times()[0] if model.events else None, at_end=bool(at_end)
+        )
 
     def _update_header(self) -> None:
         kind = "live" if self.timeline.live else "replay"

@@ -280,7 +280,10 @@ class ReplayState(FittedRows):
     note on what the trace started in the middle of; the bottom border says how many
     rows it left out (tui/widgets/fit.py)."""
 
-    def show(self, model: ReplayModel, start_ts: float | None) -> None:
+    def show(self, model: ReplayModel, start_ts: float | None, at_end: bool = False) -> None:
+        """Draw the model's state; `at_end`: the whole trace has been played, so a trace
+        with no page from before it and no unmatched zap is said to be complete (the
+        same test as `replay --summary`'s `unmatched`, engine/replay/model.py)."""
         height = self.content_size.height
         names = 13
         label, plain = self.style_of("label"), self.style_of("page")
@@ -307,6 +310,8 @@ class ReplayState(FittedRows):
             seen = f"{model.adopted} page{'s' * (model.adopted != 1)} adopted"
             words = f"{seen} · {unknown} zap{'s' * (unknown != 1)} unmatched"
             line("mid-run", "mid-run", words, "label")
+        elif at_end and model.events:
+            line("mid-run", "trace", "complete · every page's life seen", "label")
         memslots = "?" if model.memslots_gen is None else f"{model.memslots_gen:#x}"
         line("mmio", "MMIO sptes", f"{len(model.mmio)} · gen {memslots}")
         room = max(1, (max(height, 4) - 8) // 2)
