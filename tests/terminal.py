@@ -20,10 +20,15 @@ ANSI = re.compile(rb"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]")
 
 def read_until(fd: int, wanted: list[bytes], timeout: float) -> bytes:
     """Read the terminal until every `wanted` text has appeared (escape codes removed)."""
+    return ANSI.sub(b"", read_raw(fd, wanted, timeout))
+
+
+def read_raw(fd: int, wanted: list[bytes], timeout: float) -> bytes:
+    """The bytes read until every `wanted` text is on the screen (escape codes kept)."""
     seen = b""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.2)
+        ready, _, _ = select.select([fd], [], [], 0.1)
         if not ready:
             continue
         try:
@@ -33,10 +38,27 @@ def read_until(fd: int, wanted: list[bytes], timeout: float) -> bytes:
         if not chunk:
             break
         seen += chunk
-        text = ANSI.sub(b"", seen)
-        if all(w in text for w in wanted):
+        if all(w in ANSI.sub(b"", seen) for w in wanted):
             break
-    return ANSI.sub(b"", seen)
+    return seen
+
+
+def spawn(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[int, int]:
+    """Start `argv` (in `cwd`) in a new 110x30 pseudo-terminal: its pid and the terminal."""
+    with warnings.catch_warnings():
+        # Python 3.12+ warns that forking a multi-threaded process may deadlock the
+        # child; this child runs no Python beyond the exec below (all made before fork)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid, fd = pty.fork()
+    if pid == 0:  # the child: the command, as a user starts it, and nothing else
+        try:
+            if cwd is not None:
+                os.chdir(cwd)
+            os.execve(argv[0], argv, env)
+        finally:
+            os._exit(127)  # never back into pytest, in a copy of its process
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 110, 0, 0))
+    return pid, fd
 
 
 def open_and_quit(
@@ -49,21 +71,9 @@ def open_and_quit(
     """Start `command` (in `cwd`) in a 110x30 terminal, read until the `wanted` texts are drawn (or
     `timeout`), press ctrl+q; the screen's text and the exit code (None: it did not quit
     within 15 s, and was killed)."""
-    with warnings.catch_warnings():
-        # Python 3.12+ warns that forking a multi-threaded process may deadlock the
-        # child; this child runs no Python beyond the exec below (all made before fork)
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid, fd = pty.fork()
-    if pid == 0:  # the child: the command, as a user starts it, and nothing else
-        try:
-            if cwd is not None:
-                os.chdir(cwd)
-            os.execve(str(command), [str(command)], env)
-        finally:
-            os._exit(127)  # never back into pytest, in a copy of its process
+    pid, fd = spawn([str(command)], env, cwd)
     status: int | None = None
     try:
-        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 110, 0, 0))
         screen = read_until(fd, wanted, timeout)
         os.write(fd, b"\x11")  # ctrl+q
         deadline = time.monotonic() + 15
@@ -90,31 +100,23 @@ def open_and_end(
     `end(pid, fd)` it (send a signal, or close the terminal: then it returns True).  The
     bytes it wrote (escape codes kept), its exit code (None: not gone within 15 s, then
     killed) and the terminal's `c_lflag` after it ended (None: the terminal was closed)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # as in open_and_quit
-        pid, fd = pty.fork()
-    if pid == 0:
-        try:
-            os.execve(argv[0], argv, env)
-        finally:
-            os._exit(127)
+    pid, fd = spawn(argv, env)
     status: int | None = None
     raw = b""
     closed = False
     try:
-        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 110, 0, 0))
-        raw = _read_raw(fd, wanted, timeout)
+        raw = read_raw(fd, wanted, timeout)
         closed = end(pid, fd)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline and status is None:
             if not closed:
-                raw += _read_raw(fd, [b"\x00never"], 0.2)
+                raw += read_raw(fd, [b"\x00never"], 0.2)
             else:
                 time.sleep(0.05)
             done, code = os.waitpid(pid, os.WNOHANG)
             status = code if done else None
         if not closed:
-            raw += _read_raw(fd, [b"\x00never"], 0.2)
+            raw += read_raw(fd, [b"\x00never"], 0.2)
         lflag = None if closed else termios.tcgetattr(fd)[3]
     finally:
         if status is None:
@@ -124,23 +126,3 @@ def open_and_end(
             os.close(fd)
     code = os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status) else None
     return raw, code, lflag
-
-
-def _read_raw(fd: int, wanted: list[bytes], timeout: float) -> bytes:
-    """The bytes read until every `wanted` text is on the screen (escape codes kept)."""
-    seen = b""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.1)
-        if not ready:
-            continue
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        seen += chunk
-        if all(w in ANSI.sub(b"", seen) for w in wanted):
-            break
-    return seen
