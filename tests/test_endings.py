@@ -101,6 +101,45 @@ def test_a_signal_during_a_recording_removes_its_instance(signum: int) -> None:
 
 
 @needs_tracing
+@pytest.mark.parametrize("where", ["RawPipes", "read_formats"])
+def test_an_interrupt_while_the_pipes_open_leaves_no_instance(
+    monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A signal can end `kvm --summary` while it opens the ring buffers' pipes or reads
+    the host's formats (a loaded machine takes long there): no pipe is left open to keep
+    the instance busy, and the instance goes."""
+    from mmuscope.engine.kvm import record
+    from mmuscope.engine.kvm.program import build_program
+
+    real = getattr(record, where)
+
+    def interrupted(*args: object, **kwargs: object) -> object:
+        if where == "RawPipes":  # halfway: the first CPU's pipe open, then the signal
+            monkeypatch.setattr(record.os, "open", _open_then_interrupt(record.os.open))
+        else:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(record, where, interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        record.record(build_program("touch", pages=4), on_raw=lambda pipes, formats: None)
+    assert not instances_of(os.getpid())
+
+
+def _open_then_interrupt(real_open):  # type: ignore[no-untyped-def]
+    opened: list[int] = []
+
+    def open_(path: object, flags: int, *args: object) -> int:
+        if str(path).endswith("trace_pipe_raw"):
+            if opened:
+                raise KeyboardInterrupt
+            opened.append(path)
+        return int(real_open(path, flags, *args))
+
+    return open_
+
+
+@needs_tracing
 @pytest.mark.parametrize("end", ["SIGTERM", "closed terminal"])
 def test_the_live_screen_ended_removes_its_instance(tmp_path: Path, end: str) -> None:
     pids: list[int] = []

@@ -177,9 +177,13 @@ class RawPipes:
         self.fds: dict[int, int] = {}
         self.page_size = os.sysconf("SC_PAGE_SIZE")
         self.missed = 0  # pages flagged with events lost before them
-        for path in sorted((instance / "per_cpu").glob("cpu*")):
-            cpu = int(path.name[3:])
-            self.fds[cpu] = os.open(path / "trace_pipe_raw", os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            for path in sorted((instance / "per_cpu").glob("cpu*")):
+                cpu = int(path.name[3:])
+                self.fds[cpu] = os.open(path / "trace_pipe_raw", os.O_RDONLY | os.O_NONBLOCK)
+        except BaseException:  # a signal or an error halfway: no pipe left open (it
+            self.close()  # would keep the instance busy, and its rmdir failing)
+            raise
 
     def read_available(self, tally: Tally | None = None) -> list[RawEvent]:
         """Every event recorded and not read yet (those `tally` keeps), in time order

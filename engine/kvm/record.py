@@ -75,8 +75,8 @@ def record(
         return Recording(run, 0, host, kernel_release(), "")
     root = find_tracefs()
     with TraceInstance(root, pid=os.getpid(), buffer_kb=buffer_kb(program)) as instance:
-        pipes = RawPipes(instance.path) if on_raw is not None else None
-        formats = read_formats(instance.path / "events", instance.subsystems) if pipes else {}
+        pipes: RawPipes | None = None
+        formats: dict[int, Format] = {}
 
         def drain() -> None:
             if on_raw is not None and pipes is not None:
@@ -98,7 +98,10 @@ def record(
             instance.stop()
             drain()
 
-        try:
+        try:  # a signal may end the run anywhere from here on, opening the pipes included
+            if on_raw is not None:
+                pipes = RawPipes(instance.path)
+                formats = read_formats(instance.path / "events", instance.subsystems)
             run = run_on_kernel(program, on_ready=ready, on_slice=sliced, before_close=closing)
         finally:
             if pipes is not None:
