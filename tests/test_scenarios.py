@@ -16,7 +16,14 @@ from mmuscope.engine.scenarios import (
     load_scenario,
     parse_scenario,
 )
-from mmuscope.engine.scenarios.checks import CheckError, Values, evaluate, failures, render
+from mmuscope.engine.scenarios.checks import (
+    CheckError,
+    Values,
+    evaluate,
+    failures,
+    render,
+    unshown,
+)
 from mmuscope.engine.threads import THREADS
 
 MECHANISMS = {
@@ -91,11 +98,29 @@ GOOD = {
         ({"settings": {"speed": "fast"}}, "settings.speed"),
         ({"colour": "red"}, "unknown keys colour"),
         ({"seed": 1}, "unknown keys seed"),
+        ({"size": "60x20"}, "size must be COLUMNSxROWS, at least 80x24"),
+        ({"steps": [{"caption": "x", "shows": ["unsync~)"]}]}, "is not a regular expression"),
+        ({"steps": [{"caption": "x", "shows": ["{a.b +}"]}]}, "step 1"),
     ],
 )
 def test_a_broken_scenario_says_what_is_wrong(change: dict[str, object], message: str) -> None:
     with pytest.raises(ScenarioError, match=message):
         parse_scenario("x", {**GOOD, **change}, where="x.toml")
+
+
+def test_shows_are_regular_expressions_with_the_captions_values_taken_literally() -> None:
+    values = Values({}, [{"n": 7, "pages": 1.5, "name": "a+b"}])
+    screen = "│ pages used   7 / 100 │\n│ mean 1.50 │ a+b (x) │"
+    assert (
+        unshown(["pages used +{n} / ", r"mean {pages:.2f}", r"{name} \(x\)"], values, screen) == []
+    )
+    assert unshown(["pages used +{n}0", "{name}c"], values, screen) == [
+        "pages used +{n}0",
+        "{name}c",
+    ]
+    assert parse_scenario("x", GOOD).size == (80, 24)
+    assert parse_scenario("x", {**GOOD, "size": "120x40"}).fits(200, 60)
+    assert not parse_scenario("x", {**GOOD, "size": "120x40"}).fits(120, 39)
 
 
 def test_unknown_name_and_bad_toml(tmp_path: Path) -> None:

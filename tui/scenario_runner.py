@@ -63,7 +63,7 @@ def show_caption(screen: Screen[Any], run: ScenarioRun) -> None:
     )
     text = run.caption()
     for caption in screen.query(Caption):
-        caption.show_step(title, text, *hints)
+        caption.show_step(title, text, *hints, needs=scenario.size)
     screen.add_class("-captioned")  # panels make room for the caption
     from .screens.base import MmuScreen
 

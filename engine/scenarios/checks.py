@@ -204,6 +204,31 @@ def render(caption: str, values: Values) -> str:
     return FIELD.sub(one, caption)
 
 
+def shown_pattern(pattern: str, values: Values | None = None) -> re.Pattern[str]:
+    """A step's `shows` entry as the regular expression the drawn screen must match, its
+    `{expr:spec}` fields filled with the values the caption has, taken literally (without
+    `values`, each field matches any run of non-spaces: the file's own check).  Braces
+    are the fields', so a count is written `+` or spelt out, never `{2}`."""
+
+    def one(match: re.Match[str]) -> str:
+        if values is None:
+            return r"\S+"
+        expr, spec = _split_spec(match[1])
+        return re.escape(format(evaluate(expr, values), spec))
+
+    try:
+        return re.compile(FIELD.sub(one, pattern))
+    except re.error as err:
+        raise CheckError(f"{pattern!r} is not a regular expression: {err}") from None
+
+
+def unshown(patterns: Sequence[str], values: Values, screen: str) -> list[str]:
+    """The `shows` entries the screen's text does not match; the screen's runs of spaces
+    and line ends count as one space, as the entries write them."""
+    text = " ".join(screen.split())
+    return [p for p in patterns if not shown_pattern(p, values).search(text)]
+
+
 def _split_spec(body: str) -> tuple[str, str]:
     """`a.b:.1f` -> (`a.b`, `.1f`); a colon inside parentheses or quotes is not a spec."""
     depth, quote = 0, ""

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..threads import THREADS
-from .checks import CheckError, caption_fields, parse
+from .checks import CheckError, caption_fields, parse, shown_pattern
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -26,6 +26,8 @@ SETTINGS = {"lookup": str, "workload": str, "seed": int, "speed": (int, float)}
 ACTION = re.compile(r"^[a-z_][a-z0-9_]*(\([^()]*\))?$")
 REF = re.compile(r"^§\d+(\.\d+)*$")
 STEP_KEYS = {"caption", "actions", "sources", "expect", "shows"}
+SMALLEST = (80, 24)  # the app's own smallest screen (README); a scenario may need more
+SIZE = re.compile(r"^(\d+)x(\d+)$")
 
 
 class ScenarioError(ValueError):
@@ -49,7 +51,7 @@ class ScenarioStep:
     actions: tuple[str, ...] = ()
     sources: tuple[Source, ...] = ()
     expect: tuple[str, ...] = ()  # engine.scenarios.checks expressions over the probe
-    shows: tuple[str, ...] = ()  # text the screen shows after the step
+    shows: tuple[str, ...] = ()  # regular expressions the drawn screen matches after it
 
     def quotes(self) -> list[str]:
         """The caption's double-quoted passages (the thread's words; screen labels are
@@ -67,6 +69,11 @@ class Scenario:
     steps: tuple[ScenarioStep, ...]
     settings: dict[str, Any] = field(default_factory=dict)
     setup: tuple[str, ...] = ()
+    size: tuple[int, int] = SMALLEST  # the smallest terminal its screens are drawn for
+
+    def fits(self, width: int, height: int) -> bool:
+        """Whether a terminal of that size shows what every step's caption points at."""
+        return width >= self.size[0] and height >= self.size[1]
 
     def actions_until(self, index: int) -> list[str]:
         """Every action from the setup through step `index` (0-based), in order."""
@@ -120,7 +127,8 @@ def parse_scenario(name: str, data: dict[str, Any], where: str = "scenario") -> 
             raise ScenarioError(f"{where}: {at}{key} must be a non-empty {kind.__name__}")
         return value
 
-    unknown = set(data) - {"title", "thread", "screen", "layout", "settings", "setup", "steps"}
+    keys = {"title", "thread", "screen", "layout", "settings", "setup", "steps", "size"}
+    unknown = set(data) - keys
     if unknown:
         raise ScenarioError(f"{where}: unknown keys {', '.join(sorted(unknown))}")
     screen, layout, thread = need("screen", str), need("layout", str), need("thread", str)
@@ -148,7 +156,16 @@ def parse_scenario(name: str, data: dict[str, Any], where: str = "scenario") -> 
         steps=tuple(_step(s, i, where, need) for i, s in enumerate(steps, 1)),
         settings=dict(settings),
         setup=_actions(data.get("setup", []), f"{where}: setup"),
+        size=_size(data.get("size", "80x24"), where),
     )
+
+
+def _size(text: Any, where: str) -> tuple[int, int]:
+    """`size = "120x40"`: columns x rows, at least the app's own 80x24."""
+    found = SIZE.match(text) if isinstance(text, str) else None
+    if found is None or int(found[1]) < SMALLEST[0] or int(found[2]) < SMALLEST[1]:
+        raise ScenarioError(f"{where}: size must be COLUMNSxROWS, at least 80x24, like 120x40")
+    return int(found[1]), int(found[2])
 
 
 def _step(step: Any, number: int, where: str, need: Any) -> ScenarioStep:
@@ -157,10 +174,14 @@ def _step(step: Any, number: int, where: str, need: Any) -> ScenarioStep:
     at = f"{where}: step {number}"
     caption = " ".join(need("caption", str, step, f"step {number}: ").split())
     expect = _strings(step.get("expect", []), f"{at}: expect")
+    shows = _strings(step.get("shows", []), f"{at}: shows")
     try:
         caption_fields(caption)
         for expr in expect:
             parse(expr)
+        for pattern in shows:
+            caption_fields(pattern)
+            shown_pattern(pattern)
     except CheckError as err:
         raise ScenarioError(f"{at}: {err}") from None
     return ScenarioStep(
@@ -168,7 +189,7 @@ def _step(step: Any, number: int, where: str, need: Any) -> ScenarioStep:
         _actions(step.get("actions", []), at),
         _sources(step.get("sources", []), at),
         expect,
-        _strings(step.get("shows", []), f"{at}: shows"),
+        shows,
     )
 
 

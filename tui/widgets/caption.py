@@ -31,13 +31,19 @@ class Caption(Static):
     """
 
     _titles: tuple[str, ...] = ()
+    _needs: tuple[int, int] = (0, 0)  # the terminal the scenario is drawn for
     _text = ""
     _fitted: tuple[int, int] = (0, 0)  # (width, lines) the text shown was cut for
 
-    def show_step(self, title: str, text: str, *hints: str) -> None:
+    def show_step(
+        self, title: str, text: str, *hints: str, needs: tuple[int, int] = (0, 0)
+    ) -> None:
         """Plain text: captions name kernel code (`sp->gfn`, `rmap[i]`), never markup.
-        The title carries the first of `hints` (fullest first) that fits beside it."""
+        The title carries the first of `hints` (fullest first) that fits beside it; on
+        a terminal smaller than `needs` (columns, rows), first the size the scenario is
+        drawn for ("needs 120×40"), before the scenario's name if need be."""
         self._titles = (*(f"{title} · {hint}" for hint in hints), title)
+        self._needs = needs
         self._fit_title()
         self._text = text
         self._fitted = (0, 0)
@@ -63,12 +69,24 @@ class Caption(Static):
     def notify_style_update(self) -> None:
         super().notify_style_update()  # a taller or shorter terminal: another max-height
         if self._text:
+            self.call_after_refresh(self._fit_title)
             self.call_after_refresh(self._fit_text)
 
+    @property
+    def too_small(self) -> bool:
+        """Whether the terminal is smaller than the scenario is drawn for."""
+        width, height = self._needs
+        return self.app.size.width < width or self.app.size.height < height
+
     def _fit_title(self) -> None:
-        if self._titles:
+        titles = self._titles
+        if titles and self.too_small:
+            need = "needs {}×{}".format(*self._needs)
+            step = titles[-1].rsplit(" · ", 1)[-1]  # "step 2/6"
+            titles = (*(f"{t} · {need}" for t in titles), f"{step} · {need}")
+        if titles:
             width = self.outer_size.width or self.app.size.width
-            show_title(self, escape(fit_title(self._titles, width)))
+            show_title(self, escape(fit_title(titles, width)))
 
     def _room(self) -> tuple[int, int]:
         """The text's width and the lines it may take (max-height less the rule)."""
