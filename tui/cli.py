@@ -12,9 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -254,8 +253,7 @@ def _no_arguments(parser: argparse.ArgumentParser) -> None:
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class Command:
+class Command(NamedTuple):
     """A command `tui/cli.py` builds the parser of: its line in `mmuscope --help`, what
     `mmuscope NAME --help` says of it, and what adds its arguments."""
 

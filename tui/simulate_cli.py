@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, NamedTuple, TextIO
 
 from mmuscope.engine.events import Event
 
@@ -65,8 +64,7 @@ WRITE_BATCH = 4096
 RUN_CHUNK = 512  # accesses run between two looks at the batch
 
 
-@dataclass(frozen=True, slots=True)
-class SimulateOptions:
+class SimulateOptions(NamedTuple):
     """The options of one `mmuscope simulate` run."""
 
     mmu: str

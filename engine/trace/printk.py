@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 from ..events import FieldValue
 
@@ -195,62 +196,67 @@ PRINTF_KINDS = {
 
 
 class Template:
-    """A TP_printk text with its values marked; formats and parses it."""
-
-    __slots__ = ("_groups", "_parts", "_regex", "printf", "slots", "text")
+    """A TP_printk text with its values marked; formats and parses it.  The text is read
+    into its parts on first use and compiled into a regex on the first parse: of the
+    tracepoints' many templates, a run formats with a few and a parse matches a few."""
 
     def __init__(self, text: str) -> None:
         self.text = text
+
+    @cached_property
+    def _parts(self) -> tuple[str | Slot, ...]:
+        """The literal texts and the slots between them, in order."""
         parts: list[str | Slot] = []
         pos = 0
-        for m in _SLOT_RE.finditer(text):
-            parts.append(text[pos : m.start()])
+        for m in _SLOT_RE.finditer(self.text):
+            parts.append(self.text[pos : m.start()])
             parts.append(self._slot(m))
             pos = m.end()
-        parts.append(text[pos:])
-        self._parts = tuple(parts)
-        self._regex: re.Pattern[str] | None = None  # compiled on the first parse
-        #: per regex group, in order: (field name, the bool's true text or None, parser)
-        self._groups: tuple[tuple[str, str | None, Callable[[str], FieldValue]], ...] = ()
-        self.slots = tuple(p for p in parts if isinstance(p, Slot) and p.kind != "nul")
-        #: the text as one `%` format and the fields it takes, in order, when every value
-        #: has a `PRINTF_KINDS` conversion (None otherwise): `format` of valid fields is
-        #: `printf[0] % tuple(fields[name] for name in printf[1])`, without the checks
-        self.printf = self._printf(self._parts)
+        parts.append(self.text[pos:])
+        return tuple(parts)
 
-    def _compiled(self) -> re.Pattern[str]:
-        """The template as a regex, group g<i> for the slot at part i (formatting needs
-        none: the app formats at start-up, and only parsing pays for compiling)."""
-        if self._regex is None:
-            regex = re.compile(
-                "".join(
-                    self._slot_regex(part, index) if isinstance(part, Slot) else re.escape(part)
-                    for index, part in enumerate(self._parts)
-                )
-            )
-            assert regex.groups == len(regex.groupindex), "a slot's regex captures"
-            groups = []
-            for group in regex.groupindex:  # in the order of the groups
-                slot = self._parts[int(group[1:])]
-                assert isinstance(slot, Slot)
-                true = slot.true if slot.kind == "bool" else None
-                groups.append((slot.name, true, str if true is not None else KINDS[slot.kind][2]))
-            self._groups = tuple(groups)
-            self._regex = regex
-        return self._regex
+    @cached_property
+    def slots(self) -> tuple[Slot, ...]:
+        """The values the text prints, in order (the trailing ``{nul}`` left out)."""
+        return tuple(p for p in self._parts if isinstance(p, Slot) and p.kind != "nul")
 
-    @property
+    @cached_property
+    def printf(self) -> tuple[str, tuple[str, ...]] | None:
+        """The text as one `%` format and the fields it takes, in order, when every value
+        has a `PRINTF_KINDS` conversion (None otherwise): `format` of valid fields is
+        `printf[0] % tuple(fields[name] for name in printf[1])`, without the checks."""
+        return self._printf(self._parts)
+
+    @cached_property
     def regex(self) -> re.Pattern[str]:
-        """The template as a regex: `fullmatch` it against a printk text; its groups are
-        the slots of `group_slots`, in order (what `match` converts)."""
-        return self._regex or self._compiled()
+        """The template as a regex, group g<i> for the slot at part i: `fullmatch` it
+        against a printk text; its groups are the slots of `group_slots`, in order (what
+        `match` converts)."""
+        regex = re.compile(
+            "".join(
+                self._slot_regex(part, index) if isinstance(part, Slot) else re.escape(part)
+                for index, part in enumerate(self._parts)
+            )
+        )
+        assert regex.groups == len(regex.groupindex), "a slot's regex captures"
+        return regex
 
-    @property
+    @cached_property
     def group_slots(self) -> tuple[Slot, ...]:
         """The slot each group of `regex` captures, in group order (a name may appear
         twice, as ``pferr %x %s`` prints it twice)."""
         slots = [self._parts[int(group[1:])] for group in self.regex.groupindex]
         return tuple(slot for slot in slots if isinstance(slot, Slot))
+
+    @cached_property
+    def _groups(self) -> tuple[tuple[str, str | None, Callable[[str], FieldValue]], ...]:
+        """Per group of `regex`, in order: the field's name, the bool's true text (None
+        for any other kind) and the parser of the captured text."""
+        groups = []
+        for slot in self.group_slots:
+            true = slot.true if slot.kind == "bool" else None
+            groups.append((slot.name, true, str if true is not None else KINDS[slot.kind][2]))
+        return tuple(groups)
 
     @staticmethod
     def _printf(parts: tuple[str | Slot, ...]) -> tuple[str, tuple[str, ...]] | None:
@@ -304,7 +310,7 @@ class Template:
 
     def match(self, text: str) -> dict[str, FieldValue] | None:
         """The fields of ``text``, or None when it is not this template's text."""
-        m = (self._regex or self._compiled()).fullmatch(text)
+        m = self.regex.fullmatch(text)
         if m is None:
             return None
         values: dict[str, FieldValue] = {}

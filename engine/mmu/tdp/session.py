@@ -319,12 +319,13 @@ class TdpSession(EptSession[TdpStep]):
         return not self.cpu.allows(spte, access.write, access.fetch)
 
     def leaf_spte(self, vcpu: int, gfn: int) -> int:
+        """The spte the CPU's walk of the vCPU's valid root ends at (0 without one): the
+        walk `CpuWalks` remembers, the one that just made the access exit."""
         root = self._live_root(vcpu)
         if root is None:
             return 0
         assert isinstance(root, TdpMmuPage)
-        sp, index = self.mmu.last_spte(root, gfn)
-        return sp.spt[index]
+        return self.cpu.leaf_spte(root, gfn)
 
     def _live_root(self, vcpu: int) -> KvmMmuPage | None:
         root = self.mmu.roots.get(vcpu)
