@@ -154,7 +154,8 @@ OTHER_MMUS = {
 
 @pytest.mark.parametrize("mmu", OTHER_MMUS)
 def test_simulate_imports_only_the_chosen_mmu_and_no_tui(mmu: str) -> None:
-    """`simulate --mmu X` starts without Textual, Rich, the app or the other MMUs."""
+    """`simulate --mmu X` starts without Textual, Rich, the app, the other MMUs or the
+    dataset libraries (pyarrow and DuckDB: `--parquet` and `query` only)."""
     others = OTHER_MMUS[mmu]
     code = (
         "import sys, io, contextlib\n"
@@ -162,7 +163,8 @@ def test_simulate_imports_only_the_chosen_mmu_and_no_tui(mmu: str) -> None:
         "out = io.StringIO()\n"
         "with contextlib.redirect_stdout(out):\n"
         f"    main(['simulate', '--mmu', {mmu!r}, '--workload', 'kernbench', '--accesses', '50'])\n"
-        "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'rich')"
+        "bad = [m for m in sys.modules"
+        " if m.split('.')[0] in ('textual', 'rich', 'pyarrow', 'duckdb')"
         f" or m.startswith({others!r}) or m == 'mmuscope.tui.app']\n"
         "print(bad)\n"
         "sys.exit(1 if bad or 'kvm_mmu_get_page' not in out.getvalue() else 0)\n"

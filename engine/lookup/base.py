@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 from ..memslots.memslot import MemorySlot
 
@@ -33,8 +32,7 @@ EMPTY = "empty"  # linear scan over the 2011 array: an unused entry (npages == 0
 MISS = "miss"  # binary search: the final range check on memslots[start] fails
 
 
-@dataclass(frozen=True, slots=True)
-class Probe:
+class Probe(NamedTuple):
     """One slot or node a lookup looked at: the slot (None: an empty array entry), its
     position (array index, or depth in the tree, root = 0), the gfn comparisons made there
     (short-circuit counted as the C code does), and the outcome (HIT, GO_LEFT, GO_RIGHT,
@@ -46,8 +44,7 @@ class Probe:
     outcome: str
 
 
-@dataclass(frozen=True, slots=True)
-class CacheProbe:
+class CacheProbe(NamedTuple):
     """A look at one of the caches in front of the structure (docs/kvm.md §1.3): `cache`
     is "vcpu" (vcpu->last_used_slot) or "vm" (slots->last_used_slot); `note` for example
     "generation changed: cache reset"."""
@@ -58,8 +55,7 @@ class CacheProbe:
     note: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class LookupTrace:
+class LookupTrace(NamedTuple):
     """A lookup that explains itself: what it looked at, in order, and what it found."""
 
     gfn: int

@@ -217,9 +217,9 @@ class MemslotExplorer:
         effects: the structure alone, then the record's cache probes in front)."""
         trace = record.trace
         if trace.cache_hit:
-            return replace(trace, strategy=self.lookup, probes=())
+            return trace._replace(strategy=self.lookup, probes=())
         searched = self.vm.memslot_set(self.as_id).search_explained(trace.gfn)
-        return replace(searched, cache_probes=trace.cache_probes)
+        return searched._replace(cache_probes=trace.cache_probes)
 
     # -- KVM_SET_USER_MEMORY_REGION -------------------------------------------------
 

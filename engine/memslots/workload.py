@@ -22,8 +22,8 @@ from __future__ import annotations
 import random
 from bisect import bisect_right
 from collections.abc import Iterable
-from dataclasses import dataclass
 from itertools import accumulate
+from typing import NamedTuple
 
 from .constants import PAGE_SHIFT
 from .memslot import MemorySlot
@@ -42,8 +42,7 @@ PC_DEVICE_GFNS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class WorkloadMix:
+class WorkloadMix(NamedTuple):
     name: str
     mmio_ratio: float  # share of accesses that hit no slot
     locality: float  # chance a vCPU stays in the slot of its previous RAM access
@@ -62,8 +61,7 @@ WORKLOADS: dict[str, WorkloadMix] = {
 DEFAULT_WORKLOAD = "mixed"
 
 
-@dataclass(frozen=True, slots=True)
-class Access:
+class Access(NamedTuple):
     """One guest access that needs a memslot lookup."""
 
     seq: int
