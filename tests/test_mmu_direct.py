@@ -212,7 +212,7 @@ def test_every_installed_leaf_is_make_spte(cfg: str) -> None:
                 continue  # already mapped by this slot's earlier gfn (same 2M leaf)
             level = mmu.max_level(slot, gfn)
             base = gfn & ~((1 << (9 * (level - 1))) - 1)
-            pfn = (slot.userspace_addr >> 12) + base - slot.base_gfn
+            pfn = mmu.levels.host.hva_to_pfn(slot.userspace_addr + ((base - slot.base_gfn) << 12))
             spte = make_spte(
                 SPTE_CONFIGS[cfg],
                 pfn,

@@ -15,7 +15,13 @@ from mmuscope.engine.memslots.constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_
 from mmuscope.engine.mmu.direct.mmu import DirectMmu
 from mmuscope.engine.mmu.direct.session import MmuSession
 from mmuscope.engine.mmu.guest import page_tables as gpt
-from mmuscope.engine.mmu.mapping_level import MappingLevels, kvm_pages_per_hpage
+from mmuscope.engine.mmu.mapping_level import (
+    HOST_RAM_BASE,
+    HOST_RAM_SIZE,
+    HostPages,
+    MappingLevels,
+    kvm_pages_per_hpage,
+)
 from mmuscope.engine.mmu.params import TdpMmuParams
 from mmuscope.engine.mmu.role import PG_LEVEL_1G, PG_LEVEL_2M, PG_LEVEL_4K
 from mmuscope.engine.mmu.shadow.mmu import ShadowMmu
@@ -183,6 +189,31 @@ def test_the_host_backing_caps_the_level() -> None:
         assert leaf(mmu, (GiB >> 12) + 5)[1] == want
         assert (0, 0, want) in mmu.rmaps
         mmu.audit()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    level=st.sampled_from([PG_LEVEL_4K, PG_LEVEL_2M, PG_LEVEL_1G]),
+    seed=st.integers(0, 2**32),
+    hvas=st.lists(st.integers(0x7F00_0000_0000 >> 12, (0x7F00_0000_0000 + (1 << 37)) >> 12),
+                  min_size=1, max_size=60),
+)  # fmt: skip
+def test_host_pages_back_each_vmm_page_with_its_own_host_ram_page(
+    level: int, seed: int, hvas: list[int]
+) -> None:
+    """`HostPages.hva_to_pfn()` against a plain reference: host pages of `level` are
+    contiguous runs of host RAM aligned to their size, two VMM pages (within host RAM's
+    size of each other) never share a frame, and the draw is the seed's alone."""
+    host, again = HostPages(level, seed), HostPages(level, seed)
+    pages = kvm_pages_per_hpage(level)
+    seen: dict[int, int] = {}  # pfn -> the VMM page it backs
+    for vpfn in hvas:
+        pfn = host.hva_to_pfn(vpfn << 12)
+        assert pfn == again.hva_to_pfn(vpfn << 12)
+        assert HOST_RAM_BASE <= pfn << 12 < HOST_RAM_BASE + HOST_RAM_SIZE
+        assert seen.setdefault(pfn, vpfn) == vpfn
+        head = host.hva_to_pfn((vpfn - vpfn % pages) << 12)
+        assert head % pages == 0 and pfn == head + vpfn % pages
 
 
 def test_the_reason_for_a_level_is_the_kernels() -> None:

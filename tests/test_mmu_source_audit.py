@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import io
 
+from mmuscope.engine.mmu.spte import spte_to_pfn
 from mmuscope.tui.simulate_cli import SimulateOptions, make_session, run
 
 DOORBELL, EOI = 0xFEBF_1000, 0xFEE0_00B0  # netperf's MMIO stores (guest/ept.py)
+MMUS = ("tdp", "direct", "shadow")
 
 
 def printed(mmu: str, workload: str, accesses: int) -> list[str]:
@@ -150,3 +152,34 @@ def test_shadow_kvm_page_fault_is_the_cpus_error_code() -> None:
         for x in events(printed("shadow", "netperf", 300), "kvm_page_fault")
     }
     assert 0xB in codes
+
+
+def requested_pfns(mmu: str, workload: str, accesses: int, seed: int = 1) -> dict[int, int]:
+    """gfn -> the 4K host pfn of each `kvm_mmu_spte_requested` of a simulate run."""
+    out = io.StringIO()
+    options = SimulateOptions(mmu, workload, accesses, seed)
+    run(make_session(options), options, out)
+    pfns = {}
+    for line in events(out.getvalue().splitlines(), "kvm_mmu_spte_requested"):
+        words = line.split()
+        pfns[int(words[1], 16)] = int(words[3], 16)
+    return pfns
+
+
+def test_host_pfns_are_host_physical_frames_below_maxphyaddr() -> None:
+    """`hva_to_pfn()` (6.18 kvm_main.c) gives the host-physical frame of the VMM's page,
+    never its virtual address: every pfn simulate prints, and every spte's address, lies
+    below the host's MAXPHYADDR (`kvm_host.maxphyaddr`, 46 bits here), though the slots'
+    host addresses are 0x7f00_0000_0000 and up.  A seed draws the same frames on every
+    MMU, another seed other frames."""
+    maxphyaddr_pfns = 1 << (46 - 12)
+    tdp, direct, shadow = (requested_pfns(mmu, "kernbench", 300) for mmu in MMUS)
+    for pfns in (tdp, direct, shadow):
+        assert pfns and all(pfn < maxphyaddr_pfns for pfn in pfns.values()), pfns
+    shared = tdp.keys() & direct.keys()
+    assert shared and all(tdp[gfn] == direct[gfn] for gfn in shared)
+    other = requested_pfns("tdp", "kernbench", 300, seed=2)
+    again = other.keys() & tdp.keys()
+    assert again and all(other[gfn] != tdp[gfn] for gfn in again)
+    sptes = set_spte_letters(printed("tdp", "kernbench", 300))
+    assert sptes and all(spte_to_pfn(spte) < maxphyaddr_pfns for spte in sptes)

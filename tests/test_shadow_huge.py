@@ -1,7 +1,8 @@
 """Huge pages and NX huge pages under shadow paging (each case worked by hand from 6.18
 `FNAME(page_fault)`/`FNAME(fetch)` (paging_tmpl.h), `kvm_mmu_hugepage_adjust`,
 `account_shadowed` and `kvm_recover_nx_huge_pages` (mmu.c).  The pc-4g layout: slot 2 is
-gfn 0x100000 (4 GiB), 512 MiB, host pfn 0x7f00e0200 (2M-aligned alike, not 1G); guest
+gfn 0x100000 (4 GiB), 512 MiB, its host address 0x7f00e0200000 (2M-aligned alike, not
+1G); its first 2M lies in the host's THP at pfn 0x4d3b400 (`HostPages`, seed 1); guest
 tables come from the top of slot 1, gfn 0xdc000 on."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from mmuscope.engine.mmu.shadow.mmu import ShadowMmu
 from mmuscope.engine.mmu.spte import PT_PAGE_SIZE_MASK, PT_WRITABLE_MASK, SPTE_CONFIGS, RetPf
 
 GVA_2M = 0x4000_0000  # PML4[0] PDPT[1] PD[0]
-SLOT2, SLOT2_PFN = 0x10_0000, 0x7F00E0200
+SLOT2, SLOT2_PFN = 0x10_0000, 0x4D3_B400
 
 
 def shadow(**params: object) -> tuple[ShadowMmu, list[Event], int]:

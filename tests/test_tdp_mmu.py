@@ -66,7 +66,8 @@ def test_a_fault_links_tables_then_the_leaf_with_the_kernels_events() -> None:
     leaf = events[-2].fields
     assert leaf["old_spte"] == SHADOW_NONPRESENT_VALUE  # the page cache's init_value (6.10+)
     assert leaf["level"] == 1 and leaf["gfn"] == 0x12345
-    assert spte_to_pfn(int(leaf["new_spte"])) == (UA >> 12) + 0x12345
+    # the host page behind the slot's address (mapping_level.py HostPages, seed 1)
+    assert spte_to_pfn(int(leaf["new_spte"])) == mmu.levels.host.hva_to_pfn(UA + 0x1234_5000)
     assert int(leaf["new_spte"]) & PT_WRITABLE_MASK
     assert mmu.stat["pages_4k"] == 1 and mmu.pages.tdp_mmu_pages == 3
     mmu.audit()
@@ -236,7 +237,8 @@ def test_random_operations_keep_the_invariants_and_the_translation(
             if gfn < 4 * GIB >> 12:
                 assert ret in (RetPf.FIXED, RetPf.SPURIOUS) and is_shadow_present_pte(spte)
                 offset = gfn & ((1 << 9 * (sp.role.level - 1)) - 1)
-                assert spte_to_pfn(spte) + offset == (UA >> 12) + gfn  # the slot's pfn
+                host_pfn = mmu.levels.host.hva_to_pfn(UA + (gfn << 12))
+                assert spte_to_pfn(spte) + offset == host_pfn  # the slot's page
                 assert kind != "w" or spte & PT_WRITABLE_MASK
             else:
                 assert ret is RetPf.EMULATE and is_mmio_spte(mmu.cfg, spte)
@@ -259,7 +261,8 @@ def test_random_operations_keep_the_invariants_and_the_translation(
             mmu.pages.rcu_advance(mmu.now_ns)
         mmu.audit()
         for gfn, (level, spte) in leaves(mmu).items():
-            assert spte_to_pfn(spte) == (UA >> 12) + gfn  # every leaf: the slot's pfn
+            host_pfn = mmu.levels.host.hva_to_pfn(UA + (gfn << 12))
+            assert spte_to_pfn(spte) == host_pfn  # every leaf: the slot's page
             if flags and level > 1:
                 assert not spte & PT_WRITABLE_MASK
 

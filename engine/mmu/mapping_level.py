@@ -21,10 +21,14 @@ torvalds/linux 6.17/6.18 `arch/x86/kvm/mmu/mmu.c`:
 - `disallowed_hugepage_adjust()`: at the goal level, a present non-leaf spte whose child
   was made for a disallowed NX huge page (`nx_huge_page_disallowed`) cannot be replaced
   by a huge leaf (the leaf could be executable): go one level further down.
+- `kvm_mmu_faultin_pfn()` -> `__kvm_faultin_pfn()` -> `hva_to_pfn()` (kvm_main.c): the
+  host-physical page behind the slot's host virtual address (`__gfn_to_hva_memslot()`),
+  as the host's page allocator placed it: `HostPages`.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 
 from ..memslots.memslot import MemorySlot
@@ -34,6 +38,66 @@ from .spte import KVM_MAX_HUGEPAGE_LEVEL, KVM_PFN_NOSLOT, is_large_pte, is_shado
 PAGE_SHIFT = 12
 LEVEL_NAMES = {PG_LEVEL_4K: "4K", PG_LEVEL_2M: "2M", PG_LEVEL_1G: "1G"}
 LpageLimits = tuple[tuple[int, int], tuple[int, int]]
+# The host RAM that backs guest memory: 1 TiB of host-physical addresses from 64 GiB up,
+# below the 46-bit MAXPHYADDR of the modelled host (`SpteConfig.host_phys_bits`) and apart
+# from the shadow pages' own addresses (`SPT_BASE`, 4 GiB up, mmu_pages.py).
+HOST_RAM_BASE = 0x10_0000_0000
+HOST_RAM_SIZE = 0x100_0000_0000
+HOST_PAGES_SEED = 0x4057  # the host allocator's draws: the session's seed ^ this
+
+
+def gfn_to_hva_memslot(slot: MemorySlot, gfn: int) -> int:
+    """`__gfn_to_hva_memslot()` (kvm_host.h): the VMM's address of the slot's page."""
+    return slot.userspace_addr + ((gfn - slot.base_gfn) << PAGE_SHIFT)
+
+
+class HostPages:
+    """Where the host's page allocator put each page of the VMM's guest memory: what
+    `hva_to_pfn()` (6.18 kvm_main.c, through get_user_pages) returns for a host virtual
+    address.  The host maps that memory with pages of `host_level` (4K, a THP 2M or a
+    hugetlbfs 1G page), each physically contiguous and aligned to its size, and those
+    pages lie scattered over host RAM (`HOST_RAM_BASE`, `HOST_RAM_SIZE`) as drawn from
+    `seed`.  A VMM page keeps the host page it got first; each host page backs one VMM
+    page.  Where a page goes is a one-to-one function of its address within any
+    HOST_RAM_SIZE of the VMM's address space, so the same seed gives the same pfns on
+    every MMU, whatever order the faults come in; only a page whose place is taken (an
+    address in another such window) takes the next free one, and then the order counts.
+    The model's own: the kernel reads the host's page tables, which the model has none
+    of."""
+
+    def __init__(self, host_level: int = PG_LEVEL_2M, seed: int = 1) -> None:
+        self.pages = kvm_pages_per_hpage(host_level)  # 4K pages in one host page
+        frames = (HOST_RAM_SIZE >> PAGE_SHIFT) // self.pages
+        self._bits = frames.bit_length() - 1  # host RAM holds 2**bits host pages
+        rng = random.Random(seed ^ HOST_PAGES_SEED)
+        self._keys = rng.getrandbits(self._bits), rng.getrandbits(self._bits)
+        self._frames: dict[int, int] = {}  # the VMM's host-page number -> RAM's
+        self._used: set[int] = set()
+
+    def frame(self, index: int) -> int:
+        """Where the VMM's `index`-th page of this size goes first: its window folded in,
+        then an odd multiply, an add and an xor-shift modulo 2**bits (one-to-one)."""
+        bits = self._bits
+        mask, half = (1 << bits) - 1, max(bits // 2, 1)
+        x = (index ^ (index >> bits) * 0x2545_F491) & mask
+        x = (x * 0x9E37_79B9_7F4A_7C15 + self._keys[0]) & mask
+        x ^= x >> half
+        return (x * 0xC2B2_AE3D_27D4_EB4F + self._keys[1]) & mask
+
+    def hva_to_pfn(self, hva: int) -> int:
+        """The host-physical frame number of the page at host virtual address `hva`."""
+        vpfn = hva >> PAGE_SHIFT
+        index = vpfn // self.pages
+        frame = self._frames.get(index)
+        if frame is None:
+            frame, mask = self.frame(index), (1 << self._bits) - 1
+            if len(self._used) > mask:
+                raise MemoryError(f"host RAM ({HOST_RAM_SIZE >> 30} GiB) is all in use")
+            while frame in self._used:  # taken: the allocator's next free host page
+                frame = (frame + 1) & mask
+            self._frames[index] = frame
+            self._used.add(frame)
+        return (HOST_RAM_BASE >> PAGE_SHIFT) + frame * self.pages + vpfn % self.pages
 
 
 def kvm_pages_per_hpage(level: int) -> int:
@@ -71,10 +135,7 @@ class KvmPageFault:
         self.req_level = self.goal_level = PG_LEVEL_4K
         self.huge_page_disallowed = False
         self.map_writable = False
-        self.pfn = KVM_PFN_NOSLOT
-        if slot is not None:
-            self.pfn = (slot.userspace_addr >> PAGE_SHIFT) + gfn - slot.base_gfn
-            self.map_writable = not slot.readonly
+        self.pfn = KVM_PFN_NOSLOT  # MappingLevels.kvm_mmu_faultin_pfn() fills both in
 
 
 def lpage_limits(slot: MemorySlot) -> LpageLimits:
@@ -97,10 +158,27 @@ def lpage_limits(slot: MemorySlot) -> LpageLimits:
 class MappingLevels:
     """The module parameters and host backing that decide a fault's level."""
 
-    def __init__(self, host_level: int = PG_LEVEL_2M, nx_huge_pages: bool = False) -> None:
+    def __init__(
+        self, host_level: int = PG_LEVEL_2M, nx_huge_pages: bool = False, host_seed: int = 1
+    ) -> None:
         self.host_level = host_level  # host_pfn_mapping_level() of every memslot page
         self.nx = nx_huge_pages  # is_nx_huge_page_enabled()
+        self.host = HostPages(host_level, host_seed)
         self._limits: dict[int, tuple[MemorySlot, LpageLimits]] = {}
+
+    def gfn_to_pfn(self, slot: MemorySlot, gfn: int) -> int:
+        """The host page behind `gfn` of `slot`: `hva_to_pfn(__gfn_to_hva_memslot())`."""
+        return self.host.hva_to_pfn(gfn_to_hva_memslot(slot, gfn))
+
+    def kvm_mmu_faultin_pfn(self, fault: KvmPageFault) -> KvmPageFault:
+        """`kvm_mmu_faultin_pfn()` (6.18 mmu.c) for a fault the MMU maps: a slot's page
+        gives its host pfn and `map_writable` (not a read-only slot); no slot leaves
+        KVM_PFN_NOSLOT (`kvm_handle_noslot_fault()`)."""
+        slot = fault.slot
+        if slot is not None:
+            fault.pfn = self.gfn_to_pfn(slot, fault.gfn)
+            fault.map_writable = not slot.readonly
+        return fault
 
     def host_pfn_mapping_level(self, slot: MemorySlot, gfn: int) -> int:
         """The host's mapping of the page: the same `host_level` for every slot."""

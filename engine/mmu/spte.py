@@ -365,7 +365,8 @@ def make_spte(
     A/D bits).  KVM itself always sets D on a writable spte; `dirty=False` gives the clean
     state dirty logging leaves behind.  Raises ValueError where the kernel would WARN, for
     a pfn that does not fit bits 12-51 or is misaligned for a huge leaf.  Real pfns sit
-    below MAXPHYADDR; larger ones (e.g. an hva used as a stand-in) are accepted.
+    below MAXPHYADDR (the sessions draw them so: `HostPages`, mapping_level.py); larger
+    ones are accepted as far as the PFN field reaches.
     """
     if not PG_LEVEL_4K <= level <= KVM_MAX_HUGEPAGE_LEVEL:
         raise ValueError(f"leaf level {level} outside 1..{KVM_MAX_HUGEPAGE_LEVEL}")

@@ -98,6 +98,7 @@ class DirectMmu(DirectMmio, DirectHuge, DirectRmaps):
         fast_pf: bool = True,
         params: TdpMmuParams | None = None,
         pte_prefetch: bool = True,
+        host_seed: int = 1,
     ) -> None:
         self.vm = vm
         self.mmio_info = VcpuMmioInfo(mmio_info_cache)  # False: before 3.1
@@ -106,7 +107,7 @@ class DirectMmu(DirectMmio, DirectHuge, DirectRmaps):
         self.huge_pages = huge_pages
         self.params = params or TdpMmuParams(tdp_mmu=False)
         self.nx = self.params.nx_huge_page_workaround_enabled  # is_nx_huge_page_enabled()
-        self.levels = MappingLevels(self.params.host_level, self.nx)
+        self.levels = MappingLevels(self.params.host_level, self.nx, host_seed)
         self.pte_prefetch = pte_prefetch
         self._listener = emit
         self.pages = MmuPages(
@@ -236,7 +237,8 @@ class DirectMmu(DirectMmio, DirectHuge, DirectRmaps):
             self.stat["pf_emulate"] += 1
             return RetPf.EMULATE
         self.pages.make_mmu_pages_available()
-        return self.direct_map(vcpu, root, KvmPageFault(gfn, write, exec_, slot, self._max_level()))
+        fault = KvmPageFault(gfn, write, exec_, slot, self._max_level())
+        return self.direct_map(vcpu, root, self.levels.kvm_mmu_faultin_pfn(fault))
 
     def _walk_existing(self, root: KvmMmuPage, gfn: int) -> tuple[KvmMmuPage | None, int]:
         """The lockless walk of `get_mmio_spte()`: the last page reached and the index."""
@@ -336,7 +338,7 @@ class DirectMmu(DirectMmio, DirectHuge, DirectRmaps):
         Accessed unless a prefetch (`mark_spte_for_access_track()`); under the NX
         mitigation a huge leaf is not executable (ACC_EXEC_MASK dropped above 4K)."""
         base = gfn & -kvm_pages_per_hpage(level)
-        pfn = (slot.userspace_addr >> PAGE_SHIFT) + (base - slot.base_gfn)
+        pfn = self.levels.gfn_to_pfn(slot, base)
         access = ACC_ALL & ~ACC_EXEC_MASK if self.nx and level > PG_LEVEL_4K else ACC_ALL
         writable = not slot.flags & KVM_MEM_READONLY
         return make_spte(self.cfg, pfn, access, level, writable=writable, accessed=not prefetch)

@@ -108,6 +108,7 @@ class MmuSession(EptSession[MmuStep]):
             fast_pf=after_2011(spte_config),  # fast_page_fault: 3.6
             params=params,
             pte_prefetch=pte_prefetch,
+            host_seed=seed,  # which host pages back guest memory (mapping_level.py)
         )
         self.set_up_guest(seed)
 

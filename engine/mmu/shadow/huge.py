@@ -28,8 +28,8 @@ LpageKey = tuple[int, int, int]  # (as_id, level, gfn >> level shift)
 class ShadowLpageInfo(MappingLevels):
     """`MappingLevels` plus the `disallow_lpage` counts shadowed tables raise."""
 
-    def __init__(self, host_level: int, nx_huge_pages: bool) -> None:
-        super().__init__(host_level, nx_huge_pages)
+    def __init__(self, host_level: int, nx_huge_pages: bool, host_seed: int = 1) -> None:
+        super().__init__(host_level, nx_huge_pages, host_seed)
         self.disallow_lpage: dict[LpageKey, int] = {}
         self.accounted: dict[int, tuple[int, int]] = {}  # sp.seq -> (as_id, gfn)
 

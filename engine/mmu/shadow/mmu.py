@@ -181,12 +181,13 @@ class ShadowMmu:
         prev_roots: bool = True,
         params: TdpMmuParams | None = None,
         huge_pages: bool = True,
+        host_seed: int = 1,
     ) -> None:
         self.vm = vm
         self.params = params or TdpMmuParams(tdp_mmu=False)
         self.huge_pages = huge_pages
         self.nx = self.params.nx_huge_page_workaround_enabled  # is_nx_huge_page_enabled()
-        self.levels = ShadowLpageInfo(self.params.host_level, self.nx)
+        self.levels = ShadowLpageInfo(self.params.host_level, self.nx, host_seed)
         self.cfg = cfg or SPTE_CONFIGS["shadow"]
         if self.cfg.ept:
             raise ValueError("shadow paging uses the legacy PTE format: pick a non-EPT config")
@@ -524,7 +525,7 @@ class ShadowMmu:
             translated = self._translate(vcpu, gva, write, user, error_code, False, fetch)
             assert translated is not None  # the vtlb agreed with the guest tables
             gfn, access, walk = translated
-        fault = KvmPageFault(gfn, write, fetch, slot, PG_LEVEL_4K)
+        fault = self.levels.kvm_mmu_faultin_pfn(KvmPageFault(gfn, write, fetch, slot, PG_LEVEL_4K))
         if walk is not None:
             fault.max_level = self.max_level(walk)
             sp, index = self.fetch(root, gva, walk, fault, access)
@@ -865,7 +866,7 @@ class ShadowMmu:
         ):
             access &= ~ACC_WRITE_MASK
             wrprot = True
-        pfn = (slot.userspace_addr >> PAGE_SHIFT) + (gfn - slot.base_gfn)
+        pfn = self.levels.gfn_to_pfn(slot, gfn)
         needs = (PT_WRITABLE_MASK if write else 0) | (PT_USER_MASK if user else 0)
         present = is_shadow_present_pte(spte) and not is_mmio_spte(self.cfg, spte)
         executable = not fetch or not spte & self.cfg.shadow_nx_mask
@@ -1249,7 +1250,7 @@ class ShadowMmu:
             raise AuditError(f"{where}: a writable huge leaf over a shadowed table")
         if level > 1 and self.nx and not spte & self.cfg.shadow_nx_mask:
             raise AuditError(f"{where}: an executable huge leaf under nx_huge_pages")
-        if spte_to_pfn(spte) != (slot.userspace_addr >> PAGE_SHIFT) + gfn - slot.base_gfn:
+        if spte_to_pfn(spte) != self.levels.gfn_to_pfn(slot, gfn):
             raise AuditError(f"{where}: the leaf maps the wrong host page")
         if spte & PT_WRITABLE_MASK and not (access & ACC_WRITE_MASK and dirty):
             raise AuditError(f"{where}: writable beyond the (clean or read-only) gpte")

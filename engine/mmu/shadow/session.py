@@ -132,6 +132,7 @@ class ShadowSession(GuestSession[ShadowStep]):
             mmio_info_cache=after_2011(spte_config),  # cache mmio info: 3.1
             prev_roots=after_2011(spte_config),  # the prev_roots LRU: 4.19
             params=params,
+            host_seed=seed,  # which host pages back guest memory (mapping_level.py)
         )
         self.os = GuestOs(self.mmu.guest)
         self.kernel: KernelMaps | None = None

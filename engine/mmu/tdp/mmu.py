@@ -76,13 +76,14 @@ class TdpMmu(TdpHuge):
         cfg: SpteConfig | None = None,
         params: TdpMmuParams | None = None,
         emit: Callable[[Event], None] | None = None,
+        host_seed: int = 1,
     ) -> None:
         super().__init__(vm, cfg, params, emit)
         self.roots: dict[int, TdpMmuPage] = {}
         self._vcpu_gfn_to_memslot = VcpuMemslotCache(vm).lookup
         self.mmio_info = VcpuMmioInfo()  # each vCPU's mmio_gfn/access/gen (mmio_info.py)
         self._nx = self.params.nx_huge_page_workaround_enabled  # is_nx_huge_page_enabled()
-        self.levels = MappingLevels(self.params.host_level, self._nx)
+        self.levels = MappingLevels(self.params.host_level, self._nx, host_seed)
         self.mark_page_dirty: Callable[[MemorySlot, int], None] | None = None  # dirty_log
         self.fast_pf = FastPageFault(self, self.kvm_tdp_mmu_fast_pf_get_last_sptep)
         self._slot_flags = {
@@ -181,7 +182,8 @@ class TdpMmu(TdpHuge):
                 return RetPf.EMULATE  # no MMIO spte made
         if slot is not None and write and slot.flags & KVM_MEM_READONLY:
             return RetPf.EMULATE
-        ret = self.kvm_tdp_mmu_map(KvmPageFault(gfn, write, exec_, slot), root)
+        fault = self.levels.kvm_mmu_faultin_pfn(KvmPageFault(gfn, write, exec_, slot))
+        ret = self.kvm_tdp_mmu_map(fault, root)
         if ret is RetPf.FIXED:
             self.stat["pf_fixed"] += 1
         elif ret is RetPf.SPURIOUS:

@@ -100,7 +100,7 @@ class TdpSession(EptSession[TdpStep]):
                 " memslots, e.g. --layout q35-16g)"
             )
         self.smi_every = smi_every
-        self.mmu = TdpMmu(self.vm, SPTE_CONFIGS[spte_config], params)
+        self.mmu = TdpMmu(self.vm, SPTE_CONFIGS[spte_config], params, host_seed=seed)
         self.cpu = CpuWalks(self.mmu)  # the hardware's walks of the vCPUs' roots
         self._listeners_changed()
         self.set_up_guest(seed)
