@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 
+from mmuscope.engine.events import Event
 from mmuscope.engine.mmu.spte import spte_to_pfn
 from mmuscope.tui.simulate_cli import SimulateOptions, make_session, run
 
@@ -97,7 +98,6 @@ def test_no_mmio_spte_for_a_gfn_above_kvm_mmu_max_gfn() -> None:
     `kvm_mmu_max_gfn()` (the host's MAXPHYADDR, 46 bits here) without an MMIO spte; below
     it, an MMIO spte is made.  Both EPT MMUs."""
     from mmuscope.engine import Vm
-    from mmuscope.engine.events import Event
     from mmuscope.engine.mmu.direct.mmu import DirectMmu
     from mmuscope.engine.mmu.spte import RetPf
     from mmuscope.engine.mmu.tdp.mmu import TdpMmu
@@ -183,3 +183,66 @@ def test_host_pfns_are_host_physical_frames_below_maxphyaddr() -> None:
     assert again and all(other[gfn] != tdp[gfn] for gfn in again)
     sptes = set_spte_letters(printed("tdp", "kernbench", 300))
     assert sptes and all(spte_to_pfn(spte) < maxphyaddr_pfns for spte in sptes)
+
+
+def test_ept_without_ad_bits_sptes_carry_kvms_own_accessed_and_dirty_bits() -> None:
+    """6.18 `kvm_mmu_set_ept_masks(has_ad_bits=false, ...)` (spte.c) still sets
+    `shadow_accessed_mask`/`shadow_dirty_mask` to EPT bits 8/9 (only `kvm_ad_enabled` is
+    false), and `make_spte()` ORs them unconditionally: `if (!prefetch || synchronizing)
+    spte |= shadow_accessed_mask`, and `shadow_dirty_mask` with W.  Under
+    kvm_intel.eptad=0 (the TDP and direct MMU screens' "EPT without A/D bits") every spte
+    a fault makes has bit 8, every writable one bit 9, beside SPTE_TDP_AD_DISABLED (52)."""
+    from mmuscope.engine.layouts import preset
+    from mmuscope.engine.mmu.direct.session import MmuSession
+    from mmuscope.engine.mmu.tdp.session import TdpSession
+
+    for kind in (TdpSession, MmuSession):
+        session = kind(preset("pc-4g"), workload="kernbench", spte_config="ept-no-ad")
+        seen: list[Event] = []
+        session.subscribe(seen.append)
+        session.run(300)
+        made = [int(e.fields["spte"]) for e in seen if e.name == "kvm_mmu_set_spte"]
+        faulted = [spte for spte in made if spte & 0x7]  # not a prefetch (access-tracked)
+        assert faulted and all(spte >> 52 & 1 for spte in faulted), kind
+        assert all(spte & 0x100 for spte in faulted), [hex(s) for s in faulted[:4]]
+        writable = [spte for spte in faulted if spte & 0x2]
+        assert writable and all(spte & 0x200 for spte in writable), kind
+
+
+def test_an_nx_split_keeps_an_access_tracked_huge_spte_access_tracked() -> None:
+    """`make_small_spte()` -> `make_spte_executable()` -> `modify_spte_protections()`
+    (6.18 spte.c): splitting an access-tracked huge spte to 4K under the NX huge page
+    mitigation restores it, sets X, and access-tracks it again, so X lands in the saved
+    copy (bit 56) and the children still fault on their next access.  EPT without A/D
+    bits: a 2M page read, aged by `kvm_age_gfn()`, then fetched from (TDP MMU)."""
+    from mmuscope.engine import Vm
+    from mmuscope.engine.mmu.aging import kvm_age_gfn
+    from mmuscope.engine.mmu.params import TdpMmuParams
+    from mmuscope.engine.mmu.spte import (
+        SPTE_CONFIGS,
+        VMX_EPT_EXECUTABLE_MASK,
+        VMX_EPT_READABLE_MASK,
+        RetPf,
+        is_access_track_spte,
+        is_large_pte,
+    )
+    from mmuscope.engine.mmu.tdp.mmu import TdpMmu
+
+    vm = Vm()
+    vm.set_user_memory_region(0, 0, 0, 1 << 30, 0x7F00_0000_0000)
+    cfg = SPTE_CONFIGS["ept-no-ad"]
+    mmu = TdpMmu(vm, cfg, TdpMmuParams(nx_huge_pages="on"))
+    assert mmu.page_fault(0, 0x20_0000) is RetPf.FIXED
+    sp, index = mmu.last_spte(mmu.roots[0], 0x200)
+    assert is_large_pte(sp.spt[index]) and not sp.spt[index] & VMX_EPT_EXECUTABLE_MASK
+    slot = vm.slot(0, 0)
+    assert slot is not None and kvm_age_gfn(mmu, slot, 0x200, 0x400) == 1
+    assert is_access_track_spte(cfg, sp.spt[index])
+    assert mmu.page_fault(0, 0x20_5000, exec_=True) is RetPf.FIXED  # splits, maps 0x205
+    child = mmu.pages.by_pa[sp.spt[index] & 0xF_FFFF_FFFF_F000]
+    saved_rx = (VMX_EPT_READABLE_MASK | VMX_EPT_EXECUTABLE_MASK) << 54  # bits 54 and 56
+    for i in (0, 1, 511):
+        spte = child.spt[i]
+        assert is_access_track_spte(cfg, spte) and not spte & 0x7, hex(spte)
+        assert spte & saved_rx == saved_rx, hex(spte)
+    mmu.audit()

@@ -267,9 +267,9 @@ def test_random_operations_keep_the_invariants_and_the_translation(
                 assert not spte & PT_WRITABLE_MASK
 
 
-def test_split_children_are_make_huge_page_split_spte_of_each_index() -> None:
+def test_split_children_are_make_small_spte_of_each_index() -> None:
     """`tdp_mmu_split_huge_page`'s one-pass children equal the kernel's per-index
-    `make_huge_page_split_spte()`, with and without the NX mitigation, for any spte."""
+    `make_small_spte()`, with and without the NX mitigation, for any spte."""
     import random
     from dataclasses import replace
 
@@ -280,5 +280,5 @@ def test_split_children_are_make_huge_page_split_spte_of_each_index() -> None:
         for level, access in ((1, 7), (1, 3), (2, 7), (2, 0)):
             role = replace(base, level=level, access=access)
             for huge in (rng.getrandbits(64), 0x8600_7F00_91E0_0BF7, 0x8600_7F00_91E0_1BF7):
-                expected = [mmu.make_huge_page_split_spte(huge, role, i) for i in range(512)]
+                expected = [mmu.make_small_spte(huge, role, i) for i in range(512)]
                 assert mmu._split_sptes(huge, role) == expected

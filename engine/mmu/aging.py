@@ -5,7 +5,8 @@ torvalds/linux 6.18 `arch/x86/kvm/mmu/mmu.c` (`kvm_age_gfn`, `kvm_rmap_age_gfn_r
 `tdp_mmu.c` (`kvm_tdp_mmu_age_gfn_range`, `kvm_tdp_mmu_age_spte`), `spte.c`/`spte.h`
 (`is_accessed_spte`, `mark_spte_for_access_track`).  Since the lockless aging of 6.15
 (`mmu_spte_age()` under mmu_lock before; version UNVERIFIED) both walk without the lock:
-- every leaf of the range that `is_accessed_spte()` (A set, or with A/D bits off: not
+- every leaf of the range that `is_accessed_spte()` (its A bit set: 6.13+, where KVM
+  keeps bit 8 itself without EPT A/D bits; before, such a spte was accessed unless
   access-tracked) is made old: with A/D bits its Accessed bit is cleared (the CPU sets
   it again on the next access, no fault), without them the spte is *access-tracked*
   (`mark_spte_for_access_track`: R and X saved at bits 54/56, RWX cleared), so the next
@@ -43,10 +44,12 @@ def spte_ad_enabled(spte: int) -> bool:
 
 
 def is_accessed_spte(cfg: SpteConfig, spte: int) -> bool:
-    """`is_accessed_spte()`: A set, or (A/D bits off) not access-tracked."""
-    if spte_ad_enabled(spte):
-        return bool(spte & cfg.shadow_accessed_mask)
-    return not is_access_track_spte(cfg, spte)
+    """`is_accessed_spte()` (6.18 spte.h): `spte & shadow_accessed_mask`.  Before 6.13 an
+    A/D-disabled spte had no Accessed bit (`spte_shadow_accessed_mask()` was 0): it was
+    accessed unless access-tracked."""
+    if cfg.ad_masks_era == "before-6.13" and not spte_ad_enabled(spte):
+        return not is_access_track_spte(cfg, spte)
+    return bool(spte & cfg.shadow_accessed_mask)
 
 
 def age_spte(cfg: SpteConfig, spte: int) -> int:

@@ -23,7 +23,8 @@ The rules, in the kernel's order:
 - up to 4 retries of: find the last spte of the walk (the vCPU's root, no lock); give up
   (RET_PF_INVALID) unless it is a present leaf; RET_PF_SPURIOUS when the spte already
   allows the access (`is_access_allowed`: a TLB flushed lazily, or another vCPU fixed it);
-  restore an access-tracked spte (`restore_acc_track_spte`); for a write to an
+  restore an access-tracked spte (`restore_acc_track_spte`, and A set: 6.13+); for a
+  write to an
   MMU-writable spte set W — but not in a huge spte of a slot that logs dirty pages (only
   the faulting gfn would be marked dirty); give up unless the new spte allows the access;
   `fast_pf_fix_direct_spte()`: `try_cmpxchg64()` from the value read, RET_PF_FIXED and
@@ -49,8 +50,6 @@ from .role import PG_LEVEL_4K
 from .spte import (
     PT_PRESENT_MASK,
     PT_WRITABLE_MASK,
-    SHADOW_ACC_TRACK_SAVED_BITS_MASK,
-    SHADOW_ACC_TRACK_SAVED_BITS_SHIFT,
     VMX_EPT_RWX_MASK,
     RetPf,
     SpteConfig,
@@ -60,6 +59,7 @@ from .spte import (
     is_last_spte,
     is_mmio_spte,
     is_shadow_present_pte,
+    restore_acc_track_spte,
 )
 
 # arch/x86/include/asm/kvm_host.h
@@ -159,15 +159,6 @@ def is_access_allowed(cfg: SpteConfig, fault: FastFault, spte: int) -> bool:
     return bool(spte & PT_PRESENT_MASK)  # a read: P (EPT: the R bit)
 
 
-def restore_acc_track_spte(cfg: SpteConfig, spte: int) -> int:
-    """`restore_acc_track_spte()` (6.18 spte.h): R and X back from bits 54/56, the saved
-    copy cleared.  W is not saved: the fast path sets it again for a write."""
-    saved = (spte >> SHADOW_ACC_TRACK_SAVED_BITS_SHIFT) & SHADOW_ACC_TRACK_SAVED_BITS_MASK
-    spte &= ~cfg.shadow_acc_track_mask
-    spte &= ~(SHADOW_ACC_TRACK_SAVED_BITS_MASK << SHADOW_ACC_TRACK_SAVED_BITS_SHIFT)
-    return spte | saved
-
-
 def fast_pf_get_last_sptep(child_at: Callable[[KvmMmuPage, int], KvmMmuPage | None],
                            root: KvmMmuPage, gfn: int) -> Sptep:  # fmt: skip
     """`fast_pf_get_last_sptep()` (mmu.c, `for_each_shadow_entry_lockless`): the last
@@ -258,7 +249,8 @@ class FastPageFault:
                 return RetPf.SPURIOUS, sp, index, spte
             new_spte = spte
             if not self.kvm_ad_enabled and is_access_track_spte(cfg, spte):
-                new_spte = restore_acc_track_spte(cfg, new_spte)
+                # 6.13+: "| shadow_accessed_mask" (0 before without A/D bits)
+                new_spte = restore_acc_track_spte(cfg, new_spte) | cfg.shadow_accessed_mask
             if fault.write and is_mmu_writable_spte(cfg, spte):
                 new_spte |= PT_WRITABLE_MASK
                 slot = fault.slot

@@ -17,9 +17,11 @@ the top 5 cacheable PA bits, and the gpa bits those hide move up by 5.
 
 Layout modelled: 6.17/6.18.  The MMU-present bit is 11; on EPT `shadow_present_mask` and
 the MMIO mask include SUPPRESS_VE (bit 63, `kvm_mmu_set_ept_masks()`, added for TDX in 6.10),
-`shadow_accessed_mask`/`shadow_dirty_mask` are bits 8/9 even without EPT A/D bits (the
-global `kvm_ad_enabled` decides, and A/D-disabled sptes carry SPTE_TDP_AD_DISABLED instead),
-and `FROZEN_SPTE` = BIT(63) | 0x5a0 (formerly REMOVED_SPTE = 0x5a0).  A non-present spte
+`shadow_accessed_mask`/`shadow_dirty_mask` are bits 8/9 even without EPT A/D bits (6.13 on:
+the global `kvm_ad_enabled` says whether the CPU sets them, A/D-disabled sptes carry
+SPTE_TDP_AD_DISABLED, and KVM itself sets bit 8 on every spte it makes accessed and bit 9 on
+every writable one: `SpteConfig.ad_masks_era`), and `FROZEN_SPTE` = BIT(63) | 0x5a0
+(formerly REMOVED_SPTE = 0x5a0).  A non-present spte
 is `SHADOW_NONPRESENT_VALUE` = BIT(63) from 6.10 on (x86_64; the shadow page cache's
 `init_value`, `mmu_spte_clear_no_track()`), 0 before: `SpteConfig.nonpresent_era`
 ("6.10" or "before-6.10"; the 2011 configurations are the latter) gives
@@ -138,6 +140,11 @@ NONPRESENT_ERAS: Mapping[str, int] = MappingProxyType(
 FROZEN_ERAS: Mapping[str, int] = MappingProxyType(
     {"6.10": FROZEN_SPTE, "before-6.10": REMOVED_SPTE}
 )
+# EPT's Accessed/Dirty masks without EPT A/D bits (`kvm_mmu_set_ept_masks()`): bits 8 and 9
+# from 6.13 (Sean Christopherson's A/D cleanups, kvm list, October 2024: "Set
+# shadow_{accessed,dirty}_mask for EPT even if A/D bits disabled", "Use Accessed bit even
+# when _hardware_ A/D bits are disabled"); 0 before ("has_ad_bits ? VMX_EPT_ACCESS_BIT : 0").
+AD_MASKS_ERAS = ("6.13", "before-6.13")
 
 assert MMIO_SPTE_GEN_LOW_BITS == 8 and MMIO_SPTE_GEN_HIGH_BITS == 11  # spte.h static_assert
 assert not SPTE_MMU_PRESENT_MASK & (MMIO_SPTE_GEN_LOW_MASK | MMIO_SPTE_GEN_HIGH_MASK)
@@ -175,6 +182,8 @@ class SpteConfig:
     `l1tf`: the CPU has X86_BUG_L1TF, so `shadow_nonpresent_or_rsvd_mask` is in use (the
     kernel only applies it below 47 cache bits).  `mmio_caching`: kvm.mmio_caching.
     `ept_exec_only`: the CPU supports execute-only EPT entries (shadow_present_mask = 0).
+    `ad_masks_era`: "6.13" (EPT's A/D masks are bits 8/9 with or without A/D bits) or
+    "before-6.13" (0 without them: `AD_MASKS_ERAS`).
     The remaining fields are derived, as the kernel computes them (compared, not shown).
     """
 
@@ -185,6 +194,7 @@ class SpteConfig:
     mmio_caching: bool = True
     ept_exec_only: bool = True
     nonpresent_era: str = "6.10"
+    ad_masks_era: str = "6.13"
     shadow_nonpresent_value: int = field(init=False, repr=False)
     frozen_spte: int = field(init=False, repr=False)
     shadow_present_mask: int = field(init=False, repr=False)
@@ -209,6 +219,8 @@ class SpteConfig:
             raise ValueError("legacy (non-EPT) paging always has A/D bits")
         if self.nonpresent_era not in NONPRESENT_ERAS:
             raise ValueError(f"nonpresent_era {self.nonpresent_era!r}: one of {NONPRESENT_ERAS}")
+        if self.ad_masks_era not in AD_MASKS_ERAS:
+            raise ValueError(f"ad_masks_era {self.ad_masks_era!r}: one of {AD_MASKS_ERAS}")
         for name, value in self._masks().items():
             object.__setattr__(self, name, value)  # a frozen dataclass's derived fields
 
@@ -226,12 +238,13 @@ class SpteConfig:
             m["shadow_nonpresent_or_rsvd_mask"] = GENMASK(self.host_phys_bits - 1, low_phys_bits)
         m["shadow_nonpresent_or_rsvd_lower_gfn_mask"] = GENMASK(low_phys_bits - 1, PAGE_SHIFT)
         if self.ept:  # kvm_mmu_set_ept_masks(has_ad_bits, has_exec_only), 6.18
+            # kvm_ad_enabled = has_ad_bits; since 6.13 the masks are bits 8 and 9 either
+            # way (software-available bits when the CPU does not set them), before 0
+            ad_masks = self.ad_bits or self.ad_masks_era == "6.13"
             m |= {
                 "shadow_user_mask": VMX_EPT_READABLE_MASK,
-                # kvm_ad_enabled = has_ad_bits; the masks are bits 8 and 9 either way, and
-                # an A/D-disabled spte (SPTE_TDP_AD_DISABLED) simply never sets them
-                "shadow_accessed_mask": VMX_EPT_ACCESS_BIT,
-                "shadow_dirty_mask": VMX_EPT_DIRTY_BIT,
+                "shadow_accessed_mask": VMX_EPT_ACCESS_BIT if ad_masks else 0,
+                "shadow_dirty_mask": VMX_EPT_DIRTY_BIT if ad_masks else 0,
                 "shadow_nx_mask": 0,
                 "shadow_x_mask": VMX_EPT_EXECUTABLE_MASK,
                 "shadow_present_mask": (0 if self.ept_exec_only else VMX_EPT_READABLE_MASK)
@@ -283,14 +296,19 @@ SPTE_CONFIGS: Mapping[str, SpteConfig] = MappingProxyType(
     {
         "ept": SpteConfig(ept=True, ad_bits=True, host_phys_bits=46),
         "ept-l1tf": SpteConfig(ept=True, ad_bits=True, host_phys_bits=46, l1tf=True),
-        # kvm_intel.eptad=0: no EPT A/D bits, aged sptes access-tracked (fast_pf.py)
+        # kvm_intel.eptad=0: no EPT A/D bits, aged sptes access-tracked (fast_pf.py); KVM
+        # still sets bits 8/9 itself (6.13+)
         "ept-no-ad": SpteConfig(ept=True, ad_bits=False, host_phys_bits=46),
         "shadow": SpteConfig(ept=False, host_phys_bits=46),
         "shadow-l1tf": SpteConfig(ept=False, host_phys_bits=46, l1tf=True),
         "shadow-52bit": SpteConfig(ept=False, host_phys_bits=52),  # MMIO caching impossible
         # 2011 had no MMIO sptes at all; modelled as today's layout with caching off.
         "2011-no-mmio-cache": SpteConfig(
-            ept=True, ad_bits=False, mmio_caching=False, nonpresent_era="before-6.10"
+            ept=True,
+            ad_bits=False,
+            mmio_caching=False,
+            nonpresent_era="before-6.10",
+            ad_masks_era="before-6.13",
         ),
         "2011-shadow-no-mmio-cache": SpteConfig(
             ept=False, mmio_caching=False, nonpresent_era="before-6.10"
@@ -339,6 +357,8 @@ def is_access_track_spte(cfg: SpteConfig, spte: int) -> bool:
 
 
 def mark_spte_for_access_track(cfg: SpteConfig, spte: int) -> int:
+    """`mark_spte_for_access_track()` (6.18 spte.c): A cleared; without A/D bits also R
+    and X saved at bits 54/56 and RWX cleared, so the next access faults."""
     if spte & SPTE_TDP_AD_MASK != SPTE_TDP_AD_DISABLED:
         return spte & ~cfg.shadow_accessed_mask
     if is_access_track_spte(cfg, spte):
@@ -346,6 +366,49 @@ def mark_spte_for_access_track(cfg: SpteConfig, spte: int) -> int:
     saved = spte & SHADOW_ACC_TRACK_SAVED_BITS_MASK
     spte |= saved << SHADOW_ACC_TRACK_SAVED_BITS_SHIFT
     return spte & ~(cfg.shadow_acc_track_mask | cfg.shadow_accessed_mask)
+
+
+def restore_acc_track_spte(cfg: SpteConfig, spte: int) -> int:
+    """`restore_acc_track_spte()` (6.18 spte.h): R and X back from bits 54/56, the saved
+    copy cleared.  W is not saved: the fast path sets it again for a write."""
+    saved = (spte >> SHADOW_ACC_TRACK_SAVED_BITS_SHIFT) & SHADOW_ACC_TRACK_SAVED_BITS_MASK
+    spte &= ~cfg.shadow_acc_track_mask
+    spte &= ~(SHADOW_ACC_TRACK_SAVED_BITS_MASK << SHADOW_ACC_TRACK_SAVED_BITS_SHIFT)
+    return spte | saved
+
+
+def modify_spte_protections(cfg: SpteConfig, spte: int, set_: int, clear: int) -> int:
+    """`modify_spte_protections()` (6.18 spte.c): an access-tracked spte is restored
+    first and access-tracked again after, so the protection bits change in the saved
+    copy too and the spte stays one the next access restores."""
+    is_access_track = is_access_track_spte(cfg, spte)
+    if is_access_track:
+        spte = restore_acc_track_spte(cfg, spte)
+    spte = (spte | set_) & ~clear
+    if is_access_track:
+        spte = mark_spte_for_access_track(cfg, spte)
+    return spte
+
+
+def make_spte_executable(cfg: SpteConfig, spte: int) -> int:
+    """`make_spte_executable()` (6.18 spte.c)."""
+    return modify_spte_protections(cfg, spte, cfg.shadow_x_mask, cfg.shadow_nx_mask)
+
+
+def make_small_spte(
+    cfg: SpteConfig, huge_spte: int, level: int, access: int, index: int, nx_huge_pages: bool
+) -> int:
+    """`make_small_spte(kvm, huge_spte, role, index)` (6.18 spte.c; 6.13+, formerly
+    `make_huge_page_split_spte()`): the `index`-th part, at `level` (`role.level`), of a
+    huge spte being split: the huge spte plus the part's offset; a 4K part loses
+    PT_PAGE_SIZE and, where the child page allows execution (`role.access`) under the NX
+    huge page mitigation, is made executable (`make_spte_executable()`)."""
+    child = huge_spte | (index << (SPTE_LEVEL_BITS * (level - 1))) << PAGE_SHIFT
+    if level == PG_LEVEL_4K:
+        child &= ~PT_PAGE_SIZE_MASK
+        if access & ACC_EXEC_MASK and nx_huge_pages:
+            child = make_spte_executable(cfg, child)
+    return child
 
 
 def make_spte(
@@ -363,8 +426,11 @@ def make_spte(
     `writable` is host_writable (memslot/VMA allow writes); W is set only with
     ACC_WRITE_MASK too.  `accessed=False` is a prefetch (A clear, or access-tracked without
     A/D bits).  KVM itself always sets D on a writable spte; `dirty=False` gives the clean
-    state dirty logging leaves behind.  Raises ValueError where the kernel would WARN, for
-    a pfn that does not fit bits 12-51 or is misaligned for a huge leaf.  Real pfns sit
+    state dirty logging leaves behind.  A (`shadow_accessed_mask`) and D
+    (`shadow_dirty_mask`) are ORed in whatever `kvm_ad_enabled` says: without EPT A/D bits
+    they are bits KVM keeps for itself (6.13+; their masks are 0 before: `ad_masks_era`).
+    Raises ValueError where the kernel would WARN, for a pfn that does not fit bits 12-51
+    or is misaligned for a huge leaf.  Real pfns sit
     below MAXPHYADDR (the sessions draw them so: `HostPages`, mapping_level.py); larger
     ones are accepted as far as the PFN field reaches.
     """
@@ -374,10 +440,11 @@ def make_spte(
         raise ValueError(f"pfn {pfn:#x} does not fit the spte's PFN field (bits 12-51)")
     if pfn & ((1 << (SPTE_LEVEL_BITS * (level - 1))) - 1):
         raise ValueError(f"pfn {pfn:#x} not aligned for a level-{level} leaf")
-    spte = SPTE_MMU_PRESENT_MASK | cfg.shadow_present_mask
-    if cfg.ad_disabled:
+    spte = SPTE_MMU_PRESENT_MASK
+    if cfg.ad_disabled:  # sp->role.ad_disabled
         spte |= SPTE_TDP_AD_DISABLED
-    else:
+    spte |= cfg.shadow_present_mask
+    if accessed:  # !prefetch || synchronizing
         spte |= cfg.shadow_accessed_mask
     spte |= cfg.shadow_x_mask if access & ACC_EXEC_MASK else cfg.shadow_nx_mask
     if access & ACC_USER_MASK:
@@ -393,7 +460,7 @@ def make_spte(
     spte |= pfn << PAGE_SHIFT
     if access & ACC_WRITE_MASK:
         spte |= PT_WRITABLE_MASK | cfg.shadow_mmu_writable_mask
-        if dirty and not cfg.ad_disabled:
+        if dirty:
             spte |= cfg.shadow_dirty_mask
     if cfg.ept and spte & VMX_EPT_WRITABLE_MASK and not spte & VMX_EPT_READABLE_MASK:
         # EPT W without R is a misconfiguration; W+X without R would even read as MMIO.

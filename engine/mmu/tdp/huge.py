@@ -7,10 +7,11 @@ torvalds/linux ≈6.10 (commit 0089c055) `tdp_mmu.c`, `mmu.c`, `spte.c`, `x86.c`
   memslot with gfn and host address aligned alike (`lpage_info.disallow_lpage`), capped
   by the host's own mapping (`host_pfn_mapping_level`: `TdpMmuParams.host_level`); one
   implementation for every MMU, `mapping_level.py`.
-- `tdp_mmu_split_huge_page()`: a new page table filled with
-  `make_huge_page_split_spte()` (the huge spte plus the offset of each part; 4K parts
-  lose PT_PAGE_SIZE and, under the NX mitigation, become executable), linked in place of
-  the huge spte; `kvm_mmu_split_huge_page` traces it.
+- `tdp_mmu_split_huge_page()`: a new page table filled with `make_small_spte()` (6.18
+  spte.c, spte.py: the huge spte plus the offset of each part; 4K parts lose PT_PAGE_SIZE
+  and, under the NX mitigation, become executable through `make_spte_executable()`, which
+  keeps an access-tracked spte access-tracked), linked in place of the huge spte;
+  `kvm_mmu_split_huge_page` traces it.
 - `kvm_mmu_slot_apply_flags()` (x86.c) when a slot starts logging dirty pages:
   `eager_page_split` splits every huge page down to 4K at once, then write protection
   (`kvm_tdp_mmu_wrprot_slot`, 4K and up) or, with PML, D bits cleared on the leaves
@@ -30,14 +31,14 @@ from ...memslots.constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY
 from ...memslots.memslot import MemorySlot
 from ..mapping_level import MappingLevels
 from ..nx_huge_pages import recover_nx_huge_pages
-from ..role import ACC_EXEC_MASK, PG_LEVEL_2M, PG_LEVEL_4K, KvmMmuPageRole
+from ..role import PG_LEVEL_2M, PG_LEVEL_4K, KvmMmuPageRole
 from ..spte import (
     KVM_MAX_HUGEPAGE_LEVEL,
-    PT_PAGE_SIZE_MASK,
     PT_WRITABLE_MASK,
     is_large_pte,
     is_last_spte,
     is_shadow_present_pte,
+    make_small_spte,
 )
 from .iter import TdpIter, for_each_tdp_pte, for_each_tdp_pte_min_level, kvm_pages_per_hpage
 from .pages import SPTE_ENT_PER_PAGE, TdpMmuPage
@@ -56,21 +57,17 @@ class TdpHuge(TdpRoots):
 
     # -- splitting ----------------------------------------------------------------------
 
-    def make_huge_page_split_spte(self, huge_spte: int, role: KvmMmuPageRole, index: int) -> int:
-        child_level = role.level
-        child = huge_spte | (index * kvm_pages_per_hpage(child_level)) << PAGE_SHIFT
-        if child_level == PG_LEVEL_4K:
-            child &= ~PT_PAGE_SIZE_MASK
-            if role.access & ACC_EXEC_MASK and self.params.nx_huge_page_workaround_enabled:
-                child = (child & ~self.cfg.shadow_nx_mask) | self.cfg.shadow_x_mask
-        return child
+    def make_small_spte(self, huge_spte: int, role: KvmMmuPageRole, index: int) -> int:
+        """`make_small_spte(kvm, huge_spte, role, index)` (spte.py)."""
+        nx = self.params.nx_huge_page_workaround_enabled  # is_nx_huge_page_enabled()
+        return make_small_spte(self.cfg, huge_spte, role.level, role.access, index, nx)
 
     def _split_sptes(self, huge_spte: int, role: KvmMmuPageRole) -> list[int]:
-        """`make_huge_page_split_spte()` of every index, in one pass: the bits it changes
-        (PT_PAGE_SIZE, X/NX) lie outside the address bits the index sets, so each child is
-        the first one plus its offset (the comprehension when the huge spte has address
-        bits below its size, which an aligned pfn never has)."""
-        first = self.make_huge_page_split_spte(huge_spte, role, 0)
+        """`make_small_spte()` of every index, in one pass: the bits it changes
+        (PT_PAGE_SIZE, X/NX, A, RWX and their saved copy) lie outside the address bits the
+        index sets, so each child is the first one plus its offset (the comprehension when
+        the huge spte has address bits below its size, which an aligned pfn never has)."""
+        first = self.make_small_spte(huge_spte, role, 0)
         step = kvm_pages_per_hpage(role.level) << PAGE_SHIFT
         span = step * SPTE_ENT_PER_PAGE
         if not first & (span - 1) & ~(step - 1):
