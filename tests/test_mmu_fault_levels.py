@@ -172,9 +172,9 @@ def test_the_cpu_sets_the_accessed_bit_of_a_prefetched_spte_on_first_use() -> No
         if is_shadow_present_pte(s) and not s & VMX_EPT_ACCESS_BIT
     )
     gpa = (sp.gfn + index) << 12
-    from mmuscope.engine.mmu.direct.session import MmuAccess
+    from mmuscope.engine.mmu.guest.ept import EptAccess
 
-    session.next_access = lambda: MmuAccess(0, gpa, False)  # type: ignore[method-assign]
+    session.next_access = lambda: EptAccess(0, gpa, False)  # type: ignore[method-assign]
     step = session.step()
     assert not step.exited and sp.spt[index] & VMX_EPT_ACCESS_BIT
 

@@ -173,9 +173,9 @@ def test_a_write_to_an_unmapped_read_only_page_makes_no_spte() -> None:
     assert sp is None
     session = MmuSession(preset("pc-4g"))
     session.mmu.page_fault(0, gpa)
-    from mmuscope.engine.mmu.direct.session import MmuAccess
+    from mmuscope.engine.mmu.guest.ept import EptAccess
 
-    assert session.needs_exit(MmuAccess(0, gpa, True))  # the CPU: W on a read-only leaf
+    assert session.needs_exit(EptAccess(0, gpa, True))  # the CPU: W on a read-only leaf
 
 
 # 6. kvm_zap_obsolete_pages(): yield only to a waiter; roots add nothing --------------------

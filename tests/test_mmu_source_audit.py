@@ -246,3 +246,16 @@ def test_an_nx_split_keeps_an_access_tracked_huge_spte_access_tracked() -> None:
         assert is_access_track_spte(cfg, spte) and not spte & 0x7, hex(spte)
         assert spte & saved_rx == saved_rx, hex(spte)
     mmu.audit()
+
+
+def test_both_ept_sessions_step_one_access_type() -> None:
+    """The TDP and direct MMU sessions draw the same accesses (`EptSession.draws`) and
+    step them as one value type, `EptAccess` (guest/ept.py)."""
+    from mmuscope.engine.layouts import preset
+    from mmuscope.engine.mmu.direct.session import MmuSession
+    from mmuscope.engine.mmu.guest.ept import EptAccess
+    from mmuscope.engine.mmu.tdp.session import TdpSession
+
+    steps = [kind(preset("pc-2g")).run(5) for kind in (TdpSession, MmuSession)]
+    assert all(step is not None and type(step.access) is EptAccess for step in steps)
+    assert steps[0].access == steps[1].access  # type: ignore[union-attr]

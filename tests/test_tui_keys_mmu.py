@@ -7,7 +7,8 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from mmuscope.engine.mmu.direct.session import MMU_WORKLOADS, MmuAccess, MmuSession
+from mmuscope.engine.mmu.direct.session import MMU_WORKLOADS, MmuSession
+from mmuscope.engine.mmu.guest.ept import EptAccess
 from mmuscope.engine.mmu.mapping_level import MappingLevels
 from mmuscope.engine.mmu.mmu_pages import BATCH_ZAP_PAGES
 from mmuscope.engine.mmu.shadow.session import SHADOW_WORKLOADS, ShadowSession
@@ -361,7 +362,7 @@ async def test_direct_pages_show_prefetch_levels_and_nx_splits(tmp_path: Path) -
         await pilot.pause()
         counters = str(mmu.query_one(MmuCounters).content)
         assert "nx_huge_pages=on" in counters
-        assert mmu.last is not None and isinstance(mmu.last.access, MmuAccess)
+        assert mmu.last is not None and isinstance(mmu.last.access, EptAccess)
         gfn = mmu.last.access.gpa >> 12
         slot = session.vm.memslot_set(0).gfn_tree.search(gfn)
         huge, _ = MappingLevels(3, nx_huge_pages=False).why(slot, gfn)  # without the mitigation

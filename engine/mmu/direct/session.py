@@ -31,7 +31,7 @@ from ..fast_pf import fast_words
 from ..guest.ept import CHURN_EVERY as CHURN_EVERY
 from ..guest.ept import CHURN_SLOT as CHURN_SLOT
 from ..guest.ept import DIRTY_EVERY as DIRTY_EVERY
-from ..guest.ept import EPT_WORKLOADS, EptSession, workload_update
+from ..guest.ept import EPT_WORKLOADS, EptAccess, EptSession, workload_update
 from ..guest.ept import LAPIC_EOI as LAPIC_EOI
 from ..guest.ept import NIC_DOORBELL as NIC_DOORBELL
 from ..guest.ept import churn_update as churn_update
@@ -53,22 +53,10 @@ MMU_WORKLOADS = EPT_WORKLOADS
 
 
 @dataclass(frozen=True, slots=True)
-class MmuAccess:
-    vcpu: int
-    gpa: int
-    write: bool
-    fetch: bool = False
-
-    @property
-    def label(self) -> str:
-        return f"gpa {self.gpa:#x}" + (" (fetch)" if self.fetch else "")
-
-
-@dataclass(frozen=True, slots=True)
 class MmuStep:
     """One guest access and what it cost: no exit, or the fault's RET_PF_* result."""
 
-    access: MmuAccess
+    access: EptAccess
     exited: bool
     ret: RetPf | None
     update: str = ""  # a memslot update made before the access (churn)
@@ -114,8 +102,8 @@ class MmuSession(EptSession[MmuStep]):
 
     # -- the workload -------------------------------------------------------------------
 
-    def next_access(self) -> MmuAccess:
-        return MmuAccess(*self.draw())
+    def next_access(self) -> EptAccess:
+        return EptAccess(*self.draw())
 
     def _tick(self) -> None:
         """The NX recovery worker wakes when its period of guest time is up."""
@@ -144,13 +132,13 @@ class MmuSession(EptSession[MmuStep]):
             words = fast_words(self.mmu.cfg, fast.last)
         return MmuStep(access, True, ret, update, words)
 
-    def _cpu_sets_accessed(self, access: MmuAccess) -> None:
+    def _cpu_sets_accessed(self, access: EptAccess) -> None:
         """The CPU's walk sets the leaf's Accessed bit (EPT with A/D bits, or NPT)."""
         leaf = self._leaf(access.vcpu, access.gpa >> PAGE_SHIFT)
         if leaf is not None and not leaf[0].role.ad_disabled:
             leaf[0].spt[leaf[1]] |= self.mmu.cfg.shadow_accessed_mask
 
-    def needs_exit(self, access: MmuAccess) -> bool:
+    def needs_exit(self, access: EptAccess) -> bool:
         """False when the CPU's own walk finds a present, non-MMIO leaf that allows the
         access (no VM exit); a write to a read-only leaf exits (a read-only slot)."""
         spte = self.leaf_spte(access.vcpu, access.gpa >> PAGE_SHIFT)

@@ -22,7 +22,7 @@ first wake-up (`recovery_period_ns` of guest time).  The shadow-paging session
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ...errors import KvmError
 from ...memslots.vm import Vm
@@ -49,6 +49,20 @@ EPT_VIOLATION_ACC_READ, EPT_VIOLATION_ACC_WRITE, EPT_VIOLATION_ACC_INSTR = 1, 1 
 EPT_VIOLATION_RWX_SHIFT = 3
 EPT_VIOLATION_GVA_IS_VALID, EPT_VIOLATION_GVA_TRANSLATED = 1 << 7, 1 << 8
 PFERR_PRESENT, PFERR_RSVD, PFERR_FETCH = 1 << 0, 1 << 3, 1 << 4
+
+
+class EptAccess(NamedTuple):
+    """One guest access as both EPT sessions step it (`MmuSession`, `TdpSession`): an
+    `Access` of `EptSession.draws()` with names."""
+
+    vcpu: int
+    gpa: int
+    write: bool
+    fetch: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"gpa {self.gpa:#x}" + (" (fetch)" if self.fetch else "")
 
 
 class EptSession(GuestSession[StepT], FastPathControls):

@@ -79,7 +79,7 @@ from ..guest.page_tables import (
     pt_index,
 )
 from ..mapping_level import KvmPageFault, kvm_pages_per_hpage
-from ..mmio_info import VcpuMmioInfo
+from ..mmio_info import VcpuMmioInfo, handle_mmio_page_fault
 from ..mmu_pages import (
     KvmMmuPage,
     MmuPages,
@@ -110,7 +110,6 @@ from ..spte import (
     RetPf,
     SpteConfig,
     check_mmio_spte,
-    check_mmio_spte_traced,
     get_mmio_spte_access,
     get_mmio_spte_gfn,
     is_empty_spte,
@@ -497,7 +496,13 @@ class ShadowMmu:
             sp = child
         index = pt_index(gva, sp.role.level)
         spte = sp.spt[index]  # a 4K leaf, a huge leaf or nothing
-        if is_mmio_spte(self.cfg, spte) and self._mmio_hit(vcpu, root, gva, spte, write):
+        # handle_mmio_page_fault(vcpu, gva, direct=false) (mmio_info.py, every MMU's): a
+        # current MMIO spte is RET_PF_EMULATE whatever the access (the emulator's
+        # vcpu_mmio_gva_to_gpa() checks the cached access and walks, injecting a #PF, when
+        # it forbids it)
+        if is_mmio_spte(self.cfg, spte) and handle_mmio_page_fault(
+            self, vcpu, gva, spte, self.vm.generation(root.role.smm), direct=False
+        ):
             return RetPf.EMULATE
         self.stat["pf_taken"] += 1
         present = is_shadow_present_pte(spte) and not is_mmio_spte(self.cfg, spte)
@@ -548,24 +553,6 @@ class ShadowMmu:
         (its `kvm_mmu_track_write()` is the guest's `write_pte` of the value)."""
         self.stat["pf_emulate"] += 1
         return RetPf.EMULATE
-
-    def _mmio_hit(self, vcpu: int, root: KvmMmuPage, gva: int, spte: int, write: bool) -> bool:
-        """`handle_mmio_page_fault(vcpu, gva, direct=false)` (6.18): the vCPU's MMIO info
-        for this gva answers first (`mmio_info_in_cache`); else a current MMIO spte is
-        RET_PF_EMULATE whatever the access (the emulator's `vcpu_mmio_gva_to_gpa()`
-        checks the cached access and walks, injecting a #PF, when it forbids it)."""
-        gen = self.vm.generation(root.role.smm)
-        if self.mmio_info.match_gva(vcpu, gva, gen) is not None:
-            return True
-        valid, fields = check_mmio_spte_traced(self.cfg, spte, gen)
-        if fields is not None:
-            self._emit("check_mmio_spte", **fields)
-        if not valid:
-            return False  # RET_PF_INVALID: the real fault path rebuilds it
-        gfn, access = get_mmio_spte_gfn(self.cfg, spte), get_mmio_spte_access(self.cfg, spte)
-        self._emit("handle_mmio_page_fault", addr=gva, gfn=gfn, access=access)
-        self.mmio_info.cache(vcpu, gva, gfn, access, gen)
-        return True
 
     def _mmio_cacheable(self, gfn: int) -> bool:
         return self.cfg.mmio_caching_enabled and not gfn >> (self.cfg.host_phys_bits - PAGE_SHIFT)

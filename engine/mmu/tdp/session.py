@@ -34,6 +34,7 @@ from ..guest.ept import (
     DIRTY_EVERY,
     EPT_WORKLOADS,
     Access,
+    EptAccess,
     EptSession,
     workload_update,
 )
@@ -55,19 +56,8 @@ SMBASE = 0x30000  # the default SMBASE (SDM: SMRAM at 0x30000 + 0x8000 entry)
 Exited = tuple[int, RetPf, str]  # an exit: the access's number, RET_PF_*, fast_words
 
 
-class TdpAccess(NamedTuple):
-    vcpu: int
-    gpa: int
-    write: bool
-    fetch: bool = False
-
-    @property
-    def label(self) -> str:
-        return f"gpa {self.gpa:#x}" + (" (fetch)" if self.fetch else "")
-
-
 class TdpStep(NamedTuple):
-    access: TdpAccess
+    access: EptAccess
     exited: bool
     ret: RetPf | None
     update: str = ""
@@ -106,7 +96,7 @@ class TdpSession(EptSession[TdpStep]):
         self.set_up_guest(seed)
         self._race_rng = random.Random(seed ^ 0xACE)
         self.race_rate = race_rate
-        self._racing: TdpAccess | None = None
+        self._racing: EptAccess | None = None
 
     # -- the workload -------------------------------------------------------------------
 
@@ -169,7 +159,7 @@ class TdpSession(EptSession[TdpStep]):
             exited = self._run(accesses) or exited
         last = end - 1
         self.mmu.now_ns = last * ACCESS_NS
-        access = TdpAccess(*accesses[-1])
+        access = EptAccess(*accesses[-1])
         if exited is None or exited[0] != last:
             return TdpStep(access, False, None, update if update_at == last else "")
         return TdpStep(access, True, exited[1], update if update_at == last else "", exited[2])
@@ -200,7 +190,7 @@ class TdpSession(EptSession[TdpStep]):
             if root is None or root.role.invalid:
                 self.mmu.root(vcpu)  # kvm_mmu_load(); the access runs on the new root
                 continue
-            exited = (first + index, *self._exit(TdpAccess(vcpu, gpa, write, fetch)))
+            exited = (first + index, *self._exit(EptAccess(vcpu, gpa, write, fetch)))
             index += 1
 
     def _due(self, steps: int) -> str | None:
@@ -248,7 +238,7 @@ class TdpSession(EptSession[TdpStep]):
             due = first if due < 0 else min(due, first)
         return -(-due // ACCESS_NS) if due >= 0 else sys.maxsize
 
-    def _exit(self, access: TdpAccess) -> tuple[RetPf, str]:
+    def _exit(self, access: EptAccess) -> tuple[RetPf, str]:
         """The VM exit and the faults, again while RET_PF_RETRY leaves it unmapped; the
         last RET_PF_* and what fast_page_fault did (`fast_words`, when it fixed it)."""
         mmu = self.mmu
@@ -262,7 +252,7 @@ class TdpSession(EptSession[TdpStep]):
             return ret, ""
         return ret, fast_words(mmu.cfg, mmu.fast_pf.last)
 
-    def _fault(self, access: TdpAccess) -> RetPf:
+    def _fault(self, access: EptAccess) -> RetPf:
         self.ept_exit(access.vcpu, access.gpa, access.write, access.fetch)
         mmu = self.mmu
         if not self.race_rate:
@@ -310,7 +300,7 @@ class TdpSession(EptSession[TdpStep]):
 
     # -- the CPU's walk -------------------------------------------------------------------
 
-    def needs_exit(self, access: TdpAccess) -> bool:
+    def needs_exit(self, access: EptAccess) -> bool:
         """True unless the vCPU's valid root maps the gfn with a leaf allowing the access."""
         root = self.mmu.roots.get(access.vcpu)
         if root is None or root.role.invalid:
