@@ -94,6 +94,9 @@ async def test_k_switches_era_on_the_same_fault(tmp_path: Path) -> None:
         assert "2014-keys" in screen.sub_title
         await pilot.press("n")
         assert screen.record is not None and screen.record.seq == 6
+        await pilot.press("k")  # the 2014 kernel before the series: searches like today
+        assert screen.era == "2014" and screen.record is not None
+        assert screen.record.seq == 6 and screen.run.counters.searches == 6
         await pilot.press("k")
         assert screen.era == "today" and screen.record is not None
         assert screen.record.seq == 6 and screen.run.counters.searches == 6

@@ -6,13 +6,13 @@ The thread measured `time ./pfault` in the guest: real 8.438 s, user 0.855 s, sy
 without the series, real 7.833 s, user 0.782 s, sys 7.038 s with it ("about half a
 second out of 8", Benjamin Herrenschmidt; Aneesh had seen 2 s before another patch of
 his).  Both times are of 2014 kernels (`kernel`); the model counts what the series
-changes — hash searches and the HPTEs they examine — with its `today` handler standing in
-for the 2014 kernel without the series (`era`): on this program both search the hash
-table on every NO_HPTE fault (today's MMIO HPTE cache only matters for MMIO, which
-pfault does not do; docs/kvm.md §8).  The time without the series is an input; the time
-with it is predicted: 8.438 s less each avoided search at HPTEG_MISS_NS a group read and
-HPTE_SEARCH_CPU_NS (engine/costs.py, docs/bench.md).  The direction judged is "keys
-reduce the searches".
+changes — hash searches and the HPTEs they examine — in the eras of those kernels
+(`era`): `2014`, the handler the series changed (every NO_HPTE fault searches the hash
+table; today's handler is the same but for its later MMIO HPTE cache, which only matters
+for MMIO, which pfault does not do; docs/kvm.md §8), and `2014-keys`, the series.  The
+time without the series is an input; the time with it is predicted: 8.438 s less each
+avoided search at HPTEG_MISS_NS a group read and HPTE_SEARCH_CPU_NS (engine/costs.py,
+docs/bench.md).  The direction judged is "keys reduce the searches".
 """
 
 from __future__ import annotations
@@ -36,11 +36,12 @@ from .band import (
 from .table import Cell, ClaimTable
 
 THREAD = "power-keys"
-THREAD_REAL_S = {"today": 8.438, "2014-keys": 7.833}  # `time ./pfault`, real
-THREAD_SYS_S = {"today": 7.540, "2014-keys": 7.038}
-ERA_ORDER = ("today", "2014-keys")  # the thread's "Without Fix", then "With Fix"
-THREAD_KERNEL = {"today": "2014, without the series", "2014-keys": "2014, with the series"}
-MODEL_KERNEL = {"today": "today (merged KVM)", "2014-keys": "2014, with the series"}
+WITHOUT, WITH = "2014", "2014-keys"  # the thread's "Without Fix", then "With Fix"
+THREAD_REAL_S = {WITHOUT: 8.438, WITH: 7.833}  # `time ./pfault`, real
+THREAD_SYS_S = {WITHOUT: 7.540, WITH: 7.038}
+ERA_ORDER = (WITHOUT, WITH)
+THREAD_KERNEL = {WITHOUT: "2014, without the series", WITH: "2014, with the series"}
+MODEL_KERNEL = THREAD_KERNEL
 SCALED = (2048, 2)  # pages, iterations: the quick run, and the seeds' spread
 COLUMNS = [
     "variant",
@@ -97,7 +98,7 @@ def _row(variant: str, era: str, program: PfaultProgram, c: PpcCounters) -> list
         round(c.hptes_examined / c.faults, 3) if c.faults else 0.0,
         c.groups_read,
         c.saved_searches,
-        (INPUT if era == "today" else PREDICTED) if timed else PREDICTED,
+        (INPUT if era == WITHOUT else PREDICTED) if timed else PREDICTED,
         THREAD_REAL_S[era] if timed else None,
         THREAD_SYS_S[era] if timed else None,
     ]
@@ -122,7 +123,7 @@ def pfault_s(saved: float, groups: float, values: Values) -> float:
     """`time ./pfault` with keys: the thread's run without them, less each avoided search
     — its HPTE groups read from memory and the compare loop (engine/costs.py)."""
     per_search = groups * values["HPTEG_MISS_NS"] + values["HPTE_SEARCH_CPU_NS"]
-    return THREAD_REAL_S["today"] - saved * per_search * 1e-9
+    return THREAD_REAL_S[WITHOUT] - saved * per_search * 1e-9
 
 
 def seeds_saved() -> list[float]:
@@ -130,7 +131,7 @@ def seeds_saved() -> list[float]:
     model's spread over seeds; the full program's counts scale from a touch)."""
     program = PFAULT.scaled(*SCALED)
     touches = len(PASSES) * program.pages * program.iterations
-    return [PfaultRun("2014-keys", program, seed=seed).run().saved_searches / touches
+    return [PfaultRun(WITH, program, seed=seed).run().saved_searches / touches
             for seed in SEEDS]  # fmt: skip
 
 
@@ -144,7 +145,7 @@ def time_band(saved: float, groups: float, per_touch: list[float]) -> Band:
     return band_of(
         lambda v: pfault_s(saved, groups, v),
         TIME_COSTS,
-        base=THREAD_REAL_S["today"],
+        base=THREAD_REAL_S[WITHOUT],
         seeds=seconds,
         sources=sources,
     )
@@ -167,16 +168,16 @@ def ppc_keys_table(quick: bool = False, seed: int = 1) -> ClaimTable:
             runs[variant, era] = counters
             rows.append(_row(variant, era, program, counters))
     thread_variant = _programs(quick)[0][0]
-    without, with_keys = runs[thread_variant, "today"], runs[thread_variant, "2014-keys"]
+    without, with_keys = runs[thread_variant, WITHOUT], runs[thread_variant, WITH]
     band = time_band(*saved_on_thread_program(thread_program, without, with_keys), seeds_saved())
     at = COLUMNS.index
     for row in rows:
-        timed = row[at("variant")] == thread_variant and row[at("era")] == "2014-keys"
-        row += band.cells(THREAD_REAL_S["2014-keys"], 3) if timed else NO_BAND
+        timed = row[at("variant")] == thread_variant and row[at("era")] == WITH
+        row += band.cells(THREAD_REAL_S[WITH], 3) if timed else NO_BAND
     fewer = with_keys.searches < without.searches
     fewer_hptes = with_keys.hptes_examined < without.hptes_examined
     same = all(
-        _classes(runs[variant, "today"]) == _classes(runs[variant, "2014-keys"])
+        _classes(runs[variant, WITHOUT]) == _classes(runs[variant, WITH])
         for variant, _ in _programs(quick)
     )
     checks = {
@@ -196,7 +197,7 @@ def ppc_keys_table(quick: bool = False, seed: int = 1) -> ClaimTable:
 
 
 def _time_note(band: Band) -> str:
-    measured = THREAD_REAL_S["2014-keys"]
+    measured = THREAD_REAL_S[WITH]
     error = band.error(measured)
     return (
         f"Time with keys: the thread's 8.438 s (input) less each avoided search at its HPTE "
@@ -223,11 +224,11 @@ def _beside_the_thread(
     touches = len(PASSES) * program.pages * program.iterations
     saved_per_touch = with_keys.saved_searches / touches
     thread_touches = len(PASSES) * PAGES * ITERATIONS
-    saving = THREAD_REAL_S["today"] - THREAD_REAL_S["2014-keys"]
+    saving = THREAD_REAL_S[WITHOUT] - THREAD_REAL_S[WITH]
     implied = saving / (saved_per_touch * thread_touches) * 1e9 if saved_per_touch else None
     return {
         "thread_saving_real_s": round(saving, 3),
-        "thread_saving_sys_s": round(THREAD_SYS_S["today"] - THREAD_SYS_S["2014-keys"], 3),
+        "thread_saving_sys_s": round(THREAD_SYS_S[WITHOUT] - THREAD_SYS_S[WITH], 3),
         "thread_program_faults_model": round(thread_touches * without.faults / touches),
         "implied_ns_per_avoided_search": round(implied, 1) if implied else None,
     }
@@ -266,8 +267,8 @@ def _note(
         )
     parts.append(
         "Model variant with host reclaim and an MMIO doorbell: key faults still search once "
-        "to locate their HPTE, and today's later MMIO HPTE cache skips repeated MMIO "
-        "searches that the 2014 keys would make."
+        "to locate their HPTE; neither 2014 era has today's MMIO HPTE cache, which later "
+        "skipped repeated MMIO searches (era today, the POWER screen)."
     )
     if not same:
         parts.append("The eras classified the faults differently: a model bug.")

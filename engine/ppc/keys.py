@@ -32,6 +32,10 @@ The eras, by name:
   (`MMIO_HPTE_CACHE_SIZE 4`, `mmio_cache_search()`, keyed by `kvm->arch.mmio_update`;
   added after the thread, ~2017, date UNVERIFIED) skips the search for repeated MMIO
   faults.  The guest keeps all 32 keys.
+* ``"2014"`` — the kernel the thread's series was measured against ("Without Fix", v3.15
+  era): the same marks and handler as today — key 31 on absent MMIO HPTEs since Paul
+  Mackerras's MMIO emulation for HV guests (v3.2), every NO_HPTE fault hash-searched —
+  but no MMIO HPTE cache yet.  The guest keeps all 32 keys.
 """
 
 from __future__ import annotations
@@ -74,14 +78,14 @@ class PpcEra:
         return tuple(k for k in range(MAX_KEY + 1) if k not in self.host_keys)
 
 
-ERAS: dict[str, PpcEra] = {
-    "2014-keys": PpcEra(
-        "2014-keys",
+ERAS: dict[str, PpcEra] = {  # the POWER screen cycles today, 2014-keys, 2014
+    "2014": PpcEra(
+        "2014",
         mmio_key=31,
-        swapped_key=30,
-        host_valid_marks=True,
+        swapped_key=None,
+        host_valid_marks=False,
         mmio_cache=False,
-        summary="MMIO key 31, host-swapped key 30, valid HPTEs the AMR denies",
+        summary="before the series: today's marks and hash search, no MMIO HPTE cache",
     ),
     "today": PpcEra(
         "today",
@@ -90,6 +94,14 @@ ERAS: dict[str, PpcEra] = {
         host_valid_marks=False,
         mmio_cache=True,
         summary="key 31 on absent MMIO HPTEs only; every NO_HPTE fault hash-searches",
+    ),
+    "2014-keys": PpcEra(
+        "2014-keys",
+        mmio_key=31,
+        swapped_key=30,
+        host_valid_marks=True,
+        mmio_cache=False,
+        summary="MMIO key 31, host-swapped key 30, valid HPTEs the AMR denies",
     ),
 }
 DEFAULT_ERA = "today"

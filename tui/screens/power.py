@@ -40,7 +40,7 @@ class PowerScreen(PlayerScreen):
         Binding("space", "play_pause", "Play/Pause", tooltip="Run the pfault program"),
         Binding("s", "step", "Step", tooltip="The next step of the fault (or the next fault)"),
         Binding("n", "next_fault", "Next", tooltip="Run to the next HDSI, shown complete"),
-        Binding("k", "next_era", "Era", tooltip="today / 2014-keys keys: replay the same run"),
+        Binding("k", "next_era", "Era", tooltip="today / 2014-keys / 2014: replay the same run"),
         Binding("plus,equals_sign", "faster", "Faster", key_display="+"),
         Binding("minus", "slower", "Slower", key_display="-"),
     ]  # fmt: skip
