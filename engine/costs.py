@@ -306,20 +306,6 @@ HOST_HZ = _cost(
     configuration (CONFIG_HZ_1000), a common base for 2012 KVM hosts, taken as central;
     which one the thread's host used is UNVERIFIED.""",
 )
-TLB_PHASE_SPREAD_NS = _exact(
-    "TLB_PHASE_SPREAD_NS",
-    "ns",
-    12_500_000,
-    FITTED,
-    """How far apart the 8 pCPUs' CFS rotations start (each pCPU's drawn from 0 to this):
-    set by when each vCPU woke as the VMs' ebizzy runs began, which the thread does not
-    give. Fitted on one cell, the 2-VM baseline (3979.50 records/s): the value on a grid
-    of 0.25 ms steps whose mean over seeds 1-5 comes nearest, by
-    benchmarks/tlb_phase_fit.py (12.25 ms gives 5,193, 12.5 ms 3,264: the cell moves in
-    steps, as whole ticks of phase do); every other cell of the tlb_flush table is
-    predicted.""",
-)
-
 EXIT_NS = _cost(
     "EXIT_NS",
     "ns",

@@ -1,5 +1,5 @@
 """The `tlb_flush` bench table: the model's ebizzy score per protocol beside the PV-flush
-thread's, one cell fitted, every other one predicted (engine/claims/band.py).
+thread's, every cell predicted (engine/claims/band.py).
 
 The PV-flush thread (lkml, 2012), Nikunj A Dadhania, 20 Feb 2012: "ebizzy score -
 Records/sec", 8CPU Intel Xeon, HT disabled, 64 bit VM (8vcpu, 1G RAM), non-PLE hardware:
@@ -13,15 +13,14 @@ One row per quantity: the cells (records/s per VM) of 1, 2, 4 and 8 VMs under th
 protocols (1 VM and flush_on_enter have no number in the thread), and the ratios
 pv_flush/baseline and gang/baseline on 2, 4 and 8 VMs.
 
-What the baseline's score rests on (engine/tlbflush/scheduler.py): a sender spins until
-every target has acknowledged, so a flush is fast only while the VM's eight vCPUs run at
-once.  On the thread's host nothing arranges that (no gang scheduling, no pause-loop
-exits), but nothing scatters it either: CFS ends a slice only on the scheduler tick, every
-CPU ticks at the same moment (v3.2: no skew_tick before v3.5), and a baseline vCPU never
-halts, so each pCPU keeps the phase of its rotation from the run's start — when the VMs'
-vCPUs woke as ebizzy began.  How far apart those phases lie is the one number the thread
-does not give: TLB_PHASE_SPREAD_NS, fitted on one cell (the 2-VM baseline) by
-benchmarks/tlb_phase_fit.py.  Everything else is predicted, from engine/costs.py.
+What the baseline's score rests on (docs/bench.md §4): a sender spins until every target
+has acknowledged, holding its guest's mmap_sem for write (the munmap the flush is part of,
+engine/tlbflush/mmap_sem.py), so the VM's other ebizzy threads sleep on it and their vCPUs
+idle in HLT.  A halted target is woken by the IPI; a preempted one (runnable, behind
+another VM's vCPU) acknowledges only when it runs, which is soon where a pCPU idles (the
+idle load balancer pulls it, engine/tlbflush/scheduler.py) and late where none does: the
+more VMs, the fewer idle pCPUs.  No parameter is fitted: every row is predicted from
+engine/costs.py and the kernel constants of engine/tlbflush/config.py.
 
 Each cell is the mean over seeds 1-5 (SEEDS), its seed spread (b) the half-range; the
 full run also simulates every thread cell with the costs at their low and at their high
@@ -41,14 +40,13 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..costs import COSTS, LEVELS
+from ..costs import LEVELS
 from ..tlbflush.config import NS_PER_MS, TlbConfig
 from ..tlbflush.metrics import TlbMetrics
 from ..tlbflush.protocols import PROTOCOL_NAMES
 from ..tlbflush.sim import TlbSim
 from .band import (
     BAND_COLUMNS,
-    FITTED,
     PREDICTED,
     SEEDS,
     Band,
@@ -57,7 +55,7 @@ from .band import (
     no_thread_spread,
     seeds_source,
 )
-from .table import ClaimTable, Fitted
+from .table import ClaimTable
 
 THREAD = "pv-flush"
 THREAD_TEXT: dict[int, tuple[str, str, str]] = {  # baseline, gang, pv_flush, as printed
@@ -71,8 +69,6 @@ RATIOS = (("pv_flush", "baseline"), ("gang", "baseline"))
 COLUMNS = ["vms", "quantity", "unit", "role", "thread", *BAND_COLUMNS]
 ROWS_VMS = (1, 2, 4, 8)
 OVER = tuple(v for v in ROWS_VMS if v > 1)
-FITTED_PARAMETER = "TLB_PHASE_SPREAD_NS"
-FITTED_CELL = (2, "baseline", THREAD_TABLE[2][0])  # (vms, protocol, the thread's number)
 FULL_NS = 300 * NS_PER_MS
 QUICK_NS = 60 * NS_PER_MS
 TIME_COSTS = (
@@ -99,17 +95,9 @@ def measure(
     duration_ns: int,
     seed: int = SEEDS[0],
     level: str = "central",
-    phase_spread_ns: int | None = None,
 ) -> TlbMetrics:
     """One run: its metrics, whose `records_per_s` is ebizzy's score per VM."""
-    config = TlbConfig(
-        vms=vms,
-        protocol=protocol,
-        seed=seed,
-        duration_ns=duration_ns,
-        level=level,
-        phase_spread_ns=phase_spread_ns,
-    )
+    config = TlbConfig(vms=vms, protocol=protocol, seed=seed, duration_ns=duration_ns, level=level)
     sim = TlbSim(config)
     sim.run()
     return sim.metrics()
@@ -119,15 +107,11 @@ def cell_over_seeds(
     vms: int,
     protocol: str,
     duration_ns: int,
-    phase_spread_ns: int | None = None,
     level: str = "central",
     seeds: Sequence[int] = SEEDS,
 ) -> tuple[float, list[float]]:
     """(mean, per seed) of one cell's records/s per VM."""
-    scores = [
-        measure(vms, protocol, duration_ns, seed, level, phase_spread_ns).records_per_s
-        for seed in seeds
-    ]
+    scores = [measure(vms, protocol, duration_ns, seed, level).records_per_s for seed in seeds]
     return statistics.fmean(scores), scores
 
 
@@ -209,17 +193,13 @@ def ratio_band(runs: Runs, vms: int, top: str, bottom: str) -> Band:
     return Band(central, min(levels), max(levels), 1.0, lo, hi, 0.0, tuple(sources))
 
 
-def role_of(vms: int, protocol: str) -> str:
-    return FITTED if (vms, protocol) == FITTED_CELL[:2] else PREDICTED
-
-
 def rows_of(runs: Runs) -> tuple[list[list[Cell]], list[int | None]]:
     """The rows, and the places each row's numbers print with."""
     rows: list[list[Cell]] = []
     places: list[int | None] = []
     for vms, name in itertools.product(ROWS_VMS, PROTOCOL_NAMES):
         measured = dict(zip(THREAD_PROTOCOLS, THREAD_TABLE.get(vms, ()), strict=False)).get(name)
-        role = role_of(vms, name)
+        role = PREDICTED
         band = cell_band(runs, vms, name)
         rows.append(
             [
@@ -271,13 +251,6 @@ def tlb_flush_table(quick: bool = False) -> ClaimTable:
     checks = judge(runs)
     seen = observe(runs)
     rows, places = rows_of(runs)
-    vms, protocol, _ = FITTED_CELL
-    fitted = Fitted(
-        FITTED_PARAMETER,
-        COSTS[FITTED_PARAMETER].central / NS_PER_MS,
-        "ms",
-        f"{vms} VMs {protocol}",
-    )
     places_of = {c: list(places) for c in ("thread", "low", "central", "high")}
     return ClaimTable(
         name="tlb_flush",
@@ -293,7 +266,6 @@ def tlb_flush_table(quick: bool = False) -> ClaimTable:
             "seeds": list(SEEDS),
             "time_costs": list(TIME_COSTS),
         },
-        fitted=fitted,
         decimals={**places_of, "noise": [p + 1 if p is not None else None for p in places]},
     )
 
@@ -304,33 +276,35 @@ def _note(runs: Runs, checks: dict[str, bool], seen: dict[str, bool]) -> str:
     ours = ", ".join(f"{model[v]['pv_flush'] / model[v]['baseline']:.2f}×" for v in OVER)
     theirs = ", ".join(f"{thread_ratio(v, 'pv_flush', 'baseline'):.2f}×" for v in OVER)
     base = ", ".join(f"{model[v]['baseline']:,.0f}" for v in OVER)
-    fit_per_seed = ", ".join(f"{s:,.0f}" for s in runs.scores["central", 2, "baseline"])
+    first = {v: runs.metrics[v, "baseline"] for v in OVER}
+    idle = ", ".join(f"{first[v].idle_pcpu:.0%}" for v in OVER)
+    halted = ", ".join(f"{first[v].halted:.0%}" for v in OVER)
+    stall = ", ".join(f"{first[v].stall_us_mean:,.0f}" for v in OVER)
     pv2 = runs.metrics[2, "pv_flush"]
-    spread = COSTS[FITTED_PARAMETER].central / NS_PER_MS
     parts = [
-        f"Fitted: {FITTED_PARAMETER} = {spread:g} ms on the 2-VM baseline (3979.50), "
-        f"benchmarks/tlb_phase_fit.py; per seed {fit_per_seed} records/s. Every other row "
-        "is predicted.",
+        "No parameter is fitted: every row is predicted.",
         f"pv_flush/baseline, model {ours} on 2, 4, 8 VMs against the thread's {theirs}; the "
         f"gap growing with overcommit: {verdict[checks['pv_gap_grows_with_overcommit']]}.",
-        f"The baseline (model {base} records/s per VM) is fast only while a VM's eight "
-        "vCPUs run at once: CFS switches vCPUs on the scheduler tick, every pCPU ticks "
-        "together, and a baseline vCPU never halts, so each pCPU keeps its rotation's phase "
-        "from the run's start (the phase spread above). With 4 and 8 VMs the slices are "
-        "shorter (6 and 3 ms, ended on the next tick) while the spread stays, so the VMs' "
-        "vCPUs are in step less of the time and more flushes wait for a preempted target.",
+        f"The baseline (model {base} records/s per VM): a sender spins holding its guest's "
+        "mmap_sem for write (the munmap its flush belongs to), so the VM's other ebizzy "
+        "threads sleep on it and their vCPUs halt; the IPI wakes a halted target at once, "
+        "and a preempted one runs where a pCPU idles (the idle load balancer pulls it). "
+        f"On 2, 4, 8 VMs (seed 1) the vCPUs are halted {halted} of the time, the pCPUs "
+        f"idle {idle}, and a flush stalls its sender {stall} µs on average: the more VMs, "
+        "the fewer idle pCPUs for a preempted target.",
         f"pv_flush beats gang on 2 VMs (Ingo Molnar): "
-        f"{verdict[checks['pv_flush_beats_gang_on_2_vms']]} — gang costs nothing here but "
-        "its strict slots, since ebizzy's vCPUs never idle.",
+        f"{verdict[checks['pv_flush_beats_gang_on_2_vms']]} — under gang a VM's vCPUs run "
+        "together, its flushes take microseconds and its threads seldom sleep on mmap_sem; "
+        "gang pays only its strict slots.",
         "Shown, not judged (not measured in the thread): flush_on_enter at least as good as "
         f"pv_flush (Peter Zijlstra): {_yes(seen['flush_on_enter_at_least_pv_flush'])}.",
         f"On 2 VMs (seed 1) the patch's halt() returned before every target acknowledged in "
         f"{pv2.early_returns} of {pv2.halts} halts (it returns on any interrupt and the "
         "patch does not re-check the mask).",
-        _missing(model),
+        _totals(model),
         "Not modelled: ebizzy 0.3 runs 2 threads a vCPU by default (both share the mm, "
         "so the flushes are the same); the thread's guests may have had Raghavendra's "
-        "pv-spinlocks under pv_flush only.",
+        "pv-spinlocks under pv_flush only; periodic balancing between busy pCPUs.",
     ]
     if runs.quick:
         parts.append(
@@ -340,18 +314,14 @@ def _note(runs: Runs, checks: dict[str, bool], seen: dict[str, bool]) -> str:
     return " ".join(parts)
 
 
-def _missing(model: dict[int, dict[str, float]]) -> str:
-    """What the baseline's predictions say is missing: the thread's baseline keeps about
-    the same total score (per VM × VMs) at every overcommit, the model's does not."""
+def _totals(model: dict[int, dict[str, float]]) -> str:
+    """The baseline's total score (per VM × VMs): the thread's stays about the same at
+    every overcommit, the same pCPU time per record."""
     theirs = ", ".join(f"{THREAD_TABLE[v][0] * v:,.0f}" for v in OVER)
     ours = ", ".join(f"{model[v]['baseline'] * v:,.0f}" for v in OVER)
     return (
-        f"Missing mechanism: the thread's baseline keeps {theirs} records/s in all (per VM "
-        "× VMs) on 2, 4 and 8 VMs, about the same pCPU time per record at every "
-        f"overcommit; the model's gives {ours}: with shorter slices its flushes wait "
-        "longer for preempted targets, and the thread's did not. The model pins vCPU i of "
-        "every VM on pCPU i; whether the thread's vCPUs were pinned is not in "
-        "docs/threads.md."
+        f"Baseline totals (per VM × VMs) on 2, 4 and 8 VMs: the thread's {theirs} "
+        f"records/s, the model's {ours}."
     )
 
 

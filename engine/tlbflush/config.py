@@ -13,8 +13,11 @@ Times are integer nanoseconds (the model never uses a wall clock).
   GENTLE_FAIR_SLEEPERS) and preempts the running one when it is behind by more than the
   wakeup granularity (check_preempt_wakeup).  A slice ends only on the scheduler tick
   (check_preempt_tick), every CPU ticking at once: HOST_HZ, a config range in
-  engine/costs.py.  How far apart the pCPUs' rotations start is TLB_PHASE_SPREAD_NS, the
-  one parameter fitted on the thread's table (the 2-VM baseline; docs/bench.md §4).
+  engine/costs.py.  When the VMs' vCPUs woke as ebizzy began is not in the thread: each
+  pCPU's rotation starts at a phase drawn over one CFS period (SCHED_LATENCY_NS), nothing
+  fitted.  An idle pCPU pulls a queued vCPU (`idle_balance()`, the nohz idle balancer on
+  the next tick) unless it ran within `sysctl_sched_migration_cost` (0.5 ms), and a waking
+  vCPU goes to an idle pCPU (`select_idle_sibling()`): scheduler.py.
 * The patch's spin: `int loop = 1024;` and `while (... && --loop) cpu_relax();` — at most
   1023 PAUSE iterations before `halt()` (the PV-flush thread, Nikunj A Dadhania, 20 Feb
   2012).  What one iteration costs is not in the thread: PAUSE_LOOP_NS is an assumption
@@ -32,15 +35,18 @@ Times are integer nanoseconds (the model never uses a wall clock).
   by default (`threads = 2 * sysconf(_SC_NPROCESSORS_ONLN)`), both of one mm, so the
   model runs one record stream per vCPU: each record is
   `alloc_mem(chunk_size)`, a memcpy of a 512 KiB chunk (the default chunk_size is 64 Ki
-  records of 8 bytes), a bsearch, and `free_mem()`.  With glibc's per-thread arenas the
-  free trims the heap with MADV_DONTNEED (mmap_sem held for read), so each record ends in
-  a remote TLB flush of the process's mm, and the next one refaults the buffer.  WORK_NS
-  (memcpy + 128 refaults + search, about 250 µs) is an estimate, not a measurement.
+  records of 8 bytes), a bsearch, and `free_mem()`.  The model takes the free to be a
+  munmap under mmap_sem held for write, the flush inside it (mmap_sem.py: glibc serves a
+  512 KiB malloc with mmap, above its 128 KiB M_MMAP_THRESHOLD; a glibc whose dynamic
+  threshold moved it into a thread's arena would trim with MADV_DONTNEED under the read
+  lock instead, and threads would never sleep — which one the thread's guest ran is
+  UNVERIFIED), so each record ends in a remote TLB flush of the process's mm and the next
+  one refaults the buffer.  WORK_NS (memcpy + 128 refaults + search, about 250 µs) is an
+  estimate, not a measurement.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from ..costs import at
@@ -106,7 +112,6 @@ class TlbCosts:
     pause_loop_ns: int
     work_ns: int
     host_tick_ns: int  # 1 s / HOST_HZ: CFS ends a slice only on a tick
-    phase_spread_ns: int  # TLB_PHASE_SPREAD_NS: how far apart the pCPUs' rotations start
 
     @classmethod
     def at(cls, level: str = "central") -> TlbCosts:
@@ -119,7 +124,6 @@ class TlbCosts:
             pause_loop_ns=int(at("PAUSE_LOOP_NS", level)),
             work_ns=int(at("EBIZZY_RECORD_NS", level)),
             host_tick_ns=NS_PER_S // int(at("HOST_HZ", level)),
-            phase_spread_ns=int(at("TLB_PHASE_SPREAD_NS", level)),
         )
 
     @property
@@ -142,14 +146,11 @@ class TlbConfig:
     level: str = "central"  # which of engine/costs.py's values the costs take
     work_jitter: float = WORK_JITTER
     tick_ns: int = TICK_NS
-    phase_spread_ns: int | None = None  # None: TLB_PHASE_SPREAD_NS (engine/costs.py)
+    phase_spread_ns: int = SCHED_LATENCY_NS  # the pCPUs' start phases: over one period
 
     @property
     def costs(self) -> TlbCosts:
-        costs = TlbCosts.at(self.level)
-        if self.phase_spread_ns is None:
-            return costs
-        return dataclasses.replace(costs, phase_spread_ns=self.phase_spread_ns)
+        return TlbCosts.at(self.level)
 
     @property
     def work_ns(self) -> int:
@@ -163,6 +164,6 @@ class TlbConfig:
         if self.vms < 1 or self.vcpus_per_vm < 1 or self.pcpus < 1:
             raise ValueError("a run needs at least one VM, one vCPU and one pCPU")
         if self.vcpus_per_vm > self.pcpus:
-            raise ValueError("each vCPU of a VM is pinned to its own pCPU")
+            raise ValueError("each vCPU of a VM starts on its own pCPU")
         if self.duration_ns <= self.warmup_ns:
             raise ValueError("the run must last longer than its warm-up")

@@ -30,6 +30,7 @@ class TlbMetrics:
     kicks: int
     halts: int
     early_returns: int
+    idles: int  # a vCPU idled in HLT, its ebizzy thread asleep on mmap_sem
     waits_on_preempted: int
     late_acks: int
     stall_us_mean: float  # flush start to the sender's return

@@ -1,7 +1,7 @@
 """The four remote TLB flush protocols the thread-001 thread compares.
 
 * `baseline` — x86 `flush_tlb_others_ipi()` of 2012 (arch/x86/mm/tlb.c): write the
-  targets into the sender's `flush_cpumask`, IPI every target, then
+  targets (`mm_cpumask(mm)` but the sender) into its `flush_cpumask`, IPI every target, then
   `while (!cpumask_empty(...)) cpu_relax();`.  A target acknowledges in
   `smp_invalidate_interrupt()` when it runs: a preempted target stalls the sender
   ("the whole wake and wait for flush thing seems daft", Ingo Molnar).
@@ -18,9 +18,11 @@
   to make sure is that when that vcpu wakes up it does the flush") and today's
   `kvm_flush_tlb_multi()` (docs/kvm.md §7): a target whose steal-time `preempted` byte
   says KVM_VCPU_PREEMPTED gets KVM_VCPU_FLUSH_TLB set instead of an IPI, and the host
-  flushes its TLB in `record_steal_time()` before the next entry.  The sender re-checks
-  its mask while it waits, as in Peter's `goto again` loop, so a target preempted after
-  the IPI was sent is flagged too (today's kernel checks only once, before the IPIs).
+  flushes its TLB in `record_steal_time()` before the next entry; a CPU in lazy TLB mode
+  (idle) gets no IPI either (`native_flush_tlb_multi()`'s `tlb_is_not_lazy()`).  The
+  sender re-checks its mask while it waits, as in Peter's `goto again` loop, so a target
+  preempted after the IPI was sent is flagged too (today's kernel checks only once, before
+  the IPIs).
 """
 
 from __future__ import annotations

@@ -10,18 +10,28 @@ v3.5): a slice ends on the tick after it (`tick_after`, HOST_HZ in engine/costs.
 vCPU that halts leaves the queue (`kvm_vcpu_block()` sleeps) and the next one runs at
 once; when it wakes its vruntime is placed at least at `min_vruntime - latency / 2` and
 it preempts the running vCPU at once if that one is ahead by more than the wakeup
-granularity (`check_preempt_wakeup()`).  Every vCPU is pinned (vCPU i of each VM on
-pCPU i): the load balancer is not modelled, it has nothing to even out here.
+granularity (`check_preempt_wakeup()`).
+
+vCPU i of every VM starts on pCPU i, but the vCPU threads are not pinned: the load
+balancer moves them where a pCPU idles, as v3.2's CFS does on one 8-CPU package that
+shares its last-level cache.  A pCPU left with nothing to run pulls a queued vCPU at once
+(`idle_balance()` from `schedule()`), and an idle pCPU pulls one on the next tick after a
+vCPU queued up behind another (`trigger_load_balance()` → the nohz idle balancer); a
+vCPU that ran within `sysctl_sched_migration_cost` (0.5 ms) is cache-hot and stays
+(`can_migrate_task()` → `task_hot()`).  A waking vCPU whose pCPU is busy goes to an idle
+one (`select_idle_sibling()`).  Periodic balancing between busy pCPUs is not modelled.
+This is what lets a preempted flush target run where a guest idles (the model's reading
+of the PV-flush thread, docs/bench.md §4): the busier the host, the fewer idle pCPUs.
 
 The run starts with the VMs taking turns in the same order on every pCPU, each pCPU's
-rotation shifted by a phase drawn from [0, TLB_PHASE_SPREAD_NS]: when the VMs' vCPUs
-woke as their ebizzy runs began.  A vCPU that never halts (the baseline's) keeps that
-phase for the whole run, since its pCPU switches every slice on the same ticks.
+rotation shifted by a phase drawn over one CFS period (`TlbConfig.phase_spread_ns`):
+when the VMs' vCPUs woke as their ebizzy runs began is not in the thread.
 
 `GangScheduler` runs one VM at a time on all pCPUs, rotating on the tick after every
 `sched_slice(vms)` — the slice CFS would give each vCPU — so a VM gets the same share as
-under CFS.  A vCPU that halts leaves its pCPU idle until its VM's next slot or its
-wake-up: no other VM may use it (the fragmentation gang scheduling pays).  The
+under CFS; vCPU i of each VM stays on pCPU i.  A vCPU that halts leaves its pCPU idle
+until its VM's next slot or its wake-up: no other VM may use it (the fragmentation gang
+scheduling pays).  The
 co-scheduling IPIs of a real gang scheduler are not in the thread and not modelled: the
 switch costs CONTEXT_SWITCH_NS, as under CFS.
 """
@@ -37,6 +47,8 @@ from .config import SCHED_LATENCY_NS, SCHED_WAKEUP_GRANULARITY_NS, sched_slice
 from .vcpu import BLOCKED, RUNNABLE, RUNNING, VCpu
 
 EV_SLICE = 0  # the pCPU's (or the gang's) slice ends
+EV_BALANCE = 6  # the tick after a vCPU queued while a pCPU idles: the idle pCPU pulls
+SCHED_MIGRATION_COST_NS = 500_000  # sysctl_sched_migration_cost: a task this recent is hot
 
 
 class Host(Protocol):
@@ -89,6 +101,9 @@ class CfsScheduler:
         self.rng = rng
         self.tick_ns = tick_ns
         self.phase_spread_ns = phase_spread_ns
+        self.last_ran: dict[int, int] = {}  # gid -> when it last left its pCPU
+        self.balance_at: int | None = None  # the pending EV_BALANCE's tick
+        self.migrations = 0
 
     def tick_after(self, when: int) -> int:
         return tick_after(when, self.tick_ns)
@@ -96,7 +111,7 @@ class CfsScheduler:
     def start(self) -> None:
         """Every vCPU runnable on its pCPU, the VMs taking turns in the same order on
         every pCPU, each pCPU's rotation shifted by a phase drawn from
-        [0, phase_spread_ns]."""
+        [0, phase_spread_ns] (one CFS period unless a test asks otherwise)."""
         for v in self.host.vcpus:
             self.rqs[v.pcpu].queue.append(v)
         for rq in self.rqs:
@@ -139,8 +154,53 @@ class CfsScheduler:
         prev = rq.curr
         assert prev is not None
         rq.set_curr(None, self.host.now)
+        self.last_ran[prev.gid] = self.host.now
         self.host.deschedule(prev, blocked=False)
         rq.queue.append(prev)
+        self._want_balance()
+
+    # -- load balancing: only an idle pCPU pulls, and a waking vCPU goes to an idle one --
+
+    def _idle_rqs(self) -> list[RunQueue]:
+        return [rq for rq in self.rqs if rq.curr is None and not rq.queue]
+
+    def _want_balance(self) -> None:
+        """A vCPU waits in a queue: if a pCPU idles, the idle load balancer pulls it on
+        the next tick (`trigger_load_balance()` → `nohz_balancer_kick()`, v3.2)."""
+        if self.balance_at is None and self._idle_rqs():
+            self.balance_at = self.tick_after(self.host.now)
+            self.host.push(self.balance_at, EV_BALANCE, -1, 0, 0)
+
+    def balance(self) -> None:
+        self.balance_at = None
+        for rq in self._idle_rqs():
+            self._pull(rq)
+        if any(rq.queue for rq in self.rqs):
+            self._want_balance()
+
+    def _pull(self, dst: RunQueue) -> bool:
+        """`load_balance()` for an idle `dst`: from the busiest queue, the first task on
+        its list (`cfs_tasks`, the last queued first) that `can_migrate_task()` allows —
+        not one that ran within sysctl_sched_migration_cost (`task_hot()`)."""
+        now = self.host.now
+        busiest = max(self.rqs, key=lambda rq: (len(rq.queue), -rq.pcpu))
+        for v in reversed(busiest.queue):
+            if now - self.last_ran.get(v.gid, -SCHED_MIGRATION_COST_NS) < SCHED_MIGRATION_COST_NS:
+                continue
+            self._migrate(v, busiest, dst)
+            self._switch(dst, v)
+            return True
+        return False
+
+    def _migrate(self, v: VCpu, src: RunQueue, dst: RunQueue) -> None:
+        """Move a queued `v`: its vruntime relative to the queues' min_vruntime."""
+        src.queue.remove(v)
+        self._update_curr(src)
+        self._update_curr(dst)
+        v.vruntime = v.vruntime - src.min_vruntime + dst.min_vruntime
+        v.pcpu = dst.pcpu
+        dst.queue.append(v)
+        self.migrations += 1
 
     # -- events --------------------------------------------------------------------------
 
@@ -158,19 +218,33 @@ class CfsScheduler:
             self.host.push(end, EV_SLICE, pcpu, 0, rq.token)
 
     def block(self, v: VCpu) -> None:
-        """The running `v` halted: it leaves the run queue, the next one runs."""
+        """The running `v` halted: it leaves the run queue, the next one runs; with none
+        queued the pCPU first tries to pull one (`idle_balance()` in `schedule()`)."""
         rq = self.rqs[v.pcpu]
         assert rq.curr is v, f"{v.name} halts but does not run"
         self._update_curr(rq)
         rq.set_curr(None, self.host.now)
         rq.token += 1
+        self.last_ran[v.gid] = self.host.now
         self.host.deschedule(v, blocked=True)
         if rq.queue:
             self._switch(rq, self._leftmost(rq))
+        else:
+            self._pull(rq)
 
     def wake(self, v: VCpu) -> None:
-        """`v` left its halt: enqueue it, and preempt the running vCPU if CFS would."""
+        """`v` left its halt: on its pCPU if that one idles, else on an idle one
+        (`select_idle_sibling()`: the 8 pCPUs share one last-level cache); enqueue it, and
+        preempt the running vCPU if CFS would."""
         rq = self.rqs[v.pcpu]
+        if rq.curr is not None or rq.queue:
+            idle = self._idle_rqs()
+            if idle:  # task_waking_fair(): vruntime relative to the new queue's minimum
+                self._update_curr(idle[0])
+                v.vruntime += idle[0].min_vruntime - rq.min_vruntime
+                rq = idle[0]
+                v.pcpu = rq.pcpu
+                self.migrations += 1
         self._update_curr(rq)
         v.vruntime = max(v.vruntime, rq.min_vruntime - SCHED_LATENCY_NS // 2)
         rq.queue.append(v)
@@ -179,6 +253,8 @@ class CfsScheduler:
         elif rq.curr.vruntime - v.vruntime > SCHED_WAKEUP_GRANULARITY_NS:
             self._preempt_curr(rq)
             self._switch(rq, self._leftmost(rq))
+        else:
+            self._want_balance()
 
     def idle_ns(self, now: int) -> int:
         return sum(rq.idle_time(now) for rq in self.rqs)

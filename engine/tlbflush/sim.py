@@ -4,9 +4,14 @@ guests (the PV-flush thread: ebizzy in 2, 4 and 8 VMs of 8 vCPUs on 8 pCPUs).
 The host side (scheduler.py) runs the vCPU threads; this module is the rest: VM entry
 (the steal-time byte read by `record_steal_time()`, then the interrupts pending in the
 local APIC), VM exits on preemption (`kvm_steal_time_set_preempted()`) and on HLT, the
-IPIs on the wire, and each guest's ebizzy threads (one per vCPU) with their flushes.
-A flush follows the protocol (protocols.py); each target acknowledges in
-`smp_invalidate_interrupt()` as soon as it runs in guest mode.
+IPIs on the wire, and each guest's ebizzy threads (one per vCPU) with their flushes: a
+record's work, then the munmap under the VM's mmap_sem held for write and its flush, then
+the next record's refault under the read lock (mmap_sem.py).  A thread that must wait
+sleeps; its vCPU idles in HLT until an IPI wakes it (a flush IPI, or the reschedule IPI of
+`wake_up_process()` when the semaphore is handed to it).  A flush targets the VM's vCPUs
+in `mm_cpumask` and follows the protocol (protocols.py); each target acknowledges in
+`smp_invalidate_interrupt()` as soon as it runs in guest mode, and one idling lazily
+leaves the mask (`leave_mm()`).
 
 Events (to `emit`, tracepoint-shaped): `flush_tlb_others_ipi` (2012 kernel) or
 `kvm_flush_tlb_multi` (today's, for flush_on_enter), `smp_invalidate_interrupt`,
@@ -29,11 +34,13 @@ from ..errors import AuditError
 from ..events import Event, FieldValue
 from .config import NS_PER_S, NS_PER_US, TlbConfig
 from .metrics import TlbMetrics
+from .mmap_sem import MmapSem
 from .protocols import protocol
-from .scheduler import EV_SLICE, CfsScheduler, GangScheduler, Scheduler
+from .scheduler import EV_BALANCE, EV_SLICE, CfsScheduler, GangScheduler, Scheduler
 from .vcpu import (
     BLOCKED,
     HALT,
+    IDLE,
     RUNNABLE,
     RUNNING,
     SPIN,
@@ -46,7 +53,7 @@ from .vcpu import (
     VCpu,
 )
 
-EV_ENTER, EV_GUEST, EV_IPI, EV_TICK = 1, 2, 3, 4
+EV_ENTER, EV_GUEST, EV_IPI, EV_TICK, EV_RESCHED = 1, 2, 3, 4, 5
 RECENT_FLUSHES = 256  # flushes of the traced VM kept for the screen
 
 
@@ -61,7 +68,10 @@ class Counters:
     early_returns: int = 0  # the patch's halt() returned with targets still in the mask
     waits_on_preempted: int = 0  # flushes that waited on a preempted target
     late_acks: int = 0  # acknowledgements at VM entry (the target was not running)
-    wakeups: dict[str, int] = field(default_factory=lambda: {"kick": 0, "ipi": 0, "tick": 0})
+    idles: int = 0  # a vCPU idled in HLT, its thread asleep on mmap_sem
+    wakeups: dict[str, int] = field(
+        default_factory=lambda: {"kick": 0, "ipi": 0, "tick": 0, "resched": 0}
+    )
     stall_ns: int = 0  # sender time from the flush's start to its return, summed
     stall_max_ns: int = 0
     returned: int = 0
@@ -89,6 +99,7 @@ class TlbSim:
         self.counters = Counters()
         n = config.vcpus_per_vm
         self.vcpus = [VCpu(vm, i, vm * n + i, pcpu=i) for vm in range(config.vms) for i in range(n)]
+        self.sems = [MmapSem(vm) for vm in range(config.vms)]  # each guest's mm->mmap_sem
         self.slots: dict[int, Flush] = {}  # sender gid -> its flush_state slot
         self.inflight: dict[tuple[int, int], int] = {}  # (target, sender) -> IPIs on the wire
         self.recent: deque[Flush] = deque(maxlen=RECENT_FLUSHES)
@@ -104,7 +115,7 @@ class TlbSim:
             GangScheduler(self, config.pcpus, config.vms, self.rng, self.costs.host_tick_ns)
             if self.protocol.gang
             else CfsScheduler(
-                self, config.pcpus, self.rng, self.costs.host_tick_ns, self.costs.phase_spread_ns
+                self, config.pcpus, self.rng, self.costs.host_tick_ns, config.phase_spread_ns
             )
         )
         self.sched.start()
@@ -137,6 +148,10 @@ class TlbSim:
             self.sched.slice_end(a, token)
         elif kind == EV_TICK:
             self._on_tick(self.vcpus[a], token)
+        elif kind == EV_RESCHED:
+            self._on_resched(self.vcpus[a])
+        elif kind == EV_BALANCE and isinstance(self.sched, CfsScheduler):
+            self.sched.balance()
         return True
 
     def run_until(self, until: int) -> None:
@@ -199,9 +214,13 @@ class TlbSim:
         self._resume(v, self.now + cost)
 
     def _resume(self, v: VCpu, at: int) -> None:
-        """Guest code runs again from `at`: the work, the spin, or past the halt."""
+        """Guest code runs again from `at`: the work, the spin, past the halt, or the idle
+        loop, which looks whether mmap_sem was granted (then the thread runs) or halts."""
         if v.mode == WORK:
             self._arm(v, at + v.guest_left)
+            return
+        if v.mode == IDLE:
+            self._arm(v, at)
             return
         f = v.flush
         assert f is not None
@@ -226,7 +245,7 @@ class TlbSim:
         self.push(next_tick, EV_TICK, v.gid, 0, v.halt_seq)
 
     def _on_tick(self, v: VCpu, seq: int) -> None:
-        if v.host == BLOCKED and v.halt_seq == seq:
+        if v.host == BLOCKED and v.mode == HALT and v.halt_seq == seq:
             self._wake(v, "tick")
 
     def _wake(self, v: VCpu, reason: str) -> None:
@@ -270,15 +289,64 @@ class TlbSim:
             v.records_all += 1
             if self.now >= self.cfg.warmup_ns:
                 v.records += 1
-            self._start_flush(v)
+            if self.sems[v.vm].down_write(v.gid):  # munmap: down_write(&mm->mmap_sem)
+                self._start_flush(v)
+            else:
+                self._sleep(v, write=True, at=self.now)
+        elif v.mode == IDLE:
+            self._idle(v)
         elif v.mode == SPIN and v.flush is not None and v.flush.mask:
             self._halt(v)  # `if (!loop && !cpumask_empty(...)) halt();`
+
+    # -- mmap_sem: the threads that sleep on it, and the idle vCPUs under them ------------
+
+    def _sleep(self, v: VCpu, write: bool, at: int) -> None:
+        """`v`'s thread sleeps on mmap_sem; from `at` its vCPU runs the idle loop."""
+        v.mode = IDLE
+        v.wants_write = write
+        v.granted = False
+        self._arm(v, at)
+
+    def _idle(self, v: VCpu) -> None:
+        """The guest's idle loop on `v`: the thread runs if mmap_sem was granted to it,
+        else the vCPU halts (`default_idle()` → HLT; a tickless idle guest sets no timer)
+        until an IPI wakes it."""
+        if not v.granted:
+            self.counters.idles += 1
+            self._emit("kvm_exit", {"vcpu_id": v.index, "exit_reason": "HLT"}, v.vm, v.pcpu)
+            self.sched.block(v)
+            self._update_vis(v)
+            return
+        v.granted = False
+        v.in_mm = True  # switch_mm() back to ebizzy's mm: cpumask_set_cpu(mm_cpumask)
+        if v.wants_write:
+            self._start_flush(v)
+            return
+        self._grant(v.vm, self.sems[v.vm].up_read(v.gid))  # the refault done
+        v.mode = WORK
+        v.guest_left = self._record_ns()
+        self._arm(v, self.now + v.guest_left)
+        self._update_vis(v)
+
+    def _grant(self, vm: int, gids: list[int]) -> None:
+        """`__rwsem_do_wake()` gave mmap_sem to `gids`: `wake_up_process()` sends each
+        idle vCPU a reschedule IPI (one ICR write, then the delivery)."""
+        for gid in gids:
+            t = self.vcpus[gid]
+            t.granted = True
+            self.push(self.now + 2 * self.costs.exit_ns, EV_RESCHED, gid, 0, 0)
+
+    def _on_resched(self, t: VCpu) -> None:
+        if t.host == BLOCKED:
+            self._wake(t, "resched")  # kvm_vcpu_kick(): a running one looks at entry
 
     def _start_flush(self, s: VCpu) -> None:
         """munmap/MADV_DONTNEED: flush the mm on every other vCPU of the VM."""
         self._fid += 1
         n = self.cfg.vcpus_per_vm
-        targets = tuple(g for g in range(s.vm * n, s.vm * n + n) if g != s.gid)
+        targets = tuple(  # mm_cpumask(mm) but the sender
+            g for g in range(s.vm * n, s.vm * n + n) if g != s.gid and self.vcpus[g].in_mm
+        )
         old = self.slots.get(s.gid)
         if old is not None and old.mask:  # cpumask_andnot() overwrites the old mask
             old.superseded = True
@@ -294,6 +362,8 @@ class TlbSim:
         sent = self.now
         for gid in targets:
             t = self.vcpus[gid]
+            if self.protocol.flag_preempted and t.mode == IDLE:
+                continue  # today's native_flush_tlb_multi(): a lazy CPU gets no IPI
             if self.protocol.flag_preempted and t.st_preempted:
                 self._flag(t, f)
                 continue
@@ -410,6 +480,8 @@ class TlbSim:
             t.vm,
             t.pcpu,
         )
+        if t.mode == IDLE:  # TLBSTATE_LAZY: leave_mm() clears it from mm_cpumask
+            t.in_mm = False
         f = self.slots.get(sender)
         if f is None or t.gid not in f.mask:
             return 0
@@ -449,9 +521,14 @@ class TlbSim:
         self.counters.stall_max_ns = max(self.counters.stall_max_ns, stall)
         self.counters.returned += 1
         s.flush = None
-        s.mode = WORK
-        s.guest_left = self._record_ns()
-        self._arm(s, at + s.guest_left)
+        sem = self.sems[s.vm]
+        self._grant(s.vm, sem.up_write(s.gid))  # munmap returns: up_write(&mm->mmap_sem)
+        if sem.down_read(s.gid):  # the next record's refault
+            s.mode = WORK
+            s.guest_left = self._record_ns()
+            self._arm(s, at + s.guest_left)
+        else:
+            self._sleep(s, write=False, at=at)
         self._update_vis(s)
 
     # -- bookkeeping ----------------------------------------------------------------------
@@ -507,6 +584,7 @@ class TlbSim:
             kicks=c.kicks,
             halts=c.halts,
             early_returns=c.early_returns,
+            idles=c.idles,
             waits_on_preempted=c.waits_on_preempted,
             late_acks=c.late_acks,
             stall_us_mean=c.stall_ns / max(1, c.returned) / NS_PER_US,
@@ -535,6 +613,8 @@ class TlbSim:
         for v in self.vcpus:
             self._audit_vcpu(v)
         self._audit_flushes()
+        for sem in self.sems:
+            sem.audit()
         self.sched.audit()
         if not self.protocol.halt_after_spin and self.counters.early_returns:
             raise AuditError(f"{self.protocol.name} returned from a flush before every ack")
@@ -557,13 +637,24 @@ class TlbSim:
             raise AuditError(f"{v.name}: its state times do not add up to now")
         if v.entered and v.host != RUNNING:
             raise AuditError(f"{v.name} is in guest mode without a pCPU")
-        if v.host == BLOCKED and v.mode != HALT:
-            raise AuditError(f"{v.name} is blocked outside the patch's halt()")
-        if v.mode == WORK:
+        if v.host == BLOCKED and v.mode not in (HALT, IDLE):
+            raise AuditError(f"{v.name} is blocked outside the patch's halt() and idle")
+        sem = self.sems[v.vm]
+        if v.mode in (WORK, IDLE):
             if v.flush is not None:
-                raise AuditError(f"{v.name} works with a flush in progress")
+                raise AuditError(f"{v.name} works or idles with a flush in progress")
         elif v.flush is None or self.slots.get(v.gid) is not v.flush:
             raise AuditError(f"{v.name} waits in a flush it does not own")
+        elif sem.writer != v.gid:
+            raise AuditError(f"{v.name} flushes without holding mmap_sem for write")
+        if v.mode == IDLE and v.granted != sem.holds(v.gid):
+            raise AuditError(f"{v.name}: granted mmap_sem {v.granted}, holds it {not v.granted}")
+        if v.mode == IDLE and not v.granted and not sem.waiting(v.gid):
+            raise AuditError(f"{v.name} idles without waiting for mmap_sem")
+        if v.mode != IDLE and sem.waiting(v.gid):
+            raise AuditError(f"{v.name} runs its thread while it waits for mmap_sem")
+        if v.mode in (WORK, SPIN, HALT) and not v.in_mm:
+            raise AuditError(f"{v.name} runs ebizzy outside mm_cpumask")
         if v.mode == HALT and not self.protocol.halt_after_spin:
             raise AuditError(f"{v.name} halted under {self.protocol.name}")
         if v.st_flush and not v.st_preempted:

@@ -5,7 +5,10 @@ The host side is the vCPU thread's scheduler state (running on its pCPU, runnabl
 descheduled, or blocked in `kvm_vcpu_block()` after a HLT) plus the steal-time
 `preempted` byte of docs/kvm.md §7 (KVM_VCPU_PREEMPTED, KVM_VCPU_FLUSH_TLB).  The guest
 side is what the vCPU's ebizzy thread does: a record's work, spinning in its own flush,
-or halted in the thread patch's `halt()`; and the interrupts pending in its local APIC.
+halted in the thread patch's `halt()`, or asleep on the VM's mmap_sem (mmap_sem.py) with
+the vCPU idle in HLT; the interrupts pending in its local APIC; and whether the vCPU is in
+the mm's `mm_cpumask` (a vCPU idling lazily keeps the mm loaded until a flush IPI makes it
+`leave_mm()`, v3.2 arch/x86/mm/tlb.c).
 
 A `Flush` is the sender's `union smp_flush_state` slot of 2012 arch/x86/mm/tlb.c: one per
 sender, whose `flush_cpumask` the targets clear as they acknowledge.
@@ -18,7 +21,7 @@ from dataclasses import dataclass, field
 # what the host does with the vCPU thread
 RUNNING, RUNNABLE, BLOCKED = "running", "runnable", "blocked"
 # what the guest thread does
-WORK, SPIN, HALT = "work", "spin", "halt"
+WORK, SPIN, HALT, IDLE = "work", "spin", "halt", "idle"  # IDLE: asleep on mmap_sem
 # the four states a lane shows, one at a time
 VIS_RUNNING, VIS_SPINNING, VIS_PREEMPTED, VIS_HALTED = range(4)
 VIS_NAMES = ("running", "spinning", "preempted", "halted")
@@ -68,6 +71,9 @@ class VCpu:
     pending: set[int] = field(default_factory=set)  # senders whose IPI waits in the IRR
     in_masks: set[int] = field(default_factory=set)  # senders whose mask holds this vCPU
     flush: Flush | None = None  # its own flush, while it spins or halts in it
+    in_mm: bool = True  # its bit in mm_cpumask(mm): the flush targets it
+    wants_write: bool = False  # asleep on mmap_sem for the munmap (else for the refault)
+    granted: bool = False  # __rwsem_do_wake() gave it mmap_sem; it goes on when it runs
     vis: int = VIS_PREEMPTED
     vis_since: int = 0
     state_ns: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
@@ -89,7 +95,7 @@ class VCpu:
             return VIS_HALTED
         if not self.entered:
             return VIS_PREEMPTED
-        return VIS_SPINNING if self.mode != WORK else VIS_RUNNING
+        return VIS_SPINNING if self.mode in (SPIN, HALT) else VIS_RUNNING
 
     def time_in_states(self, now: int) -> list[int]:
         """Nanoseconds spent in each visible state up to `now`."""
