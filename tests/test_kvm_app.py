@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from mmuscope.engine.replay.live import LiveTimeline
+from mmuscope.engine.scenarios.checks import failures, unshown
 from mmuscope.tui.app import make_app
 from mmuscope.tui.kvm_app import child_argv, preflight
 from mmuscope.tui.kvm_launch import KvmLaunch
@@ -16,6 +17,7 @@ from mmuscope.tui.screens.kvm_replay import ComparePanel, KernelStats, KvmReplay
 from mmuscope.tui.widgets.events import EventPanel
 
 from tests.kvm_host import needs_tracing, our_instances
+from tests.test_scenario_steps import cut_panels, screen_text
 
 
 @needs_tracing
@@ -76,3 +78,20 @@ async def test_the_classroom_scenario_runs_the_storm_on_the_real_kernel(tmp_path
         if "(shadow MMU)" in note:  # the 64-page budget zaps the oldest processes' pages
             assert "max_mmu_rmap_size 12" in note and "105 shadow pages" in note, note
         assert len(screen.lab.children) == 20  # the model's storm beside it
+        # the kernel's numbers are drawn in a panel (pop-ups cleared away), at 120×40 and
+        # at 80×24, where the README says this scenario works; then step 3's exit
+        run = app.scenario_run
+        assert run is not None
+        for index in (1, 2):
+            if index == 2:
+                await pilot.press("greater_than_sign")
+            scenario = run.scenario
+            assert run.index == index and not failures(scenario.steps[index].expect, run.values())
+            for size in ((120, 40), (80, 24)):
+                await pilot.resize_terminal(*size)
+                app.clear_notifications()
+                await pilot.pause()
+                await pilot.pause()  # the panels laid out again fit their rows: one more frame
+                missing = unshown(scenario.steps[index].shows, run.values(), screen_text(app))
+                assert not missing, f"real-kvm step {index + 1} at {size}: {missing}"
+                assert not cut_panels(app), f"real-kvm step {index + 1} at {size}"

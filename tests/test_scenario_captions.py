@@ -160,6 +160,20 @@ FINDINGS = [
         ("is 12 on a shadow-paging host, not",),
         "the kernel's numbers hold where KVM shadow-pages; an EPT host's TDP MMU has no rmaps",
     ),
+    Finding(
+        "real-kvm",
+        2,
+        ("under the mmu_rmaps_stat bars ('this machine's KVM')", "Without KVM, the panel says"),
+        ("The note shows",),
+        "the kernel's numbers were only in a pop-up: they are drawn in a panel now",
+    ),
+    Finding(
+        "real-kvm",
+        3,
+        ("On a shadow-MMU host", "one of the model's children exits (pte_list_remove)"),
+        (),
+        "the numbers hold on a shadow-MMU host; the step's child exit was silent",
+    ),
 ]
 
 

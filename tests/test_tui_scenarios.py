@@ -52,17 +52,21 @@ async def test_each_scenario_runs_to_its_end(name: str, tmp_path: Path) -> None:
         assert run.index == len(scenario.steps) - 1
 
 
-ONE_PER_THREAD = sorted({s.thread: s.name for s in list_scenarios()}.values())
+ONE_PER_THREAD = sorted({s.thread or s.kernel: s.name for s in list_scenarios()}.values())
 
 
 @pytest.mark.parametrize("name", ONE_PER_THREAD)
 async def test_the_caption_names_the_thread_it_follows(name: str, tmp_path: Path) -> None:
-    """By its short name where the title has room (a long title keeps the keys only)."""
-    followed = THREADS[load_scenario(name).thread]
+    """By its short name where the title has room (a long title keeps the keys only);
+    a scenario no thread discusses, as the model's own demonstration of kernel code."""
+    scenario = load_scenario(name)
+    followed = THREADS[scenario.thread].name if scenario.thread else scenario.follows
     app = make_app(scenario=name, export_dir=tmp_path)
     async with app.run_test(size=(200, 50)) as pilot:
         await settle(pilot)
-        assert f"{followed.name} · > next step · < back" in caption_text(app)
+        assert f"{followed} · > next step · < back" in caption_text(app)
+        title = str(app.screen.query_one(Caption).border_title)
+        assert scenario.thread or "thread" not in title, title
 
 
 async def test_stepping_back_replays_to_the_same_state(tmp_path: Path) -> None:
@@ -94,7 +98,7 @@ def test_scenarios_command_lists_them_and_a_bad_name_exits_2() -> None:
     out = subprocess.run([MMUSCOPE, "scenarios"], capture_output=True, text=True, check=True)
     lines = {line.split()[0]: line.split() for line in out.stdout.splitlines() if line}
     for s in list_scenarios():
-        assert lines[s.name][1:3] == [s.screen, s.thread]  # the thread by its id
+        assert lines[s.name][1:3] == [s.screen, s.thread or "kernel"]  # the thread by its id
     bad = subprocess.run([MMUSCOPE, "--scenario", "nope"], capture_output=True, text=True)
     assert bad.returncode == 2
     assert bad.stderr.count("\n") == 1 and "no scenario 'nope'" in bad.stderr

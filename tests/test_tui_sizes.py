@@ -156,17 +156,19 @@ def test_kvm_stat_drops_percent_then_kvm_before_it_cuts_a_name() -> None:
     assert other.plain.splitlines()[2].startswith("fast_page_fault ")  # no kvm_ to leave off
 
 
-def test_the_cost_table_drops_worst_then_miss_and_never_wraps() -> None:
+def test_the_cost_table_shortens_then_drops_worst_then_miss_and_never_wraps() -> None:
     cost = LookupCost("rbtree")
     cost.add(3, 1, False, False)
     costs = {"linear": LookupCost("linear"), "rbtree": cost}
     heads = {}
-    for width in (60, 45, 36, 30):
+    for width in (60, 45, 39, 36, 30):
         lines = cost_table(costs, "rbtree", width).plain.splitlines()
         assert all(len(line) <= width for line in lines), (width, lines)
         heads[width] = lines[0].split()
     assert heads[60] == ["strategy", "bare", "cached", "miss", "worst"]
-    assert heads[45] == ["strategy", "bare", "cached", "miss"]
+    assert heads[45] == heads[39] == heads[60]  # shorter figures: the captions cite all four
+    row = cost_table(costs, "rbtree", 39).plain.splitlines()[2].split()
+    assert row == ["▶", "rbtree", "3.0", "4.0", "3.0", "3"]
     assert heads[36] == ["strategy", "bare", "cached"]
     assert heads[30] == ["strategy", "cached"]
 
@@ -181,3 +183,22 @@ async def test_each_screen_samples_kvm_stat_with_one_timer(keys: tuple[str, ...]
         await pilot.pause()
         timers = [t for t in app.screen._timers if t.name == "counters"]
         assert len(timers) == 1
+
+
+def test_the_kernels_run_names_the_host_kind_its_numbers_hold_for() -> None:
+    """The real-kvm scenario's panel: a shadow-MMU host's pages and zaps, and on an EPT
+    host's TDP MMU what it shows instead (no rmaps, nothing zapped for the budget)."""
+    from mmuscope.tui.widgets.rmap_panels import kernel_run_rows
+
+    stats = {"max_mmu_rmap_size": 12, "mmu_shadow_zapped": 65}
+    shadow = {"host": "kvm_pvm · shadow MMU · MMIO caching off", "kernel": "6.18", "mmu": "shadow",
+              "stats": stats, "by_event": {"kvm_mmu_get_page": 105}}  # fmt: skip
+    rows = kernel_run_rows(shadow, 21, 21)
+    assert rows[0].startswith("kvm_pvm · shadow MMU") and "shadow pages 105 · zapped 65" in rows
+    assert "max_mmu_rmap_size 12 · model 21" in rows and all(len(r) <= 39 for r in rows)
+    tdp = {**shadow, "host": "kvm_intel · TDP MMU · MMIO caching on", "mmu": "tdp",
+           "stats": {"max_mmu_rmap_size": 0}, "by_event": {}}  # fmt: skip
+    assert kernel_run_rows(tdp, 21, 21)[2:] == [
+        "max_mmu_rmap_size 0 · model 21",
+        "TDP MMU: no rmaps, 0 zapped",
+    ]

@@ -89,10 +89,11 @@ def list_scenarios(args: argparse.Namespace | None = None) -> int:
     except ScenarioError as err:
         raise CliError(str(err)) from None
     width = max(len(s.name) for s in scenarios)
-    thread_width = max(len(s.thread) for s in scenarios)
+    follows = {s.name: s.thread or "kernel" for s in scenarios}  # a thread's id, or kernel code
+    thread_width = max(map(len, follows.values()))
     for s in scenarios:
         steps = f"{len(s.steps)} steps"
-        thread = f"{s.thread:<{thread_width}}"
+        thread = f"{follows[s.name]:<{thread_width}}"
         print(f"{s.name:<{width}}  {s.screen:<8}  {thread}  {steps:>8}  {s.title}")
     print("\nopen one with: mmuscope --scenario NAME   (> next step, < back)")
     return 0

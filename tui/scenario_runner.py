@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mmuscope.engine.scenarios.checks import CheckError, Values, render
-from mmuscope.engine.threads import thread
 from textual.screen import Screen
 
 from .scenario_probe import Probe
@@ -55,10 +54,9 @@ def show_caption(screen: Screen[Any], run: ScenarioRun) -> None:
 
     scenario = run.scenario
     title = f"{scenario.title} · step {run.index + 1}/{len(scenario.steps)}"
-    followed = thread(scenario.thread)
     hints = (  # the fullest that fits beside the title
-        f"{followed.name} · {HINT}",
-        f"{followed.label} thread · {SHORT_HINT}",
+        f"{scenario.follows} · {HINT}",
+        f"{scenario.follows_short} · {SHORT_HINT}",
         SHORT_HINT,
     )
     text = run.caption()

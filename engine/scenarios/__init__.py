@@ -1,6 +1,8 @@
 """Classroom scenarios: one data file per mechanism, each a guided walk through a thread.
 
-A scenario (`data/<name>.toml`) names the thread it follows (docs/threads.md), the screen
+A scenario (`data/<name>.toml`) names the thread it follows (docs/threads.md) or, for a
+mechanism no thread discusses, the kernel code it demonstrates instead (`kernel =
+"fast_page_fault(), 6.18 mmu.c"`: the model's own demonstration, so labelled), the screen
 and guest it opens on, the settings, and steps.  Each step has a caption — what to look at
 and why, citing the thread — and the actions that bring the screen to that point: the
 names of the screen's own key actions (`next_exit`, `fast_zap`, `set_paging(1)`), so a
@@ -8,7 +10,7 @@ scenario does exactly what a user pressing keys would.  Stepping back replays th
 before from a fresh screen: every screen is deterministic for its random seed.
 
     title = "..."
-    thread = "memslot-search"            # a thread's id (engine/threads.py)
+    thread = "memslot-search"            # a thread's id (engine/threads.py), or kernel =
     screen = "memslots"                  # memslots, mmu, rmaps, tlb, power
     layout = "assigned-devices"          # a preset (engine.layouts.PRESETS)
     size = "120x40"                      # optional: the smallest terminal it is drawn for

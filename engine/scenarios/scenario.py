@@ -28,6 +28,7 @@ REF = re.compile(r"^§\d+(\.\d+)*$")
 STEP_KEYS = {"caption", "actions", "sources", "expect", "shows"}
 SMALLEST = (80, 24)  # the app's own smallest screen (README); a scenario may need more
 SIZE = re.compile(r"^(\d+)x(\d+)$")
+KERNEL_CODE = re.compile(r"^[a-z_][a-z0-9_]*\(\), \d+\.\d+ [a-z_/]+\.[ch]$")  # as docstrings cite
 
 
 class ScenarioError(ValueError):
@@ -63,13 +64,31 @@ class ScenarioStep:
 class Scenario:
     name: str
     title: str
-    thread: str  # the id of the thread it follows (engine/threads.py)
+    thread: str  # the id of the thread it follows (engine/threads.py), or ""
     screen: str
     layout: str
     steps: tuple[ScenarioStep, ...]
     settings: dict[str, Any] = field(default_factory=dict)
     setup: tuple[str, ...] = ()
     size: tuple[int, int] = SMALLEST  # the smallest terminal its screens are drawn for
+    kernel: str = ""  # or the kernel code it demonstrates: "fast_page_fault(), 6.18 mmu.c"
+
+    @property
+    def follows(self) -> str:
+        """What the scenario follows, for its caption's title: "the fast-zap thread (kvm,
+        2013)", or, for one no thread discusses, the model's own demonstration of a kernel
+        function, cited as the docstrings cite it."""
+        if self.thread:
+            return THREADS[self.thread].name
+        return f"the model's own demonstration of the kernel's {self.kernel}"
+
+    @property
+    def follows_short(self) -> str:
+        """The same where the title has less room: "fast-zap thread", "kernel's
+        fast_page_fault()"."""
+        if self.thread:
+            return f"{THREADS[self.thread].label} thread"
+        return f"kernel's {self.kernel.split(',')[0]}"
 
     def fits(self, width: int, height: int) -> bool:
         """Whether a terminal of that size shows what every step's caption points at."""
@@ -127,17 +146,23 @@ def parse_scenario(name: str, data: dict[str, Any], where: str = "scenario") -> 
             raise ScenarioError(f"{where}: {at}{key} must be a non-empty {kind.__name__}")
         return value
 
-    keys = {"title", "thread", "screen", "layout", "settings", "setup", "steps", "size"}
+    keys = {"title", "thread", "kernel", "screen", "layout", "settings", "setup", "steps", "size"}
     unknown = set(data) - keys
     if unknown:
         raise ScenarioError(f"{where}: unknown keys {', '.join(sorted(unknown))}")
-    screen, layout, thread = need("screen", str), need("layout", str), need("thread", str)
+    screen, layout = need("screen", str), need("layout", str)
+    if ("thread" in data) == ("kernel" in data):
+        raise ScenarioError(f"{where}: a scenario follows a thread or kernel code, not both")
+    thread = need("thread", str) if "thread" in data else ""
+    kernel = need("kernel", str) if "kernel" in data else ""
     if screen not in SCREENS:
         raise ScenarioError(f"{where}: screen {screen!r} is not one of {', '.join(SCREENS)}")
     if layout not in PRESETS:
         raise ScenarioError(f"{where}: layout {layout!r} is not a preset")
-    if thread not in THREADS:
+    if thread and thread not in THREADS:
         raise ScenarioError(f"{where}: thread {thread!r} is not one of {', '.join(THREADS)}")
+    if kernel and not KERNEL_CODE.match(kernel):
+        raise ScenarioError(f"{where}: kernel {kernel!r} is not cited as 'name(), 6.18 file.c'")
     settings = data.get("settings", {})
     if not isinstance(settings, dict):
         raise ScenarioError(f"{where}: settings must be a table")
@@ -157,6 +182,7 @@ def parse_scenario(name: str, data: dict[str, Any], where: str = "scenario") -> 
         settings=dict(settings),
         setup=_actions(data.get("setup", []), f"{where}: setup"),
         size=_size(data.get("size", "80x24"), where),
+        kernel=kernel,
     )
 
 

@@ -15,7 +15,7 @@ from textual.binding import Binding
 from textual.containers import Vertical
 
 from ..widgets.fit import show_title
-from ..widgets.rmap_panels import RmapBars, RmapChain
+from ..widgets.rmap_panels import KernelRun, RmapBars, RmapChain, kernel_run_rows
 from .base import PlayerScreen
 
 ERA_NAMES = tuple(ERAS)
@@ -43,7 +43,9 @@ class RmapScreen(PlayerScreen):
     def compose_main(self) -> ComposeResult:
         with Vertical(id="left"):
             yield RmapChain(id="chain")
-        yield RmapBars(id="bars")
+        with Vertical(id="rmap-side"):
+            yield RmapBars(id="bars")
+            yield KernelRun(id="kernel")
 
     def on_mount(self) -> None:
         show_title(self.query_one("#bars"), "mmu_rmaps_stat")
@@ -112,16 +114,16 @@ class RmapScreen(PlayerScreen):
 
     def action_real_fork(self, children: int) -> None:
         """The same storm on this machine's own KVM (`mmuscope kvm fork`): the kernel's
-        max_mmu_rmap_size beside the model's chain; without KVM, say so and go on."""
+        counts drawn in a panel under the mmu_rmaps_stat bars; without KVM, the panel says so
+        and the step shows the model only."""
         from mmuscope.engine.kvm.vmm import kvm_unavailable_reason
 
+        panel = self.query_one(KernelRun)
         reason = kvm_unavailable_reason()
         if reason is not None:
-            self.notify(f"{reason}: this step shows the model only", title="real KVM",
-                        timeout=8)  # fmt: skip
+            panel.show_rows([f"{reason}:", "this step shows the model only"])
             return
-        self.notify(f"running fork with {children} children on this machine's KVM…",
-                    title="real KVM", timeout=4)  # fmt: skip
+        panel.show_rows([f"running fork, {children} children…"])
         self._real_fork(children)
 
     @work(thread=True, exclusive=True, group="real-kvm")
@@ -134,18 +136,22 @@ class RmapScreen(PlayerScreen):
                 "--children", str(children), "--summary"]  # fmt: skip
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120,
                               stdin=subprocess.DEVNULL)  # fmt: skip
+        panel = self.query_one(KernelRun)
         if done.returncode != 0:
             why = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"
-            self.app.call_from_thread(self.notify, why, title="real KVM", severity="error")
+            self.app.call_from_thread(panel.show_rows, ["the run failed:", why])
             return
         out = json.loads(done.stdout)
         stats = out["stats"]
-        text = (f"{out['kernel']} ({out['mmu']} MMU): {children + 1} processes, "
-                f"max_mmu_rmap_size {stats.get('max_mmu_rmap_size')}, "
-                f"{stats.get('pf_fixed')} faults fixed, "
-                f"{out['by_event'].get('kvm_mmu_get_page', 0)} shadow pages")  # fmt: skip
-        self.app.call_from_thread(self.notify, text, title="real KVM", timeout=20)
-        self.kernel_note = text
+        head = self.lab.head(0)
+        rows = kernel_run_rows(out, children + 1, head.count() if head is not None else 0)
+        self.app.call_from_thread(panel.show_rows, rows)
+        pages = out["by_event"].get("kvm_mmu_get_page", 0)
+        self.kernel_note = (
+            f"{out['kernel']} ({out['mmu']} MMU): {children + 1} processes, "
+            f"max_mmu_rmap_size {stats.get('max_mmu_rmap_size')}, "
+            f"{stats.get('pf_fixed')} faults fixed, {pages} shadow pages"
+        )
 
     def action_toggle_buckets(self) -> None:
         self.log2 = not self.log2

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from mmuscope.engine.mmu.mmu_pages import KvmMmuPage
+from mmuscope.engine.mmu.mmu_pages import KvmMmuPage, MmuPages
 from mmuscope.engine.mmu.tdp.session import TdpSession
 from mmuscope.engine.mmu.views import RootReach, root_reach, spt_cells
 from mmuscope.engine.pacing import Pacer
@@ -183,6 +183,7 @@ class ShadowMmuScreen(ZapReplay, PagingModes, GuestActions, FastPathActions, Pla
             zapping_now,
             is_obsolete=mmu.pages.is_obsolete,
             notes=tdp_notes(session),
+            held_roots=held_roots(mmu.pages),
         )
         grid = self.query_one(SptGrid)
         pending = rcu_page(session) if selected is None else None
@@ -258,3 +259,9 @@ class ShadowMmuScreen(ZapReplay, PagingModes, GuestActions, FastPathActions, Pla
         path = [sp for sp, _ in self.path]
         dot = pages_to_dot(pages, title=title, path=path)  # type: ignore[arg-type]
         return dot, pages.n_used_mmu_pages
+
+
+def held_roots(pages: object) -> list[KvmMmuPage]:
+    """Zapped shadow roots a vCPU still runs on (the TDP MMU has none of these: its
+    roots are counted and freed through RCU, tui/screens/tdp_view.py)."""
+    return list(pages.invalid_roots.values()) if isinstance(pages, MmuPages) else []

@@ -8,7 +8,7 @@ memslot drawing, reused: a page on the path is `node-path`, an MMIO spte
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from mmuscope.engine.mmu.mmu_pages import KvmMmuPage
 from mmuscope.engine.mmu.views import LevelSummary, RootReach
@@ -161,9 +161,12 @@ class PageLevels(FittedRows):
         *,
         is_obsolete: Callable[[KvmMmuPage], bool] | None = None,
         notes: list[str] | None = None,
+        held_roots: Sequence[KvmMmuPage] = (),
     ) -> None:
         """`is_obsolete`: the MMU's own test (default: another generation or invalid);
-        `notes`: extra lines (the TDP MMU's roots and RCU-pending tables)."""
+        `notes`: extra lines (the TDP MMU's roots and RCU-pending tables); `held_roots`:
+        zapped roots a vCPU still runs on, off active_mmu_pages but still accounted in
+        n_used_mmu_pages until the last one lets go (`mmu_free_root_page()`, 6.18 mmu.c)."""
         on_path = {sp.seq for sp in path}
         self._obsolete = is_obsolete or (
             lambda sp: sp.mmu_valid_gen != valid_gen or bool(sp.role.invalid)
@@ -173,7 +176,12 @@ class PageLevels(FittedRows):
         if reach and len(reach) > MAX_ROOT_LINES:
             roots.append(Text(f"... {len(reach) - MAX_ROOT_LINES} more roots", style=label))
         rows = [self._level_row(s, on_path, selected, zapping_now) for s in levels]
-        if not levels:
+        held = len(held_roots or ())
+        if not levels and held:  # zapped, still counted in 'pages used' (mmu_free_root_page)
+            roots_word = "root" if held == 1 else "roots"
+            words = f"no active pages; {held} zapped {roots_word} still in use ('pages used')"
+            rows.append(Text(words, style=label))
+        elif not levels:
             rows.append(Text("no shadow pages: the next fault builds a root", style=label))
         notes_rows = [Text(note, style=label) for note in notes or ()]
         zap = [Text(zapping, style=self.style_of("mmio-stale"))] if zapping else []

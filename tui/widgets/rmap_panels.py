@@ -7,12 +7,14 @@ leave out the empty buckets first and say so on their bottom border (tui/widgets
 
 from __future__ import annotations
 
+from typing import Any
+
 from mmuscope.engine.mmu.rmap import KvmRmapHead
 from mmuscope.engine.mmu.rmap.stat import RmapHistogram, bucket_labels
 from rich.text import Text
 from textual.geometry import Size
 
-from .fit import fit_rows, more_rows, refit_in_render, show_subtitle
+from .fit import fit_rows, more_rows, refit_in_render, show_subtitle, show_title
 from .mmu_panels import MmuDrawing
 from .wrap import wrapped_height
 
@@ -159,3 +161,40 @@ def _val_words(head: KvmRmapHead) -> str:
     if head.is_single:
         return f"= sptep {head.val:#x}"
     return "= &desc 0 | 1"
+
+
+def kernel_run_rows(out: dict[str, Any], processes: int, model_sptes: int) -> list[str]:
+    """What `mmuscope kvm fork --summary` reports of the same storm on this machine's KVM,
+    and which host kind its numbers hold for: where KVM shadow-pages (kvm-pvm, or
+    ept=0/npt=0) the 64-page budget (KVM_MIN_ALLOC_MMU_PAGES) zaps the oldest shadow
+    pages, so max_mmu_rmap_size stays below the processes; an EPT/NPT host's TDP MMU
+    keeps no rmaps at all (max_mmu_rmap_size 0, no shadow pages)."""
+    stats, events = out.get("stats", {}), out.get("by_event", {})
+    rows = [
+        f"{out.get('host', out.get('mmu', '?'))}",
+        f"{out.get('kernel', '?')} · {processes} processes",
+        f"max_mmu_rmap_size {stats.get('max_mmu_rmap_size', '?')} · model {model_sptes}",
+    ]
+    if out.get("mmu") == "shadow":
+        pages = events.get("kvm_mmu_get_page", 0)
+        rows.append(f"shadow pages {pages} · zapped {stats.get('mmu_shadow_zapped', '?')}")
+    else:
+        rows.append("TDP MMU: no rmaps, 0 zapped")
+    return rows
+
+
+class KernelRun(MmuDrawing):
+    """The same fork storm run on this machine's KVM (the real-kvm scenario): the
+    kernel's counts beside the model's chain, drawn in a panel, not only in a pop-up.
+    Hidden until a run is asked for; while it runs, and without KVM, it says so."""
+
+    WRAP = False
+
+    def show_rows(self, rows: list[str]) -> None:
+        text = Text("\n", no_wrap=True, overflow="ellipsis").join(
+            Text(row, style=self.style_of("label"), no_wrap=True, overflow="ellipsis")
+            for row in rows
+        )
+        show_title(self, "this machine's KVM")
+        self.show_text(text)
+        self.add_class("-shown")
