@@ -92,8 +92,9 @@ def test_a_guest_page_fault_is_injected_and_retried() -> None:
 def test_a_fork_storm_moves_the_rmap_histogram_right(children: int) -> None:
     _, mmu, _ = guest()
     parent = mmu.guest.spawn()
-    for i, gfn in enumerate(DATA):
-        mmu.guest.map(parent, GVA + i * 4096, gfn)
+    for i, gfn in enumerate(DATA):  # all mapped before KVM shadows the table: no store
+        mmu.guest.map(parent, GVA + i * 4096, gfn)  # faults through the direct map
+    for i in range(len(DATA)):
         mmu.page_fault(0, parent, GVA + i * 4096)
     for _ in range(children):
         child = mmu.guest.fork(parent)
@@ -112,8 +113,9 @@ def test_a_fork_storm_moves_the_rmap_histogram_right(children: int) -> None:
 def test_fifty_children_and_what_mmu_rmaps_stat_prints() -> None:
     _, mmu, _ = guest()
     parent = mmu.guest.spawn()
-    for i, gfn in enumerate(DATA):
-        mmu.guest.map(parent, GVA + i * 4096, gfn)
+    for i, gfn in enumerate(DATA):  # all mapped before KVM shadows the table: no store
+        mmu.guest.map(parent, GVA + i * 4096, gfn)  # faults through the direct map
+    for i in range(len(DATA)):
         mmu.page_fault(0, parent, GVA + i * 4096)
     before = mmu.rmaps_stat(log2=True).rows()[0][1]
     for n in range(50):

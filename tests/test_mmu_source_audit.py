@@ -259,3 +259,25 @@ def test_both_ept_sessions_step_one_access_type() -> None:
     steps = [kind(preset("pc-2g")).run(5) for kind in (TdpSession, MmuSession)]
     assert all(step is not None and type(step.access) is EptAccess for step in steps)
     assert steps[0].access == steps[1].access  # type: ignore[union-attr]
+
+
+def test_shadow_unsyncs_a_table_only_inside_the_write_fault_on_it() -> None:
+    """`mmu_try_to_unsync_pages()` is called from `make_spte()`, under `mmu_set_spte()`,
+    and nowhere else (6.18 spte.c/mmu.c): a page goes unsync inside the write fault on
+    its table, as the host's trace of `mmuscope kvm ptwrite` shows it (walk with W,
+    `kvm_mmu_spte_requested`, `kvm_mmu_unsync_page`, then the writable
+    `kvm_mmu_set_spte` of the table's gfn).  pfault's mprotect and first touches are the
+    guest kernel's pte stores, through its direct map."""
+    lines = printed("shadow", "pfault", 400)
+    unsynced = [i for i, line in enumerate(lines) if " kvm_mmu_unsync_page:" in line]
+    assert unsynced
+    for i in unsynced:
+        start = max(j for j in range(i) if " kvm_page_fault:" in lines[j])
+        fault = [line.split(": ", 2)[1].strip() for line in lines[start:i]]
+        assert int(lines[start].rsplit("error_code ", 1)[1], 16) & 0x2, lines[start]
+        walk = next(line for line in lines[start:i] if " kvm_mmu_pagetable_walk:" in line)
+        assert int(walk.split("pferr ")[1].split()[0], 16) & 0x2, walk
+        assert "kvm_mmu_spte_requested" in fault and "kvm_mmu_set_spte" not in fault
+        gfn = lines[i].split(" gfn ")[1].split()[0]
+        assert " kvm_mmu_set_spte:" in lines[i + 1] and f"gfn {gfn} " in lines[i + 1]
+        assert "(rw" in lines[i + 1], lines[i + 1]

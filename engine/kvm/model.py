@@ -33,16 +33,9 @@ from ..mmu.dirty_log import DirtyLogging
 from ..mmu.mmu_pages import kvm_page_table_hashfn
 from ..mmu.params import TdpMmuParams
 from ..mmu.role import PG_LEVEL_4K
+from ..mmu.shadow.cpu import leaf_allows
 from ..mmu.shadow.mmu import ShadowMmu
-from ..mmu.spte import (
-    PT_USER_MASK,
-    PT_WRITABLE_MASK,
-    RetPf,
-    SpteConfig,
-    is_large_pte,
-    is_shadow_present_pte,
-)
-from ..mmu.walk import last_on_path
+from ..mmu.spte import RetPf, SpteConfig
 from .program import DOORBELL_GVA, PAGE, DirtyLogOp, GuestProgram, Insn, MemslotOp, Slice
 
 FAKE_HVA = (0x7F00_0000_0000, 0x7E00_0000_0000)  # host addresses of the two backings
@@ -78,18 +71,9 @@ class _Cpu:
         self.memory: dict[int, int] = {}  # gpa -> a byte the guest stored in RAM (else 0)
 
     def leaf_allows(self, gva: int, write: bool, fetch: bool = False) -> bool:
-        root = self.mmu.roots.get(VCPU)
-        if root is None or self.mmu.pages.is_obsolete(root):
-            return False
-        sp, index = last_on_path(self.mmu.pages, root, gva >> 12)
-        spte = sp.spt[index]
-        if sp.role.level > 1 and not is_large_pte(spte):  # no table below: not mapped
-            return False
-        if not is_shadow_present_pte(spte):  # empty or an MMIO spte
-            return False
-        if fetch and spte & self.mmu.cfg.shadow_nx_mask:
-            return False
-        return bool(spte & PT_USER_MASK) and (not write or bool(spte & PT_WRITABLE_MASK))
+        """The CPU's walk of the shadow tables at CPL 3 (the one `ShadowSession` and the
+        guest kernel's stores make: engine/mmu/shadow/cpu.py)."""
+        return leaf_allows(self.mmu, VCPU, gva, write, True, fetch)
 
     def _fault(self, gva: int, write: bool, fetch: bool = False) -> RetPf:
         assert self.cr3 is not None

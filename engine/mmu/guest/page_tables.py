@@ -10,9 +10,12 @@ the address in bits 12..51.
 - `map`/`unmap`/`protect`/`fork`/`exit` are the guest kernel editing its tables, as
   Linux does (`fork(cow=True)` is `copy_present_pte`: W cleared on both sides, the
   child's copies old; `exit` clears every pte, leaves first, then frees the tables).
-  Every pte store goes to `subscribe(on_write=...)` listeners: KVM traps the stores to
-  tables it shadows (`kvm_mmu_track_write`).  Changing a present pte flushes the TLB
-  (`flush_tlb_page`/`flush_tlb_mm` -> INVLPG or a CR3 reload): `on_flush(cr3, gva|None)`.
+  Every pte store is first the CPU's (`store_by`: the guest kernel's store through its
+  direct map, which faults where KVM write-protects the table), then goes to
+  `subscribe(on_write=...)` listeners: KVM sees what the store did to a table it
+  shadows (unsynced by that fault, or emulated: `kvm_mmu_track_write`).  Changing a
+  present pte flushes the TLB (`flush_tlb_page`/`flush_tlb_mm` -> INVLPG or a CR3
+  reload): `on_flush(cr3, gva|None)`.
 - `walk()` is `FNAME(walk_addr_generic)` (arch/x86/kvm/mmu/paging_tmpl.h) for 64-bit
   paging with CR0.WP=1 (no SMEP/SMAP/PKU): `kvm_mmu_pagetable_walk` (addr, pferr),
   one `kvm_mmu_paging_element` (pte, level) per level read, then on success
@@ -49,6 +52,7 @@ DEFAULT_POOL_PAGES = 1 << 14
 Emit = Callable[[Event], None]
 PteWritten = Callable[[int, int, int, int], None]  # table gfn, index, old pte, new pte
 TlbFlushed = Callable[[int, "int | None"], None]  # cr3, gva (None: the whole TLB)
+PteStore = Callable[[int, int], None]  # table gfn, index: the CPU's store, before it lands
 Readable = Callable[[int], bool]
 
 
@@ -136,6 +140,8 @@ class GuestPageTables:
         self._emit = emit
         self._on_write: list[PteWritten] = []
         self._on_flush: list[TlbFlushed] = []
+        self.store_by: PteStore | None = None  # the vCPU making the guest kernel's stores
+        self.kernel_half: Callable[[int], None] | None = None  # pgd_alloc()'s, by cr3
 
     @classmethod
     def in_memslot(
@@ -179,7 +185,10 @@ class GuestPageTables:
     # -- the guest kernel's edits --------------------------------------------------
 
     def write_pte(self, table_gfn: int, index: int, pte: int) -> int:
-        """A guest store of a whole pte (trapped by KVM if the table is shadowed)."""
+        """A guest store of a whole pte: the CPU's access first (`store_by`, which takes
+        the write fault or emulation KVM makes of it), then the store lands."""
+        if self.store_by is not None:
+            self.store_by(table_gfn, index)
         ptes = self.tables[table_gfn]
         old, ptes[index] = ptes[index], pte
         for listener in list(self._on_write):
@@ -191,7 +200,14 @@ class GuestPageTables:
             listener(cr3, gva)
 
     def spawn(self) -> int:
-        """A new process with an empty PML4; returns its cr3 (the PML4's gfn)."""
+        """A new process: a PML4 empty but for the kernel half (`kernel_half`, as
+        `pgd_alloc()` copies it); returns its cr3 (the PML4's gfn)."""
+        cr3 = self._spawn()
+        if self.kernel_half is not None:
+            self.kernel_half(cr3)
+        return cr3
+
+    def _spawn(self) -> int:
         cr3 = self.alloc_page()
         self.tables[cr3] = [0] * ENTRIES
         self.processes[cr3] = {cr3}
@@ -281,7 +297,7 @@ class GuestPageTables:
         """A child with copies of every table, mapping the same gfns; `cow` write-protects
         the writable leaves of both (Linux's private mappings)."""
         self._process(cr3)
-        child = self.spawn()
+        child = self._spawn()  # the kernel half comes with the copy
         if self._copy(cr3, child, PT64_ROOT_LEVEL, child, cow):
             self._flush(cr3, None)
         return child

@@ -33,10 +33,12 @@ per-vCPU vtlb `VcpuVtlbs` (vtlb.py).
   every level;
 - the leaf, `mmu_set_spte`: an MMIO spte or a spte of the slot's host page at the goal
   level, on the gfn's rmap of that level.
-A guest pte store into a shadowed table unsyncs a level-1 table or is
-`kvm_mmu_track_write()` (write flooding included); a CR3 load syncs the root's unsync
-pages, INVLPG one spte.  `cr3_load` = `kvm_mmu_new_pgd()` + `kvm_mmu_load()`
-(ref-counted roots; the `prev_roots` cache); `invlpg` = `kvm_mmu_invlpg()`.
+A guest pte store into a shadowed table is a write fault (the CPU's store: the guest
+kernel's, kernel.py, or the kvm programs' vCPU) that unsyncs a level-1 table in
+`mmu_set_spte()` or is emulated, `kvm_mmu_track_write()` (write flooding included); a
+CR3 load syncs the root's unsync pages, INVLPG one spte.  `cr3_load` =
+`kvm_mmu_new_pgd()` + `kvm_mmu_load()` (ref-counted roots; the `prev_roots` cache);
+`invlpg` = `kvm_mmu_invlpg()`.
 
 `FNAME(pte_prefetch)` runs after every fault that set a spte but RET_PF_SPURIOUS, as the
 kernel always does; `pte_prefetch=False` turns it off (the kernel has no switch), kept
@@ -45,8 +47,8 @@ for comparisons.  Dirty logging is `dirty_log.DirtyLogging`.
 recovery ratio, `host_level`); `huge_pages=False` maps 4K leaves only (the kernel has no
 switch), kept for comparisons.
 Simplified: `drop_process` zaps the exited process's shadow pages at
-once (KVM leaves them to write flooding, reuse or recycling); guest kernel table stores
-are not counted as exits; CR0.WP=1, no SMEP/SMAP/PKU.
+once, before the teardown's stores (KVM leaves them to write flooding, reuse or
+recycling); CR0.WP=1, no SMEP/SMAP/PKU.
 No `fast_page_fault()`, as in the kernel: 6.18 `FNAME(page_fault)` (paging_tmpl.h) goes
 from the guest walk to `kvm_mmu_faultin_pfn()` and `FNAME(fetch)` under mmu_lock; only
 `direct_page_fault()` (a guest without paging; EPT/NPT) and `kvm_tdp_mmu_page_fault()`
@@ -124,6 +126,7 @@ from ..spte import (
     spte_to_pfn,
 )
 from .huge import ShadowLpageInfo
+from .kernel import DirectMap, GuestKernel
 from .vtlb import VcpuVtlbs
 
 STATS = (
@@ -194,6 +197,7 @@ class ShadowMmu:
         self.unsync_enabled = unsync  # False: before 2.6.27, every shadowed table tracked
         self.mmio_info = VcpuMmioInfo(mmio_info_cache)  # False: before 3.1
         self._listener = emit
+        own_guest = guest is None
         self.guest = guest or GuestPageTables.in_memslot(vm, emit=emit)
         self.pages = MmuPages(
             default_mmu_pages(vm.nr_memslot_pages),
@@ -216,6 +220,9 @@ class ShadowMmu:
         self.pte_prefetch = pte_prefetch  # FNAME(pte_prefetch) after a fixed fault
         vm.subscribe(self._memslots_changed)
         self.guest.subscribe(self._track_write, self._guest_tlb_flush)
+        self.kernel: GuestKernel | None = None  # the default guest's kernel (kernel.py)
+        if own_guest:
+            self.kernel = GuestKernel(self, DirectMap.for_guest(self.guest))
 
     def _emit(self, name: str, **fields: FieldValue) -> None:
         if self._listener is not None:
@@ -350,15 +357,14 @@ class ShadowMmu:
         return root
 
     def drop_process(self, cr3: int) -> list[int]:
-        """The process exits: unload it, tear its tables down (each pte store is
-        tracked), zap the pages that shadowed them; returns the freed table gfns."""
+        """The process exits: unload it, zap the pages that shadowed its tables, tear
+        the tables down (plain stores now); returns the freed table gfns."""
         for vcpu in [v for v, c in self.cr3s.items() if c == cr3]:
             self._put_root(vcpu)
             del self.cr3s[vcpu]
-        tables = self.guest.exit(cr3)
-        for gfn in tables:
+        for gfn in sorted(self.guest.processes[cr3]):
             self.unprotect_page(gfn)
-        return tables
+        return self.guest.exit(cr3)
 
     # -- shadow pages of a gfn -------------------------------------------------------------
 
@@ -958,22 +964,26 @@ class ShadowMmu:
     # `write_pte` that follows is it).
 
     def _track_write(self, table_gfn: int, index: int, old: int, new: int) -> None:
-        """A guest pte store: unsync, or `kvm_mmu_track_write()` (`guest_store`)."""
+        """A guest pte store as KVM sees it once it landed (`guest_store`)."""
         self.guest_store(table_gfn, index, new)
 
     def guest_store(self, table_gfn: int, index: int, new: int) -> None:
-        """A guest store of a whole pte into table `table_gfn`.  Not shadowed: plain memory.
-        Level-1 pages only: the first store faulted and unsynced them; the store and the
-        ones after it go to memory.  Write-tracked: the store was emulated."""
+        """A guest store of a whole pte into table `table_gfn`, after the CPU made it.  Not
+        shadowed: plain memory.  Write-tracked: the store was emulated
+        (`kvm_mmu_track_write()`).  Otherwise every shadow page of the table is unsync:
+        the store's write fault unsynced them in `mmu_set_spte()` (`try_to_unsync`) or
+        found them so, and the store went to memory with no exit.  A sync page here
+        means a store that skipped its fault: nothing in KVM unsyncs a page without one
+        (6.18 mmu.c: `mmu_try_to_unsync_pages()` is called from `make_spte()` only)."""
         sps = self.shadow_pages_of(table_gfn)
         if not sps:
             return
-        if not self.write_tracked(table_gfn):
-            for sp in sps:
-                if not sp.unsync:
-                    self.unsync_page(sp)
-            return
-        self.track_write(sps, index, new)
+        if self.write_tracked(table_gfn):
+            self.track_write(sps, index, new)
+        elif not all(sp.unsync for sp in sps):
+            raise AuditError(
+                f"a store into table {table_gfn:#x}, write-protected, took no write fault"
+            )
 
     def write_tracked(self, gfn: int, as_id: int | None = None) -> bool:
         """`kvm_gfn_is_write_tracked()`: an upper-level page shadows `gfn` (before unsync

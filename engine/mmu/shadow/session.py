@@ -23,9 +23,14 @@ Workloads, deterministic for a seed:
 - `churn`: `kernbench` plus the memslot update `MmuSession` makes every `CHURN_EVERY`
   accesses (a slot created, then deleted: DELETE zaps everything).
 
-`kernel_2m=True` adds the guest kernel's 2M text and direct map to every process and
-makes every `KERNEL_EVERY`-th access kernel work there (kernel.py): guest 2M
-leaves and instruction fetches, so faults map 2M sptes where the host (`params.
+Every process maps the guest kernel's direct map of the page-table pool, and the guest
+kernel writes its ptes through it on the vCPU that ran last (`GuestKernel`, kernel.py):
+a store into a table KVM shadows hits a write-protected spte, so it exits (counted in
+`exits`, traced as `kvm_page_fault`), and that fault unsyncs a last-level table or, for
+an upper-level one, is emulated (`mmu_try_to_unsync_pages()`, 6.18 mmu.c).
+`kernel_2m=True` adds the guest kernel's 2M text and makes every `KERNEL_EVERY`-th
+access kernel work there or in the direct map (kernel.py): guest 2M leaves and
+instruction fetches, so faults map 2M sptes where the host (`params.
 host_level`) and `disallow_lpage` allow, and split under `nx_huge_pages`.  Off (the
 default), the workloads map 4K guest pages only.
 """
@@ -42,23 +47,14 @@ from ...layouts.layout import Layout
 from ...words import count
 from ..guest.ept import CHURN_EVERY, LAPIC_EOI, NIC_DOORBELL, churn_update
 from ..guest.linux import GuestOs, GuestProcess
-from ..guest.page_tables import (
-    PFERR_PRESENT_MASK,
-    PFERR_RSVD_MASK,
-    access_error_code,
-)
 from ..guest.session import GuestSession, after_2011
 from ..mmu_pages import KvmMmuPage
 from ..params import TdpMmuParams
 from ..spte import (
-    PT_USER_MASK,
-    PT_WRITABLE_MASK,
     SPTE_CONFIGS,
     RetPf,
-    is_last_spte,
-    is_mmio_spte,
-    is_shadow_present_pte,
 )
+from .cpu import exit_error_code, leaf_allows, leaf_spte
 from .kernel import KERNEL_EVERY, KernelMaps, kernel_access
 from .mmu import ShadowMmu
 
@@ -135,6 +131,9 @@ class ShadowSession(GuestSession[ShadowStep]):
             host_seed=seed,  # which host pages back guest memory (mapping_level.py)
         )
         self.os = GuestOs(self.mmu.guest)
+        assert self.mmu.kernel is not None  # the guest kernel's pte stores (kernel.py)
+        self.mmu.kernel.on_exit = self._kernel_store_exit
+        self.mmu.kernel.on_result = self._result
         self.kernel: KernelMaps | None = None
         if kernel_2m:
             self.kernel = kernel = KernelMaps.for_guest(self.vm, self.mmu.guest)
@@ -150,8 +149,17 @@ class ShadowSession(GuestSession[ShadowStep]):
         self.guest_walks = 0  # FNAME(walk_addr) runs: the fault's and the emulator's
         self._program = self._start(workload)
 
+    def _kernel_store_exit(self, vcpu: int, address: int, error_code: int) -> None:
+        self._vm_exit(vcpu, address, error_code)
+
     def _observe(self, event: Event) -> None:
-        """The walk KVM just made (for the screen), and whether an MMIO spte was hit."""
+        """The walk KVM just made (for the screen: the access's, not the guest kernel's
+        pte stores'), and whether an MMIO spte was hit."""
+        assert self.mmu.kernel is not None
+        if self.mmu.kernel.storing:
+            if event.name == "kvm_mmu_pagetable_walk":
+                self.guest_walks += 1
+            return
         if event.name == "handle_mmio_page_fault":
             self._mmio_hit = True
         elif event.name == "kvm_mmu_pagetable_walk":
@@ -175,7 +183,7 @@ class ShadowSession(GuestSession[ShadowStep]):
         if self.workload == "churn" and self.steps % CHURN_EVERY == 0:
             self._note(churn_update(self.vm))
         access = self._retry or self._kernel_access() or self._next_access()
-        self._vcpu = access.vcpu
+        self._vcpu = self.mmu.kernel.vcpu = access.vcpu  # type: ignore[union-attr]
         if self.mmu.cr3s.get(access.vcpu) != access.cr3:
             synced = self.mmu.stat["synced_pages"]
             self.mmu.cr3_load(access.vcpu, access.cr3)  # MOV to CR3 exits
@@ -242,36 +250,18 @@ class ShadowSession(GuestSession[ShadowStep]):
             self._notes.append(text)
 
     def exit_error_code(self, access: ShadowAccess) -> int:
-        """The #PF error code the CPU's walk of the shadow tables reports, which
-        `kvm_page_fault` prints (`handle_exception_nmi()` → `kvm_handle_page_fault()`,
-        6.18 vmx.c/mmu.c): W/U/F of the access, P when the spte it ended at is present (a
-        protection fault), RSVD|P on an MMIO spte (its reserved bits are set)."""
-        spte = self.leaf_spte(access.vcpu, access.gva)
-        error_code = access_error_code(access.write, access.user, access.fetch)
-        if is_mmio_spte(self.mmu.cfg, spte):
-            return error_code | PFERR_RSVD_MASK | PFERR_PRESENT_MASK
-        return error_code | (PFERR_PRESENT_MASK if is_shadow_present_pte(spte) else 0)
+        """The #PF error code `kvm_page_fault` prints for the access (cpu.py)."""
+        a = access
+        return exit_error_code(self.mmu, a.vcpu, a.gva, a.write, a.user, a.fetch)
 
     def needs_exit(self, access: ShadowAccess) -> bool:
         """False when the CPU's walk of the shadow tables finds a present leaf that
-        allows the access (no VM exit)."""
-        spte = self.leaf_spte(access.vcpu, access.gva)
-        if not is_shadow_present_pte(spte):  # empty or an MMIO spte
-            return True
-        return (
-            (access.write and not spte & PT_WRITABLE_MASK)
-            or (access.user and not spte & PT_USER_MASK)
-            or (access.fetch and bool(spte & self.mmu.cfg.shadow_nx_mask))
-        )
+        allows the access (no VM exit; cpu.py)."""
+        a = access
+        return not leaf_allows(self.mmu, a.vcpu, a.gva, a.write, a.user, a.fetch)
 
     def leaf_spte(self, vcpu: int, gva: int) -> int:
-        leaf = self._leaf(vcpu, gva >> 12)
-        nonpresent = self.mmu.pages.nonpresent
-        if leaf is None:
-            return nonpresent
-        sp, index = leaf
-        spte = sp.spt[index]  # a 4K leaf, or a 2M/1G one (PT_PAGE_SIZE_MASK) above
-        return spte if is_last_spte(spte, sp.role.level) else nonpresent
+        return leaf_spte(self.mmu, vcpu, gva)
 
     def path_of(self, step: ShadowStep) -> list[tuple[KvmMmuPage, int]]:
         """The shadow pages the access's gva walks through, root first."""
