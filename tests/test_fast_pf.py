@@ -47,14 +47,17 @@ Mmu = DirectMmu | TdpMmu
 
 
 def make(kind: str, config: str = "ept", mib: int = 8) -> tuple[Mmu, list[Event]]:
-    """A VM with one RAM slot (id 0 at gpa 0) and an MMU of `kind`: `direct`, or `tdp`
-    (PML off: starting dirty logging write-protects 4K leaves, as on AMD)."""
+    """A VM with one RAM slot (id 0 at gpa 0) and an MMU of `kind`: `direct` or `tdp`,
+    PML off (starting dirty logging write-protects 4K leaves, as on AMD)."""
     vm = Vm()
     vm.set_user_memory_region(0, 0, 0, mib * MIB, UA)
     events: list[Event] = []
     mmu: Mmu
     if kind == "direct":
-        mmu = DirectMmu(vm, SPTE_CONFIGS[config], huge_pages=False, emit=events.append)
+        params = TdpMmuParams(tdp_mmu=False, enable_pml=False)
+        mmu = DirectMmu(
+            vm, SPTE_CONFIGS[config], huge_pages=False, emit=events.append, params=params
+        )
     else:
         params = TdpMmuParams(enable_pml=False, host_level=1)
         mmu = TdpMmu(vm, SPTE_CONFIGS[config], params, emit=events.append)
@@ -361,10 +364,13 @@ def _one_other_vcpu(dirty: DirtyLogging) -> Callable[[KvmMmuPage, int], None]:
 
 
 def test_sessions_toggle_logging_get_the_log_and_age_memory() -> None:
-    """Both MMUs' sessions (the same accesses for a seed) report the same dirty pages."""
+    """Both MMUs' sessions (the same accesses for a seed) report the same dirty pages,
+    by write protection (PML off: the direct MMU on EPT with enable_pml=0, the TDP MMU on
+    NPT)."""
     seen = []
+    no_pml = TdpMmuParams(tdp_mmu=False, enable_pml=False)
     for session in (
-        MmuSession(preset("pc-2g"), workload="kernbench", seed=3),
+        MmuSession(preset("pc-2g"), workload="kernbench", seed=3, params=no_pml),
         TdpSession(preset("pc-2g"), workload="kernbench", seed=3, spte_config="shadow"),
     ):
         session.run(100)
@@ -403,3 +409,33 @@ def test_a_printed_run_with_fast_faults_replays_to_the_same_sptes(config: str) -
     fast = sum(1 for line in lines if "fast_page_fault:" in line and "fixed 1" in line)
     assert fast > 20 and model.fast_sptes > 20
     assert_shown_sptes_are_live(model, session.mmu.pages.pages())
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    kind=st.sampled_from(["direct", "tdp"]),
+    seed=st.integers(1, 1000),
+    passes=st.lists(st.integers(20, 250), min_size=1, max_size=4),
+)
+def test_property_pml_and_write_protection_log_the_same_pages(
+    kind: str, seed: int, passes: list[int]
+) -> None:
+    """The same guest (seed) with PML on and off: after each stretch of accesses and the
+    KVM_GET_DIRTY_LOG that ends it, the bitmaps agree (write protection, the reference,
+    marks a page at its fast fix; PML at the CPU's first write after its D bit was
+    cleared), and every write PML logged is one fault write protection took."""
+    runs = []
+    for pml in (True, False):
+        params = TdpMmuParams(tdp_mmu=kind == "tdp", enable_pml=pml)
+        cls = TdpSession if kind == "tdp" else MmuSession
+        session = cls(preset("pc-2g"), workload="migrate", seed=seed, params=params)
+        reports = []
+        for n in passes:
+            session.run(n)
+            reports.append(session.get_dirty_log())
+        session.audit()
+        runs.append((session, reports))
+    (pml_on, logged), (pml_off, protected) = runs
+    assert logged == protected
+    assert pml_on.mmu.stat["pf_fast"] == 0
+    assert pml_on.dirty_log.pml_logged == pml_off.mmu.stat["pf_fast"]

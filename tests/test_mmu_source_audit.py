@@ -281,3 +281,29 @@ def test_shadow_unsyncs_a_table_only_inside_the_write_fault_on_it() -> None:
         gfn = lines[i].split(" gfn ")[1].split()[0]
         assert " kvm_mmu_set_spte:" in lines[i + 1] and f"gfn {gfn} " in lines[i + 1]
         assert "(rw" in lines[i + 1], lines[i + 1]
+
+
+def run_with(options: SimulateOptions) -> tuple[list[str], object]:
+    """The printed run of `options` and its session."""
+    session = make_session(options)
+    out = io.StringIO()
+    run(session, options, out)
+    return out.getvalue().splitlines()[1:], session
+
+
+def test_both_ept_mmus_log_dirty_pages_by_pml_unless_it_is_off() -> None:
+    """`kvm_mmu_slot_apply_flags()` (6.18 x86.c): with `kvm->arch.cpu_dirty_log_size`
+    (PML: kvm_intel.enable_pml, EPT with A/D bits) `kvm_mmu_slot_leaf_clear_dirty()`
+    clears the D bits of the slot's 4K leaves, rmaps (direct MMU) or TDP MMU alike, and
+    write protection starts at 2M; KVM_GET_DIRTY_LOG clears D again
+    (`kvm_mmu_clear_dirty_pt_masked()`), and the CPU logs the writes in its PML buffer.
+    `--pml off` (a host without PML) write-protects from 4K, and `fast_page_fault()`
+    fixes the writes.  Either way the same pages reach the dirty bitmap."""
+    for mmu in ("direct", "tdp"):
+        on, pml = run_with(SimulateOptions(mmu, "migrate", 1500))
+        off, wrprot = run_with(SimulateOptions(mmu, "migrate", 1500, pml=False))
+        assert pml.dirty_log.pml and not wrprot.dirty_log.pml  # type: ignore[attr-defined]
+        assert not events(on, "fast_page_fault"), mmu
+        assert len(events(off, "fast_page_fault")) == wrprot.mmu.stat["pf_fast"] > 0  # type: ignore[attr-defined]
+        assert pml.dirty_log.pml_logged == wrprot.mmu.stat["pf_fast"]  # type: ignore[attr-defined]
+        assert pml.dirty_log.dirty == wrprot.dirty_log.dirty  # type: ignore[attr-defined]

@@ -75,6 +75,8 @@ def test_jsonl_is_what_replay_jsonl_makes_of_the_text(tmp_path: Path) -> None:
         ("--mmu", "tdp", "--workload", "kernbench", "--paused"),  # the explorer's option
         ("--mmu", "tdp", "--workload", "kernbench", "extra"),
         ("--mmu", "tdp", "--workload", "kernbench", "--accesses", "ten"),
+        ("--mmu", "shadow", "--workload", "fork", "--pml", "on"),  # no PML without EPT
+        ("--mmu", "direct", "--workload", "migrate", "--pml", "maybe"),
     ],
 )  # fmt: skip
 def test_bad_options_are_one_line_and_exit_2(args: tuple[str, ...]) -> None:

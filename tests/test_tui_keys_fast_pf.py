@@ -34,9 +34,10 @@ async def run_to_fast_fix(mmu: ShadowMmuScreen, words: str) -> None:
 async def test_l_and_g_show_dirty_logging_writes_fixed_without_mmu_lock(tmp_path: Path) -> None:
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("f2", "p")  # EPT with direct pages (tdp_mmu=N)
+        await pilot.press("f2", "p", "M")  # EPT with direct pages (tdp_mmu=N), PML off
         mmu = shadow_mmu(app)
-        assert isinstance(mmu.session, MmuSession)
+        assert isinstance(mmu.session, MmuSession) and not mmu.session.dirty_log.pml
+        assert "kvm_intel.enable_pml=N" in notes(app)
         mmu.action_set_workload("migrate")  # a working set, KVM_GET_DIRTY_LOG passes
         mmu.action_run(150)  # dirty logging on at the first access
         await pilot.press("L")  # off again
@@ -49,9 +50,35 @@ async def test_l_and_g_show_dirty_logging_writes_fixed_without_mmu_lock(tmp_path
         assert "RET_PF_FIXED · fast_page_fault, no mmu_lock: spte" in bar
         counters = str(mmu.query_one(MmuCounters).content)
         assert "dirty logging" in counters and "pf_fast" in counters
+        assert "PML off: write protection" in counters
         assert mmu.events_panel.counters.totals["fast_page_fault"] >= 1
         await pilot.press("G")
-        assert "KVM_GET_DIRTY_LOG slot" in notes(app) and "protected again" in notes(app)
+        assert "KVM_GET_DIRTY_LOG slot" in notes(app) and "write-protected again" in notes(app)
+
+
+async def test_with_pml_dirty_logging_clears_d_bits_and_takes_no_fault(tmp_path: Path) -> None:
+    """The default (kvm_intel.enable_pml=Y, EPT with A/D bits), on both EPT MMUs:
+    `kvm_mmu_slot_leaf_clear_dirty()` at L, the CPU logs the writes, KVM_GET_DIRTY_LOG
+    clears D again (`kvm_mmu_clear_dirty_pt_masked()`): no fast_page_fault at all."""
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f2")
+        mmu = shadow_mmu(app)
+        for paging in (0, 1):  # the TDP MMU, direct pages
+            mmu.action_set_paging(paging)
+            mmu.action_set_workload("migrate")  # logging on, KVM_GET_DIRTY_LOG every 200
+            mmu.action_run(600)
+            await pilot.pause()
+            counters = str(mmu.query_one(MmuCounters).content)
+            assert "PML on: D bits cleared" in counters
+            session = mmu.session
+            assert isinstance(session, (MmuSession, TdpSession))
+            assert session.dirty_pages and session.dirty_log.pml_logged
+            assert not session.mmu.stat["pf_fast"]
+            await pilot.press("G")
+            assert "D bits cleared again" in notes(app)
+            await pilot.press("L", "L")  # off, and on again
+            assert "PML: D bits cleared" in notes(app)
 
 
 async def test_a_ages_memory_and_the_fast_path_restores_access_tracked_sptes(

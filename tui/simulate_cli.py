@@ -4,7 +4,7 @@ any tool that reads trace text, reads back.
 
     mmuscope simulate --mmu {tdp,direct,shadow} --workload NAME [--accesses N] [--seed N]
                       [--zap fast|slow|roots --at K] [--layout NAME] [--jsonl]
-                      [--race-rate P] [--smi-every N]
+                      [--race-rate P] [--smi-every N] [--pml on|off]
 
 `tdp` is today's TDP MMU (tdp_mmu=Y), `direct` the older shadow MMU with direct pages
 (tdp_mmu=N), `shadow` shadow paging (EPT off).  `--zap KIND --at K` zaps before access K:
@@ -15,6 +15,11 @@ cmpxchg window that often, so `tdp_mmu_set_spte_atomic` loses (RET_PF_RETRY; a p
 table made for a lost link is freed without a tracepoint, as `tdp_mmu_free_sp` does).
 `--smi-every N` (TDP MMU only, a guest with SMRAM such as `--layout q35-16g`): the last
 vCPU enters SMM every N accesses and leaves half way, on a root of address space 1.
+`--pml on|off` (tdp, direct; default on, kvm_intel's `enable_pml`): how dirty logging
+runs (the `dirty` and `migrate` workloads, engine/mmu/dirty_log.py): with PML the D bits
+are cleared and the CPU logs the writes, off (a host without PML, EPT without A/D bits,
+or a nested guest's shadow EPT) every logged spte is write-protected and
+`fast_page_fault()` fixes the writes.  Shadow paging has no PML: write protection.
 
 Each line is `engine.trace.lines.format_line(event, "trace-cmd")`, made by the printer
 in `tui.report_lines` (`LinePrinter`: the session's names and fields without an `Event`,
@@ -77,6 +82,7 @@ class SimulateOptions(NamedTuple):
     layout: str = "pc-4g"
     race_rate: float = 0.0
     smi_every: int = 0
+    pml: bool | None = None  # None: the MMU's default (on under EPT, none for shadow)
 
 
 class SimulateError(ValueError):
@@ -125,6 +131,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--smi-every", type=_count, default=0, metavar="N",
         help="tdp: an SMI every N accesses (the last vCPU runs in SMM half of them)",
     )  # fmt: skip
+    parser.add_argument(
+        "--pml", choices=("on", "off"),
+        help="tdp, direct: dirty logging by PML (on, the default: D bits cleared, the CPU "
+        "logs writes) or by write protection (off: fast_page_fault fixes the writes)",
+    )  # fmt: skip
     add_parquet_options(parser)  # --parquet DIR, --source NAME, --append (dataset_cli)
 
 
@@ -162,6 +173,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     options = SimulateOptions(
         args.mmu, args.workload, args.accesses, args.seed, args.zap, args.at, args.jsonl,
         args.layout, args.race_rate, args.smi_every,
+        None if args.pml is None else args.pml == "on",
     )  # fmt: skip
     try:
         session = make_session(options)
@@ -205,14 +217,23 @@ def make_session(options: SimulateOptions) -> GuestSession[object]:
         raise SimulateError("--race-rate needs --mmu tdp: the races are tdp_mmu_set_spte_atomic's")
     if options.smi_every and options.mmu != "tdp":
         raise SimulateError("--smi-every needs --mmu tdp")
+    if options.pml is not None and options.mmu == "shadow":
+        raise SimulateError("--pml is for --mmu tdp or direct: shadow paging has no PML")
     layout = preset(options.layout)
+    from mmuscope.engine.mmu.params import TdpMmuParams
+
+    pml = options.pml is not False  # kvm_intel.enable_pml, default Y
     if options.mmu == "tdp":
         from mmuscope.engine.mmu.tdp.session import TdpSession
 
         return TdpSession(
             layout, workload=options.workload, seed=options.seed,
             race_rate=options.race_rate, smi_every=options.smi_every,
+            params=TdpMmuParams(enable_pml=pml),
         )  # fmt: skip
+    if options.mmu == "direct":
+        params = TdpMmuParams(tdp_mmu=False, enable_pml=pml)
+        return kind(layout, workload=options.workload, seed=options.seed, params=params)
     return kind(layout, workload=options.workload, seed=options.seed)
 
 

@@ -22,10 +22,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .role import PG_LEVEL_1G, PG_LEVEL_2M, PG_LEVEL_4K
 
+if TYPE_CHECKING:
+    from .spte import SpteConfig
+
 NX_HUGE_PAGES_MODES = ("off", "on", "force", "auto")
+PML_LOG_NR_ENTRIES = 512  # a vCPU's PML buffer: one 4K page of gpas (6.18 vmx.h)
 HOST_LEVELS = {"4k": PG_LEVEL_4K, "2m": PG_LEVEL_2M, "1g": PG_LEVEL_1G}
 
 
@@ -67,6 +72,14 @@ class TdpMmuParams:
             return 0
         period_ms = self.nx_huge_pages_recovery_period_ms or 60_000 // ratio
         return period_ms * 1_000_000
+
+
+def cpu_dirty_log_size(params: TdpMmuParams, cfg: SpteConfig) -> int:
+    """`kvm->arch.cpu_dirty_log_size` (6.18 x86.c, vmx.c `hardware_setup()`): the PML
+    buffer's entries when the host logs dirty pages with PML (`enable_pml`, EPT with A/D
+    bits), else 0: dirty logging by write protection (engine/mmu/dirty_log.py)."""
+    pml = params.enable_pml and cfg.ept and not cfg.ad_disabled
+    return PML_LOG_NR_ENTRIES if pml else 0
 
 
 def host_level(name: str) -> int:

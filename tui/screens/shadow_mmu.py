@@ -61,6 +61,9 @@ class ShadowMmuScreen(ZapReplay, PagingModes, GuestActions, FastPathActions, Pla
         Binding("X", "toggle_nx_huge_pages", "NX huge pages", show=False,
                 tooltip="kvm.nx_huge_pages on or off: a fetch splits a huge page, "
                 "the recovery worker rejoins it"),
+        Binding("M", "toggle_pml", "PML", show=False,
+                tooltip="EPT: kvm_intel.enable_pml on (dirty logging clears D bits, the CPU "
+                "logs writes) or off (write protection: fast_page_fault fixes the writes)"),
         Binding("V", "toggle_vtlb", "vtlb", show=False,
                 tooltip="Shadow paging: the memslot-search thread's 16-entry vtlb on or off"),
         Binding("z", "fast_zap", "Fast zap", tooltip="kvm_mmu_zap_all_fast: new generation"),
@@ -69,8 +72,8 @@ class ShadowMmuScreen(ZapReplay, PagingModes, GuestActions, FastPathActions, Pla
                 tooltip="TDP MMU: kvm_tdp_mmu_invalidate_all_roots and the zap of the invalid "
                 "roots, without the generation flip"),
         Binding("L", "toggle_dirty_logging", "Dirty log", show=False,
-                tooltip="KVM_MEM_LOG_DIRTY_PAGES on the largest RAM slot: its sptes lose W, "
-                "and fast_page_fault fixes the next write to each without mmu_lock"),
+                tooltip="KVM_MEM_LOG_DIRTY_PAGES on the largest RAM slot: with PML its sptes "
+                "lose D, else W and fast_page_fault fixes the next write to each (M)"),
         Binding("G", "get_dirty_log", "Get log", show=False,
                 tooltip="KVM_GET_DIRTY_LOG: the dirty bitmap returned and cleared, its pages "
                 "write-protected again (a live migration's next pass)"),
@@ -91,6 +94,7 @@ class ShadowMmuScreen(ZapReplay, PagingModes, GuestActions, FastPathActions, Pla
         self.huge_pages = True
         self.host_level = 2  # THP 2M, as TdpMmuParams
         self.nx_huge_pages = False  # nx_huge_pages=auto on a CPU without ITLB multihit
+        self.pml = True  # kvm_intel.enable_pml (M): dirty logging by PML or write protection
         self.kernel_2m = False  # shadow paging: the guest kernel's 2M pages (H)
         self.reach: list[RootReach] = []
         self._reach_at = -REACH_SECONDS

@@ -6,20 +6,22 @@ sptes).  The fault bar then names the fast path and the spte it changed, the cou
 show `pf_fast`, and the event log its `fast_page_fault` lines.
 
 The direct MMU (tdp_mmu=N) and the TDP MMU call the fast path; shadow paging does not
-(`FNAME(page_fault)`), and there the keys say so.  With EPT and PML (today's default)
-the CPU logs dirty pages itself: dirty logging clears D bits and no write faults."""
+(`FNAME(page_fault)`), and there the keys say so.  With EPT and PML (today's default,
+`M` turns it off) the CPU logs dirty pages itself: dirty logging clears D bits and no
+write faults; the counters panel names the setting in use (`dirty log by`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from mmuscope.engine.mmu.dirty_log import dirty_logging_words
 from mmuscope.engine.mmu.shadow.session import ShadowSession
-from mmuscope.engine.mmu.tdp.session import TdpSession
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from mmuscope.engine.mmu.direct.session import MmuSession
+    from mmuscope.engine.mmu.tdp.session import TdpSession
 
     from .shadow_mmu_modes import Session, Step
 
@@ -61,11 +63,10 @@ class FastPathActions:
         if not slot.dirty_logging:
             self._done(f"{words}, slot {slot.id}")
             return
-        pml = isinstance(session, TdpSession) and session.mmu.pml_logs_dirty_pages
         how = (
             "PML: D bits cleared, the CPU logs the writes (no fault)"
-            if pml
-            else "its sptes lost W: the next write to each takes fast_page_fault"
+            if session.dirty_log.pml
+            else "PML off: its sptes lost W, the next write to each takes fast_page_fault"
         )
         self._done(f"{words}, slot {slot.id}: {how}")
 
@@ -78,7 +79,8 @@ class FastPathActions:
             self._done(f"slot {slot.id} logs no dirty pages: L starts dirty logging")
             return
         pages = session.get_dirty_log()
-        self._done(f"KVM_GET_DIRTY_LOG slot {slot.id}: {len(pages)} pages, protected again")
+        again = "D bits cleared again" if session.dirty_log.pml else "write-protected again"
+        self._done(f"KVM_GET_DIRTY_LOG slot {slot.id}: {len(pages)} pages, {again}")
 
     def action_next_fast_fault(self) -> None:
         """Run to the next VM exit that fast_page_fault fixed (or found spurious)."""
@@ -101,10 +103,14 @@ class FastPathActions:
 def fast_path_lines(session: Session) -> list[tuple[str, str]]:
     """The counters panel's lines about the fast path and dirty logging."""
     if isinstance(session, ShadowSession):
-        return [("fast_page_fault", "never (FNAME(page_fault))")]
+        return [
+            ("fast_page_fault", "never (FNAME(page_fault))"),
+            ("dirty log by", "write protection (no EPT: no PML)"),
+        ]
+    by = ("dirty log by", dirty_logging_words(session.dirty_log.pml))
     fast = session.mmu.fast_pf
     if fast is None:
-        return [("fast_page_fault", "none before 3.6 (2012)")]
+        return [("fast_page_fault", "none before 3.6 (2012)"), by]
     slot = session.logged_slot()
     logging = "off (L)"
     if slot.dirty_logging:
@@ -112,6 +118,7 @@ def fast_path_lines(session: Session) -> list[tuple[str, str]]:
         logging = f"slot {slot.id} · {len(bits)} dirty"
     return [
         ("dirty logging", logging),
+        by,
         # pf_fast itself is with the other kvm->stat counters
         ("fast_pf lost/restored", f"{fast.lost_cmpxchg} / {fast.restored}"),
     ]

@@ -3,9 +3,10 @@ the TDP MMU (today's default, `tdp_mmu=Y`), EPT with direct shadow pages (`tdp_m
 shadow paging (EPT off: the guest's own page tables shadowed), and the 2011 eras without
 MMIO sptes, and EPT without A/D bits (access tracking, no PML) — plus the EPT huge-page
 (`H`), host backing (`B`: 4K pages, THP 2M, hugetlbfs 1G; `host_pfn_mapping_level`), NX
-huge pages (`X`: the `nx_huge_pages` module parameter) and shadow-paging vtlb (`V`)
-switches; each change starts a new guest (the memslot-search and PTE_LIST_EXT threads,
-docs/kvm.md §4-§6)."""
+huge pages (`X`: the `nx_huge_pages` module parameter), PML (`M`: kvm_intel's
+`enable_pml`, how the EPT modes log dirty pages, engine/mmu/dirty_log.py) and
+shadow-paging vtlb (`V`) switches; each change starts a new guest (the memslot-search
+and PTE_LIST_EXT threads, docs/kvm.md §4-§6)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ class PagingModes:
     huge_pages: bool
     host_level: int  # the host's backing: 1 (4K), 2 (THP 2M), 3 (hugetlbfs 1G)
     nx_huge_pages: bool
+    pml: bool  # kvm_intel.enable_pml
     kernel_2m: bool  # shadow paging: the guest kernel's 2M text and direct map
     last: Step | None
     path: list[tuple[KvmMmuPage, int]]
@@ -93,7 +95,9 @@ class PagingModes:
         layout = self.session.layout
         nx = "on" if self.nx_huge_pages else "off"
         # the module parameters of tdp_mmu=N: shadow paging and the direct MMU alike
-        tdp_mmu_off = TdpMmuParams(tdp_mmu=False, host_level=self.host_level, nx_huge_pages=nx)
+        tdp_mmu_off = TdpMmuParams(
+            tdp_mmu=False, host_level=self.host_level, nx_huge_pages=nx, enable_pml=self.pml
+        )
         if kind == "shadow":  # B and X as for tdp_mmu=N; shadow paging's own H
             return ShadowSession(
                 layout,
@@ -106,7 +110,9 @@ class PagingModes:
             )
         if kind == "tdp":
             params = TdpMmuParams(
-                host_level=self.host_level if self.huge_pages else 1, nx_huge_pages=nx
+                host_level=self.host_level if self.huge_pages else 1,
+                nx_huge_pages=nx,
+                enable_pml=self.pml,
             )
             return TdpSession(
                 layout, workload=workload, seed=self.seed, spte_config=config, params=params
@@ -165,6 +171,18 @@ class PagingModes:
         """`X`: kvm.nx_huge_pages on or off (fetches split huge pages, recovery rejoins)."""
         self.nx_huge_pages = not self.nx_huge_pages
         self._new_guest(f"nx_huge_pages={'on' if self.nx_huge_pages else 'off'}")
+
+    def action_toggle_pml(self) -> None:
+        """`M`: kvm_intel.enable_pml on or off: how dirty logging runs under EPT (PML:
+        D bits cleared, the CPU logs writes; off: write protection, fast_page_fault)."""
+        if self._refused(False, "PML needs EPT: shadow paging logs by write protection"):
+            return
+        self.action_set_pml(not self.pml)
+
+    def action_set_pml(self, on: bool) -> None:
+        """PML on or off, on a new guest (scenarios use this directly)."""
+        self.pml = on
+        self._new_guest(f"kvm_intel.enable_pml={'Y' if on else 'N'}")
 
     def action_toggle_vtlb(self) -> None:
         if self._refused(True, "the vtlb is for shadow paging"):

@@ -11,15 +11,18 @@ Workloads (from the memslot-search and fast-zap threads):
 - `churn`: `kernbench` plus a memslot update every `CHURN_EVERY` accesses (a BAR
   created and deleted), so generations advance, MMIO sptes go stale and DELETE zaps;
 - `dirty`: `kernbench` with dirty logging toggled on the largest RAM slot every
-  `DIRTY_EVERY` accesses: write-protected sptes, fixed by `fast_page_fault()`;
+  `DIRTY_EVERY` accesses: with PML (`params.enable_pml`, the default on EPT with A/D
+  bits) D bits cleared and the CPU logs the writes, without it write-protected sptes,
+  fixed by `fast_page_fault()` (dirty_log.py);
 - `migrate`: a live migration's dirty logging passes over a guest's working set
   (`FastPathControls.migrate_update`).
 `fork` and `pfault` need guest page tables: shadow paging, `shadow/session.py`.
 As in the TDP session, a tenth of the RAM reads are instruction fetches (a separate
 random stream, so the accesses are those of before): under `nx_huge_pages` they split
 huge pages, and the NX recovery worker runs every `recovery_period_ns` of guest time.
-An access that needs no exit sets the spte's Accessed bit, as the CPU's EPT walk does
-with A/D bits on: a prefetched spte (A clear) shows when the guest first touches it.
+An access that needs no exit sets the spte's Accessed bit (and a write its Dirty bit),
+as the CPU's EPT walk does with A/D bits on: a prefetched spte (A clear) shows when the
+guest first touches it.
 """
 
 from __future__ import annotations
@@ -120,7 +123,7 @@ class MmuSession(EptSession[MmuStep]):
         self._vcpu = access.vcpu
         self.mmu.root(access.vcpu)  # kvm_mmu_reload() before VM entry
         if not self.needs_exit(access):
-            self._cpu_sets_accessed(access)
+            self._cpu_sets_accessed_dirty(access)
             return MmuStep(access, False, None, update)
         self.ept_exit(access.vcpu, access.gpa, access.write, access.fetch)
         fast = self.mmu.fast_pf
@@ -132,11 +135,20 @@ class MmuSession(EptSession[MmuStep]):
             words = fast_words(self.mmu.cfg, fast.last)
         return MmuStep(access, True, ret, update, words)
 
-    def _cpu_sets_accessed(self, access: EptAccess) -> None:
-        """The CPU's walk sets the leaf's Accessed bit (EPT with A/D bits, or NPT)."""
+    def _cpu_sets_accessed_dirty(self, access: EptAccess) -> None:
+        """The CPU's walk sets the leaf's Accessed bit, and Dirty on a write (EPT with A/D
+        bits, or NPT); with PML on, a D bit it sets logs the gpa (dirty_log.py)."""
         leaf = self._leaf(access.vcpu, access.gpa >> PAGE_SHIFT)
-        if leaf is not None and not leaf[0].role.ad_disabled:
-            leaf[0].spt[leaf[1]] |= self.mmu.cfg.shadow_accessed_mask
+        if leaf is None or leaf[0].role.ad_disabled:
+            return
+        sp, index = leaf
+        cfg = self.mmu.cfg
+        sp.spt[index] |= cfg.shadow_accessed_mask
+        if access.write and not sp.spt[index] & cfg.shadow_dirty_mask:
+            sp.spt[index] |= cfg.shadow_dirty_mask
+            gfn = access.gpa >> PAGE_SHIFT
+            as_id = self.vm.vcpu(access.vcpu).as_id  # the tree itself: no lookup counted
+            self.dirty_log.cpu_sets_dirty(self.vm.memslot_set(as_id).gfn_tree.search(gfn), gfn)
 
     def needs_exit(self, access: EptAccess) -> bool:
         """False when the CPU's own walk finds a present, non-MMIO leaf that allows the

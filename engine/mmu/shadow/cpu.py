@@ -11,12 +11,14 @@ same way in each.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..guest.page_tables import PFERR_PRESENT_MASK, PFERR_RSVD_MASK, access_error_code
 from ..spte import (
     PT_USER_MASK,
     PT_WRITABLE_MASK,
+    RetPf,
+    SpteConfig,
     is_last_spte,
     is_mmio_spte,
     is_shadow_present_pte,
@@ -24,10 +26,46 @@ from ..spte import (
 from ..walk import last_on_path
 
 if TYPE_CHECKING:
-    from .mmu import ShadowMmu
+    from ..guest.page_tables import GuestPageTables
+    from ..mmu_pages import KvmMmuPage, MmuPages
 
 
-def leaf_spte(mmu: ShadowMmu, vcpu: int, gva: int) -> int:
+class ShadowMmuView(Protocol):
+    """What the vCPU sees of `ShadowMmu` (mmu.py): the roots it walks, and the fault and
+    the emulator it exits into."""
+
+    roots: dict[int, KvmMmuPage]
+    pages: MmuPages
+    cfg: SpteConfig
+    cr3s: dict[int, int]
+    guest: GuestPageTables
+
+    def shadow_pages_of(self, gfn: int, as_id: int | None = None) -> list[KvmMmuPage]: ...
+
+    def page_fault(
+        self,
+        vcpu: int,
+        cr3: int,
+        gva: int,
+        write: bool = False,
+        user: bool = False,
+        fetch: bool = False,
+    ) -> RetPf: ...
+
+    def emulate_instruction(
+        self,
+        vcpu: int,
+        gva: int,
+        write: bool,
+        user: bool = False,
+        *,
+        insn: tuple[int, bytes] | None = None,
+        size: int = 4,
+        val: int = 0,
+    ) -> int | None: ...
+
+
+def leaf_spte(mmu: ShadowMmuView, vcpu: int, gva: int) -> int:
     """The leaf the CPU's walk of the vCPU's current root reaches for `gva` (4K, or
     2M/1G with PT_PAGE_SIZE_MASK), or the non-present value."""
     root = mmu.roots.get(vcpu)
@@ -39,7 +77,7 @@ def leaf_spte(mmu: ShadowMmu, vcpu: int, gva: int) -> int:
 
 
 def leaf_allows(
-    mmu: ShadowMmu, vcpu: int, gva: int, write: bool, user: bool, fetch: bool = False
+    mmu: ShadowMmuView, vcpu: int, gva: int, write: bool, user: bool, fetch: bool = False
 ) -> bool:
     """True when the CPU finds a present leaf that allows the access: no VM exit."""
     spte = leaf_spte(mmu, vcpu, gva)
@@ -53,7 +91,7 @@ def leaf_allows(
 
 
 def exit_error_code(
-    mmu: ShadowMmu, vcpu: int, gva: int, write: bool, user: bool, fetch: bool = False
+    mmu: ShadowMmuView, vcpu: int, gva: int, write: bool, user: bool, fetch: bool = False
 ) -> int:
     """The #PF error code the CPU's walk of the shadow tables reports, which
     `kvm_page_fault` prints (`handle_exception_nmi()` -> `kvm_handle_page_fault()`,

@@ -33,15 +33,11 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ...memslots.vm import Vm
 from ..guest.page_tables import GuestPageTables
 from ..spte import RetPf
-from .cpu import exit_error_code, leaf_allows
-
-if TYPE_CHECKING:
-    from .mmu import ShadowMmu
+from .cpu import ShadowMmuView, exit_error_code, leaf_allows
 
 KERNEL_TEXT_GVA = 0x8000_0000  # 2 GiB: PDE 0 of the third PDPT entry
 DIRECT_MAP_GVA = 0x8020_0000  # the next 2M
@@ -93,7 +89,7 @@ class GuestKernel:
     own.  `on_exit(vcpu, address, error_code)` and `on_result(ret)` hear each exit;
     `storing` is True meanwhile."""
 
-    def __init__(self, mmu: ShadowMmu, direct_map: DirectMap) -> None:
+    def __init__(self, mmu: ShadowMmuView, direct_map: DirectMap) -> None:
         self.mmu = mmu
         self.direct_map = direct_map
         self.vcpu = 0

@@ -47,6 +47,13 @@ class CpuWalks:
                 SPTE_MMU_PRESENT_MASK | cfg.shadow_x_mask,
             ),
         }
+        #: where `first_exit` stops: where the access exits, and with PML a write that
+        #: sets a D bit (the CPU logs its gpa: `sets_dirty`, dirty_log.py)
+        self.stops = dict(self.needs)
+        if mmu.pml_logs_dirty_pages:
+            self.stops[True, False] = (
+                SPTE_MMU_PRESENT_MASK | PT_WRITABLE_MASK | cfg.shadow_dirty_mask,
+            ) * 2
 
     def leaf_spte(self, root: TdpMmuPage, gfn: int) -> int:
         """The spte the walk of `root` for `gfn` ends at: a leaf, a spte that is not
@@ -67,7 +74,7 @@ class CpuWalks:
         self._check()
         # each vCPU's valid root's walks: while only the CPU runs, no root is loaded or
         # invalidated and no table is linked or taken out
-        roots, needs = self.mmu.roots, self.needs
+        roots, needs = self.mmu.roots, self.stops
         walks = {v: self._walks_of(root) for v, root in roots.items() if not root.role.invalid}
         for index in range(start, stop):
             vcpu, gpa, write, fetch = accesses[index]
@@ -80,6 +87,17 @@ class CpuWalks:
             if spt[gfn & 511 if i < 0 else i] & mask != value:
                 return index
         return stop
+
+    def sets_dirty(self, root: TdpMmuPage, gfn: int) -> bool:
+        """A write the leaf allows, to a leaf with D clear: the CPU sets D (EPT A/D bits)
+        and, with PML on, logs the gpa.  False when the write exits instead."""
+        spt, index = self._walks_of(root).get(gfn >> 9) or self._walk(root, gfn)
+        index = gfn & 511 if index < 0 else index
+        dirty = self.mmu.cfg.shadow_dirty_mask
+        if not self.allows(spt[index], True, False) or spt[index] & dirty:
+            return False
+        spt[index] |= dirty
+        return True
 
     def _check(self) -> None:
         """Forget the walks when a page table was linked or taken out since."""

@@ -31,6 +31,7 @@ from ...memslots.constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY
 from ...memslots.memslot import MemorySlot
 from ..mapping_level import MappingLevels
 from ..nx_huge_pages import recover_nx_huge_pages
+from ..params import cpu_dirty_log_size
 from ..role import PG_LEVEL_2M, PG_LEVEL_4K, KvmMmuPageRole
 from ..spte import (
     KVM_MAX_HUGEPAGE_LEVEL,
@@ -111,9 +112,9 @@ class TdpHuge(TdpRoots):
 
     @property
     def pml_logs_dirty_pages(self) -> bool:
-        """Page Modification Logging in use: `enable_pml` on EPT, which needs EPT A/D
-        bits (vmx.c `hardware_setup()`: "if (!enable_ept_ad_bits ...) enable_pml = 0")."""
-        return self.params.enable_pml and self.cfg.ept and not self.cfg.ad_disabled
+        """Page Modification Logging in use (`kvm->arch.cpu_dirty_log_size`, params.py):
+        `enable_pml` on EPT, which needs EPT A/D bits (vmx.c `hardware_setup()`)."""
+        return cpu_dirty_log_size(self.params, self.cfg) > 0
 
     def wrprot_gfn_range(self, root: TdpMmuPage, start: int, end: int, min_level: int) -> bool:
         sptes = for_each_tdp_pte_min_level(self.pages.by_pa, root, min_level, start, end)

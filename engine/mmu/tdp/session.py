@@ -10,7 +10,9 @@ and only matter under the NX huge page mitigation.  Workloads:
   `DIRTY_EVERY` accesses and off again the next time (eager page split and write
   protection when it starts, huge pages collapsing back when it stops);
 - `migrate`: dirty logging passes over a working set (`FastPathControls`): with PML
-  (EPT) the CPU logs the writes, without it (NPT) `fast_page_fault()` fixes them.
+  (`params.enable_pml`, EPT with A/D bits) the CPU sets D bits and logs the writes
+  (`CpuWalks.sets_dirty`, no exit), without it (enable_pml=0, eptad=0, NPT)
+  `fast_page_fault()` fixes the write-protected sptes.
 An access exits when the CPU's walk of the vCPU's root finds no leaf that allows it (not
 present, MMIO, not writable for a write, not executable for a fetch: cpu.py); the exit is
 the fault path's, `TdpMmu.page_fault`.  A fault that returns RET_PF_RETRY lets the vCPU
@@ -28,6 +30,7 @@ import sys
 from typing import NamedTuple
 
 from ...layouts.layout import Layout
+from ...memslots.memslot import MemorySlot
 from ..fast_pf import fast_words
 from ..guest.ept import (
     CHURN_EVERY,
@@ -190,8 +193,17 @@ class TdpSession(EptSession[TdpStep]):
             if root is None or root.role.invalid:
                 self.mmu.root(vcpu)  # kvm_mmu_load(); the access runs on the new root
                 continue
+            if write and self.cpu.sets_dirty(root, gpa >> PAGE_SHIFT):  # no exit: PML
+                self.dirty_log.cpu_sets_dirty(self._slot_of(vcpu, gpa), gpa >> PAGE_SHIFT)
+                index += 1
+                continue
             exited = (first + index, *self._exit(EptAccess(vcpu, gpa, write, fetch)))
             index += 1
+
+    def _slot_of(self, vcpu: int, gpa: int) -> MemorySlot | None:
+        """The slot of a gpa the CPU wrote (the tree itself: no lookup counted)."""
+        as_id = self.vm.vcpu(vcpu).as_id
+        return self.vm.memslot_set(as_id).gfn_tree.search(gpa >> PAGE_SHIFT)
 
     def _due(self, steps: int) -> str | None:
         """What comes before access `steps` besides the access: time (`_tick`, when an
