@@ -7,9 +7,9 @@ One row per trace record (the events `replay --summary` counts, in file order):
   (the record's number in its trace, from 0: ties of `ts` keep the file's order);
 - `system`: the tracepoint's system, ``kvm`` or ``kvmmmu`` (arch/x86/kvm/trace.h,
   include/trace/events/kvm.h, arch/x86/kvm/mmu/mmutrace.h), ``mmuscope`` for the
-  model's own events (named after the kernel function, no tracepoint:
-  docs/architecture.md §2.2), NULL for any other system's (a trace's text does not
-  name the system; `sched_switch` is NULL);
+  model's own events (named after the kernel function, no tracepoint: `MODEL_EVENTS`
+  of `engine.events`, docs/model-events.md), NULL for any other system's (a trace's
+  text does not name the system; `sched_switch` is NULL);
 - `event`: the tracepoint's name;
 - the typed columns of the fields MMU events share (`TYPED`), NULL where the event
   has no such field;
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..events import MODEL_EVENTS
 from ..trace.tracepoints import TRACEPOINTS
 
 PARTITION = "source"
@@ -151,22 +152,6 @@ _KVM = {
     "kvm_xen_hypercall", "vcpu_match_mmio",
     "kvm_set_spte_hva", "kvm_age_page",
 }  # fmt: skip
-# The model's own events (docs/architecture.md §2.2), each named after the kernel
-# function that does what it reports; no kernel has a tracepoint for them.
-MODEL_EVENTS = frozenset(
-    {
-        "account_shadowed",  # mmu.c, when a guest page table gets shadowed
-        "kvm_mmu_unprotect_page",  # mmu.c, its shadow pages zapped for a write
-        "kvm_memslot_lookup",  # search_memslots() and the nodes it visited
-        "kvm_arch_memslots_updated",  # the MMIO generation moved
-        "kvm_arch_flush_shadow_memslot",  # a deleted or moved slot's sptes zapped
-        "kvm_tdp_mmu_clear_dirty_pt_masked",  # KVM_CLEAR_DIRTY_LOG on the TDP MMU
-        "mark_page_dirty",  # a gfn set in the dirty bitmap
-        "kvm_kick_cpu",  # the PV-flush thread's (lkml, 2012) host side
-        "kvm_flush_tlb_multi",
-        "kvm_unmap_rmapp",  # POWER's HPT
-    }
-)
 SYSTEM_OF: dict[str, str] = {
     **dict.fromkeys(MODEL_EVENTS, "mmuscope"),
     **dict.fromkeys(_KVM, "kvm"),

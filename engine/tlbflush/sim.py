@@ -18,8 +18,12 @@ Events (to `emit`, tracepoint-shaped): `flush_tlb_others_ipi` (2012 kernel) or
 `kvm_apic_accept_irq` (an IPI reaches the target's APIC; apicid = vcpu_id),
 `kvm_kick_cpu`, `kvm_pv_tlb_flush` (vcpu_id, need_flush_tlb: the host tracepoint of
 arch/x86/kvm/trace.h), `kvm_exit` (reason HLT), `kvm_vcpu_wakeup`, `kvm_entry` and
-`sched_switch`.  With `trace_vm` set, only that VM's events are emitted and its flushes
-keep the time and manner of every acknowledgement (for the TLB screen).
+`sched_switch` (not when the pCPU picks the vCPU it ran last: the kernel has no switch to
+itself).  The guest's events, and the host's with fields the kernel's record lacks
+(`sched_switch` without pids, `kvm_apic_accept_irq` with sender and running,
+`kvm_vcpu_wakeup` with the reason), are the model's own (engine.events, marked `*`).
+With `trace_vm` set, only that VM's events are emitted and its flushes keep the time and
+manner of every acknowledgement (for the TLB screen).
 """
 
 from __future__ import annotations
@@ -172,7 +176,8 @@ class TlbSim:
         v.token += 1
         self.push(self.now + self.costs.context_switch_ns, EV_ENTER, v.gid, 0, v.token)
         prev, self._last_on[v.pcpu] = self._last_on[v.pcpu], v.name
-        self._emit("sched_switch", {"prev_comm": prev, "next_comm": v.name}, v.vm, v.pcpu)
+        if prev != v.name:  # `__schedule()` traces a switch only when `prev != next`
+            self._emit("sched_switch", {"prev_comm": prev, "next_comm": v.name}, v.vm, v.pcpu)
         self._update_vis(v)
 
     def deschedule(self, v: VCpu, blocked: bool) -> None:

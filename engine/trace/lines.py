@@ -19,7 +19,9 @@ or a known one whose text none of its variants matches — still becomes an `Eve
 the single field ``text`` (the raw printk), so ``replay --summary`` can count it.
 `format_line` inverts that: an event whose fields are just ``text`` prints the text; an
 event with no tracepoint (the engine's own, e.g. ``kvm_memslot_lookup``) prints
-`Event.format_fields` (``key=value`` pairs, which parse back only as ``text``).
+`Event.format_fields` (``key=value`` pairs, which parse back only as ``text``).  The
+model's own events (`engine.events.is_model_event`) carry a ``*`` after their name
+(``account_shadowed*: gfn=0x...``), which the parser reads past.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ..events import Event, FieldValue
+from ..events import Event, FieldValue, model_name
 from .tracepoints import CURRENT, TRACEPOINTS
 
 FTRACE = "ftrace"
@@ -43,7 +45,7 @@ _LINE_RE = re.compile(
     r"\[(?P<cpu>\d{1,6})\]\s+"
     r"(?:(?P<flags>[^\s:]{4,5})\s+)?"
     r"(?P<ts>\d{1,20}(?:\.\d{1,9})?):\s+"
-    r"(?P<event>[A-Za-z_][A-Za-z0-9_]*):(?P<text>(?: .*)?)"
+    r"(?P<event>[A-Za-z_][A-Za-z0-9_]*)\*?:(?P<text>(?: .*)?)"  # `*`: the model's own
 )
 _NAME_WIDTH = 20  # trace-cmd pads event names to this
 
@@ -73,14 +75,15 @@ def format_line(
     Raises `TracepointError` when the fields do not fit the event's tracepoint."""
     text = printk_text(event, variant)
     comm = f"{event.comm:>16}"
+    name = model_name(event)  # a `*` after the model's own
     if style == FTRACE:
         return (
             f"{comm}-{event.pid:<7} [{event.cpu:03d}] {flags} {_timestamp(event.ts)}: "
-            f"{event.name}: {text}"
+            f"{name}: {text}"
         )
     if style == TRACE_CMD:
         return trace_cmd_head(event.comm, event.pid, event.cpu, event.ts) + trace_cmd_name(
-            event.name
+            name
         ) + text  # fmt: skip
     raise ValueError(f"unknown trace line style {style!r} (not one of {', '.join(STYLES)})")
 

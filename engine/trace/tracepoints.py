@@ -183,9 +183,13 @@ class Tracepoint:
 
 
 def json_fields(name: str, fields: Mapping[str, FieldValue]) -> dict[str, FieldValue]:
-    """``replay --jsonl``'s fields: the kernel's names, then each earlier name of a field
-    present (docs/architecture.md §6.3: the earlier names stay for one release)."""
-    out = dict(fields)
+    """``replay --jsonl``'s fields: the kernel's names (`kernel_fields.kernel_json`: the
+    ``TP_STRUCT__entry`` fields the printk's labels stand for, then what it decodes),
+    then each earlier name of a field present (docs/architecture.md §6.3: the earlier
+    names stay for one release)."""
+    from .kernel_fields import kernel_json
+
+    out = kernel_json(name, fields)
     tracepoint = TRACEPOINTS.get(name)
     if tracepoint is not None:
         for old, new in tracepoint.aliases.items():

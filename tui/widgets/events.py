@@ -16,10 +16,18 @@ from __future__ import annotations
 import re
 import textwrap
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import NamedTuple
 
-from mmuscope.engine.events import Event
+from mmuscope.engine.events import (
+    KERNEL_SHAPES,
+    MODEL_EVENTS,
+    MODEL_MARK,
+    MODEL_NOTE,
+    Event,
+    is_model_event,
+    model_name,
+)
 from mmuscope.engine.stats import CounterRow, EventCounters
 from mmuscope.engine.trace import VARIANTS, TracepointError, format_line
 from mmuscope.engine.trace.lines import TRACE_CMD
@@ -32,9 +40,9 @@ from .event_log import EventLog
 from .fit import fit_title, more_rows, names_in, show_subtitle, show_title
 from .panel import TextPanel
 
-#: events the model emits that no kernel has a tracepoint for: marked `*` wherever shown
-OWN_EVENTS = frozenset({"kvm_memslot_lookup"})
-OWN_NOTE = "* mmuscope's own event, no tracepoint"
+#: the model's own events (engine.events: every view asks it) are marked `*` wherever shown
+OWN_NOTE = MODEL_NOTE
+MAY_BE_OWN = MODEL_EVENTS.keys() | KERNEL_SHAPES.keys()
 LOG_LINES_PER_FLUSH = 40  # at full speed the log scrolls faster than anyone reads anyway
 LOG_MAX_LINES = 1000
 KEPT_EVENTS = 300  # laid out again when the log's width changes
@@ -47,23 +55,22 @@ NBSP = "\u00a0"  # textwrap breaks only at ASCII whitespace
 def trace_line(event: Event) -> str:
     """An event as `trace-cmd report` prints it: the tracepoint's own printk text where the
     kernel has one (engine.trace; an event replayed from an older kernel in that
-    kernel's printk), `key=value` pairs for the model's own events."""
+    kernel's printk), `key=value` pairs for the model's own events (a `*` after their
+    name, as `format_line` puts it)."""
     for variant in VARIANTS:
         try:
-            line = format_line(event, TRACE_CMD, variant=variant)
+            return format_line(event, TRACE_CMD, variant=variant)
         except TracepointError:
             continue
-        if event.name in OWN_EVENTS:
-            line = line.replace(f" {event.name}: ", f" {event.name}*: ", 1)
-        return line
     task = f"{event.comm}-{event.pid}"
-    name = shown_name(event.name)
+    name = model_name(event)
     return f"{task:>16} [{event.cpu:03d}] {event.ts:12.6f}: {name}: {event.format_fields()}"
 
 
-def shown_name(name: str) -> str:
-    """The event's name as the panels show it: `*` after mmuscope's own (OWN_NOTE)."""
-    return f"{name}*" if name in OWN_EVENTS else name
+def shown_name(name: str, own: Collection[str] = MODEL_EVENTS) -> str:
+    """A name as the kvm_stat table shows it: `*` after the model's own (OWN_NOTE), by
+    name, or as `own` (the names the panel saw emitted in the model's own shape) says."""
+    return name + MODEL_MARK if name in own else name
 
 
 class LogEntry(NamedTuple):
@@ -76,7 +83,7 @@ class LogEntry(NamedTuple):
 
 
 def log_entry(event: Event) -> LogEntry:
-    line, name = trace_line(event), shown_name(event.name)
+    line, name = trace_line(event), model_name(event)
     head = f": {name}: "
     at = line.find(head)
     fields = line[at + len(head) :] if at >= 0 else event.format_fields()
@@ -110,12 +117,15 @@ def event_rows(entry: LogEntry, width: int, t0: float = 0.0) -> list[str]:
     return rows
 
 
-def counters_table(rows: list[CounterRow], width: int = 48) -> Text:
+def counters_table(
+    rows: list[CounterRow], width: int = 48, own: Collection[str] = MODEL_EVENTS
+) -> Text:
     """kvm_stat's columns, biggest totals first, as fixed-width text that never wraps:
     where the names do not fit beside every column, %Total goes first (the others'
     share of it is Total's), then the `kvm_` most tracepoints' names begin with (the header
-    says so: `Event (-kvm_)`), and only then are names cut."""
-    names = [shown_name(row.event) for row in rows]
+    says so: `Event (-kvm_)`), and only then are names cut.  The model's own (`own`)
+    carry a `*`."""
+    names = [shown_name(row.event, own) for row in rows]
     tot = max(6, *(len(str(row.total)) + 1 for row in rows)) if rows else 6
     pct, avg = 7, 9
     if max(map(len, names), default=5) + tot + pct + avg > width:
@@ -178,6 +188,8 @@ class EventPanel(Horizontal):
         self._t0: float | None = None  # the first logged event's time
         #: a scenario step's caption: the kvm_stat rows it names stay when rows must go
         self.focus_text = ""
+        #: the names counted that were the model's own (engine.events.is_model_event)
+        self.own_names: set[str] = set()
 
     def compose(self) -> ComposeResult:
         log = EventLog(max_lines=LOG_MAX_LINES, auto_scroll=True, id="event-log")
@@ -215,10 +227,13 @@ class EventPanel(Horizontal):
     def add_events(self, events: Iterable[Event]) -> None:
         batch = list(events)
         self._history.extend(batch)
-        scope = self.scope
+        scope, own = self.scope, self.own_names
         for event in batch:
             if scope is None or scope(event):
                 self.counters.add(event.name)
+                name = event.name
+                if name in MAY_BE_OWN and name not in own and is_model_event(name, event.fields):
+                    own.add(name)
         shown = [e for e in batch if self.shows(e)] if self.scope or self.pattern else batch
         self._unwritten.extend(shown[-LOG_LINES_PER_FLUSH:])
 
@@ -241,7 +256,7 @@ class EventPanel(Horizontal):
         second, not every frame."""
         if self._unwritten and self.query(EventLog):
             log = self.query_one(EventLog)
-            own = any(e.name in OWN_EVENTS for e in self._unwritten)
+            own = any(is_model_event(e.name, e.fields) for e in self._unwritten)
             if own:
                 show_subtitle(log, OWN_NOTE)
             entries = [log_entry(e) for e in self._unwritten]
@@ -305,8 +320,10 @@ class EventPanel(Horizontal):
         table = found.first()
         rows = self.counters.rows(self.pattern)
         rows, dropped = fitting_rows(rows, table.content_region.height - 1, self.focus_text)
-        table.show_content(counters_table(rows, table.content_region.width or 48))
-        own = any(row.event in OWN_EVENTS for row in rows)
+        width = table.content_region.width or 48
+        own_names = self.own_names.union(MODEL_EVENTS)  # (a replay sets the totals itself)
+        table.show_content(counters_table(rows, width, own_names))
+        own = any(row.event in own_names for row in rows)
         more, note = more_rows(dropped), OWN_NOTE if own else ""
         versions = [f"{note} · {more}", more] if note and more else [note or more]
         subtitle = fit_title(versions, table.outer_size.width)
@@ -320,6 +337,7 @@ class EventPanel(Horizontal):
     def reset(self) -> None:
         """A new model: an empty log and kvm_stat counters from zero (the filter stays)."""
         self.counters = EventCounters()
+        self.own_names = set()
         self._unwritten.clear()
         self._history.clear()
         self.clear_log()

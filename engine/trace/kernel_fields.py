@@ -1,0 +1,162 @@
+"""``--jsonl``'s fields by the kernel's names: what each tracepoint's ``TP_STRUCT__entry``
+holds (6.18's ``events/*/*/format``; tests/test_model_events.py checks every tracepoint
+against this host's files), made from the fields its printk text gives back.
+
+A template parses a text into the names the printk prints (docs/architecture.md §6.3):
+the shadow-page events' ``gen`` and decoded role, ``kvm_mmu_set_spte``'s ``(rwxu)``
+letters, ``kvm_mmio``'s type by its symbol.  `kernel_json` puts the kernel's fields
+first, then the rest of the parsed fields as extras:
+
+* ``kvm_mmu_get_page``, ``kvm_mmu_prepare_zap_page``, ``kvm_mmu_sync_page``,
+  ``kvm_mmu_unsync_page`` (``KVM_MMU_PAGE_FIELDS``, mmutrace.h): ``mmu_valid_gen, gfn,
+  role, root_count, unsync`` (and ``created``), then the decoded role ``level,
+  gpte_bytes, quadrant, direct, access, invalid, nxe, ad``, then ``gen`` (the earlier
+  name, for one release).  ``role`` is the u32 of `union kvm_mmu_page_role`
+  (`engine.mmu.role`) made of the bits the text prints: ``cr0_wp``,
+  ``smep_andnot_wp``, ``smap_andnot_wp``, ``guest_mode``, ``passthrough``, ``is_mirror``
+  and ``smm`` are not in the text and read as 0 (a raw trace.dat has them all);
+  libtraceevent's ``WORD: %08x`` text prints the whole word.  Texts of other eras, whose
+  role layout differs, get no ``role``.
+* ``kvm_mmu_set_spte``: ``r, x, u`` as ``TP_fast_assign`` sets them (``r``, ``x``:
+  bool; ``u``: -1 when the printk prints no ``u`` letter, as with ``shadow_user_mask``
+  0), then the letters as ``access_str``.
+* ``fast_page_fault``: ``ret``, the ``RET_PF_*`` the printk compares
+  (``spurious`` is ``ret == RET_PF_SPURIOUS``, ``fixed`` ``ret == RET_PF_FIXED``; else
+  ``fast_page_fault()`` leaves ``RET_PF_INVALID``).
+* ``kvm_mmio``: ``type`` the ``KVM_TRACE_MMIO_*`` number, its symbol as ``type_name``.
+* ``kvm_emulate_insn``: ``len`` (the bytes ``__print_hex`` printed), ``flags`` the
+  emulator mode's number, its symbol as ``flags_name``; ``insn`` stays the bytes as
+  printed.
+* ``kvm_exit``: ``isa``, ``KVM_ISA_VMX`` (1) for VMX's upper-case reasons,
+  ``KVM_ISA_SVM`` (2) for SVM's; ``exit_reason`` stays the reason's symbol (its
+  number needs vmx.h's and svm.h's tables, which the model does not carry).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from ..events import FieldValue
+
+Fields = Mapping[str, FieldValue]
+
+# `__print_symbolic(REC->type, ...)` of kvm_mmio (include/trace/events/kvm.h)
+KVM_TRACE_MMIO = {"unsatisfied-read": 0, "read": 1, "write": 2}
+# kvm_emulate_insn's `kvm_trace_symbol_emul_flags` (arch/x86/kvm/trace.h): X86EMUL_MODE_*
+EMUL_FLAGS = {"real": 0, "vm16": 3, "prot16": 1, "prot32": 5, "prot64": 9}
+KVM_ISA_VMX, KVM_ISA_SVM = 1, 2  # arch/x86/kvm/trace.h
+SHADOW_PAGE_EVENTS: tuple[str, ...] = ("kvm_mmu_get_page", "kvm_mmu_prepare_zap_page")
+SHADOW_PAGE_EVENTS += ("kvm_mmu_sync_page", "kvm_mmu_unsync_page")
+_ROLE_PRINTED = ("level", "gpte_bytes", "quadrant", "direct", "access", "invalid", "nxe", "ad")
+
+
+Kernel = tuple[dict[str, FieldValue], dict[str, FieldValue]]  # (kernel's, extras)
+
+
+def _pick(fields: Fields, *names: str) -> dict[str, FieldValue]:
+    return {name: fields[name] for name in names if name in fields}
+
+
+def _shadow_page(fields: Fields) -> Kernel:
+    out: dict[str, FieldValue] = {}
+    if "gen" in fields:
+        out["mmu_valid_gen"] = fields["gen"]
+    out |= _pick(fields, "gfn")
+    if "role" in fields:  # libtraceevent's WORD: the whole word
+        out["role"] = fields["role"]
+    elif all(name in fields for name in _ROLE_PRINTED):
+        from ..mmu.role import KvmMmuPageRole
+
+        try:
+            role = KvmMmuPageRole(
+                level=int(fields["level"]),
+                has_4_byte_gpte=int(fields["gpte_bytes"] == 4),
+                quadrant=int(fields["quadrant"]),
+                direct=int(fields["direct"]),
+                access=int(fields["access"]),
+                invalid=int(fields["invalid"]),
+                efer_nx=int(fields["nxe"]),
+                cr0_wp=0,  # not printed
+                ad_disabled=int(not fields["ad"]),
+            )
+        except ValueError:  # a value no role holds (a level past 15): no kernel printed it
+            pass
+        else:
+            out["role"] = role.word
+    return out | _pick(fields, "root_count", "unsync", "created"), {}
+
+
+def _set_spte(fields: Fields) -> Kernel:
+    letters = fields.get("access_str")
+    if not isinstance(letters, str) or len(letters) < 3:
+        return {}, {}
+    u = -1 if len(letters) == 3 else int(letters[3] == "u")
+    kernel = _pick(fields, "gfn", "spte", "sptep", "level")
+    return kernel | {"r": letters[0] == "r", "x": letters[2] == "x", "u": u}, {}
+
+
+def _fast_page_fault(fields: Fields) -> Kernel:
+    from ..mmu.spte import RetPf
+
+    if "spurious" not in fields or "fixed" not in fields:
+        return {}, {}
+    ret = RetPf.SPURIOUS if fields["spurious"] else RetPf.FIXED if fields["fixed"] else None
+    kernel = _pick(fields, "vcpu_id", "cr2_or_gpa", "error_code", "sptep", "old_spte")
+    kernel |= _pick(fields, "new_spte")
+    return kernel | {"ret": int(ret if ret is not None else RetPf.INVALID)}, {}
+
+
+def _mmio(fields: Fields) -> Kernel:
+    kind = fields.get("type")
+    if not isinstance(kind, str) or kind not in KVM_TRACE_MMIO:
+        return {}, {}
+    kernel = {"type": KVM_TRACE_MMIO[kind], **_pick(fields, "len", "gpa", "val")}
+    return kernel, {"type_name": kind}
+
+
+def _emulate_insn(fields: Fields) -> Kernel:
+    mode, insn = fields.get("flags"), fields.get("insn")
+    if not isinstance(mode, str) or mode not in EMUL_FLAGS or not isinstance(insn, str):
+        return {}, {}
+    kernel = _pick(fields, "rip", "csbase") | {"len": len(insn.split()), "insn": insn}
+    return kernel | {"flags": EMUL_FLAGS[mode]} | _pick(fields, "failed"), {"flags_name": mode}
+
+
+def _exit(fields: Fields) -> Kernel:
+    reason = fields.get("exit_reason")
+    if not isinstance(reason, str):
+        return {}, {}
+    isa = KVM_ISA_VMX if reason.isupper() else KVM_ISA_SVM
+    return _pick(fields, "exit_reason", "guest_rip") | {"isa": isa}, {}
+
+
+#: tracepoint -> the kernel's fields its parsed fields give, and the extras
+_KERNEL: dict[str, Callable[[Fields], Kernel]] = {
+    **dict.fromkeys(SHADOW_PAGE_EVENTS, _shadow_page),
+    "kvm_mmu_set_spte": _set_spte,
+    "fast_page_fault": _fast_page_fault,
+    "kvm_mmio": _mmio,
+    "kvm_emulate_insn": _emulate_insn,
+    "kvm_exit": _exit,
+}
+#: parsed names that a kernel's name replaces, kept last for one release
+_EARLIER = {"gen": "mmu_valid_gen"}
+
+
+def kernel_json(name: str, fields: Fields) -> dict[str, FieldValue]:
+    """The event's fields as ``--jsonl`` prints them: the kernel's names first, then the
+    decoded extras and the other parsed fields, then the earlier names."""
+    convert = _KERNEL.get(name)
+    if convert is None:
+        return dict(fields)
+    kernel, extras = convert(fields)
+    if not kernel:
+        return dict(fields)
+    out = kernel | extras
+    earlier = {}
+    for key, value in fields.items():
+        if _EARLIER.get(key) in kernel:
+            earlier[key] = value
+        elif key not in out:
+            out[key] = value
+    return out | earlier
