@@ -23,7 +23,8 @@ or a nested guest's shadow EPT) every logged spte is write-protected and
 
 Each line is `engine.trace.lines.format_line(event, "trace-cmd")`, made by the printer
 in `tui.report_lines` (`LinePrinter`: the session's names and fields without an `Event`,
-through the tracepoints' templates).  The first line is trace-cmd's `cpus=N` header.  Bad
+through the tracepoints' templates); the model's own events carry a `*` after their name
+(`engine.events.is_model_event`).  The first line is trace-cmd's `cpus=N` header.  Bad
 options: one line on stderr, exit 2.
 """
 
@@ -57,7 +58,9 @@ HELP_DESCRIPTION = """\
 A simulated guest run printed as trace-cmd report text, each event as the kernel
 prints it, for `mmuscope replay` or any tool that reads trace text (--jsonl: the
 objects of `replay --jsonl`). A seed draws the same guest accesses under tdp and
-direct, so the two eras can be compared on one workload."""
+direct, so the two eras can be compared on one workload. Events no kernel emits (the
+model's own, docs/model-events.md) carry a `*` after their name, and "model_only": true
+in JSON."""
 HELP_EXAMPLES = """examples:
   mmuscope simulate --mmu tdp --workload kernbench --accesses 2000 > tdp.txt
   mmuscope replay tdp.txt                      # the run in the replay screen

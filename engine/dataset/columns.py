@@ -13,9 +13,12 @@ One row per trace record (the events `replay --summary` counts, in file order):
 - `event`: the tracepoint's name;
 - the typed columns of the fields MMU events share (`TYPED`), NULL where the event
   has no such field;
-- `fields`: every other field, ``MAP(VARCHAR, VARCHAR)``, by the kernel's names as
-  ``replay --jsonl`` prints them (ints in decimal, bools ``true``/``false``); an event
-  whose text no template matches has one field, ``text``.
+- `fields`: every other field, ``MAP(VARCHAR, VARCHAR)``, by the names the templates
+  parse them with, as ``replay --jsonl`` prints them (ints in decimal, bools
+  ``true``/``false``; ``--jsonl`` adds what the kernel's record holds that the text
+  only implies, ``kvm_mmu_set_spte``'s ``r, x, u``, ``kvm_mmio``'s ``type`` as a number:
+  `engine.trace.kernel_fields`); an event whose text no template matches has one field,
+  ``text``.
 
 A typed column takes the kernel's field of the same name, except two renamings:
 ``vcpu`` is ``vcpu_id`` (kvm_page_fault, fast_page_fault, kvm_exit, ...), and the
