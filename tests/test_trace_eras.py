@@ -222,7 +222,8 @@ def test_replay_jsonl_prints_the_kernel_names_and_the_aliases(tmp_path: Path) ->
     assert zap == {"mmu_valid_gen": 0, "mmu_used_pages": 0x2C, "used_pages": 0x2C}
     assert fault["fault_address"] == fault["address"] == 0x402000
     assert fault["guest_rip"] == fault["rip"] == 0x401000
-    assert exit_["requests"] == 0 and exit_["exit_reason"] == "EPT_VIOLATION"
+    assert exit_["requests"] == 0 and exit_["exit_reason_name"] == "EPT_VIOLATION"
+    assert (exit_["exit_reason"], exit_["isa"]) == (48, 1)  # the u32, KVM_ISA_VMX
 
 
 def test_engine_events_use_the_kernel_names() -> None:

@@ -27,9 +27,10 @@ first, then the rest of the parsed fields as extras:
 * ``kvm_emulate_insn``: ``len`` (the bytes ``__print_hex`` printed), ``flags`` the
   emulator mode's number, its symbol as ``flags_name``; ``insn`` stays the bytes as
   printed.
-* ``kvm_exit``: ``isa``, ``KVM_ISA_VMX`` (1) for VMX's upper-case reasons,
-  ``KVM_ISA_SVM`` (2) for SVM's; ``exit_reason`` stays the reason's symbol (its
-  number needs vmx.h's and svm.h's tables, which the model does not carry).
+* ``kvm_exit``: ``exit_reason`` the u32 (`exit_reasons`: vmx.h's and svm.h's tables,
+  ``FAILED_VMENTRY`` as bit 31), its symbol as ``exit_reason_name``; ``isa``,
+  ``KVM_ISA_VMX`` (1) or ``KVM_ISA_SVM`` (2) by the table that names it (a reason
+  printed as a number tells neither: no ``isa``).
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ Fields = Mapping[str, FieldValue]
 KVM_TRACE_MMIO = {"unsatisfied-read": 0, "read": 1, "write": 2}
 # kvm_emulate_insn's `kvm_trace_symbol_emul_flags` (arch/x86/kvm/trace.h): X86EMUL_MODE_*
 EMUL_FLAGS = {"real": 0, "vm16": 3, "prot16": 1, "prot32": 5, "prot64": 9}
-KVM_ISA_VMX, KVM_ISA_SVM = 1, 2  # arch/x86/kvm/trace.h
 SHADOW_PAGE_EVENTS: tuple[str, ...] = ("kvm_mmu_get_page", "kvm_mmu_prepare_zap_page")
 SHADOW_PAGE_EVENTS += ("kvm_mmu_sync_page", "kvm_mmu_unsync_page")
 _ROLE_PRINTED = ("level", "gpte_bytes", "quadrant", "direct", "access", "invalid", "nxe", "ad")
@@ -123,11 +123,19 @@ def _emulate_insn(fields: Fields) -> Kernel:
 
 
 def _exit(fields: Fields) -> Kernel:
+    from .exit_reasons import exit_reason_number
+
     reason = fields.get("exit_reason")
     if not isinstance(reason, str):
         return {}, {}
-    isa = KVM_ISA_VMX if reason.isupper() else KVM_ISA_SVM
-    return _pick(fields, "exit_reason", "guest_rip") | {"isa": isa}, {}
+    try:
+        number, isa = exit_reason_number(reason, bool(fields.get("failed_vmentry")))
+    except ValueError:  # neither table's name nor a number: the text is not the kernel's
+        return {}, {}
+    kernel = {"exit_reason": number, **_pick(fields, "guest_rip")}
+    if isa is not None:
+        kernel["isa"] = isa
+    return kernel, {"exit_reason_name": reason}
 
 
 #: tracepoint -> the kernel's fields its parsed fields give, and the extras
