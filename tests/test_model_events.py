@@ -182,18 +182,20 @@ def simulate(*args: str) -> str:
 
 
 def test_simulate_marks_the_shadow_mmus_own_events_in_text_and_jsonl() -> None:
-    """`simulate --mmu shadow --workload fork --accesses 3000`: 748 account_shadowed and
-    488 kvm_mmu_unprotect_page lines, each with its `*`; replay reads them back."""
+    """`simulate --mmu shadow --workload fork --accesses 3000`: hundreds of
+    account_shadowed and kvm_mmu_unprotect_page lines, each with its `*`, the same in
+    --jsonl (`model_only`); replay reads them back."""
     args = ("--mmu", "shadow", "--workload", "fork", "--accesses", "3000")
     text = simulate(*args)
     marked = Counter(re.findall(r" (\w+)\*: ", text))
-    assert marked == {"account_shadowed": 748, "kvm_mmu_unprotect_page": 488}
+    assert set(marked) == {"account_shadowed", "kvm_mmu_unprotect_page"}
+    assert min(marked.values()) > 100, marked
     assert " account_shadowed: " not in text and " kvm_mmu_unprotect_page: " not in text
     counts = summarize(io.StringIO(text)).by_event
-    assert counts["account_shadowed"] == 748 and counts["kvm_mmu_unprotect_page"] == 488
+    assert {name: counts[name] for name in marked} == marked
     objects = [json.loads(line) for line in simulate(*args, "--jsonl").splitlines()]
     own = Counter(o["event"] for o in objects if o.get("model_only") is True)
-    assert own == {"account_shadowed": 748, "kvm_mmu_unprotect_page": 488}
+    assert own == marked
     assert all("model_only" not in o for o in objects if o["event"] in TRACEPOINTS)
 
 
