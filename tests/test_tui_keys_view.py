@@ -364,6 +364,37 @@ async def test_question_mark_lists_every_key(tmp_path: Path) -> None:
         assert app.screen is screen
 
 
+@pytest.mark.parametrize("screen_key", ["f1", "f2", "f4"])
+async def test_help_at_120_columns_says_every_key_whole(tmp_path: Path, screen_key: str) -> None:
+    """At 120×40 every row says what its key does (tab, shift+tab and ^c too), the
+    descriptions wrap instead of being cut (nothing lies to the right: no sideways
+    scroll), and End goes to the last key, not sideways."""
+    app = build(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press(screen_key)
+        await pilot.pause()
+        await pilot.press("question_mark")
+        await pilot.pause()
+        help_screen = app.screen
+        assert isinstance(help_screen, HelpScreen)
+        table = help_screen.query_one(DataTable)
+        rows = [tuple(str(c) for c in table.get_row_at(i)) for i in range(table.row_count)]
+        empty = [row[:2] for row in rows if not row[2].strip()]
+        assert not empty, f"keys without a word on what they do: {empty}"
+        keys = {row[0] for row in rows}
+        assert {"tab", "shift+tab", "^c"} <= keys
+        assert table.max_scroll_x == 0, "the table reaches past the window's right edge"
+        column = list(table.columns.values())[2].get_render_width(table) - 2 * table.cell_padding
+        for key, row in zip(table.rows.values(), rows, strict=True):
+            assert key.height * column >= len(row[2]), f"cut: {row}"
+            assert len(row[2]) <= column or key.height > 1, f"not wrapped: {row}"
+        await pilot.press("end")
+        await pilot.pause()
+        assert table.cursor_row == table.row_count - 1 and table.scroll_x == 0
+        await pilot.press("home")
+        assert table.cursor_row == 0
+
+
 async def test_help_closes_with_its_other_keys(tmp_path: Path) -> None:
     app = build(tmp_path)
     async with app.run_test(size=SIZE) as pilot:

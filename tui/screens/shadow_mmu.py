@@ -80,9 +80,10 @@ class ShadowMmuScreen(ZapReplay, PagingModes, GuestActions, FastPathActions, Pla
         Binding("A", "age_memory", "Age", show=False,
                 tooltip="kvm_age_gfn over guest RAM (page reclaim's clear_young): without A/D "
                 "bits sptes become access-tracked, restored by fast_page_fault"),
-        Binding("left_square_bracket", "select(-1)", "Up a level", show=False, key_display="["),
+        Binding("left_square_bracket", "select(-1)", "Up a level", show=False, key_display="[",
+                tooltip="Show the walk's level above in the grid"),
         Binding("right_square_bracket", "select(1)", "Down a level", show=False,
-                key_display="]"),
+                key_display="]", tooltip="Show the walk's level below in the grid"),
     ]  # fmt: skip
 
     def __init__(self, session: Session, pacer: Pacer, *, seed: int = 1) -> None:
