@@ -33,6 +33,8 @@ def test_summary_counts_every_demand_fault_and_the_kernels_statistics(tmp_path: 
         assert summary["stats"]["pf_taken"] == 42
         assert summary["stats"]["mmio_exits"] == summary["mmio_exits"] == 1
         assert summary["emulated"] == {"mov %bl,(%rax)": 1}  # the doorbell store, decoded
+    heads = {line.split("-")[0].strip() for line in out_file.read_text().splitlines()}
+    assert heads == {"mmuscope"}, heads
     replayed = run_cli("replay", str(out_file), "--summary")
     counts = json.loads(replayed.stdout)
     keys = ("lines", "events", "skipped", "unmatched", "by_event")
@@ -49,6 +51,27 @@ def test_jsonl_prints_the_kernels_events_as_replay_does() -> None:
     assert {"kvm_mmu_get_page", "kvm_mmio", "kvm_emulate_insn"} <= names
     gets = [e for e in events if e["event"] == "kvm_mmu_get_page"]
     assert sorted(e["fields"]["level"] for e in gets) == [1, 2, 3, 4]
+    # the vCPU's task by its name, as a global trace shows it, never `<...>`
+    assert {e["comm"] for e in events} == {"mmuscope"}
+
+
+def test_the_comm_of_our_own_pid_is_filled_across_drains() -> None:
+    from mmuscope.engine.kvm.record import CommFiller, own_comms
+
+    pid = os.getpid()
+    out: list[str] = []
+    filler = CommFiller(out.append)
+    line = f"           <...>-{pid:<7} [001] .....  1005.536930: kvm_fpu: load\n"
+    filler(line[:20])  # a drain that ends inside the line head
+    filler(line[20:] + "           <...>-1      [000] .....  1.0: kvm_fpu: unload\n<...>-")
+    filler.flush()
+    text = "".join(out)
+    assert (
+        text.splitlines()[0]
+        == f"{own_comms()[pid]:>16}-{pid:<7} [001] .....  1005.536930: kvm_fpu: load"
+    )
+    assert "<...>-1 " in text.splitlines()[1]  # not ours: left as the kernel printed it
+    assert text.endswith("<...>-")
 
 
 def test_bad_options_are_one_line_errors() -> None:

@@ -8,11 +8,16 @@ top level) — the same program advanced one slice on the engine's shadow MMU
 (`engine.kvm.compare.Comparison`), against the kernel's events as they came.  The last
 line says ``done`` (with the events lost and the final comparison) or carries the
 one-line ``error``.
+
+Started as ``python -m mmuscope.tui``, the child's task would be called ``python``: it
+names itself ``mmuscope`` first (PR_SET_NAME, through ``/proc/self/comm``), so that the
+trace's comm column says what the command line's does.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from pathlib import Path
 from typing import Any, TextIO
@@ -26,6 +31,8 @@ def run_follow(args: argparse.Namespace, program: Any) -> int:
     from mmuscope.engine.kvm.compare import Comparison
     from mmuscope.engine.kvm.host import read_host_mmu
 
+    with contextlib.suppress(OSError):
+        Path("/proc/self/comm").write_text("mmuscope")  # the CLI's comm (its script's name)
     folder: Path = args.follow
     kept: list[str] = []
     host = read_host_mmu()

@@ -6,13 +6,22 @@ sized for the program's largest slice), starts it once the VM exists, drains
 replay model), stops it before the VM is closed (closing zaps every shadow page) and
 removes it, on success, error and Ctrl+C alike.  The result carries the kernel's own
 text, the statistics before and after, the events lost (overruns), and the host.
+
+The text's comm column: `trace_pipe` prints it with `trace_find_cmdline()` (6.18
+kernel/trace/trace_sched_switch.c), from the saved_cmdlines map that the sched_switch
+probe fills, and only once an event was recorded on that CPU: a run in a private
+instance often ends first, and the kernel prints `<...>`.  The events are this process's own (the
+instance's `set_event_pid`), so `CommFiller` writes in the comm that the task has
+(`/proc/self/task/TID/comm`), as a global trace would show it.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from .host import HostMmu, kernel_release, read_host_mmu
 from .program import GuestProgram
@@ -51,6 +60,55 @@ def merged_stats(vm: dict[str, int], vcpu: dict[str, int]) -> dict[str, int]:
     return out
 
 
+UNKNOWN_COMM = "<...>"  # trace_find_cmdline(), a pid not in saved_cmdlines
+_HEAD = re.compile(r"^ *<\.\.\.>-(\d+)", re.MULTILINE)  # trace_print_context()'s "%16s-%-7d "
+
+
+def own_comms() -> dict[int, str]:
+    """pid -> comm of this process's threads, as the kernel keeps them."""
+    comms: dict[int, str] = {}
+    for task in Path("/proc/self/task").glob("*"):
+        try:
+            comms[int(task.name)] = (task / "comm").read_text().rstrip("\n")
+        except (OSError, ValueError):
+            continue  # a thread that ended meanwhile
+    return comms
+
+
+class CommFiller:
+    """`trace_pipe`'s text with `<...>` replaced by the comm of this process's threads
+    (`own_comms()`, looked up when a pid is first met), the column kept 16 wide.  A
+    drain may end inside a line: that part waits for the next (`flush()` hands out
+    the rest)."""
+
+    def __init__(self, on_text: Callable[[str], None]) -> None:
+        self.on_text = on_text
+        self.comms: dict[int, str] = {}
+        self._rest = ""
+
+    def __call__(self, text: str) -> None:
+        whole, _, self._rest = (self._rest + text).rpartition("\n")
+        if whole or text.endswith("\n"):
+            self.on_text(self.fill(whole + "\n"))
+
+    def flush(self) -> None:
+        rest, self._rest = self._rest, ""
+        if rest:
+            self.on_text(self.fill(rest))
+
+    def fill(self, text: str) -> str:
+        if UNKNOWN_COMM not in text:
+            return text
+        return _HEAD.sub(self._comm, text)
+
+    def _comm(self, match: re.Match[str]) -> str:
+        pid = int(match[1])
+        if pid not in self.comms:
+            self.comms.update(own_comms())
+        comm = self.comms.get(pid, UNKNOWN_COMM)
+        return f"{comm:>16}-{pid}"
+
+
 def buffer_kb(program: GuestProgram) -> int:
     largest = max((sum(s.count for s in sl.sweeps) for sl in program.slices), default=1)
     return max(MIN_BUFFER_KB, min(MAX_BUFFER_KB, largest * BYTES_PER_ACCESS // 1024))
@@ -74,6 +132,7 @@ def record(
         run = run_on_kernel(program, on_slice=on_slice, on_ready=on_start)
         return Recording(run, 0, host, kernel_release(), "")
     root = find_tracefs()
+    filler = CommFiller(on_text) if on_text is not None else None
     with TraceInstance(root, pid=os.getpid(), buffer_kb=buffer_kb(program)) as instance:
         pipes: RawPipes | None = None
         formats: dict[int, Format] = {}
@@ -81,8 +140,8 @@ def record(
         def drain() -> None:
             if on_raw is not None and pipes is not None:
                 on_raw(pipes, formats)
-            elif on_text is not None:
-                on_text(instance.read_available())
+            elif filler is not None:
+                filler(instance.read_available())
 
         def sliced(result: SliceResult) -> None:
             drain()
@@ -97,6 +156,8 @@ def record(
         def closing() -> None:
             instance.stop()
             drain()
+            if filler is not None:
+                filler.flush()
 
         try:  # a signal may end the run anywhere from here on, opening the pipes included
             if on_raw is not None:
