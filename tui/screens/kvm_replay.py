@@ -77,9 +77,10 @@ class ComparePanel(TextPanel):
             text.append("the comparison comes after the first slice\n(shadow-paging hosts)")
             self.show_content(text)
             return
-        room = max(8, (self.content_region.width or 44) - 17)
-        if compare is not None:
-            self._events(text, compare, room)
+        shown = self.content_region.width or 44
+        if compare is not None:  # a name, then three figures of 7
+            self._events(text, compare, max(8, shown - 21))
+        room = max(8, shown - 17)  # a name, two figures of 7, the mark
         names = [str(row["what"]).split(" (")[0] for row in rows]
         width = min(room, max([1, *(len(name) for name in names)]) + 1)
         unequal = [r for r in rows if r["explained"] is not None]

@@ -289,7 +289,8 @@ class MemslotsScreen(PlayerScreen):
 
     def _title_structure(self) -> None:
         """The strategy, its era and what it is; where that does not fit the drawing's
-        border whole, the era goes first, then the description (the window stays)."""
+        border whole, the era goes first, then the description, then the strategy's
+        name (the window stays)."""
         cls = STRATEGY_CLASSES[self.explorer.lookup]
         versions = [
             f"{cls.name} ({cls.era}): {cls.title}",
@@ -297,8 +298,8 @@ class MemslotsScreen(PlayerScreen):
             f"{cls.name} ({cls.era})",
             cls.name,
         ]
-        if self.window:
-            versions = [f"{self.window} · {version}" for version in versions]
+        if self.window:  # the strategy is in the header too: the window alone last
+            versions = [*(f"{self.window} · {version}" for version in versions), self.window]
         view = self.query_one(StructureView)
         title = fit_title(versions, view.outer_size.width)
         show_title(view, title)

@@ -160,6 +160,11 @@ class ReplayScreen(ReplayDrawing):
             self._tail_pipe()
         self.redraw(force=True)
 
+    def on_resize(self) -> None:
+        # the panels again once laid out at the new size: the newest pages a level row
+        # has room for, the title's parts that fit
+        self.call_after_refresh(self.redraw, True)
+
     def on_unmount(self) -> None:
         self._frame_drawn.set()
         if isinstance(self.timeline, TraceCursor):

@@ -22,7 +22,7 @@ from mmuscope.engine.replay.views import page_levels, spte_table
 from mmuscope.engine.words import count
 from textual.reactive import Reactive
 
-from ..widgets.fit import show_title
+from ..widgets.fit import fit_title, show_title
 from ..widgets.replay_panels import (
     ReplayPages,
     ReplayState,
@@ -137,7 +137,8 @@ class ReplayDrawing(PlayerScreen):
         model = self.timeline.model
         pages = self.query_one(ReplayPages)
         gen = "?" if model.mmu_valid_gen is None else model.mmu_valid_gen
-        show_title(pages, f"shadow pages by level · mmu_valid_gen {gen}")
+        whole = f"shadow pages by level · mmu_valid_gen {gen}"
+        show_title(pages, fit_title([whole, "shadow pages by level"], pages.outer_size.width))
         pages.show(page_levels(model), model)
 
     def _draw_grid(self) -> None:

@@ -96,11 +96,12 @@ def since(seconds: float) -> str:
     return f"{seconds * 1e6:.0f}µs" if seconds < 1 else f"{seconds:.6f}s"
 
 
-def event_rows(entry: LogEntry, width: int, t0: float = 0.0) -> list[str]:
+def event_rows(entry: LogEntry, width: int, t0: float = 0.0, *, whole: bool = True) -> list[str]:
     """The rows one event takes in a log `width` columns wide: the trace-cmd line if it
-    fits; else the name and fields first with ``[cpu] +time`` (since `t0`) at the
-    right, wrapped at spaces onto indented rows when they do not fit one."""
-    if len(entry.line) <= width:
+    fits (and `whole` lines are wanted); else the name and fields first with
+    ``[cpu] +time`` (since `t0`) at the right, wrapped at spaces onto indented rows when
+    they do not fit one."""
+    if whole and len(entry.line) <= width:
         return [entry.line]
     tail = f"[{entry.cpu}] +{since(entry.ts - t0)}"
     if len(entry.body) + 2 + len(tail) <= width:
@@ -185,6 +186,9 @@ class EventPanel(Horizontal):
         self._unwritten: deque[Event] = deque(maxlen=LOG_LINES_PER_FLUSH)
         self._kept: deque[LogEntry] = deque(maxlen=KEPT_EVENTS)  # the log's last events
         self._laid_out_at = 0  # the width the log's rows were wrapped for
+        #: the log's one form: every event's trace-cmd line whole, or every event as
+        #: name and fields first (event_rows), never both in one log
+        self.whole_lines = True
         self._t0: float | None = None  # the first logged event's time
         #: a scenario step's caption: the kvm_stat rows it names stay when rows must go
         self.focus_text = ""
@@ -266,7 +270,8 @@ class EventPanel(Horizontal):
             self._kept.extend(entries)
             self.logged += len(entries)
             width = self._log_width(log)
-            if width != self._laid_out_at:
+            longer = self.whole_lines and any(len(e.line) > width for e in entries)
+            if width != self._laid_out_at or longer:  # a new width, or the other form
                 self._lay_out(log, width)
             else:
                 log.write_lines(self._rows(entries, width))
@@ -286,12 +291,14 @@ class EventPanel(Horizontal):
         return log.scrollable_content_region.width or 80
 
     def _rows(self, entries: Iterable[LogEntry], width: int) -> list[str]:
-        t0 = self._t0 or 0.0
-        return [row for entry in entries for row in event_rows(entry, width, t0)]
+        t0, whole = self._t0 or 0.0, self.whole_lines
+        return [row for entry in entries for row in event_rows(entry, width, t0, whole=whole)]
 
     def _lay_out(self, log: EventLog, width: int) -> None:
-        """Write the kept events again, wrapped for the log's width now."""
+        """Write the kept events again, wrapped for the log's width now, in one form:
+        the trace-cmd lines whole where every one fits, else name and fields first."""
         self._laid_out_at = width
+        self.whole_lines = all(len(entry.line) <= width for entry in self._kept)
         log.clear()
         log.write_lines(self._rows(self._kept, width))
 

@@ -21,7 +21,7 @@ from textual.containers import Horizontal
 from textual.geometry import Size
 from textual.widgets import Label, ProgressBar
 
-from .fit import fit_rows, more_rows, refit_in_render, show_subtitle, show_title
+from .fit import BORDER_EXTRA, fit_rows, more_rows, refit_in_render, show_subtitle, show_title
 from .mmu_panels import FittedRows, MmuDrawing
 
 LEGEND_ITEMS = (("none", "· none"), ("nonleaf", "▸ table"), ("leaf", "■ 4K"),
@@ -201,7 +201,8 @@ class SpteGrid(MmuDrawing):
         self._fitted_for = self.content_size
         columns, gap, rows = self._shape(len(table.cells))
         if rows * columns >= len(table.cells) or self.content_size.height <= 0:
-            show_subtitle(self, GRID_LEGEND)
+            kinds = {cell.kind for cell in table.cells}
+            show_subtitle(self, self._legend(kinds, self.outer_size.width - BORDER_EXTRA))
             text = Text(no_wrap=True)
             self._append_cells(text, table.cells[: rows * columns], table.changed, columns, gap)
             self.show_text(text)
@@ -229,16 +230,18 @@ class SpteGrid(MmuDrawing):
             rows.append(row)
             busy.append(any(cell.kind != "none" for cell in part))
         kinds = {cell.kind for cell in cells}
-        rows.append(Text(self._legend(kinds), style=self.style_of("label")))
+        rows.append(
+            Text(self._legend(kinds, self.content_size.width), style=self.style_of("label"))
+        )
         first = [marked // columns] if marked is not None and marked < len(cells) else []
         grid = range(len(rows) - 1)
         present = [i for i in grid if busy[i] and i not in first]
         empty = [i for i in grid if not busy[i] and i not in first]
         return rows, [*first, len(rows) - 1, *present, *empty]
 
-    def _legend(self, kinds: set[str]) -> str:
-        """The legend; narrower than it, only the symbols the grid shows."""
-        if len(GRID_LEGEND) <= self.content_size.width:
+    def _legend(self, kinds: set[str], room: int) -> str:
+        """The legend; in fewer than its columns, only the symbols the grid shows."""
+        if len(GRID_LEGEND) <= room or room <= 0:
             return GRID_LEGEND
         return " ".join(item for kind, item in LEGEND_ITEMS if kind in kinds)
 

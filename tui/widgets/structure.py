@@ -99,6 +99,8 @@ class StructureView(ArrayCells, LineDiffView, can_focus=True):
         self._pad_x = 0  # columns left blank to centre a narrow tree
         self._pad_y = 0  # rows left blank above a short tree
         self._size_floor = Size(0, 0)  # the largest tree window since the last set_shape
+        self._root_unseen = False  # a new tree: scroll its root into view once laid out
+        self._on_root = False  # scrolled to the root: the first lookup starts from the left
         self._window_announced: WindowMoved | None = None
         self._states_cache: (
             tuple[Highlight | None, dict[int, str], list[tuple[int, int]]] | None
@@ -127,6 +129,7 @@ class StructureView(ArrayCells, LineDiffView, can_focus=True):
             self._node_of_slot = {n.slot.id: i for i, n in enumerate(shape.nodes)}
             self._states_cache = None
             self.window_root = 0
+            self._root_unseen = True
         else:
             self.index = None
             self._node_of_slot = {}
@@ -144,6 +147,9 @@ class StructureView(ArrayCells, LineDiffView, can_focus=True):
             self.highlight = highlight
             scroll_through(self, [self._array_head(stage) for stage in stages])
             stages = ()
+        if self._on_root and highlight is not None:
+            self._on_root = False  # lookups scroll from the left edge, as without it
+            self.scroll_to(x=0, animate=False, immediate=True)
         for stage in stages:
             self.highlight = stage
             if self.follow and stage is not None and self.index is not None:
@@ -277,6 +283,21 @@ class StructureView(ArrayCells, LineDiffView, can_focus=True):
             max(floor.width, window.width), max(floor.height, len(self._geometry.rows))
         )
         self.virtual_size = self._size_floor
+        if self._root_unseen and view_width and self.highlight is None:
+            self._root_unseen = False
+            self._scroll_to_root()
+
+    def _scroll_to_root(self) -> None:
+        """A new tree's window wider than the view, before any lookup: its root in the
+        middle of the view (from the left edge, the root of a 32764-slot tree sat at
+        the right edge, its label cut to its first digit)."""
+        geometry = self._geometry
+        if geometry is None or not geometry.window.nodes:
+            return
+        root = min(geometry.window.nodes, key=lambda placed: placed.level)
+        region = Region(root.x + self._pad_x, 0, len(root.label), 1)
+        self.scroll_to_region(region, animate=False, center=True, y_axis=False, immediate=True)
+        self._on_root = True
 
     def _announce_window(self, index: TreeIndex, window: TreeWindow) -> None:
         """Tell the screen when the window shows another part of the tree."""
