@@ -10,7 +10,9 @@ test's tmp_path and no user config read.
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -517,3 +519,40 @@ async def test_ctrl_q_quits_cleanly_even_while_playing(tmp_path: Path) -> None:
         await pilot.pause()
         assert app.return_code == 0  # inside the context: the key, not run_test, ended it
         assert not app.is_running
+
+
+async def test_e_exports_the_window_on_screen_and_shift_e_the_whole(tmp_path: Path) -> None:
+    """512 slots: `e` writes the tree's window of levels the screen shows (cut-off
+    subtrees as `+N slots` stubs, the lookup's hit in it), a picture a few screens
+    wide; `E` writes the whole tree."""
+    app = build(tmp_path, "assigned-devices")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("n", "n")
+        view = app.screen.query_one(StructureView)
+        window = view.window_nodes()
+        assert window is not None and 3 <= len(window) < 64
+        await press_export(pilot)
+        (dot,) = tmp_path.glob("*.dot")
+        text = dot.read_text()
+        nodes = set(re.findall(r"^  (s0_\d+) \[", text, re.MULTILINE))
+        assert len(nodes) == len(window)
+        assert "+" in text and " slots" in text and "style=dashed" in text
+        assert "levels" in text and "below slot" in text  # the title says which window
+        dot.rename(tmp_path / "window.dot.txt")
+        for pdf in tmp_path.glob("*.pdf"):
+            pdf.unlink()
+        await pilot.press("E")
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+        (whole,) = tmp_path.glob("*-whole-*.dot")
+        assert len(set(re.findall(r"^  (s0_\d+) \[", whole.read_text(), re.MULTILINE))) == 512
+    if shutil.which("dot") is None:
+        pytest.skip("Graphviz `dot` is not on PATH: the pictures' widths are not checked")
+    widths = []
+    for source in (tmp_path / "window.dot.txt", whole):
+        svg = subprocess.run(["dot", "-Tsvg", str(source)], capture_output=True, text=True,
+                             check=True, timeout=120).stdout  # fmt: skip
+        found = re.search(r'<svg width="(\d+)pt"', svg)
+        assert found is not None
+        widths.append(int(found[1]))
+    assert widths[0] < 2000 < 10000 < widths[1], widths

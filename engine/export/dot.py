@@ -7,6 +7,9 @@ that dumped the tree as Graphviz dot, to be turned into a picture with
 models: trees (the wbtree and today's rbtree) become one node per slot with `L`/`R`
 edges, arrays become tables of cells in search order. A `LookupTrace` (`--path GFN`) is
 drawn on top: visited nodes orange, the hit green, each numbered in visit order.
+A `window` (the levels the explorer shows of a big tree: node index -> the slots below it
+the window leaves out) draws those nodes alone, each cut-off subtree as a `+N slots`
+stub, as the terminal drawing does.
 
 Pure text: no Graphviz, Textual or Rich import; `render.py` runs the `dot` binary.  Trees
 are walked by index, never recursively (the `max` layout has 32764 slots and a wbtree can
@@ -176,12 +179,26 @@ def path_edges(view: TreeView, path: list[int]) -> set[tuple[int, int]]:
     return taken
 
 
-def child_edges(view: TreeView, i: int, taken: set[tuple[int, int]], hit: int | None) -> list[str]:
-    """The `L`/`R` edges out of node `i`; a lone child gets an invisible sibling point."""
+def child_edges(
+    view: TreeView,
+    i: int,
+    taken: set[tuple[int, int]],
+    hit: int | None,
+    window: Mapping[int, int] | None = None,
+) -> list[str]:
+    """The `L`/`R` edges out of node `i`; a lone child gets an invisible sibling point.
+    A node whose subtree the `window` cuts off gets a `+N slots` stub instead."""
     node = view.nodes[i]
+    parent = node_id(node.slot)
+    hidden = window.get(i, 0) if window is not None else 0
+    if hidden:
+        stub = f"{parent}_hidden"
+        return [
+            f"  {stub} {format_attrs({'label': f'+{hidden} slots', 'shape': 'plaintext'})};",
+            f"  {parent} -> {stub} [style=dashed];",
+        ]
     if node.left is None and node.right is None:
         return []
-    parent = node_id(node.slot)
     lines = []
     for side, child in (("L", node.left), ("R", node.right)):
         if child is None:
@@ -197,19 +214,24 @@ def child_edges(view: TreeView, i: int, taken: set[tuple[int, int]], hit: int | 
     return lines
 
 
-def tree_body(view: TreeView, trace: LookupTrace | None) -> list[str]:
-    """Node statements in breadth-first order, then the edges, all by index (no recursion)."""
+def tree_body(
+    view: TreeView, trace: LookupTrace | None, window: Mapping[int, int] | None = None
+) -> list[str]:
+    """Node statements in breadth-first order, then the edges, all by index (no recursion);
+    with a `window`, its nodes only."""
     if not view.nodes:
         return ['  empty [shape=plaintext, label="(no slots)"];']
     path, hit = tree_visits(view, trace)
     order = visit_order(path)
+    drawn = range(len(view.nodes)) if window is None else sorted(window)
     lines = ['  node [shape=box, style="rounded,filled", fillcolor=white];']
-    for i, node in enumerate(view.nodes):
+    for i in drawn:
+        node = view.nodes[i]
         attrs = tree_node_attrs(view.strategy, node, visit_marks(order.get(i, [])), i == hit)
         lines.append(f"  {node_id(node.slot)} {format_attrs(attrs)};")
     taken = path_edges(view, path)
-    for i in range(len(view.nodes)):
-        lines.extend(child_edges(view, i, taken, hit))
+    for i in drawn:
+        lines.extend(child_edges(view, i, taken, hit, window))
     return lines
 
 
@@ -289,14 +311,24 @@ def header_lines(
 
 
 def shape_to_dot(
-    view: TreeView | ArrayView, *, title: str | None = None, trace: LookupTrace | None = None
+    view: TreeView | ArrayView,
+    *,
+    title: str | None = None,
+    trace: LookupTrace | None = None,
+    window: Mapping[int, int] | None = None,
 ) -> str:
     """Dot text for `view` (a tree in the style of the RFC's `print_tree`, or an array).
 
     `title` (default: the strategy name) heads the graph label, top left; `trace` draws one
-    lookup on the structure.  Feed the result to `dot -Tpdf foo.dot > foo.pdf`.
+    lookup on the structure; `window` (a tree's node indexes -> slots cut off below each)
+    draws only those nodes, each cut-off subtree a stub.  Feed the result to
+    `dot -Tpdf foo.dot > foo.pdf`.
     """
-    body = tree_body(view, trace) if isinstance(view, TreeView) else array_body(view, trace)
+    match view:
+        case TreeView():
+            body = tree_body(view, trace, window)
+        case ArrayView():
+            body = array_body(view, trace)
     head = [
         "digraph memslots {",
         f"  graph [label={graph_label(header_lines(view, title, trace))}, labelloc=t, "

@@ -179,20 +179,26 @@ class MmuScreen(Screen[None]):
         return None
 
     def action_export(self) -> None:
-        found = self.export_dot()
+        self.export_found(self.export_dot())
+
+    def export_found(self, found: tuple[str, int] | None, name: str = "", note: str = "") -> None:
+        """Write `found` (dot text, nodes) as dot and PDF, named after the view (and
+        `name`); `note` ends the notification."""
         if found is None:
             self.notify("nothing to export on this screen", severity="warning")
             return
         text, nodes = found
         directory = Path(getattr(self.app, "export_dir", "."))
-        stem = f"mmuscope-{self.view_name}-{time.strftime('%Y%m%d-%H%M%S')}"
-        self._export(text, nodes, directory / stem)
+        stem = f"mmuscope-{self.view_name}{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        self._export(text, nodes, directory / stem, note)
 
     @work(thread=True, exclusive=True, group="export")
-    def _export(self, text: str, nodes: int, stem: Path) -> None:
+    def _export(self, text: str, nodes: int, stem: Path, note: str = "") -> None:
         from ..export import export_view
 
         message, severity = export_view(text, nodes, stem)
+        if note:
+            message += f"\n{note}"
         self.app.call_from_thread(self._notify_export, message, severity)
 
     def _notify_export(self, message: str, severity: SeverityLevel) -> None:

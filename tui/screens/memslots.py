@@ -77,6 +77,20 @@ class MemslotsScreen(PlayerScreen):
             show=False,
             tooltip="the wbtree with equal weights compacted by address (beyond the thread)",
         ),
+        Binding(
+            "e",
+            "export",
+            "Export",
+            tooltip="Write the drawing on screen (a big tree's "
+            "window of levels, with the lookup path) as dot and PDF",
+        ),
+        Binding(
+            "E",
+            "export_whole",
+            "Export whole",
+            show=False,
+            tooltip="Write the whole structure as dot and PDF, not just the window",
+        ),
         Binding("c", "toggle_vm_cache", "VM cache", tooltip="slots->last_used_slot on/off"),
         Binding("v", "toggle_vcpu_cache", "vCPU cache", tooltip="vcpu->last_used_slot on/off"),
         Binding("w", "next_workload", "Workload", show=False, tooltip="Cycle the access mix"),
@@ -563,7 +577,18 @@ class MemslotsScreen(PlayerScreen):
 
     # -- export -----------------------------------------------------------------------
 
-    def export_dot(self) -> tuple[str, int] | None:
+    def action_export(self) -> None:
+        """The drawing as on screen: a big tree's window of levels (E: the whole)."""
+        window = self.query_one(StructureView).window_nodes()
+        note = "the window on screen; E writes the whole tree" if window is not None else ""
+        self.export_found(self.export_dot(), note=note)
+
+    def action_export_whole(self) -> None:
+        self.export_found(self.export_dot(whole=True), "-whole")
+
+    def export_dot(self, whole: bool = False) -> tuple[str, int] | None:
+        """The structure as dot with the last lookup, and its node count: the tree's
+        window drawn now unless `whole`."""
         from mmuscope.engine.export.dot import shape_to_dot  # only when exporting: not at start-up
 
         explorer = self.explorer
@@ -572,5 +597,11 @@ class MemslotsScreen(PlayerScreen):
         if self.record is not None and self.record.generation == explorer.generation:
             trace = explorer.explain(self.record)
         title = f"{explorer.layout.name} · {explorer.lookup} · as {explorer.as_id}"
+        window = None if whole else self.query_one(StructureView).window_nodes()
+        if window is not None and isinstance(shape, TreeView):
+            shown = self.query_one(StructureView).window_shown
+            if shown is not None:
+                title += f" · {self.window or f'window below slot {shown.slot_id}'}"
+            return shape_to_dot(shape, title=title, trace=trace, window=window), len(window)
         count = len(shape.nodes) if isinstance(shape, TreeView) else len(shape.entries)
         return shape_to_dot(shape, title=title, trace=trace), count

@@ -309,6 +309,15 @@ class StructureView(ArrayCells, LineDiffView, can_focus=True):
             self._window_announced = moved
             self.post_message(moved)
 
+    def window_nodes(self) -> dict[int, int] | None:
+        """The tree window drawn now: node index (into the shape's nodes) -> the slots
+        below it that the window leaves out; None when the whole tree is drawn (or an
+        array is)."""
+        moved, geometry = self._window_announced, self._geometry
+        if geometry is None or moved is None or not (moved.depth or moved.hidden):
+            return None
+        return {placed.index: placed.hidden for placed in geometry.window.nodes}
+
     @property
     def window_shown(self) -> WindowMoved | None:
         """The window of the tree drawn now, as last announced (None: not a tree yet)."""
