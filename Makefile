@@ -18,7 +18,9 @@ run: $(STAMP) graphviz trace-cmd
 
 # Two pytest-xdist workers (CI has 2 cores); `make test PYTEST_ARGS=-n0` runs serially.
 PYTEST_ARGS ?= -n 2
-test: $(STAMP) graphviz trace-cmd chromium lint
+# The README's screenshots are drawn again first (deterministic: an image changes only
+# when the look does; `git status` shows which ones to commit).
+test: $(STAMP) graphviz trace-cmd chromium lint screenshots
 	$(BIN)/python -m pytest --dist=loadgroup $(PYTEST_ARGS)
 
 # mypy checks the packages as installed (mmuscope.engine, mmuscope.tui): two links make
