@@ -21,7 +21,7 @@ import pytest
 from mmuscope.tui.screens import base
 from mmuscope.tui.screens.kvm_replay import KvmReplayScreen
 from mmuscope.tui.widgets.event_log import EventLog
-from mmuscope.tui.widgets.events import EventPanel
+from mmuscope.tui.widgets.events import CountersTable, EventPanel
 from mmuscope.tui.widgets.replay_panels import ReplayPages, SpteGrid
 from mmuscope.tui.widgets.structure import StructureView
 from textual.pilot import Pilot
@@ -110,6 +110,23 @@ async def test_a_log_widened_to_200_columns_keeps_one_form(tmp_path: Path, sourc
         whole = [bool(WHOLE_LINE.match(row)) for row in events]
         assert events and (all(whole) or not any(whole)), events
         assert all(whole) == (source == "kvm fork")
+
+
+async def test_kvm_stat_grows_with_a_200_column_screen(tmp_path: Path) -> None:
+    app = build(tmp_path)
+    async with app.run_test(size=(200, 60)) as pilot:
+        await pilot.press("f2", *["n"] * 6)
+        await pilot.pause()
+        table = app.screen.query_one(CountersTable)
+        assert table.outer_size.width >= 56
+        panel = app.screen.query_one(EventPanel)
+        panel.show_counters()
+        header = str(table.content).splitlines()[0]
+        assert "%Total" in header and "CurAvg/s" in header, header
+    narrow = build(tmp_path)
+    async with narrow.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert narrow.screen.query_one(CountersTable).outer_size.width == 50  # as before
 
 
 async def test_the_max_layout_shows_its_roots_label_whole(tmp_path: Path) -> None:
