@@ -18,7 +18,14 @@ from mmuscope.engine.stats import CounterRow, LookupCost
 from mmuscope.tui.app import MmuscopeApp, make_app
 from mmuscope.tui.screens import base
 from mmuscope.tui.widgets.cost_panel import cost_table
-from mmuscope.tui.widgets.events import EventLog, EventPanel, LogEntry, counters_table, event_rows
+from mmuscope.tui.widgets.events import (
+    CountersTable,
+    EventLog,
+    EventPanel,
+    LogEntry,
+    counters_table,
+    event_rows,
+)
 from rich.console import Console
 from textual.pilot import Pilot
 
@@ -154,6 +161,38 @@ def test_kvm_stat_drops_percent_then_kvm_before_it_cuts_a_name() -> None:
     assert all(len(line) <= 30 for line in cut) and cut[1].startswith("mmu_prepare_za…")
     other = counters_table([*rows, CounterRow("fast_page_fault", 2, 0.0, 0.0)], 37)
     assert other.plain.splitlines()[2].startswith("fast_page_fault ")  # no kvm_ to leave off
+
+
+def test_the_models_mark_costs_kvm_stat_no_column() -> None:
+    """A `*` after the model's own names may take the blanks left of their totals: the
+    mark alone never drops %Total, and a name cut short keeps its mark."""
+    rows = [CounterRow("smp_invalidate_interrupt", 13, 17.8, 0.0)]
+    own = {"smp_invalidate_interrupt"}
+    lines = counters_table(rows, 46, own).plain.splitlines()  # kvm_stat's room at 120x40
+    assert lines[0].split() == ["Event", "Total", "%Total", "CurAvg/s"]
+    assert lines[1].split() == ["smp_invalidate_interrupt*", "13", "17.8", "0"]
+    assert all(len(line) <= 46 for line in lines)
+    narrow = counters_table(rows, 37, own).plain.splitlines()  # and at 80x24
+    assert narrow[1].split() == ["smp_invalidate_interrupt*", "13", "0"]
+    big = [CounterRow("smp_invalidate_interrupt", 123456, 17.8, 0.0)]
+    cut = counters_table(big, 37, own).plain.splitlines()
+    name = cut[1].split()[0]
+    assert name.startswith("smp_invalidate_int") and name.endswith("…*"), name
+    assert all(len(line) <= 37 for line in cut)
+
+
+@pytest.mark.parametrize("size", [(120, 40), (80, 24)], ids=["120x40", "80x24"])
+async def test_the_tlb_screens_kvm_stat_keeps_its_columns(size: tuple[int, int]) -> None:
+    app = screen_app("tlb")
+    async with app.run_test(size=size) as pilot:
+        await keys_for("tlb")(pilot)
+        table = app.screen.query_one(CountersTable)
+        lines = str(table.content).splitlines()
+        heads = ["Total", "%Total", "CurAvg/s"] if size[0] == 120 else ["Total", "CurAvg/s"]
+        assert lines[0].split()[-len(heads) :] == heads, lines[0]
+        names = [line.split()[0] for line in lines[1:]]
+        assert "smp_invalidate_interrupt*" in names, names  # whole, and marked the model's
+        assert all(len(line) <= table.content_region.width for line in lines)
 
 
 def test_the_cost_table_shortens_then_drops_worst_then_miss_and_never_wraps() -> None:

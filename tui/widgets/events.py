@@ -125,23 +125,33 @@ def counters_table(
     where the names do not fit beside every column, %Total goes first (the others'
     share of it is Total's), then the `kvm_` most tracepoints' names begin with (the header
     says so: `Event (-kvm_)`), and only then are names cut.  The model's own (`own`)
-    carry a `*`."""
+    carry a `*`, kept on a name cut short.  A name may run into the blanks left of its
+    own total, one blank kept: a short total leaves a long name whole."""
     names = [shown_name(row.event, own) for row in rows]
-    tot = max(6, *(len(str(row.total)) + 1 for row in rows)) if rows else 6
+    totals = [str(row.total) for row in rows]
+    tot = max(6, *(len(total) + 1 for total in totals)) if rows else 6
     pct, avg = 7, 9
-    if max(map(len, names), default=5) + tot + pct + avg > width:
+
+    def fit(names: list[str], room: int) -> bool:
+        pairs = zip(names, totals, strict=True)
+        return room >= len("Event") and all(len(n) + 1 + len(t) <= room + tot for n, t in pairs)
+
+    if not fit(names, width - tot - pct - avg):
         pct = 0
     room = max(8, width - tot - pct - avg)
     head = "Event"
-    if max(map(len, names), default=5) > room and any(n.startswith(KVM_PREFIX) for n in names):
+    if not fit(names, room) and any(n.startswith(KVM_PREFIX) for n in names):
         names = [n.removeprefix(KVM_PREFIX) for n in names]
         head = BARE_HEAD if len(BARE_HEAD) < room else head
     pct_head = f"{'%Total':>{pct}}" if pct else ""
     text = Text(f"{head:<{room}}{'Total':>{tot}}{pct_head}{'CurAvg/s':>{avg}}\n", style="bold")
-    for row, event in zip(rows, names, strict=True):
-        event = event if len(event) <= room else event[: room - 1] + "…"
+    for row, event, total in zip(rows, names, totals, strict=True):
+        reach = room + tot - len(total) - 1  # the name's columns and the blanks before its total
+        if len(event) > reach:
+            mark = MODEL_MARK if event.endswith(MODEL_MARK) else ""
+            event = event[: reach - 1 - len(mark)] + "…" + mark
         share = f"{row.percent:>{pct}.1f}" if pct else ""
-        text.append(f"{event:<{room}}{row.total:>{tot}}{share}{row.rate:>{avg}.0f}\n")
+        text.append(f"{event:<{reach}} {total}{share}{row.rate:>{avg}.0f}\n")
     text.rstrip()
     text.no_wrap = True
     return text
