@@ -36,7 +36,10 @@ ANSI = re.compile(r"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]|\x
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SERVED = ["--paused", "--theme", "projector"]  # explorer options given to `serve`
 BLACK = b"\x00\x00\x00"  # the projector theme's background
-STEP_TIMEOUT = 20.0  # seconds for any one thing the browser or the server must do
+# seconds for any one thing the browser or the server must do: the served app starts a
+# whole Python interpreter and Textual beside Chromium, which takes over 20 s on two
+# loaded cores while the other xdist worker runs
+STEP_TIMEOUT = 45.0
 
 
 def free_port() -> int:
@@ -343,7 +346,7 @@ def test_the_explorer_in_headless_chromium(
     browser: str, server: tuple[subprocess.Popen[bytes], Path, str]
 ) -> None:
     proc, log, url = server
-    seen = asyncio.run(asyncio.wait_for(drive(browser, url), 60))
+    seen = asyncio.run(asyncio.wait_for(drive(browser, url), 4 * STEP_TIMEOUT))
 
     assert drawn_share(seen["first"]) > 0.05, "the terminal looks blank"
     assert background(seen["first"]) == BLACK, "not the projector theme given to `serve`"
