@@ -14,8 +14,9 @@
   sink (`over_bare_loop`: how many times longer the simulation takes than printing alone).
   The machine's load average is printed with them (absolute numbers fall with the load;
   the ratios much less), and lines per second of the process's CPU time.
-- `--baseline DIR`: the same command from a wheel of another checkout (an earlier commit),
-  its runs interleaved with this checkout's, so that both see the same load.
+- `--baseline DIR` (repeatable): the same command from a wheel of another checkout (an
+  earlier commit), its runs interleaved with this checkout's, so that all see the same
+  load; each named by its folder (`simulate_command_baseline` for ../baseline).
 
 With `--instructions` it times nothing and counts instead, under valgrind's callgrind:
 the instructions of the whole installed command, of its start-up (`--accesses 10`) and of
@@ -242,8 +243,9 @@ def main() -> None:
         "--editable", action="store_true", help="this environment's mmuscope, not a wheel's"
     )
     parser.add_argument(
-        "--baseline", type=Path, metavar="DIR", help="also a wheel of this checkout, interleaved"
-    )
+        "--baseline", type=Path, metavar="DIR", action="append", default=[],
+        help="also a wheel of this checkout, interleaved (repeatable)",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.instructions and shutil.which("valgrind") is None:
         parser.exit(2, "tdp_speed.py: --instructions needs valgrind (apt-get install valgrind)\n")
@@ -262,10 +264,13 @@ def main() -> None:
                 parser.exit(2, f"tdp_speed.py: no wheel to time ({': '.join(why) or err}); "
                             "--editable times this environment's command\n")  # fmt: skip
         commands = {"this": mmuscope}
-        if args.baseline is not None:
-            if not (args.baseline / "pyproject.toml").is_file():
-                parser.exit(2, f"tdp_speed.py: --baseline {args.baseline}: not a checkout\n")
-            commands["baseline"] = installed_command(Path(tmp) / "baseline", args.baseline)
+        for checkout in args.baseline:
+            if not (checkout / "pyproject.toml").is_file():
+                parser.exit(2, f"tdp_speed.py: --baseline {checkout}: not a checkout\n")
+            name = checkout.resolve().name
+            if name in commands:
+                parser.exit(2, f"tdp_speed.py: --baseline {checkout}: a second {name!r}\n")
+            commands[name] = installed_command(Path(tmp) / f"baseline-{name}", checkout)
         rows = measure(args, commands)
     rows["command"] = {"mmuscope": "editable" if args.editable else "wheel"}
     _print(rows, args.json)
