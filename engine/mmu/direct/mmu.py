@@ -188,9 +188,8 @@ class DirectMmu(DirectMmio, DirectHuge, DirectRmaps):
         root = self.root(vcpu)
         leaf_page, index = self._walk_existing(root, gfn)
         spte = self.pages.nonpresent if leaf_page is None else leaf_page.spt[index]
-        gen = self.vm.generation(root.role.smm)
         if is_mmio_spte(self.cfg, spte) and handle_mmio_page_fault(
-            self, vcpu, gpa, spte, gen, True
+            self, vcpu, gpa, spte, self.vm.generation(root.role.smm), True
         ):
             self._emit_mmio(gpa, write)  # emulate: x86_emulate_instruction()
             return RetPf.EMULATE  # else a stale generation: RET_PF_INVALID, the real path

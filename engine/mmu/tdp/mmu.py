@@ -148,8 +148,9 @@ class TdpMmu(TdpHuge):
         spte = sp.spt[index]  # the spte the exit was on
         if rsvd is None:
             rsvd = is_mmio_spte(self.cfg, spte)
-        gen = self.vm.generation(root.role.smm)
-        if rsvd and handle_mmio_page_fault(self, vcpu, gpa, spte, gen, direct=True):
+        if rsvd and handle_mmio_page_fault(
+            self, vcpu, gpa, spte, self.vm.generation(root.role.smm), direct=True
+        ):
             self._emit_mmio(gpa, write)  # emulate: x86_emulate_instruction()
             return RetPf.EMULATE
         self.stat["pf_taken"] += 1
