@@ -6,6 +6,7 @@ model and with random and recorded event sequences."""
 from __future__ import annotations
 
 import io
+import re
 import shutil
 import subprocess
 import sys
@@ -502,6 +503,47 @@ def test_direct_pages_are_drawn_linked_to_their_parents(tmp_path: Path) -> None:
     if shutil.which("dot"):
         out = subprocess.run(["dot", "-Tsvg"], input=text, capture_output=True, text=True)
         assert out.returncode == 0 and out.stdout.count('class="edge"') >= 4
+
+
+def test_a_shadow_paging_trace_draws_each_page_under_its_parent() -> None:
+    """kvm fork recorded on a shadow-MMU host: indirect pages, whose place gfn and level do
+    not give.  The guest's walks do: the level-L entry a walk reads points to the table
+    of level L-1, so every page below a root is drawn linked to its parent, labelled with
+    the entry's index (the address's bits for that level), and Graphviz draws the edges."""
+    trace = (FIXTURES / "kvm-fork-follow" / "trace.txt").read_text()
+    model = replay(events_of(trace.splitlines(keepends=True)))
+    pages = list(model.pages.values())
+    assert pages and not any(p.direct for p in pages)
+    text, _ = replay_to_dot(model)
+    seq = {(p.gfn, p.level): p.seq for p in pages}
+    edges = {tuple(map(int, m)) for m in re.findall(r"p(\d+) -> p(\d+) \[label", text)}
+    assert (seq[0x2, 4], seq[0x3, 3]) in edges  # the walk of 0x400030: pte 3007 at level 4
+    assert (seq[0x4, 2], seq[0x5, 1]) in edges and (seq[0x4, 2], seq[0xE, 1]) in edges
+    assert 'label="spte[8]"' in text  # 0x1000000 >> 21 & 511: table e under table 4
+    below_roots = [p for p in pages if p.level is not None and p.level < 4]
+    assert {child for _, child in edges} == {p.seq for p in below_roots}
+    if shutil.which("dot"):
+        out = subprocess.run(["dot", "-Tsvg"], input=text, capture_output=True, text=True)
+        assert out.returncode == 0 and out.stdout.count('class="edge"') >= len(below_roots)
+
+
+def test_a_simulated_shadow_run_replays_into_linked_trees() -> None:
+    """Shadow paging: every page but the roots (one per guest process) has its parent
+    drawn, a direct page for a huge guest page included."""
+    from mmuscope.engine.replay.dot import direct_links, shadow_links
+
+    done = subprocess.run(
+        [sys.executable, "-m", "mmuscope.tui", "simulate", "--mmu", "shadow",
+         "--workload", "kernbench", "--accesses", "1500"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    model = replay(events_of(done.stdout.splitlines(keepends=True)))
+    pages = [p for p in model.pages.values() if not model.is_obsolete(p)]
+    links = shadow_links(model, pages)
+    children = {id(c) for _, c, _, _ in links} | {id(c) for _, c, _ in direct_links(pages)}
+    orphans = [p for p in pages if id(p) not in children]
+    assert any(c.direct for _, c, _, _ in links)  # a huge guest page's direct page
+    assert len(pages) > 10 and {(p.level, p.direct) for p in orphans} == {(4, False)}
 
 
 def test_a_simulated_direct_run_replays_into_one_linked_tree() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from mmuscope.engine.replay.index import TraceIndex, _scanned_events, build_index
-from mmuscope.engine.replay.model import MODEL_EVENTS
+from mmuscope.engine.replay.model import MODEL_EVENTS, WALK_EVENTS
 from mmuscope.engine.replay.scan import PACE_EVERY, TraceScan, scan_trace
 from mmuscope.engine.replay.stream import iter_positioned
 from mmuscope.engine.trace.reader import summarize
@@ -33,7 +33,7 @@ def check_scan(data: bytes) -> TraceScan:
     if found:
         assert scan.first_ts == min(p.event.ts for p in found)
         assert scan.last_ts == max(p.event.ts for p in found)
-    lazy = list(iter_positioned(io.BytesIO(data), fields_for=MODEL_EVENTS))
+    lazy = list(iter_positioned(io.BytesIO(data), fields_for=MODEL_EVENTS, lazy_for=WALK_EVENTS))
     assert list(_scanned_events(io.BytesIO(data), scan)) == [(p.offset, p.event) for p in lazy]
     return scan
 

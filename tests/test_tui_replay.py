@@ -135,14 +135,21 @@ async def test_cpu_and_pid_filters_recount_kvm_stat(tmp_path: Path) -> None:
         assert "pids: not a number" in str(app.screen.query_one("#error").content)
 
 
-async def test_e_exports_the_pages_as_dot(tmp_path: Path) -> None:
-    app = build(SAMPLE, tmp_path)
+@pytest.mark.parametrize(
+    ("trace", "linked"), [(SAMPLE, 0), (FIXTURES / "kvm-fork-follow" / "trace.txt", 20)]
+)
+async def test_e_exports_the_pages_as_dot(tmp_path: Path, trace: Path, linked: int) -> None:
+    """The pages, each drawn under its parent: `kvm fork` on a shadow-MMU host makes 25
+    indirect pages, five of them roots (one per process)."""
+    app = build(trace, tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
         await indexed(pilot, replay_screen(app))
         await pilot.press("end")
         await press_export(pilot)
     dots = list(tmp_path.glob("mmuscope-replay-*.dot"))
     assert len(dots) == 1 and dots[0].read_text().startswith("digraph replay_pages {")
+    children = re.findall(r"-> p(\d+) \[label=", dots[0].read_text())
+    assert len(set(children)) == len(children) == linked
 
 
 async def test_readable_at_80x24_and_120x40(tmp_path: Path) -> None:

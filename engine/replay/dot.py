@@ -9,8 +9,13 @@ follows from its gfn and level: a level-L direct page maps the 512**L gfns from 
 the direct page of level L+1, of the same generation and SMM bit, whose range holds that
 gfn, through its spte `(gfn >> 9L) & 511` (`SPTE_INDEX`).  Those links are drawn,
 labelled with the index.  An indirect page shadows a guest page table, whose place the
-trace does not show: levels are stacked by invisible edges, for them and for pages whose
-parent is not drawn."""
+guest's walks show (`ReplayModel.guest_links`: the table of level L-1 that a walk's
+level-L entry points to, and that entry's index): each is linked to the page of level
+L+1, of the same generation and SMM bit, that shadows its parent table; a link from a
+root is dashed (the top table is CR3's, which no event prints: the model takes the root
+its vCPU loaded last).  A direct page under an indirect one (`FNAME(fetch)` maps a huge
+guest page with smaller pages) is linked to the table whose huge entry it maps.  Levels
+are stacked by invisible edges, for pages whose parent is not drawn."""
 
 from __future__ import annotations
 
@@ -63,6 +68,32 @@ def direct_links(pages: list[ReplayPage]) -> list[tuple[ReplayPage, ReplayPage, 
     return links
 
 
+def shadow_links(
+    model: ReplayModel, pages: list[ReplayPage]
+) -> list[tuple[ReplayPage, ReplayPage, int, bool]]:
+    """(parent, child, entry index, from an assumed root) for each page whose parent
+    table a walk showed (an indirect page's table, or a direct page's huge guest entry)
+    and whose indirect parent page is among `pages` (of several with that gfn and level,
+    the newest one older than the child)."""
+    at: dict[tuple[int | None, object, int, int], list[ReplayPage]] = {}
+    for page in sorted(pages, key=lambda p: p.seq):
+        if not page.direct and page.level is not None:
+            place = (page.gen, dict(page.key[2]).get("smm"), page.level, page.gfn)
+            at.setdefault(place, []).append(page)
+    links, placed = [], model.placed_tables()
+    for page in pages:
+        link = placed.get((page.gfn, page.level)) if page.level else None
+        if page.level is None or link is None:
+            continue
+        table, index, assumed = link
+        smm = dict(page.key[2]).get("smm")
+        parents = at.get((page.gen, smm, page.level + 1, table), [])
+        older = [parent for parent in parents if parent.seq < page.seq] or parents
+        if older:
+            links.append((older[-1], page, index, assumed))
+    return links
+
+
 def replay_to_dot(model: ReplayModel, *, title: str = "") -> tuple[str, int]:
     """(dot text, nodes) for the newest MAX_DOT_PAGES pages."""
     rows = page_levels(model, newest=MAX_DOT_PAGES)
@@ -96,5 +127,8 @@ def replay_to_dot(model: ReplayModel, *, title: str = "") -> tuple[str, int]:
     drawn_pages = [page for row in rows for page in row.newest]
     for parent, child, index in direct_links(drawn_pages):
         lines.append(f"  p{parent.seq} -> p{child.seq} [label={quote(f'spte[{index}]')}];")
+    for parent, child, index, assumed in shadow_links(model, drawn_pages):
+        dashed = ", style=dashed" if assumed else ""
+        lines.append(f"  p{parent.seq} -> p{child.seq} [label={quote(f'spte[{index}]')}{dashed}];")
     lines.append("}")
     return "\n".join(lines) + "\n", drawn

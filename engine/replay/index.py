@@ -43,7 +43,7 @@ from typing import BinaryIO
 
 from ..events import Event
 from ..trace.reader import rejoin
-from .model import MODEL_EVENTS, ReplayModel
+from .model import MODEL_EVENTS, WALK_EVENTS, ReplayModel
 from .records import ModelSnapshot
 from .scan import PACE_EVERY, TraceScan, scan_trace
 from .stream import EventAssembler
@@ -197,12 +197,13 @@ def build_index(
 def _scanned_events(handle: BinaryIO, scan: TraceScan) -> Iterator[tuple[int, Event]]:
     """The events the scan found, each with its offset: only the lines that start one
     are decoded; the model's events get their fields, the others only their head (as
-    `iter_positioned(..., fields_for=MODEL_EVENTS)` makes them, a test checks it)."""
+    `iter_positioned(..., fields_for=MODEL_EVENTS, lazy_for=WALK_EVENTS)` makes them, a
+    test checks it; the guest walks' fields are read only where the model needs them)."""
     offsets, joined = scan.offsets, scan.joined
     total = len(offsets)
     if not total:
         return
-    parse = EventAssembler(MODEL_EVENTS).parse
+    parse = EventAssembler(MODEL_EVENTS, lazy_for=WALK_EVENTS).parse
     handle.seek(0)
     lines = iter(handle)
     number, wanted, offset = 0, offsets[0], 0

@@ -51,6 +51,18 @@ What each event does to the model:
   ``cr2_or_gpa``'s gfn: the one holding ``old_spte`` (else the only leaf there); the fast
   path changes no other spte and emits nothing else (fast_pf.py).  ``%p`` hashes the
   sptep, so the gfn finds the leaf.  ``fast_sptes`` counts the changes applied.
+* ``kvm_mmu_pagetable_walk`` and ``kvm_mmu_paging_element`` — the guest's page-table walk
+  (``walk_addr_generic``), one element per level from the top: the level-L entry points
+  to the guest table of level L-1, which an indirect shadow page of level L-1 shadows
+  (its gfn), so each walk says which entry of which table holds each table below the
+  top (``guest_links``: the parent's gfn and the entry's index, the address's bits for
+  that level, ``pt_index``; `walk_links`).  The top table is CR3's, which no event
+  prints: it is taken to be the last root its vCPU thread loaded (``vcpu_roots``: an
+  indirect ``kvm_mmu_get_page`` of level 4 or 5 is a root, ``mmu_alloc_shadow_roots``),
+  an assumption (a root found again in KVM's cache of previous roots is not traced),
+  kept only for a table no walk placed before.  A walk's events are kept unread
+  (``walks``; most of a shadow-paging trace) and placed when a page is got on its
+  thread, or read by an export (`placed_tables`).
 * ``kvm_page_fault``, ``kvm_exit``, ``kvm_entry`` — counted per vCPU.
 * every event — counted per (name, cpu, pid), so kvm_stat's table can be rebuilt for any
   CPU or pid filter at any position.
@@ -70,6 +82,7 @@ from re import Match
 from typing import Any, TypeVar
 
 from ..events import Event, FieldValue
+from ..mmu.guest.page_tables import PT_PAGE_SIZE, PT_PRESENT, pt_index, pte_gfn
 from ..mmu.spte import MMIO_SPTE_GEN_MASK
 from ..trace.lines import event_of
 from ..trace.reader import CONTINUED, summarize
@@ -103,6 +116,7 @@ V = TypeVar("V")
 _TABLES: tuple[str, ...] = ("pages", "by_gfn", "mmio", "tdp", "counts", "vcpus")
 _TABLES += ("exit_reasons", "tdp_pending", "tdp_pending_roots")
 _TABLES += ("level_copies", "level_epochs", "level_gens", "invalid_roots")
+_TABLES += ("walks", "guest_links", "vcpu_roots")
 _SCALARS = (
     *("events", "seq", "version", "mmu_valid_gen", "memslots_gen", "max_gen_seen"),
     *("flips", "flips_total", "created", "adopted", "zapped", "duplicate_creates"),
@@ -170,6 +184,13 @@ class ReplayModel:
         #: cpu -> the TDP root it made last, whose address space no change has shown yet
         self.tdp_pending_roots: dict[int, PageKey] = {}
         self.tdp_unlinked = 0  # TDP child pages freed unlinked (a lost race)
+        #: vCPU thread (pid) -> its last guest walk not placed yet: the walk's events
+        self.walks: dict[int, tuple[Event, ...]] = {}
+        #: (gfn, level) of a guest page table -> (its parent table's gfn, the parent's
+        #: entry index, whether the parent is the assumed root), as the walks read them
+        self.guest_links: dict[tuple[int, int], tuple[int, int, bool]] = {}
+        #: vCPU thread (pid) -> (gfn, level) of the last indirect root it loaded
+        self.vcpu_roots: dict[int, tuple[int, int]] = {}
 
     # -- state --------------------------------------------------------------------------
 
@@ -244,6 +265,9 @@ class ReplayModel:
             settled = self._settle_root(event, root) or settled
         if event.name != "kvm_mmu_prepare_zap_page":
             self.last_tdp_freed = None
+        if event.name in WALK_EVENTS:
+            self._walk_step(event)
+            return False
         handler = _HANDLERS.get(event.name)
         if (handler is not None and event.fields and handler(self, event)) or settled:
             self.version += 1
@@ -262,6 +286,12 @@ class ReplayModel:
         key = page_key(fields)
         if key is None:
             return False
+        self._place_walk(event.pid)  # before a new root: the walk was under the last one
+        level = _int(fields, "level")
+        if fields.get("direct") is False and level is not None and level >= 4:
+            root = self.vcpu_roots.get(event.pid)
+            if root is None or level >= root[1]:  # an l4 below an l5 root is no root
+                self.vcpu_roots[event.pid] = (key[0], level)
         gen = key[1]
         if gen is not None:
             self.max_gen_seen = max(self.max_gen_seen, gen)
@@ -528,6 +558,36 @@ class ReplayModel:
                 self.last_tdp_freed = _printed(key)
                 return
 
+    def _walk_step(self, event: Event) -> None:
+        """A walk event kept, its fields unread (most of a shadow-paging trace) until a
+        page is got on its vCPU thread or an export asks (`walk_links`)."""
+        if event.name == "kvm_mmu_pagetable_walk":
+            self.walks[event.pid] = (event,)
+        elif (walk := self.walks.get(event.pid)) is not None and len(walk) <= MAX_WALK_LEVELS:
+            self.walks[event.pid] = (*walk, event)
+
+    def _place_walk(self, pid: int) -> None:
+        """The tables the last walk of vCPU thread `pid` shows, placed (`guest_links`)."""
+        walk = self.walks.pop(pid, None)
+        if walk is None:
+            return
+        for child, link in walk_links(walk, self.vcpu_roots.get(pid)):
+            if link[2] and child in self.guest_links:
+                continue  # a walk placed it: the assumed root does not move it
+            self.guest_links.pop(child, None)  # the newest last: the cap drops the oldest
+            self.guest_links[child] = link
+            if len(self.guest_links) > self.limits[0]:
+                del self.guest_links[next(iter(self.guest_links))]
+
+    def placed_tables(self) -> dict[tuple[int, int], tuple[int, int, bool]]:
+        """`guest_links` with what the walks not placed yet add (the model unchanged)."""
+        out = dict(self.guest_links)
+        for pid, walk in self.walks.items():
+            for child, link in walk_links(walk, self.vcpu_roots.get(pid)):
+                if not (link[2] and child in out):
+                    out[child] = link
+        return out
+
     def _set_spte(self, event: Event) -> bool:
         fields = event.fields
         gfn, level, spte = _int(fields, "gfn"), _int(fields, "level"), _int(fields, "spte")
@@ -624,6 +684,12 @@ class ReplayModel:
         for name, attr in (("kvm_exit", "exits"), ("kvm_entry", "entries")):
             per_vcpu = sum(getattr(v, attr) for v in self.vcpus.values())
             assert per_vcpu <= totals.get(name, 0), (name, per_vcpu)
+        assert len(self.guest_links) <= max_pages
+        for (gfn, level), (parent, index, _) in self.guest_links.items():
+            assert level >= 1 and 0 <= index < 512 and gfn >= 0 and parent >= 0, (gfn, level)
+        for pid, walk in self.walks.items():
+            assert walk[0].name == "kvm_mmu_pagetable_walk" and walk[0].pid == pid, walk
+            assert len(walk) <= MAX_WALK_LEVELS + 1
         assert self.flips_total >= len(self.flips)
         if self.flips:
             assert self.mmu_valid_gen is not None
@@ -666,6 +732,38 @@ _HANDLERS: dict[str, Callable[[ReplayModel, Event], bool]] = {
 }
 #: the events whose fields the model reads (an index pass may skip parsing the others)
 MODEL_EVENTS = frozenset(_HANDLERS)
+#: the guest walk's events: kept, their fields read only when a page is got (lazily)
+WALK_EVENTS = frozenset({"kvm_mmu_pagetable_walk", "kvm_mmu_paging_element"})
+MAX_WALK_LEVELS = 5  # PT64_ROOT_5LEVEL: elements a walk has at most
+
+
+def walk_links(
+    walk: tuple[Event, ...], root: tuple[int, int] | None
+) -> list[tuple[tuple[int, int], tuple[int, int, bool]]]:
+    """What one guest walk (``FNAME(walk_addr_generic)``: ``kvm_mmu_pagetable_walk``,
+    then a ``kvm_mmu_paging_element`` per level from the top) shows: ((gfn, level) of a
+    table, (its parent table's gfn, the parent entry's index, parent is the assumed
+    root)).  A present non-leaf entry points to the table of the level below; a huge
+    one (PS) ends the walk, and the direct page ``FNAME(fetch)`` makes for it (the gfn
+    rounded to the entry's span, as ``base_gfn``) has the entry's table for parent too.
+    The top table is CR3's, which no event prints: `root` (the vCPU's last root)."""
+    addr = _int(walk[0].fields, "addr")
+    links: list[tuple[tuple[int, int], tuple[int, int, bool]]] = []
+    table = None if root is None else root[0]
+    for n, element in enumerate(walk[1:]):
+        pte, level = _int(element.fields, "pte"), _int(element.fields, "level")
+        if addr is None or pte is None or level is None or level <= 1 or not pte & PT_PRESENT:
+            break
+        if n == 0 and (root is None or root[1] != level):
+            table = None  # a root of another level than the walk's top: not its root
+        huge = bool(pte & PT_PAGE_SIZE)
+        gfn = pte_gfn(pte) & ~(gfns_per_spte(level) - 1) if huge else pte_gfn(pte)
+        if table is not None:
+            links.append(((gfn, level - 1), (table, pt_index(addr, level), n == 0)))
+        if huge:
+            break
+        table = gfn
+    return links
 
 
 #: the events that make and unmake shadow pages: all that `unmatched` needs

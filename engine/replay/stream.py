@@ -13,8 +13,9 @@ event's first line on, a fresh reader and the continuing one agree.
 
 `fields_for` lets a pass that only needs some events' fields (the timeline index) skip
 parsing the printk of the others: they come out with no fields, or (`lazy`, the replay
-cursor) with fields parsed when first read.  Files are read as bytes
-(for exact offsets) and split at ``\\n`` only; a lone ``\\r`` does not end a line here.
+cursor; `lazy_for`, the index's guest walks) with fields parsed when first read.  Files
+are read as bytes (for exact offsets) and split at ``\\n`` only; a lone ``\\r`` does not
+end a line here.
 """
 
 from __future__ import annotations
@@ -40,9 +41,16 @@ class EventAssembler:
     """`iter_events`' loop as an object: `feed` lines one by one (live tails need this),
     `flush` at the end (or when no line came for a while)."""
 
-    def __init__(self, fields_for: frozenset[str] | None = None, *, lazy: bool = False) -> None:
+    def __init__(
+        self,
+        fields_for: frozenset[str] | None = None,
+        *,
+        lazy: bool = False,
+        lazy_for: frozenset[str] = frozenset(),
+    ) -> None:
         self.fields_for = fields_for
         self.lazy = lazy  # the others' fields parsed when read (LazyFields), not left empty
+        self.lazy_for = lazy_for  # these others' fields parsed when read, whatever `lazy`
         self._held: Positioned | None = None  # parsed, not handed out yet
         self._before: str | None = None  # the line before, if a wrap may continue it
         self._before_offset = 0
@@ -55,7 +63,7 @@ class EventAssembler:
         if m is None:
             return None
         name = m["event"]
-        if name in self.fields_for or self.lazy:
+        if name in self.fields_for or self.lazy or name in self.lazy_for:
             return event_of(m, lazy=name not in self.fields_for)
         return Event(
             name,
@@ -93,12 +101,13 @@ def iter_positioned(
     *,
     fields_for: frozenset[str] | None = None,
     lazy: bool = False,
+    lazy_for: frozenset[str] = frozenset(),
 ) -> Iterator[Positioned]:
     """The events of a binary trace file from byte `start` (an event's first line, or 0);
     with `fields_for`, only those events' fields are parsed now, the others' never or,
-    with `lazy`, when first read."""
+    with `lazy` (or for those in `lazy_for`), when first read."""
     handle.seek(start)
-    assembler = EventAssembler(fields_for, lazy=lazy)
+    assembler = EventAssembler(fields_for, lazy=lazy, lazy_for=lazy_for)
     offset = start
     feed = assembler.feed
     for raw in handle:
