@@ -61,3 +61,36 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str]) -> None:
     done = run(*args)
     assert done.returncode == 2 and done.stdout == ""
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--children", "-5"], "--children -5: give 0 to 3000"),
+        (["--children", "5000"], "--children 5000: give 0 to 3000"),
+        (["--pages", "0"], "--pages 0: give 1 to 512"),
+        (["--pages", "513"], "--pages 513: give 1 to 512"),
+    ],
+)
+def test_a_count_out_of_range_is_named_with_its_range(args: list[str], said: str) -> None:
+    """One form for every count, as `kvm --pages` says it; 5000 children once ran a
+    minute and ended in a traceback (the guest's page-table pool ran out)."""
+    done = run(*args)
+    assert done.returncode == 2 and done.stderr.strip() == f"mmuscope: error: {said}"
+
+
+def test_the_most_processes_fit_the_guests_page_table_pool() -> None:
+    """MAX_PROCESSES is what the pool holds: each process's tables, as two forks take
+    them, times the largest workload (a parent and MAX_PROCESSES children)."""
+    from mmuscope.engine.mmu.guest.page_tables import DEFAULT_POOL_PAGES
+    from mmuscope.engine.mmu.shadow.rmap_workloads import (
+        MAX_PAGES,
+        MAX_PROCESSES,
+        run_rmap_workload,
+    )
+
+    for workload in ("fork", "kernbench"):
+        one = len(run_rmap_workload(workload, children=1, pages=MAX_PAGES).guest.allocated)
+        two = len(run_rmap_workload(workload, children=2, pages=MAX_PAGES).guest.allocated)
+        each = two - one
+        assert each >= 4 and one + (MAX_PROCESSES - 1) * each <= DEFAULT_POOL_PAGES, each

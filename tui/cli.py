@@ -210,7 +210,9 @@ def _layout(layout: argparse.ArgumentParser) -> None:
 
 
 def _rmaps_stat(rmaps: argparse.ArgumentParser) -> None:
-    from .cliparts import int_arg
+    from mmuscope.engine.mmu.shadow.rmap_workloads import MAX_PAGES, MAX_PROCESSES
+
+    from .cliparts import count_arg
 
     rmaps.add_argument(
         "--workload", default="fork", choices=("fork", "kernbench"),
@@ -218,11 +220,14 @@ def _rmaps_stat(rmaps: argparse.ArgumentParser) -> None:
         "processes (default fork)",
     )  # fmt: skip
     rmaps.add_argument(
-        "--children", type=int_arg, default=500, help="forked children (fork; default 500)"
-    )
+        "--children", type=count_arg, default=500,
+        help=f"forked children (fork), or processes (kernbench); 0 to {MAX_PROCESSES}, "
+        "default 500",
+    )  # fmt: skip
     rmaps.add_argument(
-        "--pages", type=int_arg, default=16, help="4 KiB pages each process maps (default 16)"
-    )
+        "--pages", type=count_arg, default=16,
+        help=f"4 KiB pages each process maps, 1 to {MAX_PAGES} (default 16)",
+    )  # fmt: skip
     rmaps.add_argument(
         "--era", default="6.4", choices=("3", "15", "14", "6.4"),
         help="struct pte_list_desc's layout (default 6.4)",

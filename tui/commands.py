@@ -216,14 +216,30 @@ def _result_json(r: object) -> dict[str, object]:
 
 
 def run_rmaps_stat(args: argparse.Namespace) -> int:
-    """The VM's `mmu_rmaps_stat` after a workload, byte for byte as debugfs prints it."""
-    from mmuscope.engine.mmu.shadow.rmap_workloads import run_rmap_workload
+    """The VM's `mmu_rmaps_stat` after a workload, byte for byte as debugfs prints it; on a
+    terminal, the processes run so far on stderr (tui/progress.py)."""
+    from mmuscope.engine.mmu.shadow.rmap_workloads import (
+        MAX_PAGES,
+        MAX_PROCESSES,
+        run_rmap_workload,
+    )
 
-    try:
+    from .progress import steps, watched
+
+    if not 0 <= args.children <= MAX_PROCESSES:
+        raise CliError(f"--children {args.children}: give 0 to {MAX_PROCESSES}")
+    if not 1 <= args.pages <= MAX_PAGES:
+        raise CliError(f"--pages {args.pages}: give 1 to {MAX_PAGES}")
+    total = args.children if args.workload == "fork" else max(args.children, 1)
+    what = "children" if args.workload == "fork" else "processes"
+    title = f"rmaps-stat {args.workload}"
+    with steps(title, total, shown=watched()) as progress:
         mmu = run_rmap_workload(
-            args.workload, children=args.children, pages=args.pages, pte_list_era=args.era
+            args.workload,
+            children=args.children,
+            pages=args.pages,
+            pte_list_era=args.era,
+            on_process=lambda n: progress.finished(f"{n} {what} ran"),
         )
-    except ValueError as err:
-        raise CliError(str(err)) from None
     sys.stdout.write(mmu.rmaps_stat(log2=args.log2).format())
     return 0
