@@ -62,3 +62,22 @@ def test_kvm_shows_the_guest_program_s_slices(tmp_path: Path) -> None:
     assert "kvm fork:" not in out
     _, drawn = run_watched(["kvm", "touch", "--summary"], tmp_path / "o.txt")
     assert drawn == ""
+
+
+def test_rmaps_stat_shows_the_processes_run(tmp_path: Path) -> None:
+    args = ["rmaps-stat", "--children", "300"]
+    out, drawn = run_watched(args, tmp_path / "out.txt")
+    assert "rmaps-stat fork" in drawn and "/300" in drawn, drawn
+    assert out.startswith("Rmap_Count:") and "/300" not in out
+    out, drawn = run_watched(args, tmp_path / "out.txt", pipe=True)
+    assert drawn == "" and out.startswith("Rmap_Count:")
+
+
+def test_simulate_shows_the_accesses_run_beside_its_trace_text(tmp_path: Path) -> None:
+    args = ["simulate", "--mmu", "tdp", "--workload", "kernbench", "--accesses", "3000"]
+    out, drawn = run_watched(args, tmp_path / "out.txt")
+    assert "simulate tdp kernbench" in drawn and "/3000" in drawn, drawn
+    assert out.startswith("cpus=") and "/3000" not in out
+    for other, pipe in ((["--jsonl"], False), ([], True)):
+        out, drawn = run_watched(args + other, tmp_path / "out.txt", pipe=pipe)
+        assert drawn == "" and out

@@ -1,5 +1,5 @@
 """A progress display on stderr for the commands that can run past a couple of seconds
-(`bench`, `kvm`): what is running, n of N, the time so far.
+(`bench`, `kvm`, `rmaps-stat`, `simulate`): what is running, n of N, the time so far.
 
 It shows only where someone watches: stderr a terminal, stdout a terminal or a file (not
 a pipe into another program), and output for people (not `--json`/`--jsonl`/`--summary`
@@ -14,16 +14,10 @@ import stat
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
+if TYPE_CHECKING:  # Rich is imported only for a display (`simulate` starts without it)
+    from rich.progress import Progress
 
 
 def watched(*, json_output: bool = False) -> bool:
@@ -38,8 +32,8 @@ def watched(*, json_output: bool = False) -> bool:
 
 class Steps:
     """Steps of known number, shown as `title: what` and n of N: `start(what)` when a
-    step begins (the steps begun before it are done), or `finished(what)` when the
-    caller hears of a step only at its end."""
+    step begins (the steps begun before it are done), `finished(what)` when the caller
+    hears of a step only at its end, or `reached(n, what)` for n done at once."""
 
     def __init__(self, progress: Progress | None, title: str, total: int) -> None:
         self.progress = progress
@@ -55,6 +49,11 @@ class Steps:
         self.begun += 1
         self._show(self.begun, what)
 
+    def reached(self, done: int, what: str) -> None:
+        """`done` of the steps are over (work counted in its own units, not one by one)."""
+        self.begun = done
+        self._show(done, what)
+
     def _show(self, done: int, what: str) -> None:
         if self.progress is not None and self.task is not None:
             self.progress.update(self.task, completed=done, description=f"{self.title}: {what}")
@@ -67,6 +66,16 @@ def steps(title: str, total: int, *, shown: bool) -> Iterator[Steps]:
     if not shown:
         yield Steps(None, title, total)
         return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
     progress = Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -75,6 +84,7 @@ def steps(title: str, total: int, *, shown: bool) -> Iterator[Steps]:
         TimeElapsedColumn(),
         console=Console(file=sys.stderr),
         transient=True,
+        redirect_stdout=False,  # the command's output stays on stdout, written as it goes
     )
     with progress:
         yield Steps(progress, title, total)

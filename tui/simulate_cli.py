@@ -41,6 +41,8 @@ from .dataset_cli import add_options as add_parquet_options
 from .report_lines import LinePrinter
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from mmuscope.engine.mmu.direct.session import MmuSession
     from mmuscope.engine.mmu.guest.session import GuestSession
     from mmuscope.engine.mmu.shadow.session import ShadowSession
@@ -169,6 +171,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     from mmuscope.engine.layouts import preset
 
     from .dataset_cli import check_options, write_run
+    from .progress import steps, watched
 
     if args.parquet is not None and args.jsonl:
         raise CliError("--jsonl prints the run and --parquet writes it: give one")
@@ -183,13 +186,21 @@ def run_simulate(args: argparse.Namespace) -> int:
     except (SimulateError, ValueError) as err:
         print(f"mmuscope simulate: error: {err}", file=sys.stderr)
         return 2
-    if args.parquet is not None:  # the printed run written as a dataset (dataset_cli)
-        return write_run(
-            args, lambda out: run(session, options, out), simulate_source(options),
-            f"simulate --mmu {options.mmu} --workload {options.workload}",
-            preset(options.layout),
-        )  # fmt: skip
-    run(session, options, sys.stdout)
+    title = f"simulate {options.mmu} {options.workload}"
+    # on a terminal the trace text scrolling by is the sign of life: no display to mix in
+    shown = watched(json_output=options.jsonl) and not sys.stdout.isatty()
+    with steps(title, options.accesses, shown=shown) as progress:
+
+        def ran(done: int) -> None:
+            progress.reached(done, f"{done:,} accesses")
+
+        if args.parquet is not None:  # the printed run written as a dataset (dataset_cli)
+            return write_run(
+                args, lambda out: run(session, options, out, ran), simulate_source(options),
+                f"simulate --mmu {options.mmu} --workload {options.workload}",
+                preset(options.layout),
+            )  # fmt: skip
+        run(session, options, sys.stdout, ran)
     sys.stdout.flush()
     return 0
 
@@ -268,9 +279,15 @@ def simulate(options: SimulateOptions, out: TextIO) -> int:
     return run(make_session(options), options, out)
 
 
-def run(session: GuestSession[object], options: SimulateOptions, out: TextIO) -> int:
+def run(
+    session: GuestSession[object],
+    options: SimulateOptions,
+    out: TextIO,
+    ran: Callable[[int], object] | None = None,
+) -> int:
     """The accesses run in chunks (`session.run`), the zap between two; the lines are
-    written in batches of at least WRITE_BATCH."""
+    written in batches of at least WRITE_BATCH; `ran(n)` after each chunk, n accesses
+    run so far."""
     batch: list[str] = []
     printed = 0
     if options.jsonl:
@@ -293,6 +310,8 @@ def run(session: GuestSession[object], options: SimulateOptions, out: TextIO) ->
         chunk = min(until - done, RUN_CHUNK)
         session.run(chunk)
         done += chunk
+        if ran is not None:
+            ran(done)
 
 
 def _json_line(event: Event) -> str:
