@@ -198,6 +198,16 @@ def test_typed_columns_and_the_fields_map() -> None:
     assert [r["seq"] for r in rows] == [0, 1, 2, 3]
 
 
+def test_ts_is_nanoseconds_whatever_the_clock_prints() -> None:
+    """Microseconds (ftrace), nanoseconds (trace-cmd -t), a short fraction, a bare
+    counter (trace_clock=counter) and one past int64 (NULL, the row kept)."""
+    stamps = ["12.345678", "12.123456789", "7.5", "123456", "99999999999999999999", "0.000001"]
+    text = "".join(f"  qemu-7 [001] {ts}: kvm_fpu: load\n" for ts in stamps)
+    rows = records_of(text).table().to_pylist()
+    ns = [12_345_678_000, 12_123_456_789, 7_500_000_000, 123456, None, 1000]
+    assert [r["ts"] for r in rows] == ns
+
+
 def test_every_event_the_model_emits_has_its_system() -> None:
     """kvm or kvmmmu for the kernel's tracepoints, mmuscope for the model's own; the
     kernel's lists match this host's tracefs where it has one."""

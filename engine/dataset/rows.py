@@ -41,7 +41,7 @@ SCHEMA = pa.schema(
 )
 _PRINTABLE = r"^[ -~]*$"  # printable ASCII: where RE2 and Python's re agree
 _HEX_DIGITS = 16
-_NIBBLE = np.full(256, 255, dtype=np.uint64)
+_NIBBLE = np.zeros(256, dtype=np.uint8)  # a hex digit's value (the regexes let only those by)
 for _i, _c in enumerate(b"0123456789abcdef"):
     _NIBBLE[_c] = _i
 for _i, _c in enumerate(b"ABCDEF"):
@@ -54,6 +54,7 @@ class _RowByRow(Exception):
 
 
 _HEAD_GROUPS = ("comm", "pid", "cpu", "flags", "ts", "event", "text")  # _LINE_RE's
+_HEADS = pa.struct([(name, pa.string()) for name in _HEAD_GROUPS])
 
 
 class Records:
@@ -81,14 +82,15 @@ class Records:
 
     def table(self, *, vectorized: bool = True) -> pa.Table:
         """The records as a table of `SCHEMA`, in their order; `vectorized=False` parses
-        every text with `printk_fields` (the reference the tests compare with)."""
-        columns = zip(*self.heads, strict=True) if self.heads else [()] * len(_HEAD_GROUPS)
-        comm, pid, cpu, _, ts, name, text = columns
-        event = pa.array(name, pa.string())
-        parsed = _parse(event, pa.array(text, pa.string()), vectorized)
+        every text with `printk_fields` (the reference the tests compare with).  The
+        heads go into Arrow in one conversion (a struct of their groups); the repeated
+        strings (event, comm) are worked on once per distinct value."""
+        groups = pa.array(self.heads, _HEADS).flatten()
+        comm, pid, cpu, _, ts, event, text = groups
         names = event.dictionary_encode()
+        parsed = _parse(names, text, vectorized)
         systems = pa.array([system_of(n) for n in names.dictionary.to_pylist()], pa.string())
-        comms = pa.array(comm, pa.string()).dictionary_encode()
+        comms = comm.dictionary_encode()
         stripped = pa.array([c.strip() for c in comms.dictionary.to_pylist()], pa.string())
         head = {
             "ts": _ts_ns(ts),
@@ -108,16 +110,19 @@ class Records:
 # -- the head's columns -------------------------------------------------------------------
 
 
-def _ts_ns(stamps: Sequence[str]) -> pa.Array:
-    """``secs.frac`` as nanoseconds (a bare counter as it is); past int64: NULL."""
-    parts = pc.extract_regex(pa.array(stamps, pa.string()), r"^(?P<s>\d+)(?:\.(?P<f>\d+))?$")
+def _ts_ns(stamps: pa.Array) -> pa.Array:
+    """``secs.frac`` as nanoseconds (a bare counter as it is); past int64: NULL.  The
+    stamps are `_LINE_RE`'s (digits, at most one ``.`` and 9 digits after it): the
+    digits without the dot, scaled by the digits the fraction lacks."""
+    dot = pc.find_substring(stamps, ".").to_numpy(zero_copy_only=False)
+    length = pc.utf8_length(stamps).to_numpy(zero_copy_only=False)
+    fraction = np.where(dot < 0, 0, length - dot - 1)
+    scale = np.where(dot < 0, 1, 10 ** (9 - fraction)).astype(np.int64)
     try:
-        secs = pc.cast(pc.struct_field(parts, "s"), pa.int64())
-        frac = pc.utf8_rpad(pc.struct_field(parts, "f"), 9, "0")
-        scale = pc.if_else(pc.equal(pc.struct_field(parts, "f"), ""), 1, 1_000_000_000)
-        return pc.add_checked(pc.multiply_checked(secs, scale), pc.cast(frac, pa.int64()))
+        digits = pc.cast(pc.replace_substring(stamps, ".", ""), pa.int64())
+        return pc.multiply_checked(digits, pa.array(scale))
     except pa.ArrowInvalid:  # a counter past int64: only those rows are NULL
-        return pa.array([_ts_row(s) for s in stamps], pa.int64())
+        return pa.array([_ts_row(s) for s in stamps.to_pylist()], pa.int64())
 
 
 def _ts_row(stamp: str) -> int | None:
@@ -126,12 +131,13 @@ def _ts_row(stamp: str) -> int | None:
     return value if value < 1 << 63 else None
 
 
-def _int32(numbers: Sequence[str]) -> pa.Array:
+def _int32(numbers: pa.Array) -> pa.Array:
     """A head's number (cpu, pid); past int32: NULL."""
     try:
-        return pc.cast(pa.array(numbers, pa.string()), pa.int32())
+        return pc.cast(numbers, pa.int32())
     except pa.ArrowInvalid:
-        return pa.array([n if n < 1 << 31 else None for n in map(int, numbers)], pa.int32())
+        values = map(int, numbers.to_pylist())
+        return pa.array([n if n < 1 << 31 else None for n in values], pa.int32())
 
 
 # -- the printk texts ---------------------------------------------------------------------
@@ -147,10 +153,10 @@ class _Piece:
     fields: pa.Array | None = None
 
 
-def _parse(event: pa.Array, text: pa.Array, vectorized: bool) -> dict[str, pa.Array]:
-    """The typed columns and `fields` of every record, in the records' order."""
+def _parse(names: pa.DictionaryArray, text: pa.Array, vectorized: bool) -> dict[str, pa.Array]:
+    """The typed columns and `fields` of every record (`names`: their events,
+    dictionary-encoded), in the records' order."""
     texts = pc.utf8_rtrim(pc.utf8_ltrim(text, " "), "\r\n")  # event_of's and try_match's
-    names = event.dictionary_encode()
     codes = names.indices.to_numpy(zero_copy_only=False)
     order = np.argsort(codes, kind="stable")
     sorted_texts = texts.take(pa.array(order))
@@ -164,7 +170,7 @@ def _parse(event: pa.Array, text: pa.Array, vectorized: bool) -> dict[str, pa.Ar
         fast = printable[start : start + count] if vectorized else np.zeros(count, dtype=bool)
         pieces += _parse_event(name, rows, segment, fast, text)
         start += count
-    return _assemble(pieces, len(event))
+    return _assemble(pieces, len(names))
 
 
 def _parse_event(
@@ -341,7 +347,8 @@ def _maps(keys: Sequence[str], values: Sequence[pa.Array], rows: int) -> pa.Arra
 
 
 def _hex(texts: pa.Array) -> pa.Array:
-    """Hex digits (1 to 16 of them) as uint64."""
+    """Hex digits (1 to 16 of them) as uint64: padded to 16, each pair of digits one
+    byte, the 8 bytes read as one big-endian number."""
     if not len(texts):
         return pa.array([], pa.uint64())
     if pc.max(pc.utf8_length(texts)).as_py() > _HEX_DIGITS:
@@ -350,10 +357,8 @@ def _hex(texts: pa.Array) -> pa.Array:
     data = np.frombuffer(padded.buffers()[2], dtype=np.uint8)
     data = data[padded.offset * _HEX_DIGITS : (padded.offset + len(padded)) * _HEX_DIGITS]
     nibbles = _NIBBLE[data].reshape(-1, _HEX_DIGITS)
-    value = np.zeros(len(padded), dtype=np.uint64)
-    for digit in range(_HEX_DIGITS):
-        value = (value << np.uint64(4)) | nibbles[:, digit]
-    return pa.array(value, pa.uint64())
+    octets = (nibbles[:, 0::2] << 4) | nibbles[:, 1::2]
+    return pa.array(octets.view(">u8").ravel().astype(np.uint64), pa.uint64())
 
 
 Converted = tuple[pa.Array, np.ndarray | None]  # the values, and which parsed (None: all)

@@ -33,11 +33,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..trace.reader import CONTINUED, TraceCounts, summarize
-from .columns import MEMSLOTS_FILE, PARTITION
+from .columns import FIELDS, MEMSLOTS_FILE, PARTITION
 from .rows import SCHEMA, Records
 
 ROW_GROUP = 32768  # records per row group (about 300 kB of Parquet, 20 MB while built)
 COMPRESSION = "zstd"  # DuckDB, pyarrow and Spark (3.x and later) all read it
+# Dictionary pages for the strings, whose values repeat (event and system names, comms,
+# the `fields` keys, flags and exit reasons); the numbers (ts, seq, sptes, gfns) are
+# mostly distinct, and a dictionary tried on them costs time and grows the file.
+DICTIONARY = [
+    *(f.name for f in SCHEMA if pa.types.is_string(f.type)),
+    f"{FIELDS}.key_value.key",
+    f"{FIELDS}.key_value.value",
+]
 SOURCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 MEMSLOTS_SCHEMA = pa.schema(
     [
@@ -132,7 +140,10 @@ class SourceWriter:
     def _commit(self) -> None:
         assert self._hidden is not None
         if self._writer is None:  # no event: still a (valid, empty) file
-            pq.write_table(SCHEMA.empty_table(), self._hidden, compression=COMPRESSION)
+            pq.write_table(
+                SCHEMA.empty_table(), self._hidden, compression=COMPRESSION,
+                use_dictionary=DICTIONARY,
+            )  # fmt: skip
         if self._memslots is not None:  # hidden, then renamed (appended: into the source)
             hidden = self._hidden.parent / f".{MEMSLOTS_FILE}.{os.getpid()}.tmp"
             pq.write_table(self._memslots, hidden)
@@ -212,7 +223,9 @@ class SourceWriter:
         records.heads.clear()
         if self._writer is None:
             assert self._hidden is not None
-            self._writer = pq.ParquetWriter(self._hidden, SCHEMA, compression=COMPRESSION)
+            self._writer = pq.ParquetWriter(
+                self._hidden, SCHEMA, compression=COMPRESSION, use_dictionary=DICTIONARY
+            )
         self._writer.write_table(table, row_group_size=len(table))
         self.rows += len(table)
 
