@@ -15,7 +15,10 @@ on a loaded machine):
 - query: `query DIR "SELECT event, count(*) ..."` over SOURCES copies of that source,
   against SOURCES times summary (what `replay --summary` takes over SOURCES such
   traces; budget: at most 1/20);
-- report: `query DIR --report kvm-stat` over the same dataset.
+- report: `query DIR --report kvm-stat` over the same dataset;
+- in process, CPU time: the writer (`SourceWriter.write_lines`) against the counting loop
+  it runs (`summarize`, without `--summary`'s replay model or start-up): the writer's
+  own cost, whatever `--summary` does besides counting.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from mmuscope.engine.dataset.writer import SourceWriter
+from mmuscope.engine.trace.reader import summarize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from replay_speed import TS, make_trace
@@ -67,6 +73,22 @@ def make_tdp_trace(path: Path, lines: int) -> None:
             rnd += 1
 
 
+def in_process(trace: Path, tmp: Path) -> tuple[float, float]:
+    """CPU seconds of the counting loop alone and of the writer, best of REPEAT each."""
+    loop, write = [], []
+    for _ in range(REPEAT):
+        start = time.process_time()
+        with trace.open() as lines:
+            summarize(lines)
+        loop.append(time.process_time() - start)
+        start = time.process_time()
+        with trace.open() as lines, SourceWriter(tmp / "inproc", "s0") as writer:
+            writer.write_lines(lines)
+        write.append(time.process_time() - start)
+        shutil.rmtree(tmp / "inproc")
+    return min(loop), min(write)
+
+
 def measure(trace: Path, tmp: Path, sources: int) -> dict[str, float]:
     summary, parquet = [], []
     for i in range(REPEAT):  # alternated, so that load on the machine hits both alike
@@ -79,6 +101,7 @@ def measure(trace: Path, tmp: Path, sources: int) -> dict[str, float]:
         shutil.copy(part, fleet / f"source=s{n}" / part.name)
     query = min(timed("query", fleet, COUNT_SQL)[0] for _ in range(REPEAT))
     report = min(timed("query", fleet, "--report", "kvm-stat")[0] for _ in range(REPEAT))
+    loop, write = in_process(trace, tmp)
     wall, cpu = min(s[0] for s in summary), min(s[1] for s in summary)
     pwall, pcpu = min(p[0] for p in parquet), min(p[1] for p in parquet)
     result = {
@@ -94,6 +117,9 @@ def measure(trace: Path, tmp: Path, sources: int) -> dict[str, float]:
         "query_s": round(query, 2),
         "query_vs_summaries": round(query / (sources * wall), 4),
         "report_kvm_stat_s": round(report, 2),
+        "loop_cpu_s": round(loop, 2),
+        "write_cpu_s": round(write, 2),
+        "write_vs_loop_cpu": round(write / loop, 2),
     }
     for i in range(REPEAT):
         shutil.rmtree(tmp / f"d{i}")
@@ -130,6 +156,8 @@ def main() -> None:
             f"{r['query_vs_summaries']} of {args.sources} summaries (budget 0.05)"
         )
         print(f"  query --report kvm-stat  {r['report_kvm_stat_s']:6.2f} s")
+        print(f"  in process: summarize (the counting loop) CPU {r['loop_cpu_s']} s, "
+              f"the writer CPU {r['write_cpu_s']} s, {r['write_vs_loop_cpu']}x")  # fmt: skip
 
 
 if __name__ == "__main__":
