@@ -10,8 +10,10 @@ text, the statistics before and after, the events lost (overruns), and the host.
 The text's comm column: `trace_pipe` prints it with `trace_find_cmdline()` (6.18
 kernel/trace/trace_sched_switch.c), from the saved_cmdlines map that the sched_switch
 probe fills, and only once an event was recorded on that CPU: a run in a private
-instance often ends first, and the kernel prints `<...>`.  The events are this process's own (the
-instance's `set_event_pid`), so `CommFiller` writes in the comm that the task has
+instance often ends first, and the kernel prints `<...>`; and since the map is kept by pid, a
+pid reused after `pid_max` wrapped prints the comm of the task that had it before (a `grep`
+of an hour ago).  The events are this process's own (the instance's `set_event_pid`), so
+`CommFiller` writes, for our own threads, the comm that the task has
 (`/proc/self/task/TID/comm`), as a global trace would show it.
 """
 
@@ -61,7 +63,8 @@ def merged_stats(vm: dict[str, int], vcpu: dict[str, int]) -> dict[str, int]:
 
 
 UNKNOWN_COMM = "<...>"  # trace_find_cmdline(), a pid not in saved_cmdlines
-_HEAD = re.compile(r"^ *<\.\.\.>-(\d+)", re.MULTILINE)  # trace_print_context()'s "%16s-%-7d "
+# trace_print_context()'s "%16s-%-7d ": the comm (at most 15 characters) right-aligned in 16
+_HEAD = re.compile(r"^(.{16})-(\d+)", re.MULTILINE)
 
 
 def own_comms() -> dict[int, str]:
@@ -76,14 +79,15 @@ def own_comms() -> dict[int, str]:
 
 
 class CommFiller:
-    """`trace_pipe`'s text with `<...>` replaced by the comm of this process's threads
-    (`own_comms()`, looked up when a pid is first met), the column kept 16 wide.  A
-    drain may end inside a line: that part waits for the next (`flush()` hands out
-    the rest)."""
+    """`trace_pipe`'s text with the comm column of this process's threads written from
+    the tasks themselves (`own_comms()`, looked up when a pid is first met), whatever
+    saved_cmdlines gave (`<...>` or a stale name), the column kept 16 wide; other pids'
+    lines as the kernel printed them.  A drain may end inside a line: that part waits
+    for the next (`flush()` hands out the rest)."""
 
     def __init__(self, on_text: Callable[[str], None]) -> None:
         self.on_text = on_text
-        self.comms: dict[int, str] = {}
+        self.comms: dict[int, str | None] = {}  # None: not one of our threads
         self._rest = ""
 
     def __call__(self, text: str) -> None:
@@ -97,16 +101,15 @@ class CommFiller:
             self.on_text(self.fill(rest))
 
     def fill(self, text: str) -> str:
-        if UNKNOWN_COMM not in text:
-            return text
         return _HEAD.sub(self._comm, text)
 
     def _comm(self, match: re.Match[str]) -> str:
-        pid = int(match[1])
+        pid = int(match[2])
         if pid not in self.comms:
             self.comms.update(own_comms())
-        comm = self.comms.get(pid, UNKNOWN_COMM)
-        return f"{comm:>16}-{pid}"
+            self.comms.setdefault(pid, None)
+        comm = self.comms[pid]
+        return match[0] if comm is None else f"{comm:>16}-{pid}"
 
 
 def buffer_kb(program: GuestProgram) -> int:
