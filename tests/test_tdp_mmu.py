@@ -69,7 +69,7 @@ def test_a_fault_links_tables_then_the_leaf_with_the_kernels_events() -> None:
     # the host page behind the slot's address (mapping_level.py HostPages, seed 1)
     assert spte_to_pfn(int(leaf["new_spte"])) == mmu.levels.host.hva_to_pfn(UA + 0x1234_5000)
     assert int(leaf["new_spte"]) & PT_WRITABLE_MASK
-    assert mmu.stat["pages_4k"] == 1 and mmu.pages.tdp_mmu_pages == 3
+    assert mmu.stat["pages_4k"] == 1 and mmu.pages.secondary_pagetables == 3  # SecPageTables
     mmu.audit()
     assert mmu.page_fault(0, 0x1234_5000) is RetPf.SPURIOUS  # already mapped
 
@@ -136,9 +136,12 @@ def test_a_lost_race_retries_and_the_guest_still_gets_its_page() -> None:
     assert session.mmu.stat["lost_races"] > 0 and session.results.get("RETRY", 0) > 0
 
 
-def test_frozen_sptes_while_dirty_logging_stops_and_huge_pages_return() -> None:
+def dirty_logged_4k(era: str, events: list[Event] | None = None) -> tuple[Vm, TdpMmu]:
+    """A 2M page split by eager page splitting when dirty logging starts, one 4K page of
+    it written (so made writable again) while the slot logs."""
     vm = vm_4g()
-    mmu = TdpMmu(vm, params=TdpMmuParams(host_level=2, enable_pml=False))
+    params = TdpMmuParams(host_level=2, enable_pml=False, huge_recovery_era=era)
+    mmu = TdpMmu(vm, params=params, emit=None if events is None else events.append)
     mmu.page_fault(0, 0x20_0000, write=True)
     assert mmu.stat["pages_2m"] == 1
     vm.set_user_memory_region(0, KVM_MEM_LOG_DIRTY_PAGES, 0, 4 * GIB, UA)
@@ -146,8 +149,39 @@ def test_frozen_sptes_while_dirty_logging_stops_and_huge_pages_return() -> None:
     assert all(not spte & PT_WRITABLE_MASK for _, spte in leaves(mmu).values())  # wrprot
     mmu.audit()
     assert mmu.page_fault(0, 0x20_1000, write=True) is RetPf.FIXED  # 4K, writable again
+    return vm, mmu
+
+
+def test_dirty_logging_off_recovers_the_huge_page_in_place() -> None:
+    """6.13+ `kvm_mmu_recover_huge_pages()` → `recover_huge_pages_range()`: the 4K table
+    is replaced by `make_huge_spte()` of its first leaf at once, no fault needed."""
+    events: list[Event] = []
+    vm, mmu = dirty_logged_4k("6.13", events)
+    first = leaves(mmu)[0x200][1]
+    seen = len(events)
+    vm.set_user_memory_region(0, 0, 0, 4 * GIB, UA)
+    assert mmu.frozen_seen == 0  # replaced with one cmpxchg, nothing zapped first
+    assert mmu.stat["pages_2m"] == 1 and mmu.stat["pages_4k"] == 0
+    ((level, huge),) = [v for g, v in leaves(mmu).items() if 0x200 <= g < 0x400]
+    assert level == 2 and spte_to_pfn(huge) == spte_to_pfn(first)
+    assert huge == first | 1 << 7  # PT_PAGE_SIZE; the rest is the first leaf's
+    names = [e.name for e in events[seen:] if e.name != "kvm_set_user_memory_region"]
+    assert names[:2] == ["kvm_tdp_mmu_spte_changed", "kvm_mmu_prepare_zap_page"]
+    assert events[seen:][names.index("kvm_tdp_mmu_spte_changed")].fields["new_spte"] == huge
+    mmu.audit()
+    assert mmu.page_fault(0, 0x20_1000) is RetPf.SPURIOUS  # mapped: a read finds it there
+    mmu.now_ns += RCU_GRACE_PERIOD_NS
+    assert mmu.pages.rcu_advance(mmu.now_ns) == 1  # the old 4K table, after a grace period
+    mmu.audit()
+
+
+def test_before_6_13_dirty_logging_off_zaps_and_faults_the_huge_page_back() -> None:
+    """Before 6.13 `kvm_tdp_mmu_zap_collapsible_sptes()`: the table is zapped (frozen
+    first) and the next fault maps the huge page again."""
+    vm, mmu = dirty_logged_4k("before-6.13")
     vm.set_user_memory_region(0, 0, 0, 4 * GIB, UA)
     assert mmu.frozen_seen == 1 and mmu.stat["pages_4k"] == 0  # zap_collapsible_sptes
+    assert mmu.stat["pages_2m"] == 0
     mmu.page_fault(0, 0x20_1000)
     assert mmu.stat["pages_2m"] == 1
     mmu.audit()
@@ -282,3 +316,76 @@ def test_split_children_are_make_small_spte_of_each_index() -> None:
             for huge in (rng.getrandbits(64), 0x8600_7F00_91E0_0BF7, 0x8600_7F00_91E0_1BF7):
                 expected = [mmu.make_small_spte(huge, role, i) for i in range(512)]
                 assert mmu._split_sptes(huge, role) == expected
+
+
+def test_a_fault_the_leaf_already_allows_is_spurious_with_no_set_spte() -> None:
+    """6.13+ `tdp_mmu_map_handle_target_level()`: a present leaf that allows the access
+    returns RET_PF_SPURIOUS before `make_spte()`, so no `kvm_mmu_set_spte` line; before
+    6.13 the same spte was made again and traced."""
+    for era, traced in (("6.13", []), ("before-6.13", ["kvm_mmu_set_spte"])):
+        events: list[Event] = []
+        params = TdpMmuParams(host_level=1, spurious_era=era)
+        mmu = TdpMmu(vm_4g(), params=params, emit=events.append)
+        assert mmu.page_fault(0, 0x1234_5000, write=True) is RetPf.FIXED
+        seen = len(events)
+        assert mmu.page_fault(0, 0x1234_5000) is RetPf.SPURIOUS  # e.g. another vCPU won
+        names = [e.name for e in events[seen:]]
+        assert names == ["kvm_mmu_spte_requested", *traced], era
+        assert mmu.stat["pf_spurious"] == 1
+        mmu.audit()
+
+
+def test_tdp_mmu_pages_is_counted_only_with_prove_mmu() -> None:
+    """6.15+ `tdp_account_mmu_page()`: `kvm->arch.tdp_mmu_pages` only under
+    CONFIG_KVM_PROVE_MMU; `kvm_account_pgtable_pages()` (SecPageTables) always."""
+    for params, counted in (
+        (TdpMmuParams(host_level=1), 0),
+        (TdpMmuParams(host_level=1, prove_mmu=True), 3),
+        (TdpMmuParams(host_level=1, tdp_mmu_pages_era="before-6.15"), 3),
+    ):
+        mmu = TdpMmu(vm_4g(), params=params)
+        mmu.page_fault(0, 0x1234_5000, write=True)
+        assert mmu.pages.secondary_pagetables == 3  # L3, L2, L1 tables; not the root
+        assert mmu.pages.tdp_mmu_pages == counted
+        assert mmu.pages.n_used_mmu_pages == 4
+        mmu.kvm_tdp_mmu_zap_all()
+        assert mmu.pages.secondary_pagetables == mmu.pages.tdp_mmu_pages == 0
+        mmu.audit()
+
+
+def test_nx_recovery_zaps_under_the_read_lock_freezing_every_entry() -> None:
+    """6.18 `kvm_recover_nx_huge_pages()`: unaccounted first, then
+    `kvm_tdp_mmu_zap_possible_nx_huge_page()` zaps the parent spte atomically, so
+    `handle_removed_pt()` runs shared and freezes (and traces) all 512 entries; before
+    6.18 `kvm_tdp_mmu_zap_sp()` held mmu_lock for write and traced the present ones."""
+    for era, frozen in (("6.18", 512), ("before-6.18", 1)):
+        events: list[Event] = []
+        params = TdpMmuParams(nx_huge_pages="on", nx_huge_pages_recovery_ratio=1,
+                              nx_recovery_era=era)  # fmt: skip
+        mmu = TdpMmu(vm_4g(), params=params, emit=events.append)
+        assert mmu.page_fault(0, 0x20_3000, exec_=True) is RetPf.FIXED  # a 4K table
+        assert mmu.stat["nx_lpage_splits"] == 1 and mmu.stat["pages_4k"] == 1
+        seen = len(events)
+        assert mmu.kvm_recover_nx_huge_pages() == 1
+        changed = [e.fields for e in events[seen:] if e.name == "kvm_tdp_mmu_spte_changed"]
+        assert changed[0]["level"] == 2 and changed[0]["new_spte"] == SHADOW_NONPRESENT_VALUE
+        assert sum(f["new_spte"] == FROZEN_SPTE for f in changed) == frozen, era
+        assert mmu.stat["nx_lpage_splits"] == 0 and mmu.stat["pages_4k"] == 0
+        mmu.audit()
+        mmu.page_fault(0, 0x20_5000)  # a read maps the huge page again
+        assert mmu.stat["pages_2m"] == 1
+        mmu.audit()
+
+
+def test_nx_recovery_skips_a_table_no_longer_linked_there() -> None:
+    """6.18: the page was unaccounted first, so a table already zapped by someone else
+    (the parent spte no longer points at it) just leaves the list."""
+    params = TdpMmuParams(nx_huge_pages="on", nx_huge_pages_recovery_ratio=1)
+    mmu = TdpMmu(vm_4g(), params=params)
+    mmu.page_fault(0, 0x20_3000, exec_=True)
+    (sp,) = mmu.pages.possible_nx_huge_pages.values()
+    parent = mmu.pages.page_of_sptep(sp.ptep)
+    parent.spt[(sp.ptep & 0xFFF) >> 3] = 0x1234_5000 | 1 << 11  # another table there now
+    assert mmu.kvm_tdp_mmu_zap_possible_nx_huge_page(sp) is False
+    assert mmu.kvm_recover_nx_huge_pages() == 0 and not mmu.pages.possible_nx_huge_pages
+    assert mmu.stat["nx_lpage_splits"] == 0 and not sp.nx_huge_page_disallowed

@@ -139,7 +139,7 @@ def _tdp(session: Any) -> Probe:
         "tdp.roots": len(roots),
         "tdp.valid_roots": sum(not r.role.invalid for r in roots),
         "tdp.root_count": max((r.root_count for r in roots), default=0),
-        "tdp.pages": pages.tdp_mmu_pages,
+        "tdp.pages": pages.secondary_pagetables,  # linked page tables (SecPageTables)
         "tdp.rcu_pending": len(pages.rcu_pending),
         "tdp.frozen": pages.rcu_frozen,
     }

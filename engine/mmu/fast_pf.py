@@ -150,7 +150,14 @@ def is_mmu_writable_spte(cfg: SpteConfig, spte: int) -> bool:
     return bool(spte & cfg.shadow_mmu_writable_mask)
 
 
-def is_access_allowed(cfg: SpteConfig, fault: FastFault, spte: int) -> bool:
+class FaultAccess(Protocol):
+    """What `is_access_allowed()` reads of a fault (`FastFault`, `KvmPageFault`)."""
+
+    exec: bool
+    write: bool
+
+
+def is_access_allowed(cfg: SpteConfig, fault: FaultAccess, spte: int) -> bool:
     """`is_access_allowed()` (6.18 spte.h): would the access fault on this spte now?"""
     if fault.exec:
         return is_executable_pte(cfg, spte)

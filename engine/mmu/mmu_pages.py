@@ -492,9 +492,10 @@ def kvm_recover_mmu_nx_huge_pages(
     params: TdpMmuParams,
     zapped: Callable[[], None] | None = None,
 ) -> int:
-    """`kvm_recover_nx_huge_pages()` for `kvm_mmu_page`s: a page whose gfn lies in a slot
-    that logs dirty pages (`kvm_slot_dirty_track_enabled`) is only unaccounted, the
-    others `kvm_mmu_prepare_zap_page()`d; `zapped` runs after each zap."""
+    """`kvm_recover_nx_huge_pages(kvm, KVM_SHADOW_MMU)` for `kvm_mmu_page`s: each page
+    unaccounted (6.18; before, only one whose gfn lies in a slot that logs dirty pages),
+    the ones outside such a slot `kvm_mmu_prepare_zap_page()`d under mmu_lock held for
+    write; `zapped` runs after each zap."""
 
     def dirty_tracked(sp: KvmMmuPage) -> bool:
         slot = vm.memslot_set(sp.role.smm).gfn_tree.search(sp.gfn)
@@ -508,8 +509,9 @@ def kvm_recover_mmu_nx_huge_pages(
 
     ratio = params.nx_huge_pages_recovery_ratio
     return recover_nx_huge_pages(
-        pages.possible_nx_huge_pages, pages.stat, ratio, dirty_tracked, zap
-    )
+        pages.possible_nx_huge_pages, pages.stat, ratio, dirty_tracked, zap,
+        params.nx_recovery_era,
+    )  # fmt: skip
 
 
 def shadow_mmu_memslot_update(event: Event, vm: Vm, pages: MmuPages) -> None:

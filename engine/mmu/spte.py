@@ -395,6 +395,25 @@ def make_spte_executable(cfg: SpteConfig, spte: int) -> int:
     return modify_spte_protections(cfg, spte, cfg.shadow_x_mask, cfg.shadow_nx_mask)
 
 
+def make_spte_nonexecutable(cfg: SpteConfig, spte: int) -> int:
+    """`make_spte_nonexecutable()` (6.18 spte.c)."""
+    return modify_spte_protections(cfg, spte, cfg.shadow_nx_mask, cfg.shadow_x_mask)
+
+
+def make_huge_spte(cfg: SpteConfig, small_spte: int, level: int, nx_huge_pages: bool) -> int:
+    """`make_huge_spte(kvm, small_spte, level)` (6.18 spte.c; 6.13+): a huge spte at
+    `level` made from one of the leaves it replaces: PT_PAGE_SIZE set, the address bits
+    below the huge page cleared (`KVM_HPAGE_MASK(level) | ~PAGE_MASK`), and under the NX
+    huge page mitigation made non-executable."""
+    if not is_shadow_present_pte(small_spte) or level == PG_LEVEL_4K:
+        raise ValueError(f"make_huge_spte of {small_spte:#x} at level {level} (KVM_BUG_ON)")
+    huge_spte = small_spte | PT_PAGE_SIZE_MASK
+    huge_spte &= ~(((1 << (SPTE_LEVEL_BITS * (level - 1))) - 1) << PAGE_SHIFT)
+    if nx_huge_pages:
+        huge_spte = make_spte_nonexecutable(cfg, huge_spte)
+    return huge_spte
+
+
 def make_small_spte(
     cfg: SpteConfig, huge_spte: int, level: int, access: int, index: int, nx_huge_pages: bool
 ) -> int:

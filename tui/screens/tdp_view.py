@@ -8,7 +8,7 @@ invalidated, then zapped one by one with mmu_lock held for read)."""
 from __future__ import annotations
 
 from mmuscope.engine.mmu.spte import FROZEN_SPTE
-from mmuscope.engine.mmu.tdp.pages import RCU_GRACE_PERIOD_NS, TdpMmuPage
+from mmuscope.engine.mmu.tdp.pages import RCU_GRACE_PERIOD_NS, TdpMmuPage, TdpMmuPages
 from mmuscope.engine.mmu.tdp.session import TdpSession
 
 
@@ -56,10 +56,19 @@ def tdp_counter_lines(session: TdpSession) -> list[tuple[str, str]]:
         ("memslot lookups", str(session.vm.memslot_lookups)),
         ("memslots generation", str(session.vm.generation())),
         ("tdp_mmu_roots", f"{len(pages.tdp_mmu_roots)} ({valid} valid)"),
-        ("tdp_mmu_pages", str(pages.tdp_mmu_pages)),
+        ("SecPageTables (pages)", str(pages.secondary_pagetables)),
+        ("tdp_mmu_pages", tdp_mmu_pages_words(pages)),
         ("RCU pending", str(len(pages.rcu_pending))),
         ("sptes frozen (zaps)", str(mmu.frozen_seen)),
     ]
+
+
+def tdp_mmu_pages_words(pages: TdpMmuPages) -> str:
+    """`kvm->arch.tdp_mmu_pages`: counted only under CONFIG_KVM_PROVE_MMU since 6.15
+    (docs/kvm.md §12); the linked page tables are the SecPageTables line above."""
+    if pages.counts_tdp_mmu_pages:
+        return str(pages.tdp_mmu_pages)
+    return "not counted"
 
 
 def tdp_zap_caption(kind: str, done: int, hold: int, left: int) -> str:

@@ -79,7 +79,7 @@ class TdpMmuCore:
         self.vm = vm
         self.cfg = cfg or SPTE_CONFIGS["ept"]
         self.params = params or TdpMmuParams()
-        self.pages = TdpMmuPages(self.cfg)
+        self.pages = TdpMmuPages(self.cfg, self.params.counts_tdp_mmu_pages)
         self.nonpresent = self.cfg.shadow_nonpresent_value  # SHADOW_NONPRESENT_VALUE or 0
         self.frozen = self.cfg.frozen_spte  # FROZEN_SPTE or REMOVED_SPTE, by era
         #: (name, fields) of each event, or None: nobody listens, no event is built
@@ -158,8 +158,24 @@ class TdpMmuCore:
                 return ret
         else:
             self.tdp_mmu_iter_set_spte(it, spte)
-        self.pages.tdp_mmu_pages += 1  # tdp_account_mmu_page()
+        self.tdp_account_mmu_page()
         return 0
+
+    def tdp_account_mmu_page(self) -> None:
+        """`tdp_account_mmu_page()` (6.18 tdp_mmu.c): `kvm_account_pgtable_pages(+1)`
+        (NR_SECONDARY_PAGETABLE, "SecPageTables" in /proc/meminfo), and
+        `kvm->arch.tdp_mmu_pages` only with CONFIG_KVM_PROVE_MMU (6.15+; always before:
+        `params.tdp_mmu_pages_era`)."""
+        pages = self.pages
+        pages.secondary_pagetables += 1
+        if pages.counts_tdp_mmu_pages:
+            pages.tdp_mmu_pages += 1
+
+    def tdp_unaccount_mmu_page(self) -> None:
+        pages = self.pages
+        pages.secondary_pagetables -= 1
+        if pages.counts_tdp_mmu_pages:
+            pages.tdp_mmu_pages -= 1
 
     def tdp_mmu_free_sp(self, sp: TdpMmuPage) -> None:
         """A page table that never got linked (its link lost a race)."""
@@ -265,7 +281,7 @@ class TdpMmuCore:
         sp = pages.by_pa[pt_pa]
         level, base_gfn, as_id = sp.role.level, sp.gfn, sp.role.smm
         self._emit_sp("kvm_mmu_prepare_zap_page", sp)
-        pages.tdp_mmu_pages -= 1  # tdp_mmu_unlink_sp()
+        self.tdp_unaccount_mmu_page()  # tdp_mmu_unlink_sp()
         pages.removed_pt += 1
         if sp.nx_huge_page_disallowed:
             unaccount_nx_huge_page(pages.possible_nx_huge_pages, self.stat, sp)

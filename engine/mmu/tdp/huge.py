@@ -16,11 +16,16 @@ torvalds/linux ≈6.10 (commit 0089c055) `tdp_mmu.c`, `mmu.c`, `spte.c`, `x86.c`
   `eager_page_split` splits every huge page down to 4K at once, then write protection
   (`kvm_tdp_mmu_wrprot_slot`, 4K and up) or, with PML, D bits cleared on the leaves
   (`kvm_tdp_mmu_clear_dirty_slot`) and write protection of 2M and up; when it stops,
-  `kvm_tdp_mmu_zap_collapsible_sptes()` zaps (freezing first) the tables a huge leaf can
-  replace, so the next faults map huge pages again.
-- `kvm_recover_nx_huge_pages()`: zaps ceil(nx_lpage_splits / ratio) of the page tables
-  made for disallowed executable huge pages (`kvm_tdp_mmu_zap_sp`), oldest first; a slot
-  that logs dirty pages only loses the tracking (`nx_huge_pages.py`, shared).
+  `kvm_mmu_recover_huge_pages()` (6.13+) replaces each table a huge leaf can stand for by
+  `make_huge_spte()` of its first leaf, in place (`recover_huge_pages_range()`: the
+  table goes through `handle_removed_pt()`), or, in the "before-6.13" era
+  (`params.huge_recovery_era`), `kvm_tdp_mmu_zap_collapsible_sptes()` zaps (freezing
+  first) those tables and the next faults map huge pages again.
+- `kvm_recover_nx_huge_pages()`: zaps ceil(nr_pages / ratio) of the page tables made for
+  disallowed executable huge pages, oldest first, each unaccounted first and zapped by
+  `kvm_tdp_mmu_zap_possible_nx_huge_page()` under mmu_lock held for read (6.18; before,
+  `kvm_tdp_mmu_zap_sp()` under the write lock); a slot that logs dirty pages only loses
+  the tracking (`nx_huge_pages.py`, shared).
 """
 
 from __future__ import annotations
@@ -36,13 +41,15 @@ from ..role import PG_LEVEL_2M, PG_LEVEL_4K, KvmMmuPageRole
 from ..spte import (
     KVM_MAX_HUGEPAGE_LEVEL,
     PT_WRITABLE_MASK,
+    SPTE_BASE_ADDR_MASK,
     is_large_pte,
     is_last_spte,
     is_shadow_present_pte,
+    make_huge_spte,
     make_small_spte,
 )
 from .iter import TdpIter, for_each_tdp_pte, for_each_tdp_pte_min_level, kvm_pages_per_hpage
-from .pages import SPTE_ENT_PER_PAGE, TdpMmuPage
+from .pages import SPTE_ENT_PER_PAGE, TdpMmuPage, spte_to_child_pa
 from .roots import TdpRoots
 
 PAGE_SHIFT = 12
@@ -192,7 +199,51 @@ class TdpHuge(TdpRoots):
         return zapped
 
     def kvm_tdp_mmu_zap_collapsible_sptes(self, slot: MemorySlot) -> bool:
+        """Before 6.13 (`huge_recovery_era` "before-6.13")."""
         return self._for_slot(slot, "zap_collapsible_spte_range")
+
+    def tdp_mmu_make_huge_spte(self, parent: TdpIter) -> int | None:
+        """`tdp_mmu_make_huge_spte()` (6.18 tdp_mmu.c): `make_huge_spte()` of the first
+        present leaf under the table `parent` points at; None (-ENOENT) when it has none."""
+        start = parent.gfn
+        end = start + kvm_pages_per_hpage(parent.level)
+        child = self.pages.by_pa[parent.old_spte & SPTE_BASE_ADDR_MASK]
+        for it in for_each_tdp_pte(self.pages.by_pa, child, start, end):
+            if is_shadow_present_pte(it.old_spte) and is_last_spte(it.old_spte, it.level):
+                nx = self.params.nx_huge_page_workaround_enabled  # is_nx_huge_page_enabled()
+                return make_huge_spte(self.cfg, it.old_spte, parent.level, nx)
+        return None
+
+    def recover_huge_pages_range(self, root: TdpMmuPage, start: int, end: int) -> bool:
+        """`recover_huge_pages_range()` (6.18 tdp_mmu.c, 6.13+): pre-order from 2M up, each
+        table in the slot whose gfn may be mapped at its level
+        (`kvm_mmu_max_mapping_level()`) replaced by a huge spte with
+        `tdp_mmu_set_spte_atomic()` (a lost exchange retries); the table's own
+        `handle_removed_pt()` freezes its entries and frees it after a grace period."""
+        slot = self.vm.memslot_set(root.as_id).gfn_tree.search(start)
+        if slot is None or slot.dirty_logging:
+            return False  # WARN_ON_ONCE(kvm_slot_dirty_track_enabled(slot))
+        flush = False
+        for it in for_each_tdp_pte_min_level(self.pages.by_pa, root, PG_LEVEL_2M, start, end):
+            while (
+                it.level <= KVM_MAX_HUGEPAGE_LEVEL
+                and is_shadow_present_pte(it.old_spte)
+                and not is_last_spte(it.old_spte, it.level)
+                and start <= it.gfn < end
+                and self.kvm_mmu_max_mapping_level(slot, it.gfn, KVM_MAX_HUGEPAGE_LEVEL) >= it.level
+            ):
+                huge_spte = self.tdp_mmu_make_huge_spte(it)
+                if huge_spte is None:
+                    break  # -ENOENT: no leaf to make it from
+                if not self.tdp_mmu_set_spte_atomic(it, huge_spte):
+                    flush = True
+                    break
+        return flush  # kvm_flush_remote_tlbs_memslot()
+
+    def kvm_tdp_mmu_recover_huge_pages(self, slot: MemorySlot) -> bool:
+        """`kvm_tdp_mmu_recover_huge_pages()` (6.18, 6.13+): every valid root of the slot's
+        address space, mmu_lock held for read."""
+        return self._for_slot(slot, "recover_huge_pages_range")
 
     def kvm_mmu_slot_apply_flags(self, old_flags: int, slot: MemorySlot) -> None:
         """x86.c, on a KVM_MR_FLAGS_ONLY change of KVM_MEM_LOG_DIRTY_PAGES."""
@@ -200,7 +251,10 @@ class TdpHuge(TdpRoots):
         if new_flags & KVM_MEM_READONLY or not (old_flags ^ new_flags) & KVM_MEM_LOG_DIRTY_PAGES:
             return
         if not new_flags & KVM_MEM_LOG_DIRTY_PAGES:
-            self.kvm_tdp_mmu_zap_collapsible_sptes(slot)
+            if self.params.huge_recovery_era == "6.13":
+                self.kvm_tdp_mmu_recover_huge_pages(slot)  # kvm_mmu_recover_huge_pages()
+            else:
+                self.kvm_tdp_mmu_zap_collapsible_sptes(slot)
             return
         if self.params.eager_page_split:
             end = slot.base_gfn + slot.npages
@@ -214,6 +268,9 @@ class TdpHuge(TdpRoots):
     # -- NX huge pages -------------------------------------------------------------------
 
     def kvm_tdp_mmu_zap_sp(self, sp: TdpMmuPage) -> bool:
+        """Before 6.18 (`nx_recovery_era` "before-6.18"), mmu_lock held for write: the
+        parent spte cleared with `tdp_mmu_set_spte()`, so `handle_removed_pt()` freezes
+        and traces only the table's present entries."""
         if not sp.ptep:
             return False  # a root has no parent spte
         parent = self.pages.page_of_sptep(sp.ptep)
@@ -226,17 +283,39 @@ class TdpHuge(TdpRoots):
         )
         return True
 
+    def kvm_tdp_mmu_zap_possible_nx_huge_page(self, sp: TdpMmuPage) -> bool:
+        """`kvm_tdp_mmu_zap_possible_nx_huge_page()` (6.18 tdp_mmu.c), mmu_lock held for
+        read: an iterator on the parent spte (`sp->ptep`), which is zapped with
+        `tdp_mmu_set_spte_atomic()` only while it still points at this table (another
+        task may have zapped or replaced it), so `handle_removed_pt()` runs shared:
+        every one of the 512 entries frozen and traced."""
+        if not sp.ptep:
+            return False  # WARN_ON_ONCE: a root is never a possible NX huge page
+        parent = self.pages.page_of_sptep(sp.ptep)
+        it = TdpIter(self.pages.by_pa, parent, parent.role.level, sp.gfn)
+        if spte_to_child_pa(it.old_spte, it.level) != sp.spt_pa:
+            return False
+        return not self.tdp_mmu_set_spte_atomic(it, self.nonpresent)
+
     def kvm_recover_nx_huge_pages(self) -> int:
-        """One run of the recovery worker (nx_huge_pages.py); page tables zapped."""
+        """One run of the recovery worker for the TDP MMU's list (nx_huge_pages.py);
+        page tables zapped.  6.18: mmu_lock held for read,
+        `kvm_tdp_mmu_zap_possible_nx_huge_page()`; before 6.18 for write,
+        `kvm_tdp_mmu_zap_sp()` (`params.nx_recovery_era`)."""
 
         def dirty_tracked(sp: TdpMmuPage) -> bool:
             slot = self.vm.memslot_set(sp.as_id).gfn_tree.search(sp.gfn)
             return slot is not None and slot.dirty_logging
 
+        era = self.params.nx_recovery_era
+        zap = self.kvm_tdp_mmu_zap_sp
+        if era == "6.18":
+            zap = self.kvm_tdp_mmu_zap_possible_nx_huge_page
         return recover_nx_huge_pages(
             self.pages.possible_nx_huge_pages,
             self.stat,
             self.params.nx_huge_pages_recovery_ratio,
             dirty_tracked,
-            self.kvm_tdp_mmu_zap_sp,
+            zap,
+            era,
         )

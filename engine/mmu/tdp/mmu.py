@@ -17,9 +17,10 @@ torvalds/linux ≈6.10 (commit 0089c055) `tdp_mmu.c`, `mmu.c` (`kvm_mmu_page_fau
   goal level a missing table is made and linked (`tdp_mmu_link_sp`) and a huge leaf in the
   way is split (`tdp_mmu_split_huge_page`), either change atomic, so a lost race frees the
   new table and returns RET_PF_RETRY; at the goal level
-  `tdp_mmu_map_handle_target_level()` installs the leaf with `tdp_mmu_set_spte_atomic`
-  (RET_PF_RETRY when that loses, RET_PF_SPURIOUS when nothing changes), then traces
-  `kvm_mmu_set_spte` or `mark_mmio_spte`;
+  `tdp_mmu_map_handle_target_level()` ends the fault as RET_PF_SPURIOUS when the leaf is
+  there and allows the access (6.13+), else installs the leaf with
+  `tdp_mmu_set_spte_atomic` (RET_PF_RETRY when that loses, RET_PF_SPURIOUS when nothing
+  changes), then traces `kvm_mmu_set_spte` or `mark_mmio_spte`;
 - memslot DELETE/MOVE and an MMIO generation wrap zap everything fast
   (`kvm_mmu_zap_all_fast`), a dirty-logging flag change applies the slot's flags.
 No rmap is kept: the TDP MMU finds a gfn's sptes by walking the roots.
@@ -34,7 +35,7 @@ from ...events import Event, FieldValue
 from ...memslots.constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY, KVM_MR_FLAGS_ONLY
 from ...memslots.memslot import MemorySlot
 from ...memslots.vm import Vm
-from ..fast_pf import FastPageFault, mark_page_dirty_in_slot
+from ..fast_pf import FastPageFault, is_access_allowed, mark_page_dirty_in_slot
 from ..mapping_level import KvmPageFault as KvmPageFault
 from ..mapping_level import MappingLevels
 from ..mmio_info import VcpuMmioInfo, handle_mmio_page_fault
@@ -235,7 +236,21 @@ class TdpMmu(TdpHuge):
         return RetPf.RETRY  # the walk ended above the goal level
 
     def tdp_mmu_map_handle_target_level(self, fault: KvmPageFault, it: TdpIter) -> RetPf:
+        """`tdp_mmu_map_handle_target_level()` (6.18 tdp_mmu.c).  6.13+ (`spurious_era`):
+        a present leaf that already allows the access ends the fault as RET_PF_SPURIOUS
+        before any spte is made, with no tracepoint; then (every era) a new spte equal
+        to the old one is RET_PF_SPURIOUS too, otherwise it is installed with
+        `tdp_mmu_set_spte_atomic()` (RET_PF_RETRY when that loses), and
+        `kvm_mmu_set_spte` or `mark_mmio_spte` traces it."""
         slot = fault.slot
+        old_spte = it.old_spte
+        if (
+            self.params.spurious_era == "6.13"
+            and is_shadow_present_pte(old_spte)
+            and is_access_allowed(self.cfg, fault, old_spte)
+            and is_last_spte(old_spte, it.level)
+        ):
+            return RetPf.SPURIOUS
         if slot is None:
             new_spte = make_mmio_spte(self.cfg, it.gfn, ACC_ALL, self.vm.generation(it.as_id))
         else:

@@ -8,8 +8,11 @@ torvalds/linux `arch/x86/kvm/mmu/tdp_mmu.c` (commit 0089c055, ≈6.10), `mmu_int
 - roots live on `kvm->arch.tdp_mmu_roots` (`list_add_rcu`: newest first) with a
   `tdp_mmu_root_count` refcount (in a union with `root_count`): 2 at creation (the vCPU's
   and the TDP MMU's own), +1 for every vCPU or walker that takes it;
-- `tdp_account_mmu_page()` counts linked page tables in `kvm->arch.tdp_mmu_pages`
-  (roots are not counted); `tdp_mmu_unlink_sp()` uncounts them;
+- `tdp_account_mmu_page()` counts linked page tables (roots are not counted) in the
+  host's NR_SECONDARY_PAGETABLE (`kvm_account_pgtable_pages()`: `secondary_pagetables`)
+  and, with CONFIG_KVM_PROVE_MMU only (6.15+; always before), in
+  `kvm->arch.tdp_mmu_pages`, the count `kvm_mmu_uninit_tdp_mmu()` checks for leaks;
+  `tdp_mmu_unlink_sp()` uncounts them;
 - a page table taken out of the paging structure is freed by `call_rcu()`
   (`tdp_mmu_free_sp_rcu_callback`): lockless walkers in an RCU read-side section may
   still read it, so it is *RCU pending* (its sptes all frozen: `FROZEN_SPTE`, 6.10+, or
@@ -89,13 +92,15 @@ class TdpMmuPages:
     gen_era = "2019"
     n_max_mmu_pages = 0  # the page budget is the shadow MMU's; TDP pages are not in it
 
-    def __init__(self, cfg: SpteConfig | None = None) -> None:
+    def __init__(self, cfg: SpteConfig | None = None, counts_tdp_mmu_pages: bool = False) -> None:
         cfg = cfg or SPTE_CONFIGS["ept"]
         self.nonpresent = cfg.shadow_nonpresent_value  # a new table's entries
         self.frozen = cfg.frozen_spte  # FROZEN_SPTE (6.10+) or REMOVED_SPTE (before)
         self.by_pa: dict[int, TdpMmuPage] = {}  # sptep_to_sp(): every page not yet freed
         self.tdp_mmu_roots: list[TdpMmuPage] = []  # newest first
-        self.tdp_mmu_pages = 0
+        self.tdp_mmu_pages = 0  # CONFIG_KVM_PROVE_MMU (6.15+), or a kernel before 6.15
+        self.counts_tdp_mmu_pages = counts_tdp_mmu_pages
+        self.secondary_pagetables = 0  # kvm_account_pgtable_pages(): NR_SECONDARY_PAGETABLE
         self.rcu_pending: dict[int, TdpMmuPage] = {}  # by seq, in call_rcu order
         self.rcu_frozen = 0  # frozen entries in the RCU-pending page tables
         self.possible_nx_huge_pages: dict[int, TdpMmuPage] = {}  # by seq, oldest first
@@ -169,23 +174,26 @@ class TdpMmuPages:
 
     @property
     def n_used_mmu_pages(self) -> int:
-        """Roots plus accounted page tables (what the screen counts as pages used)."""
-        return len(self.tdp_mmu_roots) + self.tdp_mmu_pages
+        """Roots plus linked page tables (what the screen counts as pages used)."""
+        return len(self.tdp_mmu_roots) + self.secondary_pagetables
 
     # -- audit ------------------------------------------------------------------------
 
     def audit(self) -> None:
         """Every live page hangs under exactly one root on the list, through a parent spte
-        that points at it; accounted pages are the linked non-roots; RCU-pending pages are
+        that points at it; accounted pages (SecPageTables, and tdp_mmu_pages where it is
+        counted) are the linked non-roots; RCU-pending pages are
         unreachable and hold only frozen or non-present sptes."""
         reached: dict[int, TdpMmuPage] = {}
         for root in self.tdp_mmu_roots:
             if root.ptep or root.root_count <= 0:
                 raise AuditError(f"tdp: {root} on tdp_mmu_roots with count {root.root_count}")
             self._audit_tree(root, reached)
-        linked = [sp for sp in reached.values() if sp.ptep]
-        if len(linked) != self.tdp_mmu_pages:
-            raise AuditError(f"tdp: tdp_mmu_pages {self.tdp_mmu_pages} != {len(linked)} linked")
+        linked = sum(1 for sp in reached.values() if sp.ptep)
+        if linked != self.secondary_pagetables:
+            raise AuditError(f"tdp: SecPageTables {self.secondary_pagetables} != {linked} linked")
+        if self.tdp_mmu_pages != (linked if self.counts_tdp_mmu_pages else 0):
+            raise AuditError(f"tdp: tdp_mmu_pages {self.tdp_mmu_pages}, {linked} linked")
         for sp in self.by_pa.values():
             queued = sp.rcu_queued_ns >= 0
             if queued != (sp.seq in self.rcu_pending):
