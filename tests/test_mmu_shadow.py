@@ -472,3 +472,30 @@ def test_random_guests_keep_every_invariant(
             _run(mmu, vm, op, (slot2.gpa, slot2.size, slot2.userspace_addr))
         mmu.audit()
         vm.audit()
+
+
+def test_zapping_a_table_zaps_its_unsync_children_first() -> None:
+    """`__kvm_mmu_prepare_zap_page()` → `mmu_zap_unsync_children()` (6.18 mmu.c): the
+    level-1 page the guest's mprotect left unsync is zapped right after its level-2
+    parent's own `kvm_mmu_prepare_zap_page` line, before the parent lets go of it."""
+    _, mmu, events = guest()
+    p = mmu.guest.spawn()
+    mmu.guest.map(p, GVA, DATA[0])
+    mmu.page_fault(0, p, GVA, write=True)
+    mmu.guest.protect(p, GVA, writable=False)  # the level-1 table goes unsync
+    assert mmu.pages.stat["mmu_unsync"] == 1
+    sp = mmu.roots[0]
+    while sp.role.level > 2:
+        child = mmu.pages.child_at(sp, gpt.pt_index(GVA, sp.role.level))
+        assert child is not None
+        sp = child
+    l1 = mmu.pages.child_at(sp, gpt.pt_index(GVA, 2))
+    assert l1 is not None and l1.unsync
+    used, seen = mmu.pages.n_used_mmu_pages, len(events)
+    assert mmu.pages.prepare_zap(sp) == 2  # nr_zapped: the unsync child, then itself
+    zaps = [e.fields for e in events[seen:] if e.name == "kvm_mmu_prepare_zap_page"]
+    assert [(z["level"], z["unsync"]) for z in zaps] == [(2, False), (1, True)]
+    assert l1.seq not in mmu.pages.active_mmu_pages and l1.role.invalid
+    assert mmu.pages.stat["mmu_unsync"] == 0 and mmu.pages.n_used_mmu_pages == used - 2
+    assert leaf(mmu, 0, GVA) == 0 and mmu.rmap_count(DATA[0]) == 0
+    mmu.audit()

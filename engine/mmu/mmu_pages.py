@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import AuditError, KvmError
 from .nx_huge_pages import audit_nx_huge_pages, recover_nx_huge_pages, unaccount_nx_huge_page
-from .role import KvmMmuPageRole
+from .role import PG_LEVEL_4K, KvmMmuPageRole
 from .spte import (
     SPTE_CONFIGS,
     SPTE_MMU_PRESENT_MASK,
@@ -259,9 +259,11 @@ class MmuPages:
     # -- zapping --------------------------------------------------------------------
 
     def prepare_zap(self, sp: KvmMmuPage) -> int:
-        """`__kvm_mmu_prepare_zap_page()`: unlink from parents and children, drop leaves,
+        """`__kvm_mmu_prepare_zap_page()`: zap the unsync pages below first
+        (`mmu_zap_unsync_children()`), unlink from parents and children, drop leaves,
         leave the hash and the active list, mark the role invalid.  Returns `nr_zapped`:
-        1, or 0 for a root still in use (it stays accounted until `put_root` frees it)."""
+        those pages plus 1, or plus 0 for a root still in use (it stays accounted until
+        `put_root` frees it)."""
         self._emit_sp("kvm_mmu_prepare_zap_page", sp)
         self.stat["mmu_shadow_zapped"] += 1
         if sp.role.invalid:  # mmu_free_root_page(): the last user of a zapped root left
@@ -269,6 +271,7 @@ class MmuPages:
             self.n_used_mmu_pages -= 1
             del self._by_pa[sp.spt_pa]
             return 1
+        nr_zapped = self.mmu_zap_unsync_children(sp)
         if sp.nx_huge_page_disallowed:
             unaccount_nx_huge_page(self.possible_nx_huge_pages, self.stat, sp)
         if not sp.role.direct and self.on_unaccount_shadowed is not None:
@@ -294,10 +297,34 @@ class MmuPages:
         sp.role = sp.role.invalidated()
         if sp.root_count:
             self.invalid_roots[sp.seq] = sp  # freed when the last vCPU lets go
-            return 0
+            return nr_zapped
         self.n_used_mmu_pages -= 1
         del self._by_pa[sp.spt_pa]
-        return 1
+        return nr_zapped + 1
+
+    def mmu_zap_unsync_children(self, parent: KvmMmuPage) -> int:
+        """`mmu_zap_unsync_children()` (6.18 mmu.c), the first step of
+        `__kvm_mmu_prepare_zap_page()`: every unsync page below `parent` is
+        `kvm_mmu_prepare_zap_page()`d before `parent` lets go of its children, since an
+        unsync page cut off from the roots could never be synced again.  The pages are
+        `mmu_unsync_walk()`'s: depth first in index order (`unsync_child_bitmap`), only
+        level-1 pages being unsync, each once.  Returns how many were zapped."""
+        if parent.role.level == PG_LEVEL_4K or not self.stat["mmu_unsync"]:
+            return 0  # nothing unsync anywhere: every unsync_child_bitmap is empty
+        found: dict[int, KvmMmuPage] = {}
+
+        def mmu_unsync_walk(sp: KvmMmuPage) -> None:
+            for index in range(SPTES_PER_PAGE):
+                child = self.child_at(sp, index)
+                if child is None:
+                    continue
+                if child.unsync:
+                    found.setdefault(child.seq, child)
+                elif child.role.level > PG_LEVEL_4K:
+                    mmu_unsync_walk(child)
+
+        mmu_unsync_walk(parent)
+        return sum(self.prepare_zap(child) for child in found.values())
 
     def _unlink(self, sp: KvmMmuPage) -> None:
         del self.active_mmu_pages[sp.seq]
