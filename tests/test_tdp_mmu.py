@@ -389,3 +389,18 @@ def test_nx_recovery_skips_a_table_no_longer_linked_there() -> None:
     assert mmu.kvm_tdp_mmu_zap_possible_nx_huge_page(sp) is False
     assert mmu.kvm_recover_nx_huge_pages() == 0 and not mmu.pages.possible_nx_huge_pages
     assert mmu.stat["nx_lpage_splits"] == 0 and not sp.nx_huge_page_disallowed
+
+
+def test_prove_mmu_zaps_a_root_from_1g_down() -> None:
+    """`tdp_mmu_zap_root()` (6.18): with CONFIG_KVM_PROVE_MMU the 4K and 2M passes are
+    skipped, so the first spte zapped is the 1G-level one and its tables go with it."""
+    events: list[Event] = []
+    mmu = TdpMmu(vm_4g(), params=TdpMmuParams(host_level=1, prove_mmu=True),
+                 emit=events.append)  # fmt: skip
+    mmu.page_fault(0, 0x1000)
+    events.clear()
+    mmu.kvm_mmu_zap_all_fast()
+    changed = [e.fields for e in events if e.name == "kvm_tdp_mmu_spte_changed"]
+    assert changed[0]["level"] == 3 and changed[0]["new_spte"] == SHADOW_NONPRESENT_VALUE
+    assert mmu.pages.tdp_mmu_pages == 0 and mmu.stat["pages_4k"] == 0
+    mmu.audit()

@@ -6,7 +6,8 @@ any tool that reads trace text, reads back.
                       [--zap fast|slow|roots --at K] [--layout NAME] [--jsonl]
                       [--race-rate P] [--smi-every N] [--pml on|off]
 
-`tdp` is today's TDP MMU (tdp_mmu=Y), `direct` the older shadow MMU with direct pages
+The model follows the 6.18 kernel (docs/kvm.md §12 lists the older eras it offers).
+`tdp` is the TDP MMU (tdp_mmu=Y), `direct` the older shadow MMU with direct pages
 (tdp_mmu=N), `shadow` shadow paging (EPT off).  `--zap KIND --at K` zaps before access K:
 `fast` is kvm_mmu_zap_all_fast, `slow` the old zap of everything under one lock hold,
 `roots` (TDP MMU only) invalidates and zaps the roots without the generation flip.
@@ -57,9 +58,10 @@ HELP_WORKLOADS = {
     "shadow": ("kernbench", "netperf", "fork", "pfault", "churn"),
 }
 HELP_DESCRIPTION = """\
-A simulated guest run printed as trace-cmd report text, each event as the kernel
-prints it, for `mmuscope replay` or any tool that reads trace text (--jsonl: the
-objects of `replay --jsonl`). A seed draws the same guest accesses under tdp and
+A simulated guest run printed as trace-cmd report text, each event as the 6.18
+kernel prints it (the kernel the model follows; older behaviour by era: docs/kvm.md
+§12), for `mmuscope replay` or any tool that reads trace text (--jsonl: the objects
+of `replay --jsonl`). A seed draws the same guest accesses under tdp and
 direct, so the two eras can be compared on one workload. Events no kernel emits (the
 model's own, docs/model-events.md) carry a `*` after their name, and "model_only": true
 in JSON."""
@@ -106,7 +108,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     parser.add_argument(
         "--mmu", required=True, choices=MMUS,
-        help="tdp: today's TDP MMU (tdp_mmu=Y, the default under EPT/NPT); direct: the "
+        help="tdp: the TDP MMU (tdp_mmu=Y, the default under EPT/NPT); direct: the "
         "shadow MMU's direct pages under EPT (tdp_mmu=N); shadow: shadow paging (EPT off)",
     )  # fmt: skip
     workloads = "; ".join(f"{', '.join(w)} ({m})" for m, w in HELP_WORKLOADS.items())

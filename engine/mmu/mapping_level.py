@@ -1,7 +1,7 @@
 """The level a page fault maps at, shared by the TDP MMU, the direct MMU (EPT/NPT with
 tdp_mmu=N) and the shadow MMU: `struct kvm_page_fault`'s levels and how mmu.c sets them.
 
-torvalds/linux 6.17/6.18 `arch/x86/kvm/mmu/mmu.c`:
+torvalds/linux 6.18 `arch/x86/kvm/mmu/mmu.c`:
 - `kvm_mmu_max_mapping_level()` / `__kvm_mmu_max_mapping_level()`: from `max_level`
   (capped at `max_huge_page_level`, 1G on hosts with 1G EPT/NPT pages) down, the first
   level whose `lpage_info_slot(gfn, slot, level)->disallow_lpage` is 0, then capped by

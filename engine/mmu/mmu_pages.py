@@ -25,7 +25,7 @@ child's `parent_ptes` holds that spte's address ("sptep", an int).  Leaf sptes b
 the fault path; when a page is zapped its present leaves are handed to `on_leaf_zapped`
 (the rmap side drops them).
 
-As a 6.17/6.18 mmu.c has it:
+As a 6.18 mmu.c has it:
 - non-leaf sptes are `make_nonleaf_spte()` (MMU-present bit, A bit or the A/D-disabled
   marker), not `child | 0x7` (`link_shadow_page()` → `__link_shadow_page()`);
 - `__kvm_mmu_prepare_zap_page()` on a root a vCPU still uses takes it off

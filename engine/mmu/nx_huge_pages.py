@@ -2,7 +2,7 @@
 page tables made because an executable huge page was not allowed, and their recovery.
 Shared by the TDP MMU and the shadow MMU's pages (direct or indirect).
 
-torvalds/linux 6.17/6.18 `arch/x86/kvm/mmu/mmu.c`:
+torvalds/linux 6.18 `arch/x86/kvm/mmu/mmu.c`:
 - `account_nx_huge_page(kvm, sp, nx_huge_page_possible)`: `sp->nx_huge_page_disallowed
   = true` and, when a huge page could have replaced the table (`fault->req_level >=
   it.level`), `track_possible_nx_huge_page()`: onto the tail of `possible_nx_huge_pages`

@@ -26,7 +26,7 @@ kernels before (docs/kvm.md, "Kernel eras"):
   `kvm_tdp_mmu_zap_sp()`.
 
 Module parameters (`mmu.c`, `vmx.c`):
-- `tdp_mmu` (bool, 0444, default Y where the host has EPT/NPT): Y is today's TDP MMU
+- `tdp_mmu` (bool, 0444, default Y where the host has EPT/NPT): Y is the TDP MMU
   (`tdp_mmu.c`), N the older shadow MMU with direct pages (`engine.mmu.direct`).
 - `eager_page_split` (bool, 0644, default Y): when dirty logging starts on a memslot, split
   its huge pages down to 4K at once (`kvm_mmu_slot_try_split_huge_pages`) instead of on the

@@ -5,7 +5,7 @@ are the same page only if their role words are equal, so the role is half of the
 the page hash (the gfn is the other half).  Bit order, low to high: `level:4`,
 `has_4_byte_gpte:1`, `quadrant:2`, `direct:1`, `access:3`, `invalid:1`, `efer_nx:1`,
 `cr0_wp:1`, `smep_andnot_wp:1`, `smap_andnot_wp:1`, `ad_disabled:1`, `guest_mode:1`,
-`passthrough:1`, `is_mirror:1` (bit 19, 6.17: the TDX mirror page tables of the TDP MMU),
+`passthrough:1`, `is_mirror:1` (bit 19, 6.18: the TDX mirror page tables of the TDP MMU),
 4 unused bits, `smm:8` (the top byte, so `kvm_memslots_for_spte_role` can shift it out).
 Before `is_mirror` (the TDX MMU series, ≈6.14, version UNVERIFIED) bit 19 was unused: 5
 unused bits; the word is the same for every page the model makes, which never mirrors.

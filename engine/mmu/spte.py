@@ -15,7 +15,7 @@ only while that generation is current (`check_mmio_spte`); when the 19 bits wrap
 zaps everything (`mmio_gen_wraps`).  With the L1TF mitigation, non-present sptes also set
 the top 5 cacheable PA bits, and the gpa bits those hide move up by 5.
 
-Layout modelled: 6.17/6.18.  The MMU-present bit is 11; on EPT `shadow_present_mask` and
+Layout modelled: 6.18.  The MMU-present bit is 11; on EPT `shadow_present_mask` and
 the MMIO mask include SUPPRESS_VE (bit 63, `kvm_mmu_set_ept_masks()`, added for TDX in 6.10),
 `shadow_accessed_mask`/`shadow_dirty_mask` are bits 8/9 even without EPT A/D bits (6.13 on:
 the global `kvm_ad_enabled` says whether the CPU sets them, A/D-disabled sptes carry
@@ -32,7 +32,7 @@ SPTE_MMIO_MASK = 3 << 52, SPTE_HOST_WRITEABLE = bit 10, SPTE_MMU_WRITEABLE = bit
 Kernel versions of these changes: UNVERIFIED.  Not modelled: SME/TDX bits.
 
 MMIO sptes (docs/kvm.md §5): `make_mmio_spte()` / `check_mmio_spte()` /
-`get_mmio_spte_gfn()` (spte.c, mmu.c 6.17/6.18), the generation wrap that zaps everything
+`get_mmio_spte_gfn()` (spte.c, mmu.c 6.18), the generation wrap that zaps everything
 (`kvm_mmu_invalidate_mmio_sptes()`: `mmio_gen_wraps`, `memslot_update_zaps`; the shadow
 MMU's answer to a memslot update is `shadow_mmu_memslot_update` in mmu_pages.py), and the
 tracepoint fields of `kvm_mmio`, `mark_mmio_spte` and `kvm_mmu_spte_requested`.

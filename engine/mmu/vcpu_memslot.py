@@ -1,7 +1,7 @@
 """`kvm_vcpu_gfn_to_memslot()` as the x86 fault paths call it (the direct MMU's
 `direct_page_fault` and the TDP MMU's `kvm_tdp_page_fault`, via `kvm_faultin_pfn`).
 
-virt/kvm/kvm_main.c (≈6.10): the vCPU's own `last_used_slot` is tried first, and used
+6.18 virt/kvm/kvm_main.c: the vCPU's own `last_used_slot` is tried first, and used
 while it holds the gfn and its `last_used_slot_gen` is the address space's generation;
 anything else goes through the search, which resets and refills it (what
 `Vm.vcpu_gfn_to_memslot` does, docs/kvm.md §1.3, here without recording the search's

@@ -30,7 +30,7 @@ What each event does to the model:
 * ``kvm_tdp_mmu_spte_changed`` (old → new spte per as/level/gfn) and ``kvm_mmu_set_spte``
   (a shadow-MMU leaf) — the gfn grid: not present, a table, a leaf, or MMIO (`classify`).
   The TDP MMU frees its pages when a table spte at level L goes away: the direct page at
-  its gfn and level L-1 vanishes (``tdp_freed``); ≈6.x kernels then emit
+  its gfn and level L-1 vanishes (``tdp_freed``); the kernel (6.18) then emits
   ``kvm_mmu_prepare_zap_page`` for it from ``handle_removed_pt``, which is not a second
   zap (``last_tdp_freed``).  Roots freed when their last user puts them leave no trace;
   a new TDP root with the key of a live one of its address space replaces it
@@ -176,7 +176,7 @@ class ReplayModel:
         self.last_change: tuple[str, str] = ("", "")
         self.last_tdp: TdpKey | None = None
         #: the page the last TDP table spte change freed (its kvm_mmu_prepare_zap_page,
-        #: which ≈6.x kernels emit in handle_removed_pt right after, is not a second zap)
+        #: which 6.18 emits in handle_removed_pt right after, is not a second zap)
         self.last_tdp_freed: PageKey | None = None
         self.tdp_roots_replaced = 0  # TDP roots whose successor with the same role appeared
         #: cpu -> the TDP child page it created and has not linked yet
@@ -547,8 +547,8 @@ class ReplayModel:
 
     def _free_child(self, gfn: int, level: int, as_id: int) -> None:
         """A TDP MMU table spte went away: the page it pointed to is freed (its child page
-        has the spte's gfn, one level down, its address space, and is direct; ≈6.x
-        kernels trace its kvm_mmu_prepare_zap_page next, keyed as printed)."""
+        has the spte's gfn, one level down, its address space, and is direct; 6.18
+        traces its kvm_mmu_prepare_zap_page next, keyed as printed)."""
         keys = self.by_gfn.get((gfn, level), ())
         for key in sorted(keys, key=lambda k: (SMM_KEY in k[2]) != (as_id == 1)):
             page = self.pages[key]

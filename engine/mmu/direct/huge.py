@@ -1,4 +1,4 @@
-"""Huge pages in the direct MMU (EPT/NPT with tdp_mmu=N), mmu.c 6.17/6.18: the level a
+"""Huge pages in the direct MMU (EPT/NPT with tdp_mmu=N), mmu.c 6.18: the level a
 fault maps at (`kvm_mmu_hugepage_adjust()` and its reason, from `mapping_level.py`,
 shared with the TDP MMU) and NX huge page recovery (`kvm_recover_nx_huge_pages()`, from
 `nx_huge_pages.py`: the oldest tables made for a disallowed NX huge page are zapped, so

@@ -1,4 +1,4 @@
-"""MMIO sptes on the direct MMU (EPT/NPT with tdp_mmu=N), mmu.c 6.17/6.18:
+"""MMIO sptes on the direct MMU (EPT/NPT with tdp_mmu=N), mmu.c 6.18:
 `mark_mmio_spte()` when a fault finds no memslot and MMIO caching is on, and the
 emulator's `kvm_mmio`.  The RSVD / EPT-misconfiguration path,
 `handle_mmio_page_fault(vcpu, addr, direct=true)`, is the TDP MMU's too (mmio_info.py).

@@ -1,4 +1,4 @@
-"""`direct_pte_prefetch()` (arch/x86/kvm/mmu/mmu.c, 6.17/6.18): after `direct_map()` set
+"""`direct_pte_prefetch()` (arch/x86/kvm/mmu/mmu.c, 6.18): after `direct_map()` set
 a 4K leaf, KVM maps the free entries of the same aligned group of PTE_PREFETCH_NUM = 8
 without waiting for their faults.  Used by the direct MMU (EPT/NPT, tdp_mmu=N) and, as
 `__direct_pte_prefetch()`, by `FNAME(pte_prefetch)` for a shadow MMU's direct page.

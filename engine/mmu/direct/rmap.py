@@ -1,6 +1,6 @@
 """The rmaps of the direct MMU (EPT/NPT with tdp_mmu=N): per memslot and level, each
 gfn's `kvm_rmap_head` of the present leaves that map it (`rmap_add()`, `drop_spte()` →
-`rmap_remove()`, mmu.c 6.17/6.18), and the audit of leaves against rmaps.
+`rmap_remove()`, mmu.c 6.18), and the audit of leaves against rmaps.
 
 Rmaps hold `kvm_rmap_head.val` as the kernel does (`rmap.RmapVal`): one sptep is a bare
 int in the per-slot, per-level dict; the second sptep of a gfn makes a `KvmRmapHead`

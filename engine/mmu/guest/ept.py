@@ -1,5 +1,5 @@
 """What the two running guests under EPT/NPT share: `MmuSession` on the older direct MMU
-(tdp_mmu=N) and `TdpSession` on the TDP MMU (tdp_mmu=Y, today's default).
+(tdp_mmu=N) and `TdpSession` on the TDP MMU (tdp_mmu=Y, the default).
 
 Both draw the same guest accesses for the same seed (so a run on either MMU can be
 compared access by access) and make the same memslot updates:

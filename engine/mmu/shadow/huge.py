@@ -1,7 +1,7 @@
 """The `disallow_lpage` a shadowed table raises under shadow paging (EPT off): no huge
 spte maps a range that holds a guest page table KVM shadows.
 
-torvalds/linux 6.17/6.18 `arch/x86/kvm/mmu/mmu.c`, `page_track.c`:
+torvalds/linux 6.18 `arch/x86/kvm/mmu/mmu.c`, `page_track.c`:
 - `account_shadowed()`: a level-1 page `kvm_mmu_gfn_disallow_lpage()`s its gfn, an
   upper-level page `__kvm_write_track_add_gfn()`s it, which does too: the table's
   `lpage_info_slot(gfn, slot, level)->disallow_lpage` goes up at 2M and 1G

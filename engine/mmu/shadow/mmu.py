@@ -682,7 +682,7 @@ class ShadowMmu:
             self._emit("kvm_mmu_spte_requested", **fields)
 
     # -- FNAME(fetch) and huge pages -------------------------------------------------------
-    # 6.17/6.18 paging_tmpl.h, mmu.c, page_track.c:
+    # 6.18 paging_tmpl.h, mmu.c, page_track.c:
     # - `FNAME(page_fault)`: `fault->max_level = walker.level` (the level of the guest's
     #   leaf: 4K, 2M or 1G); `kvm_mmu_faultin_pfn()`; with mmu_lock, `FNAME(fetch)`.
     # - `FNAME(fetch)`: the indirect pages down to the guest leaf's level (`it.level ==
@@ -941,7 +941,7 @@ class ShadowMmu:
         return done
 
     # -- guest pte writes: write tracking and unsync ---------------------------------------
-    # 6.17/6.18 mmu.c and paging_tmpl.h:
+    # 6.18 mmu.c and paging_tmpl.h:
     # - `account_shadowed()`: an upper-level (level > 1) shadow page write-tracks its gfn
     #   (`__kvm_write_track_add_gfn`); a level-1 page only write-protects it.
     # - `mmu_try_to_unsync_pages()`: making a writable spte for a gfn that is

@@ -1,6 +1,6 @@
 """How the TDP MMU changes an spte, and what every change sets off.
 
-torvalds/linux `arch/x86/kvm/mmu/tdp_mmu.c` (commit 0089c055, ≈6.10):
+torvalds/linux 6.18 `arch/x86/kvm/mmu/tdp_mmu.c`:
 - `tdp_mmu_set_spte_atomic()` (mmu_lock held for read, e.g. the fault path): a
   `try_cmpxchg64()` of the spte from the iterator's `old_spte`; when another CPU changed it
   first the exchange fails (-EBUSY), `old_spte` is refreshed, and the caller retries or

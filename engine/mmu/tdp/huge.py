@@ -2,7 +2,7 @@
 logging starts, and on an instruction fetch under the NX huge page mitigation), dirty
 logging's write protection, collapsing back to huge pages, and NX huge page recovery.
 
-torvalds/linux ≈6.10 (commit 0089c055) `tdp_mmu.c`, `mmu.c`, `spte.c`, `x86.c`:
+torvalds/linux 6.18 `tdp_mmu.c`, `mmu.c`, `spte.c`, `x86.c`:
 - `kvm_mmu_max_mapping_level()`: the largest level whose aligned range lies inside the
   memslot with gfn and host address aligned alike (`lpage_info.disallow_lpage`), capped
   by the host's own mapping (`host_pfn_mapping_level`: `TdpMmuParams.host_level`); one

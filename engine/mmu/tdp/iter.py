@@ -1,6 +1,6 @@
 """`struct tdp_iter`: the TDP MMU's pre-order walk over one root's paging structure.
 
-torvalds/linux `arch/x86/kvm/mmu/tdp_iter.c` / `tdp_iter.h` (≈6.10).  The iterator keeps
+torvalds/linux 6.18 `arch/x86/kvm/mmu/tdp_iter.c` / `tdp_iter.h`.  The iterator keeps
 the page table of every level on its path (`pt_path`), the spte it is on (`sptep`, here
 the page `pt` and the `index` in it), the first gfn that spte maps (`gfn`, rounded to the
 level) and its value when last read (`old_spte`).  `tdp_iter_next()` steps down into a

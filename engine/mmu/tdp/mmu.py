@@ -1,7 +1,7 @@
-"""Today's MMU under EPT/NPT: the TDP MMU's page fault (`kvm_tdp_mmu_map`), its MMIO
+"""The MMU under EPT/NPT (6.18): the TDP MMU's page fault (`kvm_tdp_mmu_map`), its MMIO
 sptes, its reaction to memslot updates, and its audit.
 
-torvalds/linux ≈6.10 (commit 0089c055) `tdp_mmu.c`, `mmu.c` (`kvm_mmu_page_fault`,
+torvalds/linux 6.18 `tdp_mmu.c`, `mmu.c` (`kvm_mmu_page_fault`,
 `kvm_tdp_page_fault`, `kvm_mmu_hugepage_adjust`, `disallowed_hugepage_adjust`,
 `handle_mmio_page_fault`), `spte.c` (`make_spte`, `make_mmio_spte`):
 - a reserved-bit fault (EPT misconfiguration) is emulated at once when the vCPU's MMIO

@@ -1,7 +1,7 @@
 """The TDP MMU's page tables: `struct kvm_mmu_page` with `tdp_mmu_page = true`, the
 `tdp_mmu_roots` list, the `tdp_mmu_pages` count, and page tables waiting for RCU.
 
-torvalds/linux `arch/x86/kvm/mmu/tdp_mmu.c` (commit 0089c055, ≈6.10), `mmu_internal.h`:
+torvalds/linux 6.18 `arch/x86/kvm/mmu/tdp_mmu.c`, `mmu_internal.h`:
 - a TDP MMU page is found through the spte that points at it (`sp->ptep`, in a union
   with the shadow MMU's `parent_ptes`), never through `mmu_page_hash` or
   `active_mmu_pages`; there is no rmap for its leaves;

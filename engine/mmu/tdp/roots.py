@@ -1,7 +1,7 @@
 """TDP MMU roots: one per address space and role, shared by the vCPUs that need it,
 reference counted, invalidated by a fast zap and zapped while still referenced.
 
-torvalds/linux `arch/x86/kvm/mmu/tdp_mmu.c` (commit 0089c055, ≈6.10), `mmu.c`:
+torvalds/linux 6.18 `arch/x86/kvm/mmu/tdp_mmu.c`, `mmu.c`:
 - `kvm_tdp_mmu_alloc_root()`: a valid root on `tdp_mmu_roots` with the same `role.word`
   gets one more reference (`kvm_tdp_mmu_get_root`, refcount_inc_not_zero); else a new root
   with `tdp_mmu_root_count = 2` (the vCPU's reference and the TDP MMU's own, "held until
@@ -12,8 +12,9 @@ torvalds/linux `arch/x86/kvm/mmu/tdp_mmu.c` (commit 0089c055, ≈6.10), `mmu.c`:
   `role.invalid` and `tdp_mmu_scheduled_root_to_zap`; vCPUs see their root obsolete
   (KVM_REQ_MMU_FREE_OBSOLETE_ROOTS), put it and load another on their next entry.
 - `kvm_tdp_mmu_zap_invalidated_roots()` (mmu_lock for read): each scheduled root is zapped
-  (`tdp_mmu_zap_root`: passes at 4K, 2M, 1G, then the root's level, each spte cleared with
-  `tdp_mmu_set_spte_atomic`), then the TDP MMU's reference is put.
+  (`tdp_mmu_zap_root`: passes at 4K, 2M, 1G, then the root's level, the first two skipped
+  with CONFIG_KVM_PROVE_MMU, each spte cleared with `tdp_mmu_set_spte_atomic`), then the
+  TDP MMU's reference is put.
 - `kvm_mmu_zap_all_fast()` (mmu.c): `kvm_mmu_zap_all_fast` tracepoint (the old
   generation), the `mmu_valid_gen` 0/1 flip for the shadow MMU's pages, the invalidation,
   the zap of obsolete shadow pages (none here), then the zap of the invalidated roots.
@@ -133,7 +134,13 @@ class TdpRoots(TdpMmuCore):
         return total
 
     def tdp_mmu_zap_root(self, root: TdpMmuPage, shared: bool) -> None:
-        for zap_level in (PG_LEVEL_4K, PG_LEVEL_2M, PG_LEVEL_1G, root.role.level):
+        """`tdp_mmu_zap_root()` (6.18): passes of decreasing granularity, 4K, 2M, 1G, then
+        the root's level; with CONFIG_KVM_PROVE_MMU the 4K and 2M passes are skipped, to
+        exercise zapping a 1G region full of 4K sptes as the fault path can."""
+        levels: tuple[int, ...] = (PG_LEVEL_1G, root.role.level)
+        if not self.params.prove_mmu:
+            levels = (PG_LEVEL_4K, PG_LEVEL_2M, *levels)
+        for zap_level in levels:
             self._tdp_mmu_zap_root(root, shared, zap_level)
 
     def _tdp_mmu_zap_root(self, root: TdpMmuPage, shared: bool, zap_level: int) -> None:

@@ -1,4 +1,4 @@
-"""A running guest on the TDP MMU (EPT/NPT, tdp_mmu=Y: today's default): workloads,
+"""A running guest on the TDP MMU (EPT/NPT, tdp_mmu=Y: the default, 6.18): workloads,
 exits, faults, zaps, RCU grace periods, NX huge page recovery, and events.
 
 The same guest accesses as `MmuSession` for the same seed (the same random draws), so a
@@ -107,7 +107,7 @@ class TdpSession(EptSession[TdpStep]):
         """An SMI (enter_smm) or RSM for `vcpu`: `kvm_smm_transition`, HF_SMM_MASK (its
         memslots become address space 1's, `kvm_arch_vcpu_memslots_id`), and
         `kvm_mmu_reset_context`, so its next entry loads a root with `role.smm`
-        (arch/x86/kvm/smm.c `kvm_smm_changed`, ≈6.10)."""
+        (6.18 arch/x86/kvm/smm.c `kvm_smm_changed`)."""
         state = self.vm.vcpu(vcpu)
         entering = not state.as_id
         self._vcpu = vcpu
