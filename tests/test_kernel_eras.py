@@ -79,3 +79,45 @@ def test_each_era_option_defaults_to_6_18_and_is_documented() -> None:
         assert set(values) == {default, f"before-{default}"}, name
         for value in values:
             assert f'`"{value}"`' in row, (name, value)
+
+
+def huge_leaves_made(kernel: str) -> tuple[int, int]:
+    """(2M leaves made, 2M leaves a fault set) in `simulate --mmu tdp --workload dirty`,
+    whose slot stops logging dirty pages at access 800."""
+    out = subprocess.run(
+        [MMUSCOPE, "simulate", "--mmu", "tdp", "--workload", "dirty", "--accesses", "1000",
+         "--kernel", kernel],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    changed = re.findall(
+        r"spte_changed: +as id \d+ gfn \w+ level 2 old_spte \w+ new_spte (\w+)", out
+    )
+    made = sum(1 for new in changed if int(new, 16) & (1 << 11 | 1 << 7) == 1 << 11 | 1 << 7)
+    return made, len(re.findall(r"kvm_mmu_set_spte: .* level 2 ", out))
+
+
+def test_simulate_kernel_6_12_zaps_where_6_18_recovers_huge_pages_in_place() -> None:
+    """`--kernel 6.12`: dirty logging off zaps (`kvm_tdp_mmu_zap_collapsible_sptes`) and
+    every 2M leaf comes back through a fault; 6.18 (`kvm_mmu_recover_huge_pages`) makes
+    2M leaves in place, with no fault and no `kvm_mmu_set_spte`."""
+    made, by_faults = huge_leaves_made("6.12")
+    assert made == by_faults > 0
+    made, by_faults = huge_leaves_made(MODEL_KERNEL)
+    assert made > by_faults > 0
+
+
+def test_a_kernel_is_in_the_era_of_each_change_it_has() -> None:
+    from mmuscope.engine.mmu.params import kernel_eras, kernel_params
+    from mmuscope.engine.mmu.spte import SPTE_CONFIGS, kernel_spte_config
+
+    assert kernel_eras("6.14") == {
+        "huge_recovery_era": "6.13",
+        "spurious_era": "6.13",
+        "tdp_mmu_pages_era": "before-6.15",
+        "nx_recovery_era": "before-6.18",
+    }
+    assert kernel_params(MODEL_KERNEL) == TdpMmuParams()  # the defaults are 6.18's
+    assert kernel_spte_config(SPTE_CONFIGS["ept"], MODEL_KERNEL) == SPTE_CONFIGS["ept"]
+    old = kernel_spte_config(SPTE_CONFIGS["ept-no-ad"], "6.12")
+    assert old.ad_masks_era == "before-6.13" and old.shadow_accessed_mask == 0
+    assert kernel_params("6.12", TdpMmuParams(prove_mmu=True)).prove_mmu

@@ -5,8 +5,13 @@ any tool that reads trace text, reads back.
     mmuscope simulate --mmu {tdp,direct,shadow} --workload NAME [--accesses N] [--seed N]
                       [--zap fast|slow|roots --at K] [--layout NAME] [--jsonl]
                       [--race-rate P] [--smi-every N] [--pml on|off]
+                      [--kernel VERSION]
 
 The model follows the 6.18 kernel (docs/kvm.md §12 lists the older eras it offers).
+`--kernel VERSION` (6.10 to 6.18) shows an older kernel: each behaviour that changed
+after it is its older era (docs/kvm.md §12), e.g. `--kernel 6.12` zaps the tables a huge
+page can replace when dirty logging stops (`kvm_tdp_mmu_zap_collapsible_sptes`) where
+6.13+ recovers the huge pages in place (`kvm_mmu_recover_huge_pages`).
 `tdp` is the TDP MMU (tdp_mmu=Y), `direct` the older shadow MMU with direct pages
 (tdp_mmu=N), `shadow` shadow paging (EPT off).  `--zap KIND --at K` zaps before access K:
 `fast` is kvm_mmu_zap_all_fast, `slow` the old zap of everything under one lock hold,
@@ -36,6 +41,7 @@ import sys
 from typing import TYPE_CHECKING, NamedTuple, TextIO
 
 from mmuscope.engine.events import Event
+from mmuscope.engine.mmu.params import KERNELS, MODEL_KERNEL
 
 from .cliparts import CliError
 from .dataset_cli import add_options as add_parquet_options
@@ -90,6 +96,7 @@ class SimulateOptions(NamedTuple):
     race_rate: float = 0.0
     smi_every: int = 0
     pml: bool | None = None  # None: the MMU's default (on under EPT, none for shadow)
+    kernel: str = MODEL_KERNEL  # an older one: its eras of docs/kvm.md §12
 
 
 class SimulateError(ValueError):
@@ -143,6 +150,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="tdp, direct: dirty logging by PML (on, the default: D bits cleared, the CPU "
         "logs writes) or by write protection (off: fast_page_fault fixes the writes)",
     )  # fmt: skip
+    parser.add_argument(
+        "--kernel", choices=KERNELS, default=MODEL_KERNEL, metavar="VERSION",
+        help=f"the kernel whose behaviour to show, {KERNELS[0]} to {MODEL_KERNEL} (default "
+        f"{MODEL_KERNEL}): an older one brings back each older era docs/kvm.md §12 lists, "
+        "e.g. 6.12 zaps huge pages when dirty logging stops instead of recovering them",
+    )  # fmt: skip
     add_parquet_options(parser)  # --parquet DIR, --source NAME, --append (dataset_cli)
 
 
@@ -181,7 +194,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     options = SimulateOptions(
         args.mmu, args.workload, args.accesses, args.seed, args.zap, args.at, args.jsonl,
         args.layout, args.race_rate, args.smi_every,
-        None if args.pml is None else args.pml == "on",
+        None if args.pml is None else args.pml == "on", args.kernel,
     )  # fmt: skip
     try:
         session = make_session(options)
@@ -236,21 +249,29 @@ def make_session(options: SimulateOptions) -> GuestSession[object]:
     if options.pml is not None and options.mmu == "shadow":
         raise SimulateError("--pml is for --mmu tdp or direct: shadow paging has no PML")
     layout = preset(options.layout)
-    from mmuscope.engine.mmu.params import TdpMmuParams
+    from mmuscope.engine.mmu.params import TdpMmuParams, kernel_params
+    from mmuscope.engine.mmu.spte import SPTE_CONFIGS, kernel_spte_config
 
     pml = options.pml is not False  # kvm_intel.enable_pml, default Y
+    # --kernel: its eras (docs/kvm.md §12)
+    cfg = kernel_spte_config(SPTE_CONFIGS["shadow" if options.mmu == "shadow" else "ept"],
+                             options.kernel)  # fmt: skip
     if options.mmu == "tdp":
         from mmuscope.engine.mmu.tdp.session import TdpSession
 
         return TdpSession(
             layout, workload=options.workload, seed=options.seed,
             race_rate=options.race_rate, smi_every=options.smi_every,
-            params=TdpMmuParams(enable_pml=pml),
+            params=kernel_params(options.kernel, TdpMmuParams(enable_pml=pml)),
+            spte_config=cfg,
         )  # fmt: skip
     if options.mmu == "direct":
-        params = TdpMmuParams(tdp_mmu=False, enable_pml=pml)
-        return kind(layout, workload=options.workload, seed=options.seed, params=params)
-    return kind(layout, workload=options.workload, seed=options.seed)
+        params = kernel_params(options.kernel, TdpMmuParams(tdp_mmu=False, enable_pml=pml))
+        return kind(layout, workload=options.workload, seed=options.seed, params=params,
+                    spte_config=cfg)  # fmt: skip
+    params = kernel_params(options.kernel, TdpMmuParams(tdp_mmu=False))
+    return kind(layout, workload=options.workload, seed=options.seed, params=params,
+                spte_config=cfg)  # fmt: skip
 
 
 def _session_class(mmu: str) -> type[MmuSession | ShadowSession | TdpSession]:

@@ -46,7 +46,7 @@ Module parameters (`mmu.c`, `vmx.c`):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from .role import PG_LEVEL_1G, PG_LEVEL_2M, PG_LEVEL_4K
@@ -69,6 +69,37 @@ _ERAS = {
     "tdp_mmu_pages_era": TDP_MMU_PAGES_ERAS,
     "nx_recovery_era": NX_RECOVERY_ERAS,
 }
+# the kernels `kernel_eras()` knows: from the oldest change the model offers to today's
+KERNELS = tuple(f"6.{minor}" for minor in range(10, 19))
+assert KERNELS[-1] == MODEL_KERNEL
+
+
+def era_in(kernel: str, changed_in: str) -> str:
+    """The era `kernel` is in for a change made in `changed_in`: "6.13" for 6.13 and
+    later, "before-6.13" for the kernels before."""
+    older = tuple(map(int, kernel.split("."))) < tuple(map(int, changed_in.split(".")))
+    return f"before-{changed_in}" if older else changed_in
+
+
+def kernel_eras(kernel: str) -> dict[str, str]:
+    """`TdpMmuParams`' era options as `kernel` (one of `KERNELS`) has them; ValueError
+    for another.  The model differs between kernels only in these (and `SpteConfig`'s,
+    `kernel_spte_config()`): docs/kvm.md §12."""
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel {kernel!r}: one of {', '.join(KERNELS)}")
+    return {name: era_in(kernel, eras[0]) for name, eras in _ERAS.items()}
+
+
+def kernel_params(kernel: str, params: TdpMmuParams | None = None) -> TdpMmuParams:
+    """`params` (default: the defaults) with the eras `kernel` has (`kernel_eras()`)."""
+    eras = kernel_eras(kernel)
+    return replace(
+        params or TdpMmuParams(),
+        huge_recovery_era=eras["huge_recovery_era"],
+        spurious_era=eras["spurious_era"],
+        tdp_mmu_pages_era=eras["tdp_mmu_pages_era"],
+        nx_recovery_era=eras["nx_recovery_era"],
+    )
 
 
 @dataclass(frozen=True, slots=True)

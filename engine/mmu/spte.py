@@ -41,7 +41,7 @@ tracepoint fields of `kvm_mmio`, `mark_mmio_spte` and `kvm_mmu_spte_requested`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from types import MappingProxyType
 
@@ -315,6 +315,22 @@ SPTE_CONFIGS: Mapping[str, SpteConfig] = MappingProxyType(
         ),
     }
 )
+
+
+def spte_config_named(config: str | SpteConfig) -> SpteConfig:
+    """A session's `spte_config`: a name in `SPTE_CONFIGS`, or the configuration itself
+    (e.g. `kernel_spte_config()`'s)."""
+    return SPTE_CONFIGS[config] if isinstance(config, str) else config
+
+
+def kernel_spte_config(cfg: SpteConfig, kernel: str) -> SpteConfig:
+    """`cfg` with the eras `kernel` (params.KERNELS) has: `nonpresent_era` (6.10) and
+    `ad_masks_era` (6.13)."""
+    from .params import KERNELS, era_in
+
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel {kernel!r}: one of {', '.join(KERNELS)}")
+    return replace(cfg, nonpresent_era=era_in(kernel, "6.10"), ad_masks_era=era_in(kernel, "6.13"))
 
 
 def is_mmio_spte(cfg: SpteConfig, spte: int) -> bool:

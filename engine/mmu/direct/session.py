@@ -44,10 +44,11 @@ from ..params import TdpMmuParams
 from ..spte import (
     PT_PRESENT_MASK,
     PT_WRITABLE_MASK,
-    SPTE_CONFIGS,
     RetPf,
+    SpteConfig,
     is_executable_pte,
     is_shadow_present_pte,
+    spte_config_named,
 )
 from .mmu import DirectMmu
 
@@ -80,7 +81,7 @@ class MmuSession(EptSession[MmuStep]):
         workload: str = "kernbench",
         seed: int = 1,
         nr_vcpus: int = 2,
-        spte_config: str = "ept",
+        spte_config: str | SpteConfig = "ept",
         pte_list_era: str = "6.4",
         gen_era: str = "2019",
         huge_pages: bool = True,
@@ -90,7 +91,7 @@ class MmuSession(EptSession[MmuStep]):
         super().__init__(layout, workload, seed, nr_vcpus)
         self.mmu = DirectMmu(
             self.vm,
-            SPTE_CONFIGS[spte_config],
+            spte_config_named(spte_config),
             pte_list_era=pte_list_era,
             gen_era=gen_era,
             huge_pages=huge_pages,

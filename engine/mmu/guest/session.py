@@ -12,7 +12,7 @@ from typing import Generic, Protocol, TypeVar
 from ...events import Event, FieldValue
 from ...layouts.layout import Layout, build_vm
 from ..mmu_pages import KvmMmuPage, MmuPages
-from ..spte import RetPf
+from ..spte import RetPf, SpteConfig
 from ..walk import fault_path, last_on_path
 
 ACCESS_NS = 1000  # virtual time between two guest accesses, for event timestamps
@@ -24,11 +24,11 @@ _RET_NAMES = {ret: ret.name for ret in RetPf}
 RawListener = Callable[[str, Mapping[str, FieldValue]], None]
 
 
-def after_2011(spte_config: str) -> bool:
+def after_2011(spte_config: str | SpteConfig) -> bool:
     """Whether the sessions' MMU has what came after the 2011 configs (`SPTE_CONFIGS`
     "2011-..."): the MMIO info cache (3.1), fast_page_fault (3.6), the prev_roots LRU
-    (4.19)."""
-    return not spte_config.startswith("2011")
+    (4.19).  A configuration given as such is a kernel's of `params.KERNELS` (6.10+)."""
+    return not isinstance(spte_config, str) or not spte_config.startswith("2011")
 
 
 def uniform_below(rng: random.Random, n: int) -> int:

@@ -50,10 +50,7 @@ from ..guest.linux import GuestOs, GuestProcess
 from ..guest.session import GuestSession, after_2011
 from ..mmu_pages import KvmMmuPage
 from ..params import TdpMmuParams
-from ..spte import (
-    SPTE_CONFIGS,
-    RetPf,
-)
+from ..spte import RetPf, SpteConfig, spte_config_named
 from .cpu import exit_error_code, leaf_allows, leaf_spte
 from .kernel import KERNEL_EVERY, KernelMaps, kernel_access
 from .mmu import ShadowMmu
@@ -110,7 +107,7 @@ class ShadowSession(GuestSession[ShadowStep]):
         workload: str = "kernbench",
         seed: int = 1,
         nr_vcpus: int = 2,
-        spte_config: str = "shadow",
+        spte_config: str | SpteConfig = "shadow",
         pte_list_era: str = "6.4",
         gen_era: str = "2019",
         vtlb: bool = True,
@@ -120,7 +117,7 @@ class ShadowSession(GuestSession[ShadowStep]):
         super().__init__(layout, workload, seed, nr_vcpus)
         self.mmu = ShadowMmu(
             self.vm,
-            SPTE_CONFIGS[spte_config],
+            spte_config_named(spte_config),
             pte_list_era=pte_list_era,
             gen_era=gen_era,
             vtlb=vtlb,

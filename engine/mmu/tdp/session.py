@@ -45,7 +45,7 @@ from ..guest.fast import GET_DIRTY_EVERY
 from ..guest.session import ACCESS_NS
 from ..mmu_pages import KvmMmuPage
 from ..params import TdpMmuParams
-from ..spte import SPTE_CONFIGS, RetPf
+from ..spte import RetPf, SpteConfig, spte_config_named
 from .cpu import CpuWalks
 from .iter import TdpIter
 from .mmu import TdpMmu
@@ -81,7 +81,7 @@ class TdpSession(EptSession[TdpStep]):
         workload: str = "kernbench",
         seed: int = 1,
         nr_vcpus: int = 2,
-        spte_config: str = "ept",
+        spte_config: str | SpteConfig = "ept",
         params: TdpMmuParams | None = None,
         race_rate: float = 0.0,
         smi_every: int = 0,
@@ -93,7 +93,7 @@ class TdpSession(EptSession[TdpStep]):
                 " memslots, e.g. --layout q35-16g)"
             )
         self.smi_every = smi_every
-        self.mmu = TdpMmu(self.vm, SPTE_CONFIGS[spte_config], params, host_seed=seed)
+        self.mmu = TdpMmu(self.vm, spte_config_named(spte_config), params, host_seed=seed)
         self.cpu = CpuWalks(self.mmu)  # the hardware's walks of the vCPUs' roots
         self._listeners_changed()
         self.set_up_guest(seed)
