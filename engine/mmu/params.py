@@ -49,6 +49,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from .eras import KERNELS as KERNELS
+from .eras import MODEL_KERNEL as MODEL_KERNEL
+from .eras import check_kernel, era_in
 from .role import PG_LEVEL_1G, PG_LEVEL_2M, PG_LEVEL_4K
 
 if TYPE_CHECKING:
@@ -58,7 +61,6 @@ NX_HUGE_PAGES_MODES = ("off", "on", "force", "auto")
 PML_LOG_NR_ENTRIES = 512  # a vCPU's PML buffer: one 4K page of gpas (6.18 vmx.h)
 HOST_LEVELS = {"4k": PG_LEVEL_4K, "2m": PG_LEVEL_2M, "1g": PG_LEVEL_1G}
 
-MODEL_KERNEL = "6.18"  # the kernel the model follows; older behaviour is offered by era
 HUGE_RECOVERY_ERAS = ("6.13", "before-6.13")
 SPURIOUS_ERAS = ("6.13", "before-6.13")
 TDP_MMU_PAGES_ERAS = ("6.15", "before-6.15")
@@ -69,24 +71,13 @@ _ERAS = {
     "tdp_mmu_pages_era": TDP_MMU_PAGES_ERAS,
     "nx_recovery_era": NX_RECOVERY_ERAS,
 }
-# the kernels `kernel_eras()` knows: from the oldest change the model offers to today's
-KERNELS = tuple(f"6.{minor}" for minor in range(10, 19))
-assert KERNELS[-1] == MODEL_KERNEL
-
-
-def era_in(kernel: str, changed_in: str) -> str:
-    """The era `kernel` is in for a change made in `changed_in`: "6.13" for 6.13 and
-    later, "before-6.13" for the kernels before."""
-    older = tuple(map(int, kernel.split("."))) < tuple(map(int, changed_in.split(".")))
-    return f"before-{changed_in}" if older else changed_in
 
 
 def kernel_eras(kernel: str) -> dict[str, str]:
     """`TdpMmuParams`' era options as `kernel` (one of `KERNELS`) has them; ValueError
     for another.  The model differs between kernels only in these (and `SpteConfig`'s,
     `kernel_spte_config()`): docs/kvm.md §12."""
-    if kernel not in KERNELS:
-        raise ValueError(f"kernel {kernel!r}: one of {', '.join(KERNELS)}")
+    check_kernel(kernel)
     return {name: era_in(kernel, eras[0]) for name, eras in _ERAS.items()}
 
 

@@ -49,6 +49,7 @@ from ..memslots.constants import (
     KVM_MEMSLOT_GEN_UPDATE_IN_PROGRESS as KVM_MEMSLOT_GEN_UPDATE_IN_PROGRESS,
 )
 from ..memslots.constants import PAGE_SHIFT
+from .eras import check_kernel, era_in
 
 
 def BIT(n: int) -> int:
@@ -326,10 +327,7 @@ def spte_config_named(config: str | SpteConfig) -> SpteConfig:
 def kernel_spte_config(cfg: SpteConfig, kernel: str) -> SpteConfig:
     """`cfg` with the eras `kernel` (params.KERNELS) has: `nonpresent_era` (6.10) and
     `ad_masks_era` (6.13)."""
-    from .params import KERNELS, era_in
-
-    if kernel not in KERNELS:
-        raise ValueError(f"kernel {kernel!r}: one of {', '.join(KERNELS)}")
+    check_kernel(kernel)
     return replace(cfg, nonpresent_era=era_in(kernel, "6.10"), ad_masks_era=era_in(kernel, "6.13"))
 
 
