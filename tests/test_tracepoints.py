@@ -56,6 +56,7 @@ KIND_VALUES: dict[str, st.SearchStrategy[int | str | bool]] = {
     "016x": U64,
     "08x": U32,
     "#x": U64,
+    "#016x": U64,
     "p": U64,
     "pferr": U32,
     "pferr_old": U32,

@@ -1,10 +1,12 @@
-"""`kvm_age_gfn()`: the MMU notifier's `clear_young`, asked by the host's page reclaim
-whether guest memory was used lately, and making it "old" again.
+"""`kvm_age_gfn()` and `kvm_test_age_gfn()`: the MMU notifier's `clear_young` and
+`test_young` (mmu_notifier.py), asked by the host's page reclaim and khugepaged whether
+guest memory was used lately, the first making it "old" again.
 
 torvalds/linux 6.18 `arch/x86/kvm/mmu/mmu.c` (`kvm_age_gfn`, `kvm_rmap_age_gfn_range`),
 `tdp_mmu.c` (`kvm_tdp_mmu_age_gfn_range`, `kvm_tdp_mmu_age_spte`), `spte.c`/`spte.h`
 (`is_accessed_spte`, `mark_spte_for_access_track`).  Since the lockless aging of 6.15
-(`mmu_spte_age()` under mmu_lock before; version UNVERIFIED) both walk without the lock:
+(`mmu_spte_age()` under mmu_lock before; version UNVERIFIED) both walk without the lock;
+test_young is the same walk with `test_only`, which returns at the first young spte:
 - every leaf of the range that `is_accessed_spte()` (its A bit set: 6.13+, where KVM
   keeps bit 8 itself without EPT A/D bits; before, such a spte was accessed unless
   access-tracked) is made old: with A/D bits its Accessed bit is cleared (the CPU sets
@@ -22,8 +24,11 @@ stays old until it is made again).  Only the A/D-off case changes what faults.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
 from ..memslots.memslot import MemorySlot
-from .direct.mmu import DirectMmu, gfn_to_index
+from .mapping_level import gfn_to_index
 from .role import PG_LEVEL_4K
 from .spte import (
     KVM_MAX_HUGEPAGE_LEVEL,
@@ -35,8 +40,19 @@ from .spte import (
     is_shadow_present_pte,
     mark_spte_for_access_track,
 )
-from .tdp.iter import for_each_tdp_pte
-from .tdp.mmu import TdpMmu
+
+if TYPE_CHECKING:  # (each MMU imports none of the others: `simulate --mmu X` loads one)
+    from .direct.mmu import DirectMmu
+    from .shadow.mmu import ShadowMmu
+    from .tdp.mmu import TdpMmu
+
+    RmapMmu = DirectMmu | ShadowMmu  # the MMUs that keep rmaps
+    AnyMmu = DirectMmu | ShadowMmu | TdpMmu
+
+
+def tdp_mmu_enabled(mmu: AnyMmu) -> bool:
+    """`tdp_mmu_enabled`: the VM's MMU is the TDP MMU (tdp_mmu=Y under EPT/NPT)."""
+    return hasattr(mmu, "kvm_tdp_mmu_unmap_gfn_range")
 
 
 def spte_ad_enabled(spte: int) -> bool:
@@ -59,11 +75,10 @@ def age_spte(cfg: SpteConfig, spte: int) -> int:
     return mark_spte_for_access_track(cfg, spte)
 
 
-def kvm_rmap_age_gfn_range(mmu: DirectMmu, slot: MemorySlot, start: int, end: int) -> int:
-    """The legacy MMU: the leaves in the slot's rmaps of gfns [start, end), each level;
-    how many were young."""
-    young = 0
-    cfg = mmu.cfg
+def walk_slot_rmaps(mmu: RmapMmu, slot: MemorySlot, start: int, end: int) -> Iterator[list[int]]:
+    """`__walk_slot_rmaps()` (6.18 mmu.c) from PG_LEVEL_4K to KVM_MAX_HUGEPAGE_LEVEL: the
+    sptes of each non-empty rmap head of gfns [start, end) of `slot` (a copy, so the
+    caller may zap them), level by level."""
     for level in range(PG_LEVEL_4K, KVM_MAX_HUGEPAGE_LEVEL + 1):
         heads = mmu.rmaps.get((slot.as_id, slot.id, level))
         if not heads:
@@ -72,19 +87,42 @@ def kvm_rmap_age_gfn_range(mmu: DirectMmu, slot: MemorySlot, start: int, end: in
         last = gfn_to_index(min(end, slot.end_gfn) - 1, slot.base_gfn, level)
         for key in range(first, last + 1):
             head = heads.get(key)
-            for sptep in head if head is not None else ():
-                sp = mmu.pages.page_of_sptep(sptep)
-                index = (sptep & 0xFFF) >> 3
-                spte = sp.spt[index]
-                if not is_accessed_spte(cfg, spte):
-                    continue
-                sp.spt[index] = age_spte(cfg, spte)  # cmpxchg64 from the value read
-                young += 1
+            if head is not None:
+                yield list(head)
+
+
+def kvm_rmap_age_gfn_range(
+    mmu: RmapMmu, slot: MemorySlot, start: int, end: int, test_only: bool = False
+) -> int:
+    """`kvm_rmap_age_gfn_range()` (6.18 mmu.c): the leaves in the slot's rmaps of gfns
+    [start, end), each level; how many were young.  `test_only` (the notifier's
+    test_young): 1 at the first young one, nothing changed."""
+    young = 0
+    cfg = mmu.cfg
+    for sptes in walk_slot_rmaps(mmu, slot, start, end):
+        for sptep in sptes:
+            sp = mmu.pages.page_of_sptep(sptep)
+            index = (sptep & 0xFFF) >> 3
+            spte = sp.spt[index]
+            if not is_accessed_spte(cfg, spte):
+                continue
+            if test_only:
+                return 1
+            sp.spt[index] = age_spte(cfg, spte)  # cmpxchg64 from the value read
+            young += 1
     return young
 
 
-def kvm_tdp_mmu_age_gfn_range(mmu: TdpMmu, slot: MemorySlot, start: int, end: int) -> int:
-    """The TDP MMU: every valid root of the slot's address space."""
+def __kvm_tdp_mmu_age_gfn_range(
+    mmu: TdpMmu, slot: MemorySlot, start: int, end: int, test_only: bool
+) -> int:
+    """`__kvm_tdp_mmu_age_gfn_range()` (6.18 tdp_mmu.c): every valid root of the slot's
+    address space (`for_each_valid_tdp_mmu_root_rcu`: "this helper must NOT be used to
+    unmap GFNs, as it processes only valid roots"), each leaf `tdp_root_for_each_leaf_pte`
+    finds accessed aged by `kvm_tdp_mmu_age_spte()`; `test_only`: 1 at the first."""
+
+    from .tdp.iter import for_each_tdp_pte
+
     young = 0
     cfg = mmu.cfg
     for root in mmu.pages.tdp_mmu_roots:
@@ -96,6 +134,8 @@ def kvm_tdp_mmu_age_gfn_range(mmu: TdpMmu, slot: MemorySlot, start: int, end: in
                 continue
             if not is_accessed_spte(cfg, old):
                 continue
+            if test_only:
+                return 1
             young += 1
             new = age_spte(cfg, old)
             if not spte_ad_enabled(old) and mmu._tdp_mmu_set_spte_atomic(it, new):
@@ -109,9 +149,28 @@ def kvm_tdp_mmu_age_gfn_range(mmu: TdpMmu, slot: MemorySlot, start: int, end: in
     return young
 
 
-def kvm_age_gfn(mmu: DirectMmu | TdpMmu, slot: MemorySlot, start: int, end: int) -> int:
-    """`kvm_age_gfn(kvm, range)`: the sptes of gfns [start, end) of `slot` made old;
-    how many were young (the kernel returns whether any was)."""
-    if isinstance(mmu, TdpMmu):
-        return kvm_tdp_mmu_age_gfn_range(mmu, slot, start, end)
-    return kvm_rmap_age_gfn_range(mmu, slot, start, end)
+def kvm_tdp_mmu_age_gfn_range(mmu: TdpMmu, slot: MemorySlot, start: int, end: int) -> int:
+    """`kvm_tdp_mmu_age_gfn_range()`: the young leaves made old; how many."""
+    return __kvm_tdp_mmu_age_gfn_range(mmu, slot, start, end, test_only=False)
+
+
+def kvm_tdp_mmu_test_age_gfn(mmu: TdpMmu, slot: MemorySlot, start: int, end: int) -> int:
+    """`kvm_tdp_mmu_test_age_gfn()`: 1 when a leaf of the range is young, none changed."""
+    return __kvm_tdp_mmu_age_gfn_range(mmu, slot, start, end, test_only=True)
+
+
+def kvm_age_gfn(mmu: AnyMmu, slot: MemorySlot, start: int, end: int) -> int:
+    """`kvm_age_gfn(kvm, range)` (6.18 mmu.c), the notifier's clear_young: the sptes of
+    gfns [start, end) of `slot` made old; how many were young (the kernel returns
+    whether any was)."""
+    if tdp_mmu_enabled(mmu):
+        return kvm_tdp_mmu_age_gfn_range(mmu, slot, start, end)  # type: ignore[arg-type]
+    return kvm_rmap_age_gfn_range(mmu, slot, start, end)  # type: ignore[arg-type]
+
+
+def kvm_test_age_gfn(mmu: AnyMmu, slot: MemorySlot, start: int, end: int) -> bool:
+    """`kvm_test_age_gfn(kvm, range)` (6.18 mmu.c), the notifier's test_young: whether a
+    spte of gfns [start, end) is young; nothing is changed."""
+    if tdp_mmu_enabled(mmu):
+        return bool(kvm_tdp_mmu_test_age_gfn(mmu, slot, start, end))  # type: ignore[arg-type]
+    return bool(kvm_rmap_age_gfn_range(mmu, slot, start, end, test_only=True))  # type: ignore[arg-type]

@@ -7,7 +7,8 @@ torvalds/linux 6.18 `arch/x86/kvm/mmu/mmu.c`:
   level whose `lpage_info_slot(gfn, slot, level)->disallow_lpage` is 0, then capped by
   `host_pfn_mapping_level()`: the size of the host's own mapping of the page (a PUD leaf
   1G, a PMD leaf 2M, else 4K).  The model has no host page tables: the host backs every
-  memslot alike (`host_level`: 4K pages, THP 2M or hugetlbfs 1G).
+  memslot alike (`host_level`: 4K pages, THP 2M or hugetlbfs 1G), but for the huge
+  pages it split and the pages it zapped (`HostPages.mapping_level`).
 - `disallow_lpage` (`kvm_alloc_memslot_metadata()`, kvm_main/x86.c): a huge page at the
   slot's head or tail that the slot does not cover whole, or every one when `base_gfn` and
   `userspace_addr` are aligned differently for that size (`lpage_limits`); the shadow
@@ -23,7 +24,9 @@ torvalds/linux 6.18 `arch/x86/kvm/mmu/mmu.c`:
   by a huge leaf (the leaf could be executable): go one level further down.
 - `kvm_mmu_faultin_pfn()` -> `__kvm_faultin_pfn()` -> `hva_to_pfn()` (kvm_main.c): the
   host-physical page behind the slot's host virtual address (`__gfn_to_hva_memslot()`),
-  as the host's page allocator placed it: `HostPages`.
+  as the host's page allocator placed it: `HostPages`; around it the MMU notifier's
+  retry checks (`mmu_invalidate_retry_gfn_unsafe`, mmu_invalidate.py), and under
+  mmu_lock `is_page_fault_stale()`.
 """
 
 from __future__ import annotations
@@ -32,8 +35,15 @@ import random
 from collections.abc import Callable
 
 from ..memslots.memslot import MemorySlot
+from .mmu_invalidate import MmuInvalidate
 from .role import PG_LEVEL_1G, PG_LEVEL_2M, PG_LEVEL_4K
-from .spte import KVM_MAX_HUGEPAGE_LEVEL, KVM_PFN_NOSLOT, is_large_pte, is_shadow_present_pte
+from .spte import (
+    KVM_MAX_HUGEPAGE_LEVEL,
+    KVM_PFN_NOSLOT,
+    RetPf,
+    is_large_pte,
+    is_shadow_present_pte,
+)
 
 PAGE_SHIFT = 12
 LEVEL_NAMES = {PG_LEVEL_4K: "4K", PG_LEVEL_2M: "2M", PG_LEVEL_1G: "1G"}
@@ -73,6 +83,10 @@ class HostPages:
         self._keys = rng.getrandbits(self._bits), rng.getrandbits(self._bits)
         self._frames: dict[int, int] = {}  # the VMM's host-page number -> RAM's
         self._used: set[int] = set()
+        self.level = host_level
+        self.split: set[int] = set()  # huge pages (their numbers) split into 4K ptes
+        self.zapped: set[int] = set()  # VMM 4K pages the host unmapped and freed
+        self.refaulted: dict[int, int] = {}  # VMM 4K pages faulted back in: their pfn
 
     def frame(self, index: int) -> int:
         """Where the VMM's `index`-th page of this size goes first: its window folded in,
@@ -87,17 +101,72 @@ class HostPages:
     def hva_to_pfn(self, hva: int) -> int:
         """The host-physical frame number of the page at host virtual address `hva`."""
         vpfn = hva >> PAGE_SHIFT
+        if vpfn in self.refaulted or vpfn in self.zapped:
+            return self._refault(vpfn)
         index = vpfn // self.pages
         frame = self._frames.get(index)
         if frame is None:
-            frame, mask = self.frame(index), (1 << self._bits) - 1
-            if len(self._used) > mask:
-                raise MemoryError(f"host RAM ({HOST_RAM_SIZE >> 30} GiB) is all in use")
-            while frame in self._used:  # taken: the allocator's next free host page
-                frame = (frame + 1) & mask
-            self._frames[index] = frame
-            self._used.add(frame)
+            frame = self._frames[index] = self._alloc(self.frame(index))
         return (HOST_RAM_BASE >> PAGE_SHIFT) + frame * self.pages + vpfn % self.pages
+
+    def _alloc(self, frame: int) -> int:
+        """`frame`, or the allocator's next free host page when it is taken."""
+        mask = (1 << self._bits) - 1
+        if len(self._used) > mask:
+            raise MemoryError(f"host RAM ({HOST_RAM_SIZE >> 30} GiB) is all in use")
+        while frame in self._used:
+            frame = (frame + 1) & mask
+        self._used.add(frame)
+        return frame
+
+    def _refault(self, vpfn: int) -> int:
+        """A VMM page the host zapped, touched again: a new 4K page (the first 4K of the
+        allocator's next free host page: the model hands out whole frames)."""
+        pfn = self.refaulted.get(vpfn)
+        if pfn is None:
+            frame = self._alloc(self.frame(vpfn // self.pages))
+            pfn = self.refaulted[vpfn] = (HOST_RAM_BASE >> PAGE_SHIFT) + frame * self.pages
+            self.zapped.discard(vpfn)
+        return pfn
+
+    def mapping_level(self, hva: int) -> int:
+        """The level of the host's own mapping of `hva` (`host_pfn_mapping_level()` reads
+        it from the host's page tables): the backing's page size, 4K once that huge page
+        was split (`split_huge_pmd`) or for a page faulted back after a zap."""
+        vpfn = hva >> PAGE_SHIFT
+        if self.pages == 1 or vpfn // self.pages in self.split or vpfn in self.refaulted:
+            return PG_LEVEL_4K
+        return self.level
+
+    def huge_page_of(self, hva: int) -> tuple[int, int] | None:
+        """The host virtual range [start, end) of the huge page mapping `hva`, or None
+        when the host maps it with a 4K page."""
+        if self.mapping_level(hva) == PG_LEVEL_4K:
+            return None
+        size = self.pages << PAGE_SHIFT
+        start = hva & -size
+        return start, start + size
+
+    def split_huge_page(self, hva: int) -> None:
+        """`__split_huge_pmd()`: the huge page at `hva` mapped by 4K ptes from now on
+        (the same host-physical pages: a THP splits in place)."""
+        self.split.add((hva >> PAGE_SHIFT) // self.pages)
+
+    def zap(self, hva: int) -> None:
+        """`zap_pte_range()` of the 4K page at `hva` (its huge page split first): the
+        page is freed; the VMM's next touch faults in another (`_refault`)."""
+        vpfn = hva >> PAGE_SHIFT
+        if self.mapping_level(hva) != PG_LEVEL_4K:
+            raise ValueError(f"hva {hva:#x} is in a huge page: split it first")
+        self.refaulted.pop(vpfn, None)
+        self.zapped.add(vpfn)
+
+
+def gfn_to_index(gfn: int, base_gfn: int, level: int) -> int:
+    """`gfn_to_index()` (kvm_host.h): the index of `gfn`'s page of `level` within a
+    memslot (its rmap and lpage_info entry)."""
+    shift = 9 * (level - 1)
+    return (gfn >> shift) - (base_gfn >> shift)
 
 
 def kvm_pages_per_hpage(level: int) -> int:
@@ -116,6 +185,7 @@ class KvmPageFault:
         "huge_page_disallowed",
         "map_writable",
         "max_level",
+        "mmu_seq",
         "pfn",
         "req_level",
         "slot",
@@ -135,6 +205,7 @@ class KvmPageFault:
         self.req_level = self.goal_level = PG_LEVEL_4K
         self.huge_page_disallowed = False
         self.map_writable = False
+        self.mmu_seq = 0  # kvm->mmu_invalidate_seq when kvm_mmu_faultin_pfn() began
         self.pfn = KVM_PFN_NOSLOT  # MappingLevels.kvm_mmu_faultin_pfn() fills both in
 
 
@@ -164,16 +235,56 @@ class MappingLevels:
         self.host_level = host_level  # host_pfn_mapping_level() of every memslot page
         self.nx = nx_huge_pages  # is_nx_huge_page_enabled()
         self.host = HostPages(host_level, host_seed)
+        self.mmu_invalidate = MmuInvalidate()  # kvm->mmu_invalidate_* (mmu_invalidate.py)
+        #: runs inside `kvm_mmu_faultin_pfn()` while the host pfn is looked up (tests, and
+        #: an MMU-notifier invalidation racing the fault); None: nothing races
+        self.faultin_race: Callable[[KvmPageFault], None] | None = None
         self._limits: dict[int, tuple[MemorySlot, LpageLimits]] = {}
 
     def gfn_to_pfn(self, slot: MemorySlot, gfn: int) -> int:
         """The host page behind `gfn` of `slot`: `hva_to_pfn(__gfn_to_hva_memslot())`."""
         return self.host.hva_to_pfn(gfn_to_hva_memslot(slot, gfn))
 
-    def kvm_mmu_faultin_pfn(self, fault: KvmPageFault) -> KvmPageFault:
-        """`kvm_mmu_faultin_pfn()` (6.18 mmu.c) for a fault the MMU maps: a slot's page
-        gives its host pfn and `map_writable` (not a read-only slot); no slot leaves
-        KVM_PFN_NOSLOT (`kvm_handle_noslot_fault()`)."""
+    def kvm_mmu_faultin_pfn(self, fault: KvmPageFault) -> RetPf:
+        """`kvm_mmu_faultin_pfn()` (6.18 mmu.c) for a fault the MMU maps: the MMU
+        notifier's sequence read first (`fault->mmu_seq`); no slot leaves KVM_PFN_NOSLOT
+        (`kvm_handle_noslot_fault()`); else RET_PF_RETRY when an invalidation of the gfn
+        is in progress (`mmu_invalidate_retry_gfn_unsafe()`, "before getting the pfn from
+        the primary MMU"), the host pfn (`__kvm_mmu_faultin_pfn`, during which the host
+        may unmap the page: `faultin_race`), and the same check again ("purely to avoid
+        contending mmu_lock").  RET_PF_CONTINUE: go on to map it."""
+        inv = self.mmu_invalidate
+        fault.mmu_seq = inv.seq
+        if fault.slot is None:
+            return RetPf.CONTINUE
+        if inv.mmu_invalidate_retry_gfn_unsafe(fault.mmu_seq, fault.gfn):
+            inv.stale_retries += 1
+            return RetPf.RETRY
+        race = self.faultin_race
+        if race is not None:  # hva_to_pfn() may sleep in get_user_pages()
+            race(fault)
+        self.kvm_faultin_pfn(fault)
+        if inv.mmu_invalidate_retry_gfn_unsafe(fault.mmu_seq, fault.gfn):
+            inv.stale_retries += 1
+            return RetPf.RETRY
+        return RetPf.CONTINUE
+
+    def is_page_fault_stale(self, fault: KvmPageFault, root_obsolete: bool) -> bool:
+        """`is_page_fault_stale()` (6.18 mmu.c), mmu_lock held: the root was made obsolete
+        (a fast zap) or, for a fault with a slot, an invalidation of its gfn is in
+        progress or ended since `fault->mmu_seq` (`mmu_invalidate_retry_gfn()`, the check
+        the unlocked ones may miss).  The caller returns RET_PF_RETRY."""
+        if root_obsolete:
+            return True
+        inv = self.mmu_invalidate
+        if fault.slot is not None and inv.mmu_invalidate_retry_gfn(fault.mmu_seq, fault.gfn):
+            inv.stale_retries += 1
+            return True
+        return False
+
+    def kvm_faultin_pfn(self, fault: KvmPageFault) -> KvmPageFault:
+        """`__kvm_mmu_faultin_pfn()` → `__kvm_faultin_pfn()`: a slot's page gives its host
+        pfn (`hva_to_pfn`) and `map_writable` (not a read-only slot)."""
         slot = fault.slot
         if slot is not None:
             fault.pfn = self.gfn_to_pfn(slot, fault.gfn)
@@ -181,8 +292,9 @@ class MappingLevels:
         return fault
 
     def host_pfn_mapping_level(self, slot: MemorySlot, gfn: int) -> int:
-        """The host's mapping of the page: the same `host_level` for every slot."""
-        return self.host_level
+        """The host's mapping of the page (`HostPages.mapping_level`): `host_level`
+        unless the host split or zapped that page."""
+        return self.host.mapping_level(gfn_to_hva_memslot(slot, gfn))
 
     def slot_limits(self, slot: MemorySlot) -> LpageLimits:
         entry = self._limits.get(id(slot))  # slots are immutable values

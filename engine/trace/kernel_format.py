@@ -271,8 +271,9 @@ def _conv_regex(
         body = r"(?:0|[1-9]\d*)"
     elif conv in "xX":
         lead, digit = ("1-9a-f", "0-9a-f") if conv == "x" else ("1-9A-F", "0-9A-F")
+        digits = width - 2 if "#" in flags else width  # the "0x" counts in the width
         if width and "0" in flags:  # zero-padded to width, or longer without a leading 0
-            body = f"(?:[{digit}]{{{width}}}|[{lead}][{digit}]{{{width},}})"
+            body = f"(?:[{digit}]{{{digits}}}|[{lead}][{digit}]{{{digits},}})"
         else:
             body = f"(?:0|[{lead}][{digit}]*)"
         if "#" in flags:

@@ -149,6 +149,8 @@ KINDS: dict[str, Kind] = {
     "016x": (_HEX, lambda v: f"{_uint(v):016x}", lambda s: int(s, 16)),  # %016llx
     "08x": (_HEX, lambda v: f"{_uint(v):08x}", lambda s: int(s, 16)),  # %08x
     "#x": (r"(?:0[xX])?" + _HEX, lambda v: f"{_uint(v):#x}", lambda s: int(s, 16)),  # %#llx
+    # %#016lx: "0x" and the digits padded to 16 characters in all (the MMU notifier's)
+    "#016x": (r"(?:0[xX])?" + _HEX, lambda v: f"{_uint(v):#016x}", lambda s: int(s, 16)),
     "p": (r"(?:0x)?[0-9a-fA-F]+|\(nil\)|\(null\)", lambda v: _hashed(_uint(v)), _pointer),
     "01": (r"[01]", lambda v: str(int(_flag(v))), lambda s: s == "1"),  # %d of a comparison
     "s": (r"\S+", _text, str),  # %s of a symbol (kvm_mmio's type)
@@ -190,7 +192,8 @@ _SLOT_RE = re.compile(
 #: the `%` conversion that prints a valid value of a kind as `KINDS` formats it (an int >= 0
 #: for u and the hex kinds, an int for d, 0/1 or a bool for 01, a str for the text kinds)
 PRINTF_KINDS = {
-    "u": "%d", "d": "%d", "x": "%x", "016x": "%016x", "08x": "%08x", "#x": "%#x", "01": "%d",
+    "u": "%d", "d": "%d", "x": "%x", "016x": "%016x", "08x": "%08x", "#x": "%#x",
+    "#016x": "%#016x", "01": "%d",
     "s": "%s", "exit": "%s", "rwxu": "%s",
 }  # fmt: skip
 

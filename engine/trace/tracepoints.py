@@ -352,6 +352,12 @@ _KVM: dict[str, dict[str, str]] = {
     "vcpu_match_mmio": _eras("gva {gva:#x} gpa {gpa:#x} {write?Write|Read} {gpa_match?GPA|GVA}"),
     # "vcpu %u need_flush_tlb %s" with "true"/"false" (record_steal_time)
     "kvm_pv_tlb_flush": _eras("vcpu {vcpu_id:u} need_flush_tlb {need_flush_tlb?true|false}"),
+    # "mmu notifier unmap range: %#016lx -- %#016lx" (kvm_mmu_notifier_invalidate_range_start)
+    "kvm_unmap_hva_range": _eras("mmu notifier unmap range: {start:#016x} -- {end:#016x}"),
+    # "mmu notifier age hva: %#016lx -- %#016lx" (clear_young, clear_flush_young)
+    "kvm_age_hva": _eras("mmu notifier age hva: {start:#016x} -- {end:#016x}"),
+    # "mmu notifier test age hva: %#016lx" (test_young)
+    "kvm_test_age_hva": _eras("mmu notifier test age hva: {hva:#016x}"),
     # "vcpu %u: %s SMM, smbase 0x%llx", "entering"/"leaving" (enter_smm, emulator RSM)
     "kvm_smm_transition": _eras(
         "vcpu {vcpu_id:u}: {entering?entering|leaving} SMM, smbase 0x{smbase:x}"

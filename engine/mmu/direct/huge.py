@@ -41,7 +41,7 @@ class DirectHuge:
         under the NX mitigation, else `kvm_mmu_max_mapping_level()` (mapping_level.py:
         the slot's `disallow_lpage` and the host's backing)."""
         fault = KvmPageFault(gfn, False, exec_, slot, self._max_level())
-        self.levels.kvm_mmu_hugepage_adjust(self.levels.kvm_mmu_faultin_pfn(fault))
+        self.levels.kvm_mmu_hugepage_adjust(self.levels.kvm_faultin_pfn(fault))
         return fault.goal_level
 
     def _max_level(self) -> int:

@@ -221,7 +221,10 @@ class DirectMmu(DirectMmio, DirectHuge, DirectRmaps):
         - no slot, MMIO caching off or a gfn above `kvm_mmu_max_gfn()`:
           `kvm_handle_noslot_fault()` returns RET_PF_EMULATE at once;
         - a write to a read-only slot: `__kvm_faultin_pfn()` gets KVM_PFN_ERR_RO_FAULT and
-          `kvm_handle_error_pfn()` returns RET_PF_EMULATE (no spte is made or changed)."""
+          `kvm_handle_error_pfn()` returns RET_PF_EMULATE (no spte is made or changed);
+        - an MMU-notifier invalidation of the gfn in progress, or ended since the fault
+          began: RET_PF_RETRY (`kvm_mmu_faultin_pfn()`'s checks, then
+          `is_page_fault_stale()` under mmu_lock: mapping_level.py)."""
         gfn = gpa >> PAGE_SHIFT
         slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
         if self.fast_pf is not None:
@@ -232,12 +235,16 @@ class DirectMmu(DirectMmio, DirectHuge, DirectRmaps):
         if slot is None:  # kvm_handle_noslot_fault(): the vCPU's MMIO info first
             self.mmio_info.cache(vcpu, 0, gfn, 0, self.vm.generation(root.role.smm))
             noslot_emulate = not self.cfg.mmio_caching_enabled or gfn > kvm_mmu_max_gfn(self.cfg)
+        fault = KvmPageFault(gfn, write, exec_, slot, self._max_level())
+        if not noslot_emulate and self.levels.kvm_mmu_faultin_pfn(fault) is RetPf.RETRY:
+            return RetPf.RETRY  # an MMU-notifier invalidation of the gfn (mapping_level.py)
         if noslot_emulate or (slot is not None and write and slot.flags & KVM_MEM_READONLY):
             self.stat["pf_emulate"] += 1
             return RetPf.EMULATE
+        if self.levels.is_page_fault_stale(fault, self.pages.is_obsolete(root)):  # mmu_lock
+            return RetPf.RETRY
         self.pages.make_mmu_pages_available()
-        fault = KvmPageFault(gfn, write, exec_, slot, self._max_level())
-        return self.direct_map(vcpu, root, self.levels.kvm_mmu_faultin_pfn(fault))
+        return self.direct_map(vcpu, root, fault)
 
     def _walk_existing(self, root: KvmMmuPage, gfn: int) -> tuple[KvmMmuPage | None, int]:
         """The lockless walk of `get_mmio_spte()`: the last page reached and the index."""

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping
 from ...errors import AuditError
 from ...memslots.memslot import MemorySlot
 from ...memslots.vm import Vm
+from ..mapping_level import gfn_to_index as gfn_to_index  # the rmap slot of a gfn
 from ..mmu_pages import KvmMmuPage, MmuPages
 from ..rmap import (
     KvmRmapHead,
@@ -34,11 +35,6 @@ RmapKey = tuple[int, int, int]  # (as_id, slot id, level)
 def level_shift(level: int) -> int:
     """gfn bits below one entry of a page table of `level` (0 for 4K leaves)."""
     return LEVEL_BITS * (level - 1)
-
-
-def gfn_to_index(gfn: int, base_gfn: int, level: int) -> int:
-    """`gfn_to_index()`: the rmap slot of `gfn` at `level` within a memslot."""
-    return (gfn >> level_shift(level)) - (base_gfn >> level_shift(level))
 
 
 class SlotRmaps(Mapping[int, KvmRmapHead]):

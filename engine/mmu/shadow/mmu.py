@@ -531,12 +531,17 @@ class ShadowMmu:
         ):
             self.stat["pf_emulate"] += 1
             return RetPf.EMULATE
-        self.pages.make_mmu_pages_available()
+        obsolete = self.pages.is_obsolete(root)  # read before make_mmu_pages_available(),
+        self.pages.make_mmu_pages_available()  # which the kernel runs after the stale check
         if walk is None and sp.role.invalid:  # a vtlb hit whose page the budget zapped
             translated = self._translate(vcpu, gva, write, user, error_code, False, fetch)
             assert translated is not None  # the vtlb agreed with the guest tables
             gfn, access, walk = translated
-        fault = self.levels.kvm_mmu_faultin_pfn(KvmPageFault(gfn, write, fetch, slot, PG_LEVEL_4K))
+        fault = KvmPageFault(gfn, write, fetch, slot, PG_LEVEL_4K)
+        if self.levels.kvm_mmu_faultin_pfn(fault) is RetPf.RETRY:
+            return RetPf.RETRY  # an MMU-notifier invalidation of the gfn (mapping_level.py)
+        if self.levels.is_page_fault_stale(fault, obsolete):  # write_lock(mmu_lock)
+            return RetPf.RETRY
         if walk is not None:
             fault.max_level = self.max_level(walk)
             sp, index = self.fetch(root, gva, walk, fault, access)

@@ -168,10 +168,13 @@ class TdpMmu(TdpHuge):
         without a memslot when MMIO caching is off or the gfn is above `kvm_mmu_max_gfn()`
         (`kvm_handle_noslot_fault()`, 6.18 mmu.c: no MMIO spte for a gfn beyond the host's
         MAXPHYADDR), or for a write to a read-only slot (KVM_PFN_ERR_RO_FAULT); else
-        `kvm_tdp_mmu_map()`.  Its RET_PF_FIXED and RET_PF_SPURIOUS are counted as
-        `kvm_mmu_page_fault()` does.  Without a memslot the vCPU's MMIO info is filled
-        first (`vcpu_cache_mmio_info()`, gva 0), so its next EPT misconfiguration on the
-        gfn is emulated with no tracepoint (`mmio_info_in_cache()`)."""
+        `kvm_tdp_mmu_map()` unless an MMU-notifier invalidation of the gfn is in progress
+        or ended since the fault began (RET_PF_RETRY: `kvm_mmu_faultin_pfn()`'s checks,
+        then `is_page_fault_stale()` under mmu_lock).  Its RET_PF_FIXED and
+        RET_PF_SPURIOUS are counted as `kvm_mmu_page_fault()` does.  Without a memslot
+        the vCPU's MMIO info is filled first (`vcpu_cache_mmio_info()`, gva 0), so its
+        next EPT misconfiguration on the gfn is emulated with no tracepoint
+        (`mmio_info_in_cache()`)."""
         gfn = gpa >> PAGE_SHIFT
         slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
         ret = self.fast_pf.try_fast_page_fault(vcpu, gpa, slot, spte, write, exec_)
@@ -182,9 +185,13 @@ class TdpMmu(TdpHuge):
             self.mmio_info.cache(vcpu, 0, gfn, ACC_ALL & self.cfg.shadow_mmio_access_mask, gen)
             if not self.cfg.mmio_caching_enabled or gfn > kvm_mmu_max_gfn(self.cfg):
                 return RetPf.EMULATE  # no MMIO spte made
+        fault = KvmPageFault(gfn, write, exec_, slot)
+        if self.levels.kvm_mmu_faultin_pfn(fault) is RetPf.RETRY:
+            return RetPf.RETRY  # an MMU-notifier invalidation of the gfn (mapping_level.py)
         if slot is not None and write and slot.flags & KVM_MEM_READONLY:
             return RetPf.EMULATE
-        fault = self.levels.kvm_mmu_faultin_pfn(KvmPageFault(gfn, write, exec_, slot))
+        if self.levels.is_page_fault_stale(fault, bool(root.role.invalid)):  # read_lock
+            return RetPf.RETRY
         ret = self.kvm_tdp_mmu_map(fault, root)
         if ret is RetPf.FIXED:
             self.stat["pf_fixed"] += 1

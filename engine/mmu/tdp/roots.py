@@ -170,14 +170,29 @@ class TdpRoots(TdpMmuCore):
         self.kvm_tdp_mmu_invalidate_all_roots()
         return self.kvm_tdp_mmu_zap_invalidated_roots()
 
-    def kvm_tdp_mmu_zap_leafs(self, start: int, end: int) -> bool:
-        """Leaf sptes of [start, end) in every valid root (mmu_lock for write): the
-        mmu_notifier's unmap; True when a TLB flush is needed."""
-        flush = False
-        for root in self._each_root(only_valid=True):
-            for it in for_each_tdp_pte_min_level(self.pages.by_pa, root, PG_LEVEL_4K, start, end):
-                if is_shadow_present_pte(it.old_spte) and is_last_spte(it.old_spte, it.level):
-                    self.tdp_mmu_iter_set_spte(it, self.nonpresent)
-                    flush = True
+    def tdp_mmu_zap_leafs(self, root: TdpMmuPage, start: int, end: int, flush: bool) -> bool:
+        """`tdp_mmu_zap_leafs()` (6.18 tdp_mmu.c), mmu_lock held for write: every present
+        leaf of gfns [start, end) in `root` becomes SHADOW_NONPRESENT_VALUE
+        (`tdp_mmu_iter_set_spte`, each traced as `kvm_tdp_mmu_spte_changed`).  Only leaves
+        go, so no page table is freed; a zap in a valid root needs a TLB flush, one in an
+        invalid root none ("see kvm_tdp_mmu_zap_invalidated_roots()")."""
+        end = min(end, self.tdp_mmu_max_gfn_exclusive())
+        for it in for_each_tdp_pte_min_level(self.pages.by_pa, root, PG_LEVEL_4K, start, end):
+            if not (is_shadow_present_pte(it.old_spte) and is_last_spte(it.old_spte, it.level)):
+                continue
+            self.tdp_mmu_iter_set_spte(it, self.nonpresent)
+            if not root.role.invalid:
+                flush = True
+        return flush
+
+    def kvm_tdp_mmu_unmap_gfn_range(self, as_id: int, start: int, end: int, flush: bool) -> bool:
+        """`kvm_tdp_mmu_unmap_gfn_range()` (6.18 tdp_mmu.c), the MMU notifier's unmap
+        (`kvm_unmap_gfn_range()`, mmu_notifier.py): `tdp_mmu_zap_leafs` in every root of
+        the slot's address space, invalid ones too (`KVM_INVALID_ROOTS`: a vCPU may still
+        run on an invalid root until it reloads, and must not keep the page mapped);
+        True when a TLB flush is needed."""
+        for root in self._each_root(only_valid=False):  # __for_each_tdp_mmu_root_yield_safe
+            if root.as_id == as_id:
+                flush = self.tdp_mmu_zap_leafs(root, start, end, flush)
             self.kvm_tdp_mmu_put_root(root)
         return flush
