@@ -15,7 +15,9 @@ Workloads (from the memslot-search and fast-zap threads):
   bits) D bits cleared and the CPU logs the writes, without it write-protected sptes,
   fixed by `fast_page_fault()` (dirty_log.py);
 - `migrate`: a live migration's dirty logging passes over a guest's working set
-  (`FastPathControls.migrate_update`).
+  (`FastPathControls.migrate_update`);
+- `balloon`: kernbench while a virtio balloon gives pages back to the host
+  (guest/balloon.py): MMU-notifier invalidations zap their sptes through the rmaps.
 `fork` and `pfault` need guest page tables: shadow paging, `shadow/session.py`.
 As in the TDP session, a tenth of the RAM reads are instruction fetches (a separate
 random stream, so the accesses are those of before): under `nx_huge_pages` they split
@@ -54,6 +56,7 @@ from .mmu import DirectMmu
 
 PAGE_SHIFT = 12
 MMU_WORKLOADS = EPT_WORKLOADS
+MAX_RETRIES = 4  # faults of one access while RET_PF_RETRY leaves it unmapped (model-only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,11 +129,15 @@ class MmuSession(EptSession[MmuStep]):
         if not self.needs_exit(access):
             self._cpu_sets_accessed_dirty(access)
             return MmuStep(access, False, None, update)
-        self.ept_exit(access.vcpu, access.gpa, access.write, access.fetch)
         fast = self.mmu.fast_pf
         before = self.mmu.stat.get("pf_fast", 0)
-        fault = self.mmu.page_fault(access.vcpu, access.gpa, access.write, access.fetch)
-        ret = self._result(fault)
+        for _ in range(MAX_RETRIES):  # RET_PF_RETRY: the vCPU re-enters and faults again
+            self.ept_exit(access.vcpu, access.gpa, access.write, access.fetch)
+            ret = self._result(
+                self.mmu.page_fault(access.vcpu, access.gpa, access.write, access.fetch)
+            )
+            if ret is not RetPf.RETRY or not self.needs_exit(access):
+                break
         words = ""
         if fast is not None and self.mmu.stat["pf_fast"] != before:
             words = fast_words(self.mmu.cfg, fast.last)
@@ -176,3 +183,4 @@ class MmuSession(EptSession[MmuStep]):
     def audit(self) -> None:
         self.mmu.audit()
         self.vm.audit()
+        self.notifier.audit()

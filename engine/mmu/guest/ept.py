@@ -12,7 +12,9 @@ compared access by access) and make the same memslot updates:
   accesses (`churn_update`: generations advance, DELETE zaps);
 - `dirty`: kernbench with dirty logging toggled on the largest RAM slot every
   `DIRTY_EVERY` accesses;
-- `migrate`: a live migration's dirty logging passes (`FastPathControls`).
+- `migrate`: a live migration's dirty logging passes (`FastPathControls`);
+- `balloon`: kernbench while the host takes pages back through a virtio balloon: every
+  `BALLOON_EVERY` accesses an MMU-notifier invalidation (balloon.py), racing a fault.
 `set_up_guest()` is the part of both constructors after the MMU is made: the RAM slots
 the draws choose from, dirty logging, the fetch generator and the NX recovery worker's
 first wake-up (`recovery_period_ns` of guest time).  The shadow-paging session
@@ -28,6 +30,7 @@ from ...errors import KvmError
 from ...memslots.vm import Vm
 from ..dirty_log import DirtyLogging
 from ..spte import is_mmio_spte, is_shadow_present_pte
+from .balloon import BALLOON_EVERY, HostBalloon
 from .fast import FastPathControls
 from .session import FETCH_RATE, PFERR_WRITE, GuestSession, StepT, uniform_below
 
@@ -40,7 +43,7 @@ CHURN_EVERY = 50
 CHURN_SLOT = 500  # the slot id the churn workload creates and deletes
 NIC_DOORBELL, LAPIC_EOI = 0xFEBF_1000, 0xFEE0_00B0
 DIRTY_EVERY = 400  # the dirty workload toggles dirty logging this often
-EPT_WORKLOADS = ("kernbench", "netperf", "churn", "dirty", "migrate")
+EPT_WORKLOADS = ("kernbench", "netperf", "churn", "dirty", "migrate", "balloon")
 FETCH_SEED = 0x7D9  # the fetch generator's seed is the session's seed ^ this
 Access = tuple[int, int, bool, bool]  # vcpu, gpa, write, fetch
 # The EPT violation exit qualification (asm/vmx.h): the access, the RWX the entries grant,
@@ -107,6 +110,11 @@ class EptSession(GuestSession[StepT], FastPathControls):
         self._fetch_rng = random.Random(seed ^ FETCH_SEED)
         period = self.mmu.params.recovery_period_ns
         self._next_recovery = period if period else -1
+        from ..mmu_notifier import KvmMmuNotifier  # (it imports every MMU)
+
+        self.notifier = KvmMmuNotifier(self.vm, self.mmu)
+        self.balloon = HostBalloon(self.notifier, seed)
+        self.mmu.levels.faultin_race = self.balloon.faultin_race
 
     def draw(self) -> Access:
         """The workload's next access (its random draws)."""
@@ -140,15 +148,17 @@ class EptSession(GuestSession[StepT], FastPathControls):
         self.workload = workload
 
 
-def workload_update(session: FastPathControls) -> str:
-    """The workload's memslot update before access `session.steps`, if any, for both MMUs
-    with a fast path (`MmuSession`, `TdpSession`): churn's BAR, dirty's logging toggle,
-    migrate's KVM_GET_DIRTY_LOG passes."""
+def workload_update(session: EptSession[StepT]) -> str:
+    """The workload's update before access `session.steps`, if any, for both MMUs with a
+    fast path (`MmuSession`, `TdpSession`): churn's BAR, dirty's logging toggle, migrate's
+    KVM_GET_DIRTY_LOG passes, the balloon's inflations."""
     workload, steps = session.workload, session.steps
     if workload == "churn" and not steps % CHURN_EVERY:
         return churn_update(session.vm)
     if workload == "dirty" and steps and not steps % DIRTY_EVERY:
         return session.toggle_dirty_logging()
+    if workload == "balloon" and steps and not steps % BALLOON_EVERY:
+        return session.balloon.inflate(session._ram)
     return session.migrate_update(steps) if workload == "migrate" else ""
 
 

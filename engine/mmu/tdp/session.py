@@ -9,6 +9,8 @@ and only matter under the NX huge page mitigation.  Workloads:
 - `dirty`: kernbench, with dirty logging turned on for the largest RAM slot every
   `DIRTY_EVERY` accesses and off again the next time (eager page split and write
   protection when it starts, huge pages collapsing back when it stops);
+- `balloon`: kernbench while a virtio balloon gives pages back to the host every
+  `BALLOON_EVERY` accesses (guest/balloon.py, mmu_notifier.py);
 - `migrate`: dirty logging passes over a working set (`FastPathControls`): with PML
   (`params.enable_pml`, EPT with A/D bits) the CPU sets D bits and logs the writes
   (`CpuWalks.sets_dirty`, no exit), without it (enable_pml=0, eptad=0, NPT)
@@ -32,6 +34,7 @@ from typing import NamedTuple
 from ...layouts.layout import Layout
 from ...memslots.memslot import MemorySlot
 from ..fast_pf import fast_words
+from ..guest.balloon import BALLOON_EVERY
 from ..guest.ept import (
     CHURN_EVERY,
     DIRTY_EVERY,
@@ -238,6 +241,8 @@ class TdpSession(EptSession[TdpStep]):
         workload = self.workload
         if workload == "migrate":
             return GET_DIRTY_EVERY
+        if workload == "balloon":
+            return BALLOON_EVERY
         return CHURN_EVERY if workload == "churn" else DIRTY_EVERY if workload == "dirty" else 0
 
     def _tick_step(self) -> int:
@@ -358,3 +363,4 @@ class TdpSession(EptSession[TdpStep]):
     def audit(self) -> None:
         self.mmu.audit()
         self.vm.audit()
+        self.notifier.audit()
