@@ -75,6 +75,7 @@ def _random_value(slot_kind: str, rnd: random.Random) -> object:
         "016x": wide,
         "08x": rnd.getrandbits(32),
         "#x": wide,
+        "#016x": wide,
         "p": rnd.choice([0, rnd.getrandbits(64)]),
         "01": rnd.random() < 0.5,
         "s": rnd.choice(["read", "write", "EPT_VIOLATION", "x"]),

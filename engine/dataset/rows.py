@@ -420,6 +420,7 @@ _KINDS: Mapping[str, Callable[[pa.Array, Slot], Converted]] = {
     "016x": lambda t, s: (_hex(t), None),
     "08x": lambda t, s: (_hex(t), None),
     "#x": _prefixed_hex,
+    "#016x": _prefixed_hex,
     "p": _pointer,
     "01": lambda t, s: (pc.equal(t, "1"), None),
     "s": _same,
