@@ -21,7 +21,7 @@ cmpxchg window that often, so `tdp_mmu_set_spte_atomic` loses (RET_PF_RETRY; a p
 table made for a lost link is freed without a tracepoint, as `tdp_mmu_free_sp` does).
 `--smi-every N` (TDP MMU only, a guest with SMRAM such as `--layout q35-16g`): the last
 vCPU enters SMM every N accesses and leaves half way, on a root of address space 1.
-`--workload balloon` (tdp, direct): a virtio balloon gives pages back to the host; the
+`--workload balloon` (every MMU): a virtio balloon gives pages back to the host; the
 MMU notifier's `kvm_unmap_hva_range` lines, the sptes zapped, the racing fault retried
 (engine/mmu/mmu_notifier.py, docs/kvm.md §6.7).
 `--pml on|off` (tdp, direct; default on, kvm_intel's `enable_pml`): how dirty logging
@@ -64,7 +64,7 @@ ZAPS = ("fast", "slow", "roots")
 # with TdpSession's, MmuSession's and ShadowSession's `workloads`)
 HELP_WORKLOADS = {
     "tdp, direct": ("kernbench", "netperf", "churn", "dirty", "migrate", "balloon"),
-    "shadow": ("kernbench", "netperf", "fork", "pfault", "churn"),
+    "shadow": ("kernbench", "netperf", "fork", "pfault", "churn", "balloon"),
 }
 HELP_DESCRIPTION = """\
 A simulated guest run printed as trace-cmd report text, each event as the 6.18

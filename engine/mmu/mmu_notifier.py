@@ -159,13 +159,18 @@ class KvmMmuNotifier:
         if self.mn_active_invalidate_count < 0:
             raise AuditError("mn_active_invalidate_count < 0 (WARN_ON_ONCE)")
 
-    def clear_young(self, start: int, end: int) -> bool:
-        """`kvm_mmu_notifier_clear_young()`: whether any spte of the range was young."""
+    def clear_young(self, start: int, end: int) -> int:
+        """`kvm_mmu_notifier_clear_young()`: how many sptes of the range were young (the
+        kernel returns whether any was)."""
         self.mmu._emit("kvm_age_hva", start=start, end=end)
-        mmu = self.mmu
-        return self.kvm_handle_hva_range(
-            start, end, lambda slot, s, e: bool(kvm_age_gfn(mmu, slot, s, e))
-        )[1]
+        mmu, young = self.mmu, [0]
+
+        def age(slot: MemorySlot, first: int, last: int) -> bool:
+            young[0] += kvm_age_gfn(mmu, slot, first, last)
+            return young[0] > 0
+
+        self.kvm_handle_hva_range(start, end, age)
+        return young[0]
 
     def test_young(self, hva: int) -> bool:
         """`kvm_mmu_notifier_test_young()`: whether the page at `hva` is young."""

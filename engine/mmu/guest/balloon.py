@@ -1,19 +1,20 @@
 """The `balloon` workload's host side: QEMU's virtio-balloon device giving guest pages back
 to the host, so that the MMU notifier unmaps them under KVM (mmu_notifier.py).
 
-Every `BALLOON_EVERY` accesses the guest's balloon driver inflates by one page, a 4K page
-of a RAM slot drawn from its own generator (`seed ^ BALLOON_SEED`, so the guest accesses
-are kernbench's).  QEMU discards it (`virtio_balloon_handle_output` →
-`balloon_inflate_page` → `ram_block_discard_range`: MADV_DONTNEED of the 4K host page,
-the balloon's page size; QEMU 9.x): `KvmMmuNotifier.madvise_dontneed` - an invalidation
-of the page, inside it the split of the THP around it (an invalidation of its 2M), the
-page freed.  QEMU does this on its own thread while the vCPUs run: here it lands in the
-window of the next page fault that asks the host for a pfn (`faultin_race`, inside
-`kvm_mmu_faultin_pfn()`), or at the next inflation if no fault came.  That fault saw the
-sequence move and retries (RET_PF_RETRY), whatever its gfn.  A page the guest touches
-again after it was given back (the driver deflated it) faults in a new 4K host page;
-the 2M around it stays split, so KVM maps it and its neighbours with 4K sptes
-(`host_pfn_mapping_level()`).
+Every `BALLOON_EVERY` accesses the guest's balloon driver inflates by one page: under EPT
+a 4K page of a RAM slot drawn from its own generator (`seed ^ BALLOON_SEED`, so the
+guest accesses are kernbench's); under shadow paging a page the guest kernel allocates
+(`alloc_page()`, beside its processes' pages), held by the driver.  QEMU discards it
+(`virtio_balloon_handle_output` → `balloon_inflate_page` → `ram_block_discard_range`:
+MADV_DONTNEED of the 4K host page, the balloon's page size; QEMU 9.x), which is
+`KvmMmuNotifier.madvise_dontneed`: an invalidation of the page, inside it the split of
+the THP around it (an invalidation of its 2M), the page freed.  QEMU does this on its
+own thread while the vCPUs run: here it lands in the window of the next page fault that
+asks the host for a pfn (`faultin_race`, inside `kvm_mmu_faultin_pfn()`), or at the
+next inflation if no fault came.  That fault saw the sequence move and retries
+(RET_PF_RETRY), whatever its gfn.  A page the guest touches again after it was given
+back (the driver deflated it) faults in a new 4K host page; the 2M around it stays
+split, so KVM maps it and its neighbours with 4K sptes (`host_pfn_mapping_level()`).
 """
 
 from __future__ import annotations
@@ -43,13 +44,17 @@ class HostBalloon:
         self.raced = 0  # of them inside a page fault's window
 
     def inflate(self, ram: list[MemorySlot]) -> str:
-        """The driver gives back one page; the previous one is discarded now if no fault
-        came since.  The update's words."""
+        """The driver gives back a page of RAM drawn at random (a guest whose free pages
+        the model does not know: the EPT sessions); the update's words."""
+        slot = ram[uniform_below(self._rng, len(ram))]
+        return self.give_back(slot, slot.base_gfn + uniform_below(self._rng, slot.npages))
+
+    def give_back(self, slot: MemorySlot, gfn: int) -> str:
+        """The driver gives back `gfn` (`virtballoon` → the inflate virtqueue); the
+        previous page is discarded now if no fault came since.  The update's words."""
         words = ""
         if self.armed is not None:
             words = f"; {self._discard()}"
-        slot = ram[uniform_below(self._rng, len(ram))]
-        gfn = slot.base_gfn + uniform_below(self._rng, slot.npages)
         self.armed = gfn, gfn_to_hva_memslot(slot, gfn)
         return f"balloon: gfn {gfn:#x} given back{words}"
 

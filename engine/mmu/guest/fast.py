@@ -8,8 +8,9 @@ the sessions of the two MMUs that have it (`MmuSession`: direct pages, tdp_mmu=N
   marks the page in the dirty bitmap (`DirtyLogging`);
 - `KVM_GET_DIRTY_LOG` on that slot: the bitmap is returned and cleared, and the pages
   it reported are write-protected again (the next round of a live migration);
-- `kvm_age_gfn()` over every RAM slot (aging.py): with A/D bits off the sptes become
-  access-tracked and the next access of each is restored by the fast path;
+- the MMU notifier's clear_young over every RAM slot (`kvm_age_hva`, `kvm_age_gfn()`:
+  aging.py): with A/D bits off the sptes become access-tracked and the next access of
+  each is restored by the fast path;
 - the `migrate` workload: a live migration's view of a guest — dirty logging on from the
   first access, `HOT_SHARE` of the accesses (`HOT_WRITES` of them writes) in a working
   set of `HOT_PAGES` pages of the logged slot, and a KVM_GET_DIRTY_LOG pass every
@@ -29,6 +30,7 @@ from .session import uniform_below
 
 if TYPE_CHECKING:
     from ..direct.mmu import DirectMmu
+    from ..mmu_notifier import KvmMmuNotifier
     from ..tdp.mmu import TdpMmu
 
 HOT_PAGES = 256
@@ -45,6 +47,7 @@ class FastPathControls:
     steps: int
     mmu: DirectMmu | TdpMmu
     dirty_log: DirtyLogging
+    notifier: KvmMmuNotifier
     _ram: list[MemorySlot]
 
     def logged_slot(self) -> MemorySlot:
@@ -70,11 +73,13 @@ class FastPathControls:
         return self.dirty_log.get_dirty_log(slot.id, slot.as_id)
 
     def age_memory(self) -> int:
-        """`kvm_age_gfn()` over every RAM slot, as page reclaim's `clear_young` would:
-        how many sptes were young."""
-        from ..aging import kvm_age_gfn  # (it imports both MMUs)
-
-        return sum(kvm_age_gfn(self.mmu, s, s.base_gfn, s.end_gfn) for s in self._ram)
+        """Page reclaim's `clear_young` over each RAM slot's host range
+        (`kvm_mmu_notifier_clear_young()`, traced `kvm_age_hva`: `kvm_age_gfn()`,
+        mmu_notifier.py): how many sptes were young."""
+        return sum(
+            self.notifier.clear_young(s.userspace_addr, s.userspace_addr + s.size)
+            for s in self._ram
+        )
 
     def migrate_update(self, steps: int) -> str:
         """The `migrate` workload's update before access `steps`, if any."""

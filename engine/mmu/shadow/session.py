@@ -21,7 +21,10 @@ Workloads, deterministic for a seed:
   mmap, write every page, mprotect(PROT_WRITE), write again, mprotect(PROT_READ), read
   every page, munmap; ten rounds, then a new process;
 - `churn`: `kernbench` plus the memslot update `MmuSession` makes every `CHURN_EVERY`
-  accesses (a slot created, then deleted: DELETE zaps everything).
+  accesses (a slot created, then deleted: DELETE zaps everything);
+- `balloon`: `kernbench` while the guest's balloon driver gives a page it allocated back
+  to the host every `BALLOON_EVERY` accesses (guest/balloon.py): the MMU notifier zaps
+  through the rmaps the 4K sptes of the THP it splits, and the fault it raced runs again.
 
 Every process maps the guest kernel's direct map of the page-table pool, and the guest
 kernel writes its ptes through it on the vCPU that ran last (`GuestKernel`, kernel.py):
@@ -45,9 +48,11 @@ from dataclasses import dataclass
 from ...events import Event
 from ...layouts.layout import Layout
 from ...words import count
+from ..guest.balloon import BALLOON_EVERY, HostBalloon
 from ..guest.ept import CHURN_EVERY, LAPIC_EOI, NIC_DOORBELL, churn_update
 from ..guest.linux import GuestOs, GuestProcess
 from ..guest.session import GuestSession, after_2011
+from ..mmu_notifier import KvmMmuNotifier
 from ..mmu_pages import KvmMmuPage
 from ..params import TdpMmuParams
 from ..spte import RetPf, SpteConfig, spte_config_named
@@ -58,7 +63,7 @@ from .mmu import ShadowMmu
 PAGE = 4096
 HEAP = 0x40_0000  # 4 MiB: where every process's data starts
 NIC_GVA, LAPIC_GVA = 0x7F00_0000, 0x7F01_0000  # where netperf maps the BAR and the LAPIC
-SHADOW_WORKLOADS = ("kernbench", "netperf", "fork", "pfault", "churn")
+SHADOW_WORKLOADS = ("kernbench", "netperf", "fork", "pfault", "churn", "balloon")
 JOBS_PER_VCPU, JOB_PAGES, JOB_ACCESSES, SLICE = 2, 32, 160, 12
 FORK_PAGES, FORK_LIVE = 16, 64
 PFAULT_PAGES, PFAULT_ROUNDS = 64, 10
@@ -144,6 +149,9 @@ class ShadowSession(GuestSession[ShadowStep]):
         self._mmio_hit = False
         self.emulator_walks = 0  # the emulator's own gva->gpa translations
         self.guest_walks = 0  # FNAME(walk_addr) runs: the fault's and the emulator's
+        self.notifier = KvmMmuNotifier(self.vm, self.mmu)  # the host's mm (mmu_notifier.py)
+        self.balloon = HostBalloon(self.notifier, seed)
+        self.mmu.levels.faultin_race = self.balloon.faultin_race
         self._program = self._start(workload)
 
     def _kernel_store_exit(self, vcpu: int, address: int, error_code: int) -> None:
@@ -179,6 +187,8 @@ class ShadowSession(GuestSession[ShadowStep]):
     def step(self) -> ShadowStep:
         if self.workload == "churn" and self.steps % CHURN_EVERY == 0:
             self._note(churn_update(self.vm))
+        if self.workload == "balloon" and self.steps and not self.steps % BALLOON_EVERY:
+            self._note(self._inflate())
         access = self._retry or self._kernel_access() or self._next_access()
         self._vcpu = self.mmu.kernel.vcpu = access.vcpu  # type: ignore[union-attr]
         if self.mmu.cr3s.get(access.vcpu) != access.cr3:
@@ -197,6 +207,7 @@ class ShadowSession(GuestSession[ShadowStep]):
         self._mmio_hit = False
         self._vm_exit(access.vcpu, access.gva, self.exit_error_code(access))
         mmu = self.mmu
+        stale = mmu.levels.mmu_invalidate.stale_retries
         ret = self._result(
             mmu.page_fault(
                 access.vcpu, access.cr3, access.gva, access.write, access.user, access.fetch
@@ -208,7 +219,10 @@ class ShadowSession(GuestSession[ShadowStep]):
         if ret is RetPf.RETRY and access.vcpu in self.mmu.injected:
             del self.mmu.injected[access.vcpu]
             guest = self.os.handle_fault(access.cr3, access.gva, access.write)
-        self._retry = access if guest and guest != "SIGSEGV" else None
+        # the guest runs the instruction again: after its #PF handler, or at once when an
+        # MMU-notifier invalidation made the fault stale
+        stale = mmu.levels.mmu_invalidate.stale_retries != stale
+        self._retry = access if (guest and guest != "SIGSEGV") or stale else None
         self._retries = self._retries + 1 if self._retry else 0
         if self._retries > MAX_RETRIES:
             raise RuntimeError(f"{access.label}: the guest keeps faulting ({guest})")
@@ -274,6 +288,15 @@ class ShadowSession(GuestSession[ShadowStep]):
         self.os.audit()
         self.mmu.guest.audit()
         self.vm.audit()
+        self.notifier.audit()
+
+    def _inflate(self) -> str:
+        """The `balloon` workload: the guest's balloon driver allocates a page and gives
+        it back (guest/balloon.py)."""
+        gfn = self.mmu.guest.alloc_page()
+        slot = self.vm.memslot_set(0).gfn_tree.search(gfn)
+        assert slot is not None
+        return self.balloon.give_back(slot, gfn)
 
     # -- workload programs ------------------------------------------------------------
 
@@ -281,6 +304,7 @@ class ShadowSession(GuestSession[ShadowStep]):
         programs = {
             "kernbench": self._kernbench,
             "churn": self._kernbench,
+            "balloon": self._kernbench,
             "netperf": self._netperf,
             "fork": self._fork,
             "pfault": self._pfault,
