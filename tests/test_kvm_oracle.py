@@ -51,6 +51,7 @@ def _record(name: str) -> Played:
     played.recording = record(
         program,
         on_text=lambda text: played.steps.append(("text", text)),
+        on_events=lambda events: played.steps.append(("events", events)),
         on_slice=lambda result: played.steps.append(("slice", result)),
         on_start=lambda run: played.steps.append(("start", run)),
     )
@@ -76,10 +77,9 @@ def compare_cli(
     def replay(program: Any, on_text: Callable[[str], None], **hooks: Any) -> Any:
         assert program.name == name
         for kind, value in played.steps:
-            if kind == "text":
-                on_text(value)
-            elif hooks.get(f"on_{kind}") is not None:
-                hooks[f"on_{kind}"](value)
+            hook = on_text if kind == "text" else hooks.get(f"on_{kind}")
+            if hook is not None:
+                hook(value)
         return played.recording
 
     monkeypatch.setattr(kvm_cli, "record_or_fail", replay)

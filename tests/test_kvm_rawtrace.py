@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import struct
 from pathlib import Path
+from typing import Any
 
 from mmuscope.engine.kvm.rawtrace import (
     PAGE_DATA,
@@ -111,4 +112,54 @@ def test_summary_from_the_ring_buffers_is_the_text_replayed(tmp_path: Path) -> N
     assert raw["unmatched"] == text["unmatched"] == 0
     assert raw["emulated"] == text["emulated"] and raw["lost_events"] == 0
     assert list(raw)[:5] == ["lines", "events", "skipped", "unmatched", "by_event"]
+    assert not our_instances()
+
+
+def _kernel_text_and_ring_buffers(name: str, pages: int) -> tuple[list[str], list[str], list[Any]]:
+    """One run of `name` in a private instance: the kernel's own text of it (the
+    instance's `trace` file, which leaves the buffers as they are), then the same
+    records read from the ring buffers and decoded (lines and events)."""
+    import os
+
+    from mmuscope.engine.kvm.program import build_program
+    from mmuscope.engine.kvm.rawtrace import Decoder, RawPipes, read_formats
+    from mmuscope.engine.kvm.record import buffer_kb
+    from mmuscope.engine.kvm.runner import run_on_kernel
+    from mmuscope.engine.kvm.tracing import TraceInstance, find_tracefs
+
+    program = build_program(name, pages)
+    with TraceInstance(find_tracefs(), pid=os.getpid(), buffer_kb=buffer_kb(program)) as inst:
+        run_on_kernel(program, on_ready=lambda run: inst.start(), before_close=inst.stop)
+        text = (inst.path / "trace").read_text().splitlines()
+        pipes = RawPipes(inst.path)
+        try:
+            decoder = Decoder(read_formats(inst.path / "events", inst.subsystems))
+            raws = pipes.read_available()
+        finally:
+            pipes.close()
+    kernel = [line for line in text if not line.startswith("#")]
+    return kernel, [decoder.line(raw) for raw in raws], [decoder.event(raw) for raw in raws]
+
+
+@needs_tracing
+def test_the_ring_buffers_decoded_print_what_the_kernel_prints() -> None:
+    """Every record of `churn` (shadow pages made and zapped, walks, sptes, emulated
+    instructions, MMIO, the fast zap, kvm_fpu and kvm_userspace_exit) and of `mmio`:
+    the line the decoder renders is the kernel's own, byte for byte after the comm
+    column (the kernel's comes from its saved_cmdlines), and the event it makes is the
+    one the text parser makes of the kernel's line: the same fields, types and order."""
+    from mmuscope.engine.trace import parse_line
+
+    for name, pages in (("churn", 4), ("mmio", 2)):
+        kernel, ours, events = _kernel_text_and_ring_buffers(name, pages)
+        assert len(kernel) == len(ours) > 100
+        for theirs, mine, event in zip(kernel, ours, events, strict=True):
+            assert theirs.split("-", 1)[1] == mine.split("-", 1)[1]
+            parsed = parse_line(theirs)
+            assert parsed is not None and parsed.name == event.name
+            assert list(parsed.fields.items()) == list(event.fields.items())
+            assert [type(v) for v in parsed.fields.values()] == [
+                type(v) for v in event.fields.values()
+            ]
+            assert (parsed.ts, parsed.cpu, parsed.pid) == (event.ts, event.cpu, event.pid)
     assert not our_instances()

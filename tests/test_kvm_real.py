@@ -55,26 +55,6 @@ def test_jsonl_prints_the_kernels_events_as_replay_does() -> None:
     assert {e["comm"] for e in events} == {"mmuscope"}
 
 
-def test_the_comm_of_our_own_pid_is_filled_across_drains() -> None:
-    from mmuscope.engine.kvm.record import CommFiller, own_comms
-
-    pid = os.getpid()
-    out: list[str] = []
-    filler = CommFiller(out.append)
-    line = f"           <...>-{pid:<7} [001] .....  1005.536930: kvm_fpu: load\n"
-    filler(line[:20])  # a drain that ends inside the line head
-    filler(line[20:] + "           <...>-1      [000] .....  1.0: kvm_fpu: unload\n")
-    # saved_cmdlines keeps a pid's comm from before pid_max wrapped: ours is written over it
-    filler(f"            grep-{pid:<7} [000] .....  1.5: kvm_fpu: unload\n<...>-")
-    filler.flush()
-    text = "".join(out)
-    ours = f"{own_comms()[pid]:>16}-{pid:<7}"
-    assert text.splitlines()[0] == f"{ours} [001] .....  1005.536930: kvm_fpu: load"
-    assert "<...>-1 " in text.splitlines()[1]  # not ours: left as the kernel printed it
-    assert text.splitlines()[2] == f"{ours} [000] .....  1.5: kvm_fpu: unload"
-    assert text.endswith("<...>-")
-
-
 def test_bad_options_are_one_line_errors() -> None:
     for args in (["--pages", "0", "--summary"], ["--json"], ["--children", "5000", "--summary"]):
         done = run_cli("kvm", "fork", *args)

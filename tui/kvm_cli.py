@@ -22,13 +22,13 @@ import io
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from .cliparts import CliError, add_command, add_display_options, count_arg
 from .dataset_cli import add_options as add_parquet_options
 from .dataset_cli import check_options as check_parquet_options
 from .dataset_cli import host_source, source_names, write_source
-from .kvm_record import record_or_fail, write_atomically
+from .kvm_record import record_or_fail, text_sink
 from .progress import steps, watched
 
 if TYPE_CHECKING:
@@ -112,28 +112,43 @@ def run_kvm(args: argparse.Namespace) -> int:
         return run_compare(args, program)
     if args.summary and args.trace_out is None and args.parquet is None and not args.no_trace:
         return run_raw_summary(program)
-    if args.jsonl and args.trace_out is None and args.parquet is None:
-        return run_streamed_jsonl(program)
-    text = io.StringIO()
+    return run_recorded(args, program, source if args.parquet is not None else "")
+
+
+def run_recorded(args: argparse.Namespace, program: Any, source: str) -> int:
+    """`--jsonl`, `--parquet`, `--summary` with `--trace-out` or `--no-trace`: the
+    ring buffers decoded as each slice's drain brings them (engine.kvm.record), the
+    events printed as they come (`--jsonl`), the text written to its file as it comes
+    (`--trace-out`; a temporary file for `--parquet` and `--summary`, read back)."""
+    from .replay_cli import event_json
+
     shown = watched(json_output=args.parquet is None)  # --summary and --jsonl print JSON
-    with steps(f"kvm {program.name}", len(program.slices), shown=shown) as progress:
+    keep = args.parquet is not None or args.summary
+    dumps = json.dumps
+
+    def on_events(events: list[Any]) -> None:
+        sys.stdout.write("".join([dumps(event_json(e)) + "\n" for e in events]))
+
+    with text_sink(args.trace_out, keep) as sink, \
+            steps(f"kvm {program.name}", len(program.slices), shown=shown) as progress:  # fmt: skip
 
         def on_slice(result: Any) -> None:
             progress.finished(program.slices[result.index].label or f"slice {result.index}")
 
-        recording = record_or_fail(program, text.write, trace=not args.no_trace, on_slice=on_slice)
-    if args.trace_out is not None:
-        write_atomically(args.trace_out, text.getvalue())
-    _warn_lost(recording.lost)
-    lines = io.StringIO(text.getvalue())
-    if args.parquet is not None:  # the recording written as a dataset (dataset_cli)
-        write_source(args, source, lines, f"kvm {program.name}", program_layout(program))
-    elif args.summary:
-        print(json.dumps(summary(recording, lines)))
-    else:
-        from .replay_cli import write_jsonl
-
-        write_jsonl(lines, sys.stdout)
+        recording = record_or_fail(
+            program, None if sink is None else sink.write, trace=not args.no_trace,
+            on_slice=on_slice, on_events=on_events if args.jsonl else None,
+        )  # fmt: skip
+        _warn_lost(recording.lost)
+        if sink is not None:
+            sink.flush()
+            sink.seek(0)
+        lines = sink if sink is not None else io.StringIO()
+        if args.parquet is not None:  # the recording written as a dataset (dataset_cli)
+            write_source(args, source, lines, f"kvm {program.name}", program_layout(program))
+        elif args.summary:
+            out = summary(recording, lines)
+            print(json.dumps(out))
     sys.stdout.flush()
     return 0
 
@@ -175,32 +190,13 @@ def run_raw_summary(program: Any) -> int:
     return 0
 
 
-def run_streamed_jsonl(program: Any) -> int:
-    """`--jsonl` written as each drain brings the kernel's text (a line the drain cut
-    waits for its rest): nothing of the run is kept."""
-    from .replay_cli import write_jsonl
-
-    rest = [""]
-
-    def on_text(text: str) -> None:
-        *lines, rest[0] = (rest[0] + text).split("\n")
-        write_jsonl((line + "\n" for line in lines), sys.stdout)
-
-    recording = record_or_fail(program, on_text)
-    if rest[0]:
-        write_jsonl([rest[0]], sys.stdout)
-    sys.stdout.flush()
-    _warn_lost(recording.lost)
-    return 0
-
-
 def _warn_lost(lost: int) -> None:
     if lost:
         print(f"mmuscope: WARNING: the trace buffer lost {lost} events: "
               "the kernel's events are incomplete", file=sys.stderr)  # fmt: skip
 
 
-def summary(recording: Any, lines: io.StringIO) -> dict[str, Any]:
+def summary(recording: Any, lines: IO[str]) -> dict[str, Any]:
     from mmuscope.engine.replay.model import replay_summary
 
     out: dict[str, Any] = replay_summary(lines)
@@ -224,7 +220,7 @@ def with_run(out: dict[str, Any], recording: Any, emulated: dict[str, int]) -> d
     return out
 
 
-def emulated_instructions(lines: io.StringIO) -> dict[str, int]:
+def emulated_instructions(lines: IO[str]) -> dict[str, int]:
     """The instructions `kvm_emulate_insn` reported, decoded (iced-x86), with counts."""
     from collections import Counter
 
@@ -248,27 +244,26 @@ def run_compare(args: argparse.Namespace, program: Any) -> int:
     host = read_host_mmu()
     if host.tdp:
         raise CliError("--compare models shadow paging; this host's guests use the TDP MMU")
-    kept: list[str] = []
     held: list[Any] = []
 
     def on_start(run: Any) -> None:
         held.append(Comparison(program, host, run.address_spaces))
 
-    def on_text(text: str) -> None:
-        if args.trace_out is not None:
-            kept.append(text)
-        held[0].kernel_text(text)
+    def on_events(events: list[Any]) -> None:
+        held[0].kernel_events(events)
 
     shown = watched(json_output=args.json)
-    with steps(f"kvm {program.name}", len(program.slices), shown=shown) as progress:
+    with text_sink(args.trace_out) as sink, \
+            steps(f"kvm {program.name}", len(program.slices), shown=shown) as progress:  # fmt: skip
 
         def on_slice(result: Any) -> None:
             held[0].run_slice(result.index)
             progress.finished(program.slices[result.index].label or f"slice {result.index}")
 
-        recording = record_or_fail(program, on_text, on_slice=on_slice, on_start=on_start)
-    if args.trace_out is not None:
-        write_atomically(args.trace_out, "".join(kept))
+        recording = record_or_fail(
+            program, None if sink is None else sink.write, on_events=on_events,
+            on_slice=on_slice, on_start=on_start,
+        )  # fmt: skip
     verdict = held[0].verdict(recording.stats(), recording.run.mmio_exits, recording.lost)
     if recording.lost:
         print(f"mmuscope: WARNING: the trace buffer lost {recording.lost} events: "

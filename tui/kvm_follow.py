@@ -1,7 +1,8 @@
 """The child that ``mmuscope kvm PROGRAM`` (the app) starts: ``--follow DIR``.
 
-It records the program (tui/kvm_record.py), writes the kernel's text into the FIFO
-``DIR/trace`` as each slice's drain brings it, and after each slice one JSON line into
+It records the program (tui/kvm_record.py), writes the kernel's text (the ring
+buffers' records as `trace_pipe` prints them) into the FIFO ``DIR/trace`` as each
+slice's drain brings it, and after each slice one JSON line into
 ``DIR/stats.jsonl``: the KVM_GET_STATS_FD deltas so far and, on a shadow-paging host, the
 comparison so far (``compare``: `kvm --compare --json`'s object, its ``rows`` also at the
 top level) — the same program advanced one slice on the engine's shadow MMU
@@ -24,7 +25,7 @@ from typing import Any, TextIO
 
 from .cliparts import CliError
 from .kvm_launch import STATS_FILE, TRACE_FIFO
-from .kvm_record import record_or_fail, write_atomically
+from .kvm_record import record_or_fail, text_sink
 
 
 def run_follow(args: argparse.Namespace, program: Any) -> int:
@@ -34,18 +35,20 @@ def run_follow(args: argparse.Namespace, program: Any) -> int:
     with contextlib.suppress(OSError):
         Path("/proc/self/comm").write_text("mmuscope")  # the CLI's comm (its script's name)
     folder: Path = args.follow
-    kept: list[str] = []
     host = read_host_mmu()
-    with open(folder / TRACE_FIFO, "w") as fifo, open(folder / STATS_FILE, "a") as stats:
+    with open(folder / TRACE_FIFO, "w") as fifo, open(folder / STATS_FILE, "a") as stats, \
+            text_sink(args.trace_out) as kept:  # fmt: skip
         state: dict[str, Any] = {"run": None, "mmio_exits": 0, "compare": None}
 
         def on_text(text: str) -> None:
             fifo.write(text)
             fifo.flush()
+            if kept is not None:
+                kept.write(text)
+
+        def on_events(events: list[Any]) -> None:
             if state["compare"] is not None:
-                state["compare"].kernel_text(text)
-            if args.trace_out is not None:
-                kept.append(text)
+                state["compare"].kernel_events(events)
 
         def on_start(run: Any) -> None:
             state["run"] = run
@@ -57,7 +60,8 @@ def run_follow(args: argparse.Namespace, program: Any) -> int:
             _write(stats, _slice_record(state, result))
 
         try:
-            recording = record_or_fail(program, on_text, on_slice=on_slice, on_start=on_start)
+            recording = record_or_fail(program, on_text, on_events=on_events,
+                                       on_slice=on_slice, on_start=on_start)  # fmt: skip
         except CliError as err:
             _write(stats, {"error": str(err)})
             raise
@@ -70,8 +74,6 @@ def run_follow(args: argparse.Namespace, program: Any) -> int:
             done["compare"] = verdict.to_json()
             done["rows"] = done["compare"]["rows"]
         _write(stats, done)
-    if args.trace_out is not None:
-        write_atomically(args.trace_out, "".join(kept))
     return 0
 
 

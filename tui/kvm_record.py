@@ -3,14 +3,17 @@ failures as one-line errors (exit 2), and files written through a temporary name
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from .cliparts import CliError
 
 
-def record_or_fail(program: Any, on_text: Any, *, trace: bool = True, **hooks: Any) -> Any:
+def record_or_fail(program: Any, on_text: Any = None, *, trace: bool = True, **hooks: Any) -> Any:
     """`engine.kvm.record.record`, its failures as one-line errors."""
     from mmuscope.engine.kvm.record import record
     from mmuscope.engine.kvm.runner import GuestError
@@ -28,12 +31,27 @@ def record_or_fail(program: Any, on_text: Any, *, trace: bool = True, **hooks: A
         ) from None
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """`text` to `path` through a temporary name in the same directory."""
+@contextlib.contextmanager
+def text_sink(path: Path | None, keep: bool = False) -> Iterator[IO[str] | None]:
+    """Where a recording's text goes as each drain brings it: `path` through a temporary
+    name in its directory (renamed when the block ends well, removed otherwise), else,
+    with `keep`, an anonymous temporary file; None when neither.  The file is left open
+    at its start for the caller to read back inside the block."""
+    if path is None:
+        if not keep:
+            yield None
+            return
+        with tempfile.TemporaryFile("w+", encoding="utf-8", prefix="mmuscope-kvm-") as anon:
+            yield anon
+        return
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(text)
+        with open(tmp, "w+", encoding="utf-8") as out:
+            yield out
         os.replace(tmp, path)
     except OSError as err:
         tmp.unlink(missing_ok=True)
         raise CliError(f"{path}: {err.strerror or err}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -10,7 +10,7 @@ flag only that mechanism reacts to).  A difference with no such evidence stays
 Kernel quantities come from its trace (events counted as `replay` parses them) and its
 `KVM_GET_STATS_FD` deltas; model quantities from the same program run on
 `engine.mmu.shadow.ShadowMmu` (`engine.kvm.model`).  `Comparison` follows a recording
-as it goes: the kernel's text as each drain brings it, the model one slice at a time;
+as it goes: the kernel's events as each drain brings them, the model one slice at a time;
 `Verdict` is the outcome: equal only when every event and every row is, and the ring
 buffer lost nothing.
 """
@@ -198,12 +198,16 @@ class Comparison:
             freed = self.model.zapped_page(event)
         self.alignment.add_model(event, freed=freed)
 
-    def kernel_text(self, text: str) -> None:
-        """Kernel trace text; a line cut at the end waits for the rest."""
-        *lines, self._rest = (self._rest + text).split("\n")
-        events = list(iter_events(line + "\n" for line in lines))
+    def kernel_events(self, events: list[Event]) -> None:
+        """The kernel's events, as the ring buffers' drains bring them (`record`)."""
         self.kernel.add(events)
         self.alignment.add_kernel(events)
+
+    def kernel_text(self, text: str) -> None:
+        """Kernel trace text (a kept `--trace-out`); a line cut at the end waits for the
+        rest."""
+        *lines, self._rest = (self._rest + text).split("\n")
+        self.kernel_events(list(iter_events(line + "\n" for line in lines)))
 
     def run_slice(self, index: int) -> None:
         self.model.run_slice(self.program.slices[index])

@@ -26,10 +26,16 @@ import heapq
 import os
 import re
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import NamedTuple
+
+from ..events import Event, FieldValue
+from ..trace.kernel_fields import printed_fields
+from ..trace.kernel_format import KernelFormat, RenderError, parse_format_file, render_print_fmt
+from ..trace.lines import FTRACE, format_line, printk_fields
 
 PAGE_DATA = 16  # events/header_page: "field: char data; offset:16"
 COMMIT_MASK = (1 << 27) - 1  # commit's low bits: the bytes used (the rest are flags)
@@ -68,23 +74,46 @@ class Field:
     array: bool  # `__u8 insn[15]`: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Format:
-    """One event's `format` file: its id, name and fields (the common ones left out)."""
+    """One event's `format` file: its id, name and fields (the common ones left out),
+    and the file's text (its `print fmt`, read by `print_fmt` when first needed)."""
 
     id: int
     name: str
     fields: tuple[Field, ...]
+    source: str = ""
+
+    @cached_property
+    def _layout(self) -> tuple[struct.Struct, tuple[str, ...]]:
+        """One `struct.Struct` reading every field at its offset (arrays as bytes)."""
+        code, at, names = "<", 0, []
+        for f in sorted(self.fields, key=lambda f: f.offset):
+            if f.offset < at:
+                continue  # overlapping declarations: the first one
+            code += "x" * (f.offset - at)
+            if f.array or f.size not in _INTS:
+                code += f"{f.size}s"
+            else:
+                code += _INTS[f.size].lower() if f.signed else _INTS[f.size]
+            names.append(f.name)
+            at = f.offset + f.size
+        return struct.Struct(code), tuple(names)
 
     def decode(self, data: bytes) -> dict[str, int | bytes]:
-        out: dict[str, int | bytes] = {}
-        for f in self.fields:
-            if f.array or f.size not in _INTS:
-                out[f.name] = data[f.offset : f.offset + f.size]
-                continue
-            code = _INTS[f.size].lower() if f.signed else _INTS[f.size]
-            out[f.name] = struct.unpack_from("<" + code, data, f.offset)[0]
-        return out
+        layout, names = self._layout
+        if len(data) < layout.size:  # a record shorter than its format: zeros past its end
+            data = data + bytes(layout.size - len(data))
+        return dict(zip(names, layout.unpack_from(data), strict=True))
+
+    @cached_property
+    def print_fmt(self) -> KernelFormat | None:
+        """The `print fmt` (`engine.trace.kernel_format`), None if it cannot be read."""
+        system = re.search(r"^name: (\S+)", self.source, re.M)
+        try:
+            return parse_format_file(self.source, "", system[1] if system else self.name)
+        except (ValueError, IndexError):
+            return None
 
 
 def parse_format(text: str) -> Format | None:
@@ -101,7 +130,7 @@ def parse_format(text: str) -> Format | None:
         if word.startswith("common_"):
             continue
         fields.append(Field(word, int(m["offset"]), int(m["size"]), m["signed"] == "1", array))
-    return Format(int(ident[1]), name[1], tuple(fields))
+    return Format(int(ident[1]), name[1], tuple(fields), text)
 
 
 def read_formats(events: Path, subsystems: Iterable[str]) -> dict[int, Format]:
@@ -170,6 +199,10 @@ def parse_page(page: bytes, cpu: int, out: list[RawEvent], tally: Tally | None =
     return missed
 
 
+def _time(event: RawEvent) -> int:
+    return event.ts
+
+
 class RawPipes:
     """Every CPU's `trace_pipe_raw` of one instance, drained without blocking."""
 
@@ -185,35 +218,123 @@ class RawPipes:
             self.close()  # would keep the instance busy, and its rmdir failing)
             raise
 
-    def read_available(self, tally: Tally | None = None) -> list[RawEvent]:
-        """Every event recorded and not read yet (those `tally` keeps), in time order
-        across CPUs."""
-        per_cpu: list[list[RawEvent]] = []
-        for cpu, fd in self.fds.items():
+    def _pages(self, cpu: int, fd: int, tally: Tally | None) -> Iterator[RawEvent]:
+        """One CPU's events not read yet, a page at a time (never blocks)."""
+        while True:
+            try:
+                page = os.read(fd, self.page_size)
+            except BlockingIOError:
+                return
+            except OSError as err:
+                if err.errno == errno.EINTR:
+                    continue
+                raise
+            if not page:
+                return
             events: list[RawEvent] = []
-            while True:
-                try:
-                    page = os.read(fd, self.page_size)
-                except BlockingIOError:
-                    break
-                except OSError as err:
-                    if err.errno == errno.EINTR:
-                        continue
-                    raise
-                if not page:
-                    break
-                self.missed += parse_page(page, cpu, events, tally)
-            if events:
-                per_cpu.append(events)
-        if len(per_cpu) == 1:
-            return per_cpu[0]
-        return list(heapq.merge(*per_cpu, key=lambda e: e.ts))
+            self.missed += parse_page(page, cpu, events, tally)
+            yield from events
+
+    def iter_available(self, tally: Tally | None = None) -> Iterator[RawEvent]:
+        """Every event recorded and not read yet (those `tally` keeps), in time order
+        across CPUs: the CPUs' pipes merged as they are read, one page of each held at a
+        time, so memory does not grow with what the buffers hold."""
+        streams = [self._pages(cpu, fd, tally) for cpu, fd in self.fds.items()]
+        if len(streams) == 1:
+            return streams[0]
+        return heapq.merge(*streams, key=_time)
+
+    def read_available(self, tally: Tally | None = None) -> list[RawEvent]:
+        """`iter_available` as a list."""
+        return list(self.iter_available(tally))
 
     def close(self) -> None:
         for fd in self.fds.values():
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.fds.clear()
+
+
+# `enum trace_flag_type` (kernel/trace/trace.h, 6.18): `common_flags`' bits
+TRACE_FLAG_IRQS_OFF, TRACE_FLAG_NEED_RESCHED_LAZY, TRACE_FLAG_NEED_RESCHED = 0x01, 0x02, 0x04
+TRACE_FLAG_HARDIRQ, TRACE_FLAG_SOFTIRQ, TRACE_FLAG_PREEMPT_RESCHED = 0x08, 0x10, 0x20
+TRACE_FLAG_NMI, TRACE_FLAG_BH_OFF = 0x40, 0x80
+_RESCHED = {
+    TRACE_FLAG_NEED_RESCHED | TRACE_FLAG_NEED_RESCHED_LAZY | TRACE_FLAG_PREEMPT_RESCHED: "B",
+    TRACE_FLAG_NEED_RESCHED | TRACE_FLAG_PREEMPT_RESCHED: "N",
+    TRACE_FLAG_NEED_RESCHED_LAZY | TRACE_FLAG_PREEMPT_RESCHED: "L",
+    TRACE_FLAG_NEED_RESCHED | TRACE_FLAG_NEED_RESCHED_LAZY: "b",
+    TRACE_FLAG_NEED_RESCHED: "n",
+    TRACE_FLAG_PREEMPT_RESCHED: "p",
+    TRACE_FLAG_NEED_RESCHED_LAZY: "l",
+}
+UNKNOWN_COMM = "<...>"  # trace_pipe's comm of a pid not in saved_cmdlines
+
+
+def latency_flags(flags: int, preempt_count: int) -> str:
+    """The flags column `trace_pipe` prints (`trace_print_lat_fmt()`, trace_output.c,
+    6.18): irqs off, need-resched, hard/soft irq, then the preempt count's two nibbles."""
+    irqs_off, bh_off = flags & TRACE_FLAG_IRQS_OFF, flags & TRACE_FLAG_BH_OFF
+    first = "D" if irqs_off and bh_off else "d" if irqs_off else "b" if bh_off else "."
+    resched_bits = TRACE_FLAG_NEED_RESCHED | TRACE_FLAG_NEED_RESCHED_LAZY
+    resched = _RESCHED.get(flags & (resched_bits | TRACE_FLAG_PREEMPT_RESCHED), ".")
+    nmi, hard, soft = flags & TRACE_FLAG_NMI, flags & TRACE_FLAG_HARDIRQ, flags & TRACE_FLAG_SOFTIRQ
+    irq = ("Z" if nmi and hard else "z" if nmi else "H" if hard and soft else "h" if hard
+           else "s" if soft else ".")  # fmt: skip
+    low, high = preempt_count & 0xF, preempt_count >> 4 & 0xF
+    return f"{first}{resched}{irq}{f'{low:x}' if low else '.'}{f'{high:x}' if high else '.'}"
+
+
+def trace_seconds(ns: int) -> float:
+    """A ring-buffer time as `trace_pipe` prints it: microseconds, rounded
+    (`ns2usecs()`), in seconds."""
+    return ((ns + 500) // 1000) / 1e6
+
+
+class Decoder:
+    """Ring-buffer records as the text reader gives them: `event()` is the `Event`
+    `engine.trace.lines.parse_line` makes of the line `trace_pipe` would print, `line()`
+    that line (the ftrace shape, the host's printk text).  A tracepoint whose fields
+    `engine.trace.kernel_fields.printed_fields` maps is built directly; any other one
+    has its `print fmt` evaluated (`render_print_fmt`) and that text parsed, as the
+    kernel would have printed it."""
+
+    def __init__(self, formats: dict[int, Format], comms: dict[int, str] | None = None) -> None:
+        self.formats = formats
+        self.comms = comms or {}  # pid -> comm (others: `<...>`)
+
+    def fields(self, raw: RawEvent) -> tuple[str, dict[str, FieldValue]]:
+        fmt = self.formats.get(raw.type)
+        if fmt is None:
+            return f"type_{raw.type}", {"text": raw.data.hex(" ")}
+        kernel = fmt.decode(raw.data)
+        printed = printed_fields(fmt.name, kernel)
+        if printed is None:
+            printed = printk_fields(fmt.name, self.text(fmt, kernel))
+        return fmt.name, printed
+
+    def text(self, fmt: Format, kernel: dict[str, int | bytes]) -> str:
+        """The printk text of a record (its fields as `key=value` when the print fmt is
+        beyond `render_print_fmt`)."""
+        printk = fmt.print_fmt
+        if printk is not None:
+            try:
+                return render_print_fmt(printk, dict(kernel))
+            except RenderError:
+                pass
+        return " ".join(f"{k}={v.hex() if isinstance(v, bytes) else v}" for k, v in kernel.items())
+
+    def event(self, raw: RawEvent) -> Event:
+        name, fields = self.fields(raw)
+        comm = self.comms.get(raw.pid, UNKNOWN_COMM)
+        return Event(name, fields, trace_seconds(raw.ts), raw.cpu, raw.pid, comm)
+
+    def line(self, raw: RawEvent, event: Event | None = None) -> str:
+        """The `trace_pipe` line of `raw` (its `event()` if already made), no newline."""
+        if event is None:
+            event = self.event(raw)
+        flags = latency_flags(raw.data[2], raw.data[3])
+        return format_line(event, FTRACE, flags=flags)
 
 
 SHADOW_PAGE_EVENTS = frozenset(

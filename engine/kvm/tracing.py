@@ -4,8 +4,8 @@
 (Documentation/trace/ftrace.rst, "Instances"): its own ring buffer (`buffer_size_kb`),
 its own `events/kvm/enable` and `events/kvmmmu/enable`, `set_event_pid` (only the
 VMM's thread), and `tracing_on`; the global buffer and every other instance are left
-as they are, whatever the global `tracing_on` says.  `read_available()` drains the
-instance's `trace_pipe` without blocking; `lost()` sums the `overrun` and `dropped
+as they are, whatever the global `tracing_on` says.  Its ring buffers are read in
+binary (`engine.kvm.rawtrace`); `lost()` sums the `overrun` and `dropped
 events` of `per_cpu/cpu*/stats`, so a run that lost events can say so.  `close()`
 turns it off and removes it (`rmdir`).
 
@@ -37,7 +37,6 @@ DEFAULT_BUFFER_KB = 8192  # per CPU
 # allocator unmapping arenas): thousands a second that say nothing about the guest, and
 # reading them makes more.  The VMM's memslots never change under it.
 QUIET_EVENTS = ("kvm/kvm_unmap_hva_range", "kvm/kvm_age_hva", "kvm/kvm_test_age_hva")
-READ_SIZE = 1 << 20
 RMDIR_TRIES, RMDIR_WAIT = 100, 0.05
 _serial = itertools.count()
 
@@ -133,7 +132,6 @@ class TraceInstance:
         self.path = root / "instances" / name
         reap_stale_instances(root)
         self.subsystems = subsystems
-        self._fd = -1
         self._pid, self._buffer_kb = pid, buffer_kb
 
     def open(self) -> None:
@@ -172,34 +170,11 @@ class TraceInstance:
         if pid is not None:
             self._write("set_event_pid", str(pid))
 
-    @property
-    def pipe(self) -> Path:
-        return self.path / "trace_pipe"
-
     def start(self) -> None:
         self._write("tracing_on", "1")
 
     def stop(self) -> None:
         self._write("tracing_on", "0")
-
-    def read_available(self) -> str:
-        """Everything recorded and not read yet (never blocks)."""
-        if self._fd < 0 and self.path.is_dir():
-            self._fd = os.open(self.path / "trace_pipe", os.O_RDONLY | os.O_NONBLOCK)
-        chunks: list[bytes] = []
-        while self._fd >= 0:
-            try:
-                chunk = os.read(self._fd, READ_SIZE)
-            except BlockingIOError:
-                break
-            except OSError as err:
-                if err.errno == errno.EINTR:
-                    continue
-                raise
-            if not chunk:
-                break
-            chunks.append(chunk)
-        return b"".join(chunks).decode("utf-8", "replace")
 
     def lost(self) -> int:
         """Events the ring buffer overwrote or dropped, over every CPU."""
@@ -218,9 +193,6 @@ class TraceInstance:
             self._close()
 
     def _close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
         if self.path.is_dir():
             with contextlib.suppress(OSError):
                 self._write("tracing_on", "0")
@@ -230,8 +202,8 @@ class TraceInstance:
             self._rmdir()
 
     def _rmdir(self) -> None:
-        """`rmdir`, waiting a little while a reader (the app's tail thread, between two
-        polls) still holds `trace_pipe` open: the kernel says EBUSY until it lets go."""
+        """`rmdir`, waiting a little while a reader (`mmuscope live`'s tail thread,
+        between two polls) still holds a pipe open: the kernel says EBUSY until it lets go."""
         for _ in range(RMDIR_TRIES):
             try:
                 self.path.rmdir()

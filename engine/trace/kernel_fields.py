@@ -36,10 +36,12 @@ first, then the rest of the parsed fields as extras:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..events import FieldValue
 
 Fields = Mapping[str, FieldValue]
+Record = Mapping[str, Any]  # a ring buffer record: ints, arrays as bytes
 
 # `__print_symbolic(REC->type, ...)` of kvm_mmio (include/trace/events/kvm.h)
 KVM_TRACE_MMIO = {"unsatisfied-read": 0, "read": 1, "write": 2}
@@ -147,6 +149,97 @@ _KERNEL: dict[str, Callable[[Fields], Kernel]] = {
     "kvm_emulate_insn": _emulate_insn,
     "kvm_exit": _exit,
 }
+# -- the other way: the kernel's fields (a ring buffer's record) as the text parser names them
+
+
+def _shadow_page_printed(kernel: Record) -> dict[str, FieldValue]:
+    """KVM_MMU_PAGE_PRINTK()'s values (mmutrace.h, 6.18): the role word decoded."""
+    from ..mmu.role import KvmMmuPageRole
+
+    role = KvmMmuPageRole.from_word(int(kernel["role"]))
+    out: dict[str, FieldValue] = {
+        "gen": kernel["mmu_valid_gen"], "gfn": kernel["gfn"], "level": role.level,
+        "gpte_bytes": 4 if role.has_4_byte_gpte else 8, "quadrant": role.quadrant,
+        "direct": bool(role.direct), "access": role.access, "invalid": bool(role.invalid),
+        "nxe": bool(role.efer_nx), "ad": not role.ad_disabled,
+        "root_count": kernel["root_count"], "unsync": bool(kernel["unsync"]),
+    }  # fmt: skip
+    if "created" in kernel:
+        out["created"] = bool(kernel["created"])
+    return out
+
+
+def _set_spte_printed(kernel: Record) -> dict[str, FieldValue]:
+    """``(%s%s%s%s)``: r, the spte's writable bit (bit 1), x, and u (-1: no letter)."""
+    spte, u = int(kernel["spte"]), int(kernel["u"])
+    letters = ("r" if kernel["r"] else "-") + ("w" if spte & 2 else "-")
+    letters += ("x" if kernel["x"] else "-") + ("" if u == -1 else "u" if u else "-")
+    return {"gfn": kernel["gfn"], "spte": spte, "access_str": letters,
+            "level": kernel["level"], "sptep": kernel["sptep"]}  # fmt: skip
+
+
+_MMIO_NAMES = {number: name for name, number in KVM_TRACE_MMIO.items()}
+_EMUL_NAMES = {number: name for name, number in EMUL_FLAGS.items()}
+
+
+def _mmio_printed(kernel: Record) -> dict[str, FieldValue]:
+    kind = int(kernel["type"])
+    return {"type": _MMIO_NAMES.get(kind, f"0x{kind:x}"), "len": kernel["len"],
+            "gpa": kernel["gpa"], "val": kernel["val"]}  # fmt: skip
+
+
+def _emulate_insn_printed(kernel: Record) -> dict[str, FieldValue]:
+    insn = kernel["insn"]
+    assert isinstance(insn, bytes)
+    mode = int(kernel["flags"])
+    return {"csbase": kernel["csbase"], "rip": kernel["rip"],
+            "insn": insn[: int(kernel["len"])].hex(" "),
+            "flags": _EMUL_NAMES.get(mode, f"0x{mode:x}"),
+            "failed": bool(kernel["failed"])}  # fmt: skip
+
+
+def _match_mmio_printed(kernel: Record) -> dict[str, FieldValue]:
+    return {"gva": kernel["gva"], "gpa": kernel["gpa"], "write": bool(kernel["write"]),
+            "gpa_match": bool(kernel["gpa_match"])}  # fmt: skip
+
+
+def _as_printed(kernel: Record) -> dict[str, FieldValue]:
+    return dict(kernel)
+
+
+#: tracepoint -> its parsed fields from the kernel's (events whose printk prints each
+#: field as it is under its own name take `_as_printed`)
+_PRINTED: dict[str, Callable[[Record], dict[str, FieldValue]]] = {
+    **dict.fromkeys(SHADOW_PAGE_EVENTS, _shadow_page_printed),
+    "kvm_mmu_set_spte": _set_spte_printed,
+    "kvm_mmio": _mmio_printed,
+    "kvm_emulate_insn": _emulate_insn_printed,
+    "vcpu_match_mmio": _match_mmio_printed,
+    **dict.fromkeys(
+        (
+            "kvm_mmu_pagetable_walk",
+            "kvm_mmu_paging_element",
+            "kvm_mmu_set_accessed_bit",
+            "kvm_mmu_set_dirty_bit",
+            "kvm_mmu_spte_requested",
+            "kvm_mmu_zap_all_fast",
+            "kvm_mmu_walker_error",
+            "kvm_mmu_split_huge_page",
+            "kvm_tdp_mmu_spte_changed",
+        ),
+        _as_printed,
+    ),
+}
+
+
+def printed_fields(name: str, kernel: Record) -> dict[str, FieldValue] | None:
+    """The fields the text parser gives for a record with these ``TP_STRUCT__entry``
+    fields (the inverse of `kernel_json`), or None where this mapping is not written:
+    the caller then prints the record's text and parses it."""
+    convert = _PRINTED.get(name)
+    return None if convert is None else convert(kernel)
+
+
 #: parsed names that a kernel's name replaces, kept last for one release
 _EARLIER = {"gen": "mmu_valid_gen"}
 

@@ -334,3 +334,233 @@ def _decode(raw: str, conv: str) -> int | str:
     if conv.endswith("p"):
         return 0 if raw.startswith("(") else int(raw, 16)
     return raw
+
+
+# -- print fmt -> text -----------------------------------------------------------------
+#
+# The inverse of the regex above: a print fmt evaluated on a record's fields, as the
+# kernel's `trace_seq_printf` does when `trace_pipe` prints an event (include/trace/
+# trace_events.h, `trace_raw_output_*`): C expressions over `REC->field` (ternaries,
+# comparisons, arithmetic), `__print_symbolic`, `__print_flags` (kernel/trace/
+# trace_output.c, `trace_print_symbols_seq` and `trace_print_flags_seq`: a value no entry
+# names as ``0x%lx``) and `__print_hex` (`trace_print_hex_seq`: ``%02x`` bytes joined by
+# spaces).  A statement expression (``({ … })``) or a name the format file leaves
+# unresolved (an enum such as ``VDSO_CLOCKMODE_TSC``) is not evaluated: `render` raises
+# `RenderError`, and the caller prints the fields as they are.
+
+Value = int | str | bytes
+_TOKEN_RE = re.compile(
+    r"\s*(?:(?P<str>\"(?:[^\"\\]|\\.)*\")|(?P<num>0[xX][0-9a-fA-F]+|\d+)[uUlL]*"
+    r"|REC->(?P<rec>\w+)|(?P<name>[A-Za-z_]\w*)"
+    r"|(?P<op>&&|\|\||<<|>>|<=|>=|==|!=|[-+*/%<>&|^!~?:(),{}]))"
+)
+_PRECEDENCE = {
+    "||": 1, "&&": 2, "|": 3, "^": 4, "&": 5, "==": 6, "!=": 6,
+    "<": 7, "<=": 7, ">": 7, ">=": 7, "<<": 8, ">>": 8, "+": 9, "-": 9, "*": 10, "/": 10,
+    "%": 10,
+}  # fmt: skip
+_PRINT_FUNCS = ("__print_symbolic", "__print_flags", "__print_hex")
+# Enum constants a print fmt names and its format file leaves unresolved: `enum
+# vdso_clock_mode` (include/vdso/clocksource.h: NONE, then x86's VDSO_ARCH_CLOCKMODES,
+# TSC first), in `kvm_update_master_clock`.
+ENUM_CONSTANTS = {"VDSO_CLOCKMODE_NONE": 0, "VDSO_CLOCKMODE_TSC": 1}
+
+
+class RenderError(ValueError):
+    """A print fmt argument this evaluator does not take (the caller falls back)."""
+
+
+def _tokens(expr: str) -> list[tuple[str, str]]:
+    out, pos = [], 0
+    expr = expr.rstrip()
+    while pos < len(expr):
+        m = _TOKEN_RE.match(expr, pos)
+        if m is None or m.end() == pos:
+            raise RenderError(f"cannot read {expr[pos : pos + 20]!r}")
+        kind = m.lastgroup
+        assert kind is not None
+        out.append((kind, m[kind]))
+        pos = m.end()
+    return out
+
+
+class _Expr:
+    """A recursive-descent evaluator of one C argument expression (precedence climbing)."""
+
+    def __init__(self, expr: str, values: dict[str, Value]) -> None:
+        self.tokens = _tokens(expr)
+        self.at = 0
+        self.values = values
+
+    def peek(self) -> tuple[str, str]:
+        return self.tokens[self.at] if self.at < len(self.tokens) else ("end", "")
+
+    def take(self, op: str | None = None) -> tuple[str, str]:
+        token = self.peek()
+        if op is not None and token != ("op", op):
+            raise RenderError(f"expected {op!r}, found {token[1]!r}")
+        self.at += 1
+        return token
+
+    def whole(self) -> Value:
+        value = self.ternary()
+        if self.peek()[0] != "end":
+            raise RenderError(f"unexpected {self.peek()[1]!r}")
+        return value
+
+    def ternary(self) -> Value:
+        cond = self.binary(1)
+        if self.peek() != ("op", "?"):
+            return cond
+        self.take("?")
+        yes = self.ternary()
+        self.take(":")
+        no = self.ternary()
+        return yes if cond else no
+
+    def binary(self, level: int) -> Value:
+        left = self.unary()
+        while True:
+            kind, op = self.peek()
+            prec = _PRECEDENCE.get(op, 0) if kind == "op" else 0
+            if prec < level:
+                return left
+            self.take()
+            right = self.binary(prec + 1)
+            left = _apply(op, _int(left), _int(right))
+
+    def unary(self) -> Value:
+        kind, tok = self.peek()
+        if kind == "op" and tok in "-!~+":
+            self.take()
+            value = _int(self.unary())
+            return {"-": -value, "!": int(not value), "~": ~value, "+": value}[tok]
+        return self.primary()
+
+    def primary(self) -> Value:
+        kind, tok = self.take()
+        if kind == "num":
+            return int(tok, 0)
+        if kind == "rec":
+            if tok not in self.values:
+                raise RenderError(f"no field {tok!r}")
+            return self.values[tok]
+        if kind == "str":
+            text = _unescape(tok[1:-1])
+            while self.peek()[0] == "str":
+                text += _unescape(self.take()[1][1:-1])
+            return text
+        if kind == "name" and tok in _PRINT_FUNCS:
+            return self.call(tok)
+        if kind == "name" and tok in ENUM_CONSTANTS:
+            return ENUM_CONSTANTS[tok]
+        if (kind, tok) == ("op", "("):
+            value = self.ternary()
+            self.take(")")
+            return value
+        raise RenderError(f"cannot evaluate {tok!r}")
+
+    def call(self, func: str) -> Value:
+        self.take("(")
+        value = self.ternary()
+        if func == "__print_hex":
+            self.take(",")
+            size = _int(self.ternary())
+            self.take(")")
+            if not isinstance(value, bytes):
+                raise RenderError("__print_hex of a number")
+            return " ".join(f"{b:02x}" for b in value[:size])
+        delim = ""
+        if func == "__print_flags":
+            self.take(",")
+            text = self.ternary()
+            delim = text if isinstance(text, str) else ""
+        table: list[tuple[int, str]] = []
+        while self.peek() == ("op", ","):
+            self.take(",")
+            self.take("{")
+            mask = _int(self.ternary())
+            self.take(",")
+            label = self.ternary()
+            self.take("}")
+            table.append((mask, str(label)))
+        self.take(")")
+        number = _int(value)
+        if func == "__print_symbolic":
+            return next((label for mask, label in table if mask == number), f"0x{number:x}")
+        names = []
+        for mask, label in table:
+            if mask and number & mask == mask:
+                names.append(label)
+                number &= ~mask
+        if number:
+            names.append(f"0x{number:x}")
+        return delim.join(names)
+
+
+def _int(value: Value) -> int:
+    if isinstance(value, bool | int):
+        return int(value)
+    raise RenderError(f"{value!r} is not a number")
+
+
+def _apply(op: str, a: int, b: int) -> int:
+    if op in ("/", "%") and b == 0:
+        raise RenderError("division by zero")
+    table: dict[str, Callable[[int, int], int]] = {
+        "||": lambda x, y: int(bool(x or y)), "&&": lambda x, y: int(bool(x and y)),
+        "|": lambda x, y: x | y, "^": lambda x, y: x ^ y, "&": lambda x, y: x & y,
+        "==": lambda x, y: int(x == y), "!=": lambda x, y: int(x != y),
+        "<": lambda x, y: int(x < y), "<=": lambda x, y: int(x <= y),
+        ">": lambda x, y: int(x > y), ">=": lambda x, y: int(x >= y),
+        "<<": lambda x, y: x << y, ">>": lambda x, y: x >> y,
+        "+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y,
+        "/": lambda x, y: int(x / y), "%": lambda x, y: x - y * int(x / y),
+    }  # fmt: skip
+    return table[op](a, b)
+
+
+def _convert(m: re.Match[str], value: Value, sizes: int) -> str:
+    """One ``%…`` conversion of `value` as lib/vsprintf.c prints it."""
+    conv, flags, width = m["conv"], m["flags"], m["width"]
+    if conv == "s":
+        text = value if isinstance(value, str) else str(value)
+        return f"%{flags}{width}s" % text
+    if conv == "c":
+        return chr(_int(value)) if _int(value) else ""
+    number = _int(value)
+    bits = 8 * sizes
+    if conv in "uxX" and number < 0:
+        number &= (1 << bits) - 1
+    if conv == "p":
+        return "(null)" if number == 0 else f"{number:016x}"
+    if conv == "x" and "#" in flags and number == 0:
+        return "0x0".rjust(int(width or 0))
+    return f"%{flags}{width}{'d' if conv in 'iu' else conv}" % number
+
+
+def _arg_bytes(m: re.Match[str]) -> int:
+    """The C width of a conversion: ``ll`` 8 bytes, ``l`` and ``z`` 8 (x86-64), else 4."""
+    length = m[0][len(m["flags"]) + len(m["width"]) + 1 : -1].lstrip(".0123456789")
+    return {"ll": 8, "l": 8, "z": 8, "L": 8, "h": 2, "hh": 1}.get(length, 4)
+
+
+def render_print_fmt(fmt: KernelFormat, values: dict[str, Value]) -> str:
+    """The text the kernel prints for an event of this format with these field values
+    (`RenderError` when an argument is beyond this evaluator: see above)."""
+    out, pos, index = [], 0, 0
+    for m in _CONV_RE.finditer(fmt.fmt):
+        out.append(fmt.fmt[pos : m.start()])
+        pos = m.end()
+        if m["conv"] == "%":
+            out.append("%")
+            continue
+        if index >= len(fmt.args):
+            raise RenderError(f"{fmt.name}: fewer arguments than conversions")
+        arg = fmt.args[index]
+        index += 1
+        if arg.lstrip().startswith("({"):
+            raise RenderError(f"{fmt.name}: a statement expression")
+        out.append(_convert(m, _Expr(arg, values).whole(), _arg_bytes(m)))
+    out.append(fmt.fmt[pos:])
+    return "".join(out)
