@@ -1,15 +1,16 @@
 """Every `mmuscope kvm` output mode: what recording costs in time and memory, for two
 builds side by side in one run (before/after a change to the recording).
 
-    sudo .venv/bin/python benchmarks/kvm_modes.py [--before PATH/TO/mmuscope] [--json]
+    sudo .venv/bin/python benchmarks/kvm_modes.py [--before CMD] [--after CMD] [--json]
 
 1. Time: `kvm touch --pages 65536` in each mode (`--summary`, `--jsonl`, `--compare
    --json`, `--summary --trace-out F`, `--parquet DIR`) against the same guest untraced
    (`--summary --no-trace`), best of REPEAT each, as a ratio (budget: 3x).
 2. Memory: `kvm fork --pages 65536 --children 8` in each mode, the child's peak
    resident set (`wait4`'s `ru_maxrss`), once each (budget: 500 MB).
-`--before` is another build's `mmuscope` (e.g. a checkout of main); this checkout's is
-always measured.  Needs /dev/kvm and root; exits 2 with the reason otherwise.
+`--before` and `--after` are commands that start a build's `mmuscope` (e.g. a checkout of
+main, and of the change; `--after` defaults to this checkout's).  Needs /dev/kvm and
+root; exits 2 with the reason otherwise.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ def measure(binary: str) -> dict[str, dict[str, float]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", help="another build's mmuscope, measured first")
+    parser.add_argument("--after", default=str(MMUSCOPE), help="the build measured second")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     reason = kvm_unavailable_reason() or (None if os.geteuid() == 0 else "not root")
@@ -75,7 +77,7 @@ def main() -> int:
         print(f"kvm_modes: {reason}", file=sys.stderr)
         return 2
     builds = {"before": args.before} if args.before else {}
-    builds["after"] = str(MMUSCOPE)
+    builds["after"] = args.after
     result = {name: measure(shutil.which(b) or b) for name, b in builds.items()}
     if args.json:
         print(json.dumps(result))

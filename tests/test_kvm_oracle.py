@@ -31,7 +31,7 @@ pytestmark = [needs_tracing, pytest.mark.xdist_group("kvm-oracle")]
 
 # small programs: the whole module records each once, in a few seconds
 PAGES = {"touch": 12, "fork": 8, "mmio": 4, "ptwrite": 12, "churn": 10, "dirty": 10, "cr3": 16,
-         "flood": 16, "prefetch": 16, "huge": 600}  # fmt: skip
+         "flood": 16, "prefetch": 16, "huge": 600, "thp": 1024}  # fmt: skip
 CHILDREN = {"fork": 16}  # 16: the kernel reuses zapped shadow pages' host pages
 
 
@@ -150,11 +150,11 @@ def _mutations() -> dict[str, Mutation]:
                                       lambda self, key, offsets: None),
                   "kvm_mmu_pagetable_walk: addr 1000000 pferr 7 P|W|U",
                   "addr 0x1000000 in the kernel, 0x5ff000 in the model"),
-        # kvm_mmu_reset_context() that keeps the root: the switch back finds no root
-        # to load where the kernel gets its existing one
-        "cr3": (lambda m: m.setattr(mmu.ShadowMmu, "reset_context", lambda self, vcpu: None),
-                "kvm_mmu_get_page: sp gen 0 gfn 2 l4 8-byte q0 wux nxe ad root 0 sync existing",
-                "kvm_mmu_get_page in the kernel, kvm_mmu_pagetable_walk in the model"),
+        # no prev_roots (before 4.19: one root per vCPU): the guest's switch back to
+        # process 1 loads its root again where the kernel takes it from prev_roots
+        "cr3": (lambda m: m.setattr(mmu, "KVM_MMU_NUM_PREV_ROOTS", 0),
+                "kvm_mmu_pagetable_walk: addr 40005d pferr 10 F",
+                "kvm_mmu_pagetable_walk in the kernel, kvm_mmu_get_page in the model"),
         # detect_write_flooding() at the fourth emulated write, not the third
         "flood": (lambda m: m.setattr(mmu, "WRITE_FLOODING_THRESHOLD", 4),
                   "kvm_mmu_prepare_zap_page: sp gen 0 gfn 4 l2",
@@ -168,6 +168,11 @@ def _mutations() -> dict[str, Mutation]:
         "huge": (lambda m: m.setattr(model, "PG_LEVEL_4K", 2),
                  "kvm_mmu_spte_requested: gfn 10000 pfn",
                  "kvm_mmu_spte_requested: level 0x1 in the kernel, 0x2 in the model"),
+        # a host that backs guest memory with 4K pages only: the model shadows the
+        # guest's 2M page with 4K sptes where the kernel, on THP, maps it whole
+        "thp": (lambda m: m.setattr(model, "PG_LEVEL_2M", 1),
+                "kvm_mmu_spte_requested: gfn 10000 pfn",
+                "kvm_mmu_spte_requested: level 0x2 in the kernel, 0x1 in the model"),
     }  # fmt: skip
 
 
@@ -218,3 +223,7 @@ def test_compare_runs_the_kernel_and_exits_by_its_verdict() -> None:
     kvm_mmio = next(line for line in lines if line.startswith("kvm_mmio "))
     assert kvm_mmio.split() == ["kvm_mmio", "7", "7", "7"]  # 2 reads twice, 2 writes, 1 doorbell
     assert not our_instances()
+
+
+def test_every_program_is_held_against_the_kernel() -> None:
+    assert sorted(PAGES) == sorted(PROGRAMS)

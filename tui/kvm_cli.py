@@ -42,10 +42,12 @@ PROGRAM_HELP = {
     "ptwrite": "the guest stores N of its own ptes (a shadowed table)",
     "churn": "memslot 1 flagged, deleted, re-created, moved while the guest runs",
     "dirty": "KVM_MEM_LOG_DIRTY_PAGES and KVM_GET_DIRTY_LOG rounds",
-    "cr3": "two processes switched and back: each root found again, its sptes kept",
+    "cr3": "two processes, switched by the guest's own mov to CR3 (CPL 0): roots kept in "
+    "prev_roots",
     "flood": "emulated stores to the guest's own page directory until write flooding zaps it",
     "prefetch": "faults on every 8th of N accessed pages map their neighbours too",
-    "huge": "N pages in 2M guest pages: direct shadow pages, 4K sptes",
+    "huge": "N pages in 2M guest pages on 4K host pages: direct shadow pages, 4K sptes",
+    "thp": "N pages in 2M guest pages on transparent huge pages: 2M sptes",
 }
 
 

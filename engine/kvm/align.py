@@ -344,6 +344,10 @@ class Alignment:
                             lane.model.popleft() if lane.model else None)  # fmt: skip
         return self.first
 
+    def kernel_waiting(self) -> bool:
+        """Whether kernel events wait for the model's (before the first difference)."""
+        return self.first is None and any(lane.kernel for lane in self._lanes)
+
     @property
     def equal(self) -> bool:
         return self.first is None and self.counts["kernel"] == self.counts["model"]

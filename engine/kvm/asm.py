@@ -77,9 +77,17 @@ def _sweep(sweep: Sweep, label: int) -> list[Instruction]:
     ]
 
 
-def assemble_slice(sweeps: tuple[Sweep, ...], doorbell_gva: int, rip: int) -> bytes:
-    """The code of one slice, to be placed at guest address `rip`."""
+def assemble_slice(
+    sweeps: tuple[Sweep, ...], doorbell_gva: int, rip: int, load_cr3: int | None = None
+) -> bytes:
+    """The code of one slice, to be placed at guest address `rip`; with `load_cr3`, it
+    first loads CR3 with that value (`mov %rax,%cr3`: code for CPL 0)."""
     instructions: list[Instruction] = []
+    if load_cr3 is not None:
+        instructions += [
+            Instruction.create_reg_u64(Code.MOV_R64_IMM64, Register.RAX, load_cr3),
+            Instruction.create_reg_reg(Code.MOV_CR_R64, Register.CR3, Register.RAX),
+        ]
     for i, sweep in enumerate(sweeps):
         instructions += _sweep(sweep, LABEL_BASE + i)
     instructions += [
@@ -94,14 +102,29 @@ def assemble_slice(sweeps: tuple[Sweep, ...], doorbell_gva: int, rip: int) -> by
 def memory_instructions(code: bytes, rip: int) -> list[tuple[int, bytes]]:
     """(rip, bytes) of each instruction of `code` (placed at `rip`) that reads or writes
     memory, in order."""
+    return instructions(code, rip, memory_only=True)
+
+
+def instructions(code: bytes, rip: int, memory_only: bool = False) -> list[tuple[int, bytes]]:
+    """(rip, bytes) of each instruction of `code` (placed at `rip`), in order: all, or
+    only those that read or write memory."""
     found: list[tuple[int, bytes]] = []
     for instruction in Decoder(64, code, ip=rip):
         if instruction.code == Code.INVALID:
             break
-        if any(instruction.op_kind(i) == OpKind.MEMORY for i in range(instruction.op_count)):
+        ops = range(instruction.op_count)
+        if not memory_only or any(instruction.op_kind(i) == OpKind.MEMORY for i in ops):
             start = instruction.ip - rip
             found.append((instruction.ip, code[start : start + instruction.len]))
     return found
+
+
+def loads_cr3(insn: bytes) -> bool:
+    """Whether the instruction `insn` is a `mov` to CR3."""
+    found = next(iter(Decoder(64, insn)), None)
+    return (
+        found is not None and found.code == Code.MOV_CR_R64 and found.op0_register == Register.CR3
+    )
 
 
 def decode(code: bytes, rip: int = 0, limit: int = 1) -> list[str]:

@@ -18,7 +18,7 @@ buffer lost nothing.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +45,7 @@ EVENT_ROWS = (
 STAT_ROWS = (
     "pf_taken", "pf_fixed", "pf_emulate", "pf_spurious", "pf_fast", "pf_guest",
     "pf_mmio_spte_created",
-    "mmu_shadow_zapped", "mmu_cache_miss", "mmu_unsync", "pages_4k",
+    "mmu_shadow_zapped", "mmu_cache_miss", "mmu_unsync", "pages_4k", "pages_2m",
     "max_mmu_page_hash_collisions",
 )  # fmt: skip
 
@@ -191,6 +191,9 @@ class Comparison:
         self.model = ModelRunner(self.program, cfg, address_spaces=address_spaces,
                                  listen=self._model_event)  # fmt: skip
         self._rest = ""
+        self._kernel_slices = 0  # slices the kernel has run (their events drained)
+        self._model_slices = 0  # slices the model has finished
+        self._steps: Iterator[None] | None = None  # the model's slice under way
 
     def _model_event(self, event: Event) -> None:
         freed = None
@@ -199,9 +202,25 @@ class Comparison:
         self.alignment.add_model(event, freed=freed)
 
     def kernel_events(self, events: list[Event]) -> None:
-        """The kernel's events, as the ring buffers' drains bring them (`record`)."""
+        """The kernel's events, as the ring buffers' drains bring them (`record`): the
+        model goes on, an access at a time within the slice the kernel ran, until
+        none of them waits, so that neither side's events pile up."""
         self.kernel.add(events)
         self.alignment.add_kernel(events)
+        while self.alignment.kernel_waiting() and self._model_step(self._kernel_slices + 1):
+            pass
+
+    def _model_step(self, slices: int) -> bool:
+        """One step of the model within its first `slices` slices (False: none left)."""
+        while True:
+            if self._steps is None:
+                if self._model_slices >= min(slices, len(self.program.slices)):
+                    return False
+                self._steps = self.model.steps(self.program.slices[self._model_slices])
+            if next(self._steps, False) is None:
+                return True
+            self._steps = None
+            self._model_slices += 1
 
     def kernel_text(self, text: str) -> None:
         """Kernel trace text (a kept `--trace-out`); a line cut at the end waits for the
@@ -210,7 +229,11 @@ class Comparison:
         self.kernel_events(list(iter_events(line + "\n" for line in lines)))
 
     def run_slice(self, index: int) -> None:
-        self.model.run_slice(self.program.slices[index])
+        """The kernel ran slice `index` (and its events were drained): the model runs it
+        to its end."""
+        self._kernel_slices = index + 1
+        while self._model_step(self._kernel_slices):
+            pass
 
     def rows(self, stats: dict[str, int], mmio_exits: int) -> list[Row]:
         return compare(self.program, self.kernel, stats, mmio_exits, self.model.run,

@@ -12,9 +12,10 @@ emulated (`ShadowMmu.emulate_instruction()`: the decode's fetch walk at the
 instruction's own rip, `kvm_emulate_insn`, the operand, `kvm_mmio`).  It keeps `%rbx`
 and the bytes the guest stored, so an emulated store carries the value the kernel
 traces; userspace answers MMIO reads with zeros, and the next KVM_RUN completes them.
-A slice's CR3 load is `KVM_SET_SREGS`' `kvm_mmu_reset_context()`: every root, the
-`prev_roots` included, is put and one is loaded again (`kvm_mmu_get_page`, existing
-when the process ran before).  The
+A slice's CR3 load by the VMM is `KVM_SET_SREGS`' `kvm_mmu_reset_context()`: every
+root, the `prev_roots` included, is put and one is loaded again (`kvm_mmu_get_page`,
+existing when the process ran before); a CPL-0 slice runs in the emulator, one
+instruction at a time, and its `mov %rax,%cr3` keeps the roots (`fast_pgd_switch()`).  The
 memslot operations go to an `engine.Vm` with the program's host addresses replaced by
 fixed fake ones; the MMU runs with `FNAME(pte_prefetch)` on, dirty logging
 (`engine.mmu.dirty_log`) following the slots, and a freed obsolete root zapped (traced)
@@ -24,7 +25,7 @@ once more, as the kernel always does.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from ..events import Event
@@ -32,10 +33,11 @@ from ..memslots.vm import Vm
 from ..mmu.dirty_log import DirtyLogging
 from ..mmu.mmu_pages import kvm_page_table_hashfn
 from ..mmu.params import TdpMmuParams
-from ..mmu.role import PG_LEVEL_4K
+from ..mmu.role import PG_LEVEL_2M, PG_LEVEL_4K
 from ..mmu.shadow.cpu import leaf_allows
 from ..mmu.shadow.mmu import ShadowMmu
 from ..mmu.spte import RetPf, SpteConfig
+from .asm import loads_cr3
 from .program import DOORBELL_GVA, PAGE, DirtyLogOp, GuestProgram, Insn, MemslotOp, Slice
 
 FAKE_HVA = (0x7F00_0000_0000, 0x7E00_0000_0000)  # host addresses of the two backings
@@ -145,12 +147,17 @@ class _Cpu:
             value = sum(self.memory.get(gpa + i, 0) << 8 * i for i in range(width))
             self.rbx = self.rbx & ~mask | value
 
-    def run_slice(self, sl: Slice, doorbell_gva: int) -> None:
+    def run_slice(self, sl: Slice, doorbell_gva: int) -> Iterator[None]:
+        """The slice, a step (`None`) after each access: a caller may pause between
+        them (the comparison runs the model as far as the kernel's events go)."""
         if sl.cr3 != self.cr3:  # KVM_SET_SREGS, then the next KVM_RUN's kvm_mmu_load()
             self.cr3 = sl.cr3
             self.mmu.reset_context(VCPU)
             self.mmu.cr3_load(VCPU, sl.cr3)
         self.rbx = 0
+        if sl.cpl == 0:
+            self.run_emulated(sl, doorbell_gva)
+            return
         self.fetch(sl.rip)
         for sweep, load, store in sl.accesses():
             for gva in sweep.addresses():
@@ -158,7 +165,28 @@ class _Cpu:
                     self.execute(gva, False, load, sweep.width)
                 if store is not None:
                     self.execute(gva, True, store, sweep.width)
+                yield
         self.execute(doorbell_gva, True, sl.doorbell, 1, last=True)
+
+    def run_emulated(self, sl: Slice, doorbell_gva: int) -> None:
+        """A CPL-0 slice: kvm-pvm runs the guest's kernel mode in its emulator, every
+        instruction decoded (its fetch walk without PFERR_USER_MASK, `kvm_emulate_insn`)
+        and executed there (docs/kvm.md §11.3): `mov %rax,%cr3` is `kvm_set_cr3()` ->
+        `kvm_mmu_new_pgd()` (`ShadowMmu.cr3_load`: the root from `prev_roots`, or a new
+        one at the next entry), the doorbell store an emulated MMIO write."""
+        for insn in sl.insns:
+            self.run.emulated += 1
+            if insn == sl.doorbell:
+                self.run.mmio_exits += 1
+                self.mmu.emulate_instruction(VCPU, doorbell_gva, True, False, insn=insn,
+                                             size=1, val=self.rbx & 0xFF)  # fmt: skip
+                return
+            if not self.mmu.decode_instruction(VCPU, insn, user=False):
+                raise ModelError(f"the guest took a #PF fetching {insn[0]:#x}: a program bug")
+            if loads_cr3(insn[1]):
+                assert sl.loads_cr3 is not None
+                self.cr3 = sl.loads_cr3
+                self.mmu.cr3_load(VCPU, sl.loads_cr3)
 
 
 def model_vm(address_spaces: int, host_phys_bits: int = 52) -> Vm:
@@ -207,8 +235,12 @@ class ModelRunner:
                 self.dirty.observe(event)
 
         # guest memory is anonymous 4K pages (no MADV_HUGEPAGE): host_pfn_mapping_level()
-        # is 4K, so a guest 2M page is shadowed by 4K sptes under a direct page
-        params = TdpMmuParams(tdp_mmu=False, host_level=PG_LEVEL_4K)
+        # is 4K, so a guest 2M page is shadowed by 4K sptes under a direct page; a
+        # program whose memslot 1 is in transparent huge pages (`thp`) has 2M there, and
+        # its guest 2M pages get 2M sptes (memslot 0 has only 4K guest pages: its host
+        # level never matters)
+        host_level = PG_LEVEL_2M if program.data_huge else PG_LEVEL_4K
+        params = TdpMmuParams(tdp_mmu=False, host_level=host_level)
         run.mmu = ShadowMmu(vm, cfg, guest=program.tables, emit=observe, pte_prefetch=True,
                             params=params)  # fmt: skip
         run.mmu.pages.rezap_freed_roots = True  # as mmu_free_root_page() does
@@ -229,9 +261,14 @@ class ModelRunner:
         return None
 
     def run_slice(self, sl: Slice) -> None:
+        for _ in self.steps(sl):
+            pass
+
+    def steps(self, sl: Slice) -> Iterator[None]:
+        """`run_slice` a step at a time: the VMM's operations, then one per access."""
         for op in sl.before:
             _apply(self.run.vm, op, self.dirty)
-        self.cpu.run_slice(sl, DOORBELL_GVA)
+        yield from self.cpu.run_slice(sl, DOORBELL_GVA)
 
 
 def run_on_model(
@@ -249,9 +286,9 @@ def run_on_model(
     return runner.run
 
 
-def pages_4k(run: ModelRun) -> int:
-    """The 4K leaves present now (`pages_4k`)."""
-    return sum(tr.level == 1 for tr in run.mmu.shadowed_translation.values())
+def pages_4k(run: ModelRun, level: int = 1) -> int:
+    """The 4K leaves present now (`pages_4k`; `level` 2: the 2M ones, `pages_2m`)."""
+    return sum(tr.level == level for tr in run.mmu.shadowed_translation.values())
 
 
 def model_stats(run: ModelRun) -> dict[str, int]:
@@ -262,6 +299,7 @@ def model_stats(run: ModelRun) -> dict[str, int]:
     # the shadow MMU fixes every fault under mmu_lock, so its pf_fast stays 0
     stats.setdefault("pf_fast", 0)
     stats["pages_4k"] = pages_4k(run)
+    stats["pages_2m"] = pages_4k(run, 2)
     stats["max_mmu_rmap_size"] = run.rmap_max
     stats["mmio_exits"] = run.mmio_exits
     stats["insn_emulation"] = run.emulated

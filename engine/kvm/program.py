@@ -22,10 +22,15 @@ Programs:
   move away and back;
 - `dirty`: memslot 1 logged from the start; rounds of writes, each followed by
   KVM_GET_DIRTY_LOG (which write-protects the logged pages again);
-- `cr3`: two processes, each writing its own N pages, then each reading them again
-  after a switch back: the root found again (`kvm_mmu_get_page` existing) with every
-  spte kept.  The VMM loads CR3 with KVM_SET_SREGS, whose `kvm_mmu_reset_context()`
-  frees every root, `prev_roots` included: a CPL-3 guest cannot load CR3 itself;
+- `cr3`: two processes, each writing its own N pages, then each reading them again,
+  switched by the guest itself: a CPL-0 slice (the guest's kernel, run by kvm-pvm in
+  its emulator) executes `mov %rax,%cr3`, and `kvm_mmu_new_pgd()` ->
+  `fast_pgd_switch()` keeps the root it leaves in the vCPU's `prev_roots`
+  (`cached_root_find_and_keep_current()`, mmu.c 6.18): the switch back takes it from
+  there (no `kvm_mmu_get_page` at all) with every spte kept.  The VMM's KVM_SET_SREGS
+  that changes only the CPL keeps the MMU context; a last switch by KVM_SET_SREGS with
+  another CR3 (`kvm_mmu_reset_context()`: every root freed, `prev_roots` included)
+  finds the root's shadow page again (`kvm_mmu_get_page` existing);
 - `flood`: the process maps its own page directory (the level-2 table over its N
   pages) at `FLOOD_GVA`, in a 1G region of its own, and stores `FLOOD_STORES` of its
   entries back: each store is emulated (the table is shadowed, so write-protected),
@@ -49,7 +54,7 @@ from dataclasses import dataclass, field
 
 from ..memslots.constants import KVM_MEM_LOG_DIRTY_PAGES
 from ..mmu.guest.page_tables import ENTRIES, PT_ACCESSED, GuestPageTables, pt_index, pte_gfn
-from .asm import READ, RMW, WRITE, Sweep, assemble_slice, memory_instructions
+from .asm import READ, RMW, WRITE, Sweep, assemble_slice, instructions, memory_instructions
 
 PAGE = 4096
 CODE_GVA = 0x40_0000  # code, then the doorbell at the end of the same 2M (one table)
@@ -66,9 +71,9 @@ SLOT1_GPA = 0x1000_0000
 SLOT1_MOVED_GPA = 0x2000_0000
 RAM_SLOT, DATA_SLOT = 0, 1
 PROGRAMS = ("touch", "fork", "mmio", "ptwrite", "churn", "dirty", "cr3", "flood", "prefetch",
-            "huge")  # fmt: skip
+            "huge", "thp")  # fmt: skip
 DEFAULT_PAGES = {"touch": 64, "fork": 16, "mmio": 8, "ptwrite": 16, "churn": 16, "dirty": 16,
-                 "cr3": 64, "flood": 64, "prefetch": 64, "huge": 1024}  # fmt: skip
+                 "cr3": 64, "flood": 64, "prefetch": 64, "huge": 1024, "thp": 1024}  # fmt: skip
 DEFAULT_CHILDREN = 8
 MAX_CHILDREN = 1024
 WITH_CHILDREN = ("fork",)
@@ -117,12 +122,18 @@ Insn = tuple[int, bytes]  # an instruction's rip and bytes
 
 @dataclass(frozen=True, slots=True)
 class Slice:
-    cr3: int  # gfn of the process's PML4
+    """One run to the doorbell.  At CPL 3 (a process) the code is sweeps and `insns`
+    its loads and stores; at CPL 0 (the guest's kernel) it loads CR3 with `loads_cr3`'s
+    table and rings: no sweeps, `insns` every instruction (each one emulated)."""
+
+    cr3: int  # gfn of the PML4 the VMM's KVM_SET_SREGS gives
     rip: int
     sweeps: tuple[Sweep, ...]
     before: tuple[Op, ...] = ()
     label: str = ""
     insns: tuple[Insn, ...] = ()  # the loads and stores, in order, the doorbell's last
+    cpl: int = 3
+    loads_cr3: int | None = None  # the gfn of the PML4 a CPL-0 slice's `mov %cr3` loads
 
     def accesses(self) -> list[tuple[Sweep, Insn | None, Insn | None]]:
         """Each sweep with its load and its store instruction (None: it has none)."""
@@ -150,6 +161,7 @@ class GuestProgram:
     code: dict[int, bytes]  # gfn -> the code page
     setup: tuple[MemslotOp, ...]
     slices: list[Slice] = field(default_factory=list)
+    data_huge: bool = False  # memslot 1's memory in transparent huge pages (2M)
 
     @property
     def table_gfns(self) -> list[int]:
@@ -168,7 +180,8 @@ class _Builder:
         )  # fmt: skip
         self.code_pages = [self.tables.alloc_page()]
         self.code_at = 0  # offset of the next block in the last code page
-        self.blocks: dict[tuple[Sweep, ...], tuple[int, tuple[Insn, ...]]] = {}
+        self.blocks: dict[tuple[tuple[Sweep, ...], int | None], tuple[int, tuple[Insn, ...]]]
+        self.blocks = {}
 
     def process(self) -> int:
         cr3 = self.tables.spawn()
@@ -190,12 +203,17 @@ class _Builder:
             table = pte_gfn(self.tables.pte(table, pt_index(gva, lvl)))
         return table
 
-    def block(self, sweeps: tuple[Sweep, ...]) -> tuple[int, tuple[Insn, ...]]:
+    def block(
+        self, sweeps: tuple[Sweep, ...], load_cr3: int | None = None
+    ) -> tuple[int, tuple[Insn, ...]]:
         """The rip of the code for `sweeps` and its memory instructions (each distinct
-        block assembled once)."""
-        if sweeps in self.blocks:
-            return self.blocks[sweeps]
-        size = len(assemble_slice(sweeps, DOORBELL_GVA, 0))
+        block assembled once); with `load_cr3` (a PML4's gfn), CPL-0 code that loads
+        CR3 first, and every instruction of it."""
+        key = (sweeps, load_cr3)
+        if key in self.blocks:
+            return self.blocks[key]
+        cr3 = None if load_cr3 is None else load_cr3 * PAGE
+        size = len(assemble_slice(sweeps, DOORBELL_GVA, 0, cr3))
         if self.code_at + size > PAGE:
             self.code_pages.append(self.tables.alloc_page())
             self.code_at = 0
@@ -206,17 +224,23 @@ class _Builder:
                 self.tables.map(cr3, gva, self.code_pages[-1], writable=False)
         gfn = self.code_pages[-1]
         rip = CODE_GVA + PAGE * (len(self.code_pages) - 1) + self.code_at
-        code = assemble_slice(sweeps, DOORBELL_GVA, rip)
+        code = assemble_slice(sweeps, DOORBELL_GVA, rip, cr3)
         page = bytearray(self.program.code.get(gfn, bytes(PAGE)))
         page[self.code_at : self.code_at + len(code)] = code
         self.program.code[gfn] = bytes(page)
         self.code_at += (len(code) + 15) & ~15
-        self.blocks[sweeps] = rip, tuple(memory_instructions(code, rip))
-        return self.blocks[sweeps]
+        listed = memory_instructions(code, rip) if cr3 is None else instructions(code, rip)
+        self.blocks[key] = rip, tuple(listed)
+        return self.blocks[key]
 
     def slice(self, cr3: int, sweeps: tuple[Sweep, ...], label: str, *before: Op) -> None:
         rip, insns = self.block(sweeps)
         self.program.slices.append(Slice(cr3, rip, sweeps, before, label, insns))
+
+    def switch(self, cr3: int, to: int, label: str) -> None:
+        """A CPL-0 slice in `cr3` that loads CR3 with `to` (`mov %rax,%cr3`)."""
+        rip, insns = self.block((), load_cr3=to)
+        self.program.slices.append(Slice(cr3, rip, (), (), label, insns, cpl=0, loads_cr3=to))
 
 
 def _ram_for(mapped: int, processes: int = 1, data: int = 0) -> int:
@@ -334,9 +358,13 @@ def _cr3(n: int, c: int) -> GuestProgram:
     b.data(second, n)
     write, read = (Sweep(DATA_GVA, n, WRITE),), (Sweep(DATA_GVA, n, READ),)
     b.slice(first, write, f"process 1 writes {n} pages")
+    b.switch(first, second, "CPL 0: mov to CR3, process 2's tree (a new root)")
     b.slice(second, write, f"process 2 writes its own {n} pages")
-    b.slice(first, read, "back to process 1: its root again, no fault")
-    b.slice(second, read, "back to process 2: its root again, no fault")
+    b.switch(second, first, "CPL 0: mov to CR3, back to process 1 (its root from prev_roots)")
+    b.slice(first, read, "process 1 reads its pages: no fault")
+    b.switch(first, second, "CPL 0: mov to CR3, process 2 (its root from prev_roots)")
+    b.slice(second, read, "process 2 reads its pages: no fault")
+    b.slice(first, read, "KVM_SET_SREGS to process 1: every root freed, its page found again")
     return b.program
 
 
@@ -369,8 +397,8 @@ def _prefetch(n: int, c: int) -> GuestProgram:
     return b.program
 
 
-def _huge(n: int, c: int) -> GuestProgram:
-    b = _Builder("huge", n, c, _ram_for(0))
+def _huge(n: int, c: int, name: str = "huge") -> GuestProgram:
+    b = _Builder(name, n, c, _ram_for(0))
     cr3 = b.process()
     large = (n + ENTRIES - 1) // ENTRIES
     slot = _slot1(b, large * ENTRIES)
@@ -380,6 +408,12 @@ def _huge(n: int, c: int) -> GuestProgram:
     b.slice(cr3, (Sweep(DATA_GVA, n, WRITE),), f"write {n} pages of 2M guest pages", slot)
     b.slice(cr3, (Sweep(DATA_GVA, n, READ),), "read them again")
     return b.program
+
+
+def _thp(n: int, c: int) -> GuestProgram:
+    program = _huge(n, c, "thp")
+    program.data_huge = True
+    return program
 
 
 _BUILDERS = {
@@ -393,4 +427,5 @@ _BUILDERS = {
     "flood": _flood,
     "prefetch": _prefetch,
     "huge": _huge,
+    "thp": _thp,
 }

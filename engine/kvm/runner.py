@@ -3,7 +3,8 @@ mode at CPL 3 (docs/kvm.md §11.3), slice after slice, each ending at the doorbe
 
 Per slice: the VMM applies the slice's memslot or dirty-log operations, loads CR3 with
 `KVM_SET_SREGS` when the process changes (KVM sees a CR3 load and resets the MMU
-context), sets rip with `KVM_SET_REGS`, and runs until the doorbell store exits with
+context) or the slice's CPL does (CPL 0: code that loads CR3 itself; the same CR3 keeps
+the MMU context), sets rip with `KVM_SET_REGS`, and runs until the doorbell store exits with
 `KVM_EXIT_MMIO`; other MMIO exits (the `mmio` program's loads and stores, accesses to a
 deleted slot) are completed with zeros and the guest goes on.  Each `KVM_RUN` is bounded
 in time.  The VM's and vCPU's `KVM_GET_STATS_FD` counters are read before and after each
@@ -20,8 +21,9 @@ from dataclasses import dataclass, field
 from ..errors import KvmError
 from .program import DOORBELL_GPA, PAGE, DirtyLogOp, GuestProgram, MemslotOp, Op, Slice
 from .uapi import EXIT_REASONS, KVM_EXIT_MMIO, long_mode_user_sregs, user_regs
-from .vmm import GuestMemory, Kvm, KvmVcpu, KvmVm
+from .vmm import HUGE_SIZE, GuestMemory, Kvm, KvmVcpu, KvmVm
 
+THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
 RUN_TIMEOUT = 10.0  # seconds one KVM_RUN may take
 MAX_EXITS_PER_SLICE = 1 << 20
 
@@ -79,7 +81,14 @@ class _Machine:
         self.program = program
         self.backing: list[GuestMemory] = [vm.alloc_memory(program.ram_pages * PAGE)]
         if program.data_pages:
-            self.backing.append(vm.alloc_memory(program.data_pages * PAGE))
+            data = vm.alloc_memory(program.data_pages * PAGE, program.data_huge)
+            self.backing.append(data)
+            wanted = program.data_pages * PAGE // HUGE_SIZE
+            if program.data_huge and data.huge_pages() < wanted:
+                raise GuestError(
+                    f"the host gave {data.huge_pages()} of {wanted} transparent huge pages "
+                    f"for memslot 1 (is {THP_ENABLED} 'never', or memory fragmented?)"
+                )
         ram = self.backing[0]
         for gfn, ptes in program.tables.tables.items():
             ram.write_u64s(gfn * PAGE, ptes)
@@ -92,6 +101,7 @@ class _Machine:
         self.vcpu_stats = vm.vcpu_stats(self.vcpu)
         self.sregs = self.vcpu.get_sregs()
         self.cr3: int | None = None
+        self.cpl = 3
 
     def apply(self, op: Op) -> list[int]:
         if isinstance(op, MemslotOp):
@@ -110,10 +120,10 @@ class _Machine:
         dirty: list[int] = []
         for op in sl.before:
             dirty += self.apply(op)
-        if sl.cr3 != self.cr3:
-            long_mode_user_sregs(self.sregs, sl.cr3 * PAGE)
+        if sl.cr3 != self.cr3 or sl.cpl != self.cpl:
+            long_mode_user_sregs(self.sregs, sl.cr3 * PAGE, sl.cpl)
             self.vcpu.set_sregs(self.sregs)
-            self.cr3 = sl.cr3
+            self.cr3, self.cpl = sl.cr3, sl.cpl
         self.vcpu.set_regs(user_regs(sl.rip))
         exits = 0
         while exits < MAX_EXITS_PER_SLICE:
@@ -125,6 +135,8 @@ class _Machine:
             addr, _size, _write = self.vcpu.mmio()
             if addr == DOORBELL_GPA:
                 self.vcpu.complete_io()
+                if sl.loads_cr3 is not None:  # the guest loaded CR3 itself
+                    self.cr3 = sl.loads_cr3
                 return exits, dirty
         raise GuestError(f"slice {sl.label!r}: {exits} MMIO exits without the doorbell")
 

@@ -107,6 +107,10 @@ class Segment:
 USER_CS = Segment(0, 0xFFFF_FFFF, 0x33, 0xB, dpl=3, l=1, g=1)
 USER_DS = Segment(0, 0xFFFF_FFFF, 0x2B, 0x3, dpl=3, db=1, g=1)
 TSS = Segment(0, 0x67, 0x40, 0xB, s=0)
+# CPL 0: the same with DPL 0 and RPL-0 selectors (a guest's kernel code; kvm-pvm runs it
+# in its emulator, one instruction at a time, docs/kvm.md §11.3)
+KERNEL_CS = Segment(0, 0xFFFF_FFFF, 0x08, 0xB, dpl=0, l=1, g=1)
+KERNEL_DS = Segment(0, 0xFFFF_FFFF, 0x10, 0x3, dpl=0, db=1, g=1)
 LONG_MODE_CR0 = X86_CR0_PE | X86_CR0_MP | X86_CR0_ET | X86_CR0_NE | X86_CR0_WP | X86_CR0_AM
 LONG_MODE_CR0 |= X86_CR0_PG
 LONG_MODE_CR4 = X86_CR4_PAE
@@ -114,12 +118,15 @@ LONG_MODE_EFER = EFER_LME | EFER_LMA
 RFLAGS_FIXED = 1 << 1
 
 
-def long_mode_user_sregs(sregs: bytearray, cr3: int) -> None:
-    """Set segments, CR0/CR3/CR4/EFER of a `kvm_sregs` for 4-level paging at CPL 3."""
-    USER_CS.pack_into(sregs, 0)
+def long_mode_user_sregs(sregs: bytearray, cr3: int, cpl: int = 3) -> None:
+    """Set segments, CR0/CR3/CR4/EFER of a `kvm_sregs` for 4-level paging at CPL 3 (or
+    0).  KVM_SET_SREGS resets the MMU context only when CR0, CR3, CR4 or EFER change
+    (`__set_sregs_common()`, x86.c 6.18): a change of CPL alone keeps every root."""
+    code, data = (USER_CS, USER_DS) if cpl == 3 else (KERNEL_CS, KERNEL_DS)
+    code.pack_into(sregs, 0)
     for i, name in enumerate(SREGS_SEGMENTS):
         if name in ("ds", "es", "fs", "gs", "ss"):
-            USER_DS.pack_into(sregs, 24 * i)
+            data.pack_into(sregs, 24 * i)
     TSS.pack_into(sregs, 24 * SREGS_SEGMENTS.index("tr"))
     struct.pack_into("<Q", sregs, SREGS_CR0, LONG_MODE_CR0)
     struct.pack_into("<Q", sregs, SREGS_CR3, cr3)

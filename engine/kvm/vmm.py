@@ -60,6 +60,8 @@ from .uapi import (
 
 KVM_DEVICE = "/dev/kvm"
 PAGE_SIZE = 4096
+HUGE_SIZE = 2 << 20
+MADV_POPULATE_WRITE = 23  # include/uapi/asm-generic/mman-common.h (Linux 5.14)
 
 
 class KvmUnavailableError(Exception):
@@ -137,22 +139,56 @@ class GuestMemory:
     spte, one pfn for every page read), and the guest's first write to it then
     copies it on write behind KVM's back (an MMU-notifier invalidation)."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, huge: bool = False) -> None:
         if size <= 0 or size % PAGE_SIZE:
             raise ValueError(f"guest memory of {size} bytes is not a whole number of pages")
         self.size = size
-        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE
-        self.map = mmap.mmap(-1, size, flags=flags)
+        self.offset = 0  # where the guest's memory starts in the mapping
+        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+        if not huge:
+            self.map = mmap.mmap(-1, size, flags=flags | mmap.MAP_POPULATE)
+            self.map.madvise(mmap.MADV_DONTFORK)
+            self.address = ctypes.addressof(ctypes.c_char.from_buffer(self.map))
+            return
+        # Transparent huge pages: a 2M-aligned range (mapped 2M longer, the start
+        # rounded up), `MADV_HUGEPAGE`, then populated by writes (`MADV_POPULATE_WRITE`,
+        # Linux 5.14), each 2M a huge page when the host has one free
+        self.map = mmap.mmap(-1, size + HUGE_SIZE, flags=flags)
         self.map.madvise(mmap.MADV_DONTFORK)
-        self.address = ctypes.addressof(ctypes.c_char.from_buffer(self.map))
+        start = ctypes.addressof(ctypes.c_char.from_buffer(self.map))
+        self.offset = -start % HUGE_SIZE
+        self.address = start + self.offset
+        self.map.madvise(mmap.MADV_HUGEPAGE, self.offset, size)
+        try:
+            self.map.madvise(MADV_POPULATE_WRITE, self.offset, size)
+        except OSError:  # before 5.14: a write to every page
+            for at in range(self.offset, self.offset + size, PAGE_SIZE):
+                self.map[at] = 0
+
+    def huge_pages(self) -> int:
+        """How many of its 2M ranges are one huge page now (`AnonHugePages` of its
+        mapping in /proc/self/smaps, in 2M)."""
+        start = self.address - self.offset
+        with open("/proc/self/smaps", encoding="ascii", errors="replace") as smaps:
+            mine = False
+            for line in smaps:
+                head = line.split(None, 1)[0]
+                if "-" in head and not head.endswith(":"):
+                    low = int(head.split("-")[0], 16)
+                    mine = low == start
+                elif mine and head == "AnonHugePages:":
+                    return int(line.split()[1]) * 1024 // HUGE_SIZE
+        return 0
 
     def write(self, offset: int, data: bytes) -> None:
+        offset += self.offset
         self.map[offset : offset + len(data)] = data
 
     def write_u64s(self, offset: int, values: list[int]) -> None:
-        struct.pack_into(f"<{len(values)}Q", self.map, offset, *values)
+        struct.pack_into(f"<{len(values)}Q", self.map, self.offset + offset, *values)
 
     def read(self, offset: int, size: int) -> bytes:
+        offset += self.offset
         return self.map[offset : offset + size]
 
     def close(self) -> None:
@@ -191,8 +227,8 @@ class KvmVm(KvmSetUserMemoryRegion):
         raw = bitmap.raw
         return [i for i in range(npages) if raw[i >> 3] >> (i & 7) & 1]
 
-    def alloc_memory(self, size: int) -> GuestMemory:
-        memory = GuestMemory(size)
+    def alloc_memory(self, size: int, huge: bool = False) -> GuestMemory:
+        memory = GuestMemory(size, huge)
         self.memory.append(memory)
         return memory
 

@@ -654,13 +654,8 @@ class ShadowMmu:
         """Emulate the access at `gva` of the instruction `insn` (rip, bytes; None: a
         caller without code, which skips the decode); returns the operand's gpa when it
         is RAM (the caller stores there), None for MMIO or a #PF injected."""
-        if insn is not None:
-            rip, code = insn
-            access = gpt.PFERR_FETCH_MASK | (gpt.PFERR_USER_MASK if user else 0)
-            if self._translate(vcpu, rip, False, user, access, False, fetch=True) is None:
-                return None
-            self._emit("kvm_emulate_insn", csbase=0, rip=rip, insn=code.hex(" "),
-                       flags="prot64", failed=False)  # fmt: skip
+        if insn is not None and not self.decode_instruction(vcpu, insn, user):
+            return None
         gpa = self.gva_to_gpa(vcpu, gva, write, user)
         if gpa is None:
             return None
@@ -672,6 +667,17 @@ class ShadowMmu:
             self._emit("kvm_mmio", **kvm_mmio_fields(gpa, False, size))
             self.mmio_read[vcpu] = gpa, size
         return None
+
+    def decode_instruction(self, vcpu: int, insn: tuple[int, bytes], user: bool) -> bool:
+        """`x86_decode_emulated_instruction()`: the fetch walk at the instruction's rip
+        (`kvm_fetch_guest_virt()`), then `kvm_emulate_insn`; False for a #PF injected."""
+        rip, code = insn
+        access = gpt.PFERR_FETCH_MASK | (gpt.PFERR_USER_MASK if user else 0)
+        if self._translate(vcpu, rip, False, user, access, False, fetch=True) is None:
+            return False
+        self._emit("kvm_emulate_insn", csbase=0, rip=rip, insn=code.hex(" "),
+                   flags="prot64", failed=False)  # fmt: skip
+        return True
 
     def complete_emulated_mmio(self, vcpu: int, val: int = 0) -> None:
         """The next KVM_RUN after userspace answered a read: KVM_TRACE_MMIO_READ."""
