@@ -18,17 +18,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
+import shlex
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from mmuscope.engine.kvm.vmm import kvm_unavailable_reason
 
 MMUSCOPE = Path(sys.executable).parent / "mmuscope"
 REPEAT = 2
+LIMIT = 900  # seconds a run may take
 TOUCH = ("touch", "--pages", "65536")
 FORK = ("fork", "--pages", "65536", "--children", "8")
 MODES = {
@@ -40,29 +42,50 @@ MODES = {
 }
 
 
-def run(argv: list[str]) -> tuple[float, int]:
-    """Seconds and peak RSS (bytes) of one run, its output thrown away."""
+def run(argv: list[str]) -> dict[str, Any]:
+    """One run, its output thrown away: seconds, peak RSS (MB), and what went wrong (a
+    run past LIMIT seconds is stopped: its numbers are lower bounds)."""
     with tempfile.TemporaryDirectory(prefix="mmuscope-bench-") as tmp:
         argv = [a.replace("{tmp}", tmp) for a in argv]
-        start = time.perf_counter()
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)  # fmt: skip
-        _, status, usage = os.wait4(proc.pid, 0)
-        seconds = time.perf_counter() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode not in (0, 1):  # --compare exits 1 on a difference
-        raise RuntimeError(f"{' '.join(argv)}: exit {proc.returncode}")
-    return seconds, usage.ru_maxrss * 1024
+        errors = Path(tmp) / "stderr"
+        with open(errors, "wb") as err:
+            start = time.perf_counter()
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=err)  # fmt: skip
+            while True:  # wait4: the child's own rusage (its peak RSS)
+                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+                if pid:
+                    break
+                if time.perf_counter() - start > LIMIT:
+                    proc.terminate()  # mmuscope ends as on Ctrl+C: its instance removed
+                    _, status, usage = os.wait4(proc.pid, 0)
+                    break
+                time.sleep(0.02)
+            proc.returncode = status  # reaped here, not by Popen
+            seconds = time.perf_counter() - start
+        code = os.waitstatus_to_exitcode(status)
+        said = errors.read_text(errors="replace").strip().splitlines()
+    out: dict[str, Any] = {"s": seconds, "mb": usage.ru_maxrss / 1024}
+    if seconds >= LIMIT:
+        out["failed"] = f"stopped after {LIMIT} s"
+    elif code not in (0, 1):  # --compare exits 1 on a difference
+        out["failed"] = f"exit {code}: {said[-1] if said else ''}"
+    return out
 
 
-def measure(binary: str) -> dict[str, dict[str, float]]:
-    base = [binary, "kvm"]
-    untraced = min(run([*base, *TOUCH, "--summary", "--no-trace"])[0] for _ in range(REPEAT))
-    out: dict[str, dict[str, float]] = {"untraced": {"touch_s": untraced, "ratio": 1.0}}
+def measure(command: str) -> dict[str, dict[str, Any]]:
+    base = [*shlex.split(command), "kvm"]
+    untraced = min(run([*base, *TOUCH, "--summary", "--no-trace"])["s"] for _ in range(REPEAT))
+    out: dict[str, dict[str, Any]] = {"untraced": {"touch_s": untraced, "ratio": 1.0}}
     for mode, flags in MODES.items():
-        seconds = min(run([*base, *TOUCH, *flags])[0] for _ in range(REPEAT))
-        _, rss = run([*base, *FORK, *flags])
-        out[mode] = {"touch_s": seconds, "ratio": seconds / untraced, "fork_mb": rss / 2**20}
+        touch = [run([*base, *TOUCH, *flags]) for _ in range(REPEAT)]
+        seconds = min(t["s"] for t in touch)
+        fork = run([*base, *FORK, *flags])
+        out[mode] = {"touch_s": seconds, "ratio": seconds / untraced, "fork_mb": fork["mb"],
+                     "fork_s": fork["s"]}  # fmt: skip
+        failed = [t["failed"] for t in (*touch, fork) if "failed" in t]
+        if failed:
+            out[mode]["failed"] = failed
     return out
 
 
@@ -78,20 +101,31 @@ def main() -> int:
         return 2
     builds = {"before": args.before} if args.before else {}
     builds["after"] = args.after
-    result = {name: measure(shutil.which(b) or b) for name, b in builds.items()}
+    result = {name: measure(command) for name, command in builds.items()}
     if args.json:
         print(json.dumps(result))
         return 0
-    print(f"{'mode':<10} " + "  ".join(f"{b:>28}" for b in result))
-    print(f"{'':<10} " + "  ".join(f"{'touch s  ratio  fork MB':>28}" for _ in result))
+    print("\n".join(table(result)))
+    return 0
+
+
+def table(result: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
+    """The results as text: a row per mode, the builds side by side, then failures."""
+    head = "touch s  ratio  fork s  fork MB"
+    lines = [f"{'':<10} " + "  ".join(f"{name:^34}" for name in result)]
+    lines.append(f"{'mode':<10} " + "  ".join(f"{head:>34}" for _ in result))
     for mode in ("untraced", *MODES):
         cells = []
         for build in result.values():
             m = build[mode]
-            fork = f"{m['fork_mb']:7.0f}" if "fork_mb" in m else f"{'-':>7}"
-            cells.append(f"{m['touch_s']:9.2f} {m['ratio']:6.2f}x {fork}")
-        print(f"{mode:<10} " + "  ".join(f"{c:>28}" for c in cells))
-    return 0
+            fork = f"{m['fork_s']:6.1f} {m['fork_mb']:8.0f}" if "fork_mb" in m else " " * 15
+            cells.append(f"{m['touch_s']:7.2f} {m['ratio']:6.2f}x {fork}")
+        lines.append(f"{mode:<10} " + "  ".join(f"{c:>34}" for c in cells))
+    for name, build in result.items():
+        for mode, m in build.items():
+            for failed in m.get("failed", []):
+                lines.append(f"{name} {mode}: {failed}")
+    return lines
 
 
 if __name__ == "__main__":
