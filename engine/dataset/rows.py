@@ -39,7 +39,6 @@ MAP = pa.map_(pa.string(), pa.string())
 SCHEMA = pa.schema(
     [pa.field(c.name, pa.type_for_alias(c.type)) for c in (*HEAD, *TYPED)] + [pa.field(FIELDS, MAP)]
 )
-_PRINTABLE = r"^[ -~]*$"  # printable ASCII: where RE2 and Python's re agree
 _HEX_DIGITS = 16
 _NIBBLE = np.zeros(256, dtype=np.uint8)  # a hex digit's value (the regexes let only those by)
 for _i, _c in enumerate(b"0123456789abcdef"):
@@ -160,7 +159,8 @@ def _parse(names: pa.DictionaryArray, text: pa.Array, vectorized: bool) -> dict[
     codes = names.indices.to_numpy(zero_copy_only=False)
     order = np.argsort(codes, kind="stable")
     sorted_texts = texts.take(pa.array(order))
-    printable = pc.match_substring_regex(sorted_texts, _PRINTABLE).to_numpy(zero_copy_only=False)
+    # printable ASCII (an empty text too): where RE2 and Python's re agree
+    printable = pc.ascii_is_printable(sorted_texts).to_numpy(zero_copy_only=False)
     pieces: list[_Piece] = []
     start = 0
     for code, count in enumerate(np.bincount(codes, minlength=len(names.dictionary))):
