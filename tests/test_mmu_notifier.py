@@ -203,7 +203,7 @@ def test_random_fault_invalidate_interleavings(
     session = cls(preset("pc-4g"), workload="kernbench", seed=5)
     mmu, notifier = session.mmu, session.notifier
     slot = max(session.vm.memslots(0), key=lambda s: s.npages)
-    base = slot.base_gfn + 0x1000  # 16 MiB into the slot (its host address 2M-aligned)
+    base = slot.base_gfn + 0x1000  # 16 MiB into the slot (host 2M pages lie 1 MiB off gfns)
     ref = Reference()
     opened: list[tuple[int, int, int, int]] = []  # hva range, gfn range
     for op, region, page, small in ops:
@@ -224,8 +224,8 @@ def test_random_fault_invalidate_interleavings(
             done = opened.pop(0)
             notifier.invalidate_range_end(done[0], done[1])
             ref.end(done[2:])
-        elif op == "dontneed":  # its ranges lie in the page's 2M
-            region = slot.base_gfn + ((hva - slot.userspace_addr) >> 12 & -512)
+        elif op == "dontneed":  # its ranges lie in the host's 2M around the page
+            region = slot.base_gfn + (((hva & -HUGE) - slot.userspace_addr) >> 12)
             ref.start((region, region + 512))
             notifier.madvise_dontneed(hva)
             ref.end((region, region + 512))
