@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
+import pytest
 from mmuscope.engine.replay.live import LiveTimeline
 from mmuscope.engine.scenarios.checks import failures, unshown
 from mmuscope.tui.app import make_app
@@ -95,3 +97,50 @@ async def test_the_classroom_scenario_runs_the_storm_on_the_real_kernel(tmp_path
                 missing = unshown(scenario.steps[index].shows, run.values(), screen_text(app))
                 assert not missing, f"real-kvm step {index + 1} at {size}: {missing}"
                 assert not cut_panels(app), f"real-kvm step {index + 1} at {size}"
+
+
+def _our_children(marker: bytes) -> list[int]:
+    """Our own child processes whose command line holds `marker`."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            argv = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if int(stat.rpartition(")")[2].split()[1]) == os.getpid() and marker in argv:
+            pids.append(int(entry.name))
+    return pids
+
+
+async def test_stepping_away_while_the_real_storm_runs_ends_it_quietly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A clicker may step back before the kernel's storm finishes (here a stand-in that
+    would take 30 s): the rmap screen goes, its worker is cancelled, the child process
+    ends, and no late result fails the app."""
+    from mmuscope.tui.screens.rmaps import RmapScreen
+
+    marker = f"mmuscope-test-storm-{os.getpid()}"
+    slow = [sys.executable, "-c", f"import time; time.sleep(30)  # {marker}"]
+    monkeypatch.setattr(RmapScreen, "fork_argv", staticmethod(lambda children: slow))
+    monkeypatch.setattr("mmuscope.engine.kvm.vmm.kvm_unavailable_reason", lambda: None)
+    app = make_app(scenario="real-kvm", export_dir=tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.1)
+        await pilot.press("greater_than_sign")
+        first = app.screen
+        assert isinstance(first, RmapScreen)
+        for _ in range(100):
+            if _our_children(marker.encode()):
+                break
+            await pilot.pause(0.02)
+        assert _our_children(marker.encode()), "the storm did not start"
+        await pilot.press("less_than_sign")  # back: the step's screen built afresh
+        assert app.screen is not first and not first.is_attached
+        for _ in range(40):
+            if not _our_children(marker.encode()):
+                break
+            await pilot.pause(0.05)
+        assert not _our_children(marker.encode()), "the storm kept running after its screen"
+        await pilot.pause(0.3)

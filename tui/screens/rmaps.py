@@ -4,15 +4,20 @@ era switchable live (the PTE_LIST_EXT thread, docs/kvm.md §3)."""
 
 from __future__ import annotations
 
+import subprocess
+import time
+
 from mmuscope.engine.mmu.rmap import ERAS
 from mmuscope.engine.mmu.shadow.rmap_lab import ForkLab
 from mmuscope.engine.mmu.shadow.rmap_workloads import DATA_GFN
 from mmuscope.engine.pacing import Pacer
 from mmuscope.engine.words import count
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.message import Message
+from textual.worker import get_current_worker
 
 from ..widgets.fit import show_title
 from ..widgets.rmap_panels import KernelRun, RmapBars, RmapChain, kernel_run_rows
@@ -126,33 +131,79 @@ class RmapScreen(PlayerScreen):
         panel.show_rows([f"running fork, {children} children…"])
         self._real_fork(children)
 
-    @work(thread=True, exclusive=True, group="real-kvm")
-    def _real_fork(self, children: int) -> None:
-        import json
-        import subprocess
+    @staticmethod
+    def fork_argv(children: int) -> list[str]:
+        """The command the real storm runs: this mmuscope, `kvm fork` with 16 pages."""
         import sys
 
-        argv = [sys.executable, "-m", "mmuscope.tui", "kvm", "fork", "--pages", "16",
+        return [sys.executable, "-m", "mmuscope.tui", "kvm", "fork", "--pages", "16",
                 "--children", str(children), "--summary"]  # fmt: skip
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=120,
-                              stdin=subprocess.DEVNULL)  # fmt: skip
-        panel = self.query_one(KernelRun)
-        if done.returncode != 0:
-            why = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"
-            self.app.call_from_thread(panel.show_rows, ["the run failed:", why])
+
+    class KernelRunDone(Message):
+        """The real fork's panel rows and the line the scenario quotes, from the worker."""
+
+        def __init__(self, rows: list[str], note: str = "") -> None:
+            super().__init__()
+            self.rows = rows
+            self.note = note
+
+    @work(thread=True, exclusive=True, group="real-kvm")
+    def _real_fork(self, children: int) -> None:
+        """Run `mmuscope kvm fork` in a child process. The result comes back as a message,
+        which Textual drops once this screen is gone (a scenario may step on while the guest
+        runs); leaving the screen cancels the worker, which ends the child process as
+        Ctrl+C would, so that it removes its tracefs instance."""
+        import json
+
+        worker = get_current_worker()
+        argv = self.fork_argv(children)
+        pipe = subprocess.PIPE
+        with subprocess.Popen(argv, stdout=pipe, stderr=pipe, stdin=subprocess.DEVNULL,
+                              text=True) as child:  # fmt: skip
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    stdout, stderr = child.communicate(timeout=0.25)
+                    break
+                except subprocess.TimeoutExpired:
+                    if worker.is_cancelled or time.monotonic() > deadline:
+                        _end(child)
+                        if not worker.is_cancelled:
+                            self.post_message(self.KernelRunDone(["the run took over 120 s"]))
+                        return
+        if child.returncode != 0:
+            why = stderr.strip().splitlines()[-1] if stderr.strip() else "failed"
+            self.post_message(self.KernelRunDone(["the run failed:", why]))
             return
-        out = json.loads(done.stdout)
+        out = json.loads(stdout)
         stats = out["stats"]
         head = self.lab.head(0)
         rows = kernel_run_rows(out, children + 1, head.count() if head is not None else 0)
-        self.app.call_from_thread(panel.show_rows, rows)
         pages = out["by_event"].get("kvm_mmu_get_page", 0)
-        self.kernel_note = (
+        note = (
             f"{out['kernel']} ({out['mmu']} MMU): {children + 1} processes, "
             f"max_mmu_rmap_size {stats.get('max_mmu_rmap_size')}, "
             f"{stats.get('pf_fixed')} faults fixed, {pages} shadow pages"
         )
+        self.post_message(self.KernelRunDone(rows, note))
+
+    @on(KernelRunDone)
+    def _on_kernel_run_done(self, message: KernelRunDone) -> None:
+        self.query_one(KernelRun).show_rows(message.rows)
+        if message.note:
+            self.kernel_note = message.note
 
     def action_toggle_buckets(self) -> None:
         self.log2 = not self.log2
         self.redraw()
+
+
+def _end(child: subprocess.Popen[str]) -> None:
+    """SIGTERM first: `mmuscope kvm` then closes its VM and removes its tracefs instance
+    (README, "The command line"); SIGKILL only if it has not ended within 5 s."""
+    child.terminate()
+    try:
+        child.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
