@@ -9,9 +9,11 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from mmuscope.tui.app import MmuscopeApp, make_app
 from mmuscope.tui.kvm_launch import STATS_FILE, TRACE_FIFO, KvmLaunch
+from mmuscope.tui.screens.kvm_replay import KvmReplayScreen
 
 from tests.datafiles import FIXTURES
 
@@ -38,3 +40,21 @@ def recorded_kvm_app(folder: Path) -> MmuscopeApp:
     app = make_app(kvm=KvmLaunch("fork", argv, folder, HEADER), export_dir=folder)
     app.animation_level = "none"
     return app
+
+
+async def run_read_whole(pilot: Any, set_sptes: int = 45) -> KvmReplayScreen:
+    """Wait until the kvm screen's child is done (5 slices: fork with 4 children) and the
+    tail has handed the last batch to the model (`set_sptes` sptes set: 5 processes, each
+    mapping the code page and the 8 shared pages)."""
+    screen = pilot.app.screen
+    assert isinstance(screen, KvmReplayScreen)
+    for _ in range(400):
+        if screen.finished and screen.status.startswith("done"):
+            break
+        await pilot.pause(0.05)
+    assert screen.status == "done: 5 slices", screen.status
+    for _ in range(100):
+        if screen.timeline.model.set_sptes >= set_sptes:
+            break
+        await pilot.pause(0.05)
+    return screen

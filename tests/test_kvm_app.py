@@ -15,10 +15,11 @@ from mmuscope.engine.scenarios.checks import failures, unshown
 from mmuscope.tui.app import make_app
 from mmuscope.tui.kvm_app import child_argv, preflight
 from mmuscope.tui.kvm_launch import KvmLaunch
-from mmuscope.tui.screens.kvm_replay import ComparePanel, KernelStats, KvmReplayScreen
+from mmuscope.tui.screens.kvm_replay import ComparePanel, KernelStats
 from mmuscope.tui.widgets.events import EventPanel
 
 from tests.kvm_host import needs_tracing, our_instances
+from tests.kvm_recorded import run_read_whole
 from tests.test_scenario_steps import cut_panels, screen_text
 
 
@@ -29,19 +30,9 @@ async def test_the_replay_screen_follows_a_real_fork_storm(tmp_path: Path) -> No
     launch = KvmLaunch("fork", child_argv(args, tmp_path), tmp_path, preflight())
     app = make_app(kvm=launch, export_dir=tmp_path)
     async with app.run_test(size=(140, 44)) as pilot:
-        screen = app.screen
-        assert isinstance(screen, KvmReplayScreen)
-        for _ in range(400):
-            if screen.finished and screen.status.startswith("done"):
-                break
-            await pilot.pause(0.05)
-        assert screen.status == "done: 5 slices", screen.status
+        screen = await run_read_whole(pilot, set_sptes=5 * 9)
         timeline = screen.timeline
         assert isinstance(timeline, LiveTimeline)
-        for _ in range(100):  # the tail hands the last batch over
-            if timeline.model.set_sptes >= 5 * 9:
-                break
-            await pilot.pause(0.05)
         # 5 processes each map the code page and the 8 shared pages
         assert timeline.model.set_sptes == 5 * 9
         assert screen.query_one(EventPanel).counters.totals["kvm_mmu_get_page"] == 5 * 5

@@ -61,8 +61,9 @@ class KernelStats(TextPanel):
 class ComparePanel(TextPanel):
     """The kernel against the model so far (engine.kvm.compare): equal or the first
     difference (why, and the two events), the events per kind (event, kernel, model,
-    equal), then one row per quantity.  A name too long for its column goes on a row of
-    its own above its figures, never cut."""
+    equal), then one row per quantity.  A name may run into the blanks before its first
+    figure (as kvm_stat's names do); one longer still goes on a row of its own above its
+    figures, never cut."""
 
     WRAP = True
 
@@ -120,11 +121,12 @@ class ComparePanel(TextPanel):
     def _figures(
         text: Text, what: str, width: int, figures: tuple[object, ...], mark: str, style: str
     ) -> None:
-        if len(what) >= width:  # its own row, then the figures under the column
+        first, rest = _n(figures[0]), "".join(f"{_n(v):>7}" for v in figures[1:])
+        if len(what) + 1 + len(first) > width + 7:  # its own row, the figures under it
             text.append(f"{what}\n", style=style)
             what = ""
-        numbers = "".join(f"{_n(v):>7}" for v in figures)
-        text.append(f"{what:<{width}}{numbers} {mark}".rstrip() + "\n", style=style)
+        head = what.ljust(width + 7 - len(first)) + first  # a name may use the blanks
+        text.append(f"{head}{rest} {mark}".rstrip() + "\n", style=style)
 
 
 def _n(value: object) -> str:
