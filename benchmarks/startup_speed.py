@@ -7,7 +7,18 @@ Footer), measured the same way, interleaved, after a warm-up run of each (which 
 .pyc files an installation has: the benchmark clears PYTHONDONTWRITEBYTECODE for the
 child).  The sessions live on a private tmux server started once before the runs (as a
 user's terminal is there before the app), so a server's start is in neither time.
-Goal: median ratio <= 1.5.
+Goal: median ratio <= 1.5.  Beside the time, the CPU time the app's process (all its
+threads and children) has used when the frame is found (/proc/PID/stat, in 10 ms ticks):
+on a loaded machine the wall times of two identical runs differ by x1.2, their CPU
+times far less.
+
+mmuscope runs as `pip install .` leaves it: a wheel of this checkout in a fresh venv of
+this Python (benchmarks/tdp_speed.py's `installed_command`), whose dependencies are this
+environment's (a .pth line adds its site-packages, not its editable install's import
+hook, which costs every start of this environment's `mmuscope` ~50M instructions; the
+bare app runs on the same venv's Python).  `--editable` times this environment's
+command instead.  `--baseline DIR` adds the wheel of another checkout (an earlier
+commit), its runs interleaved with the others: before and after in one run.
 
 Then the start-up of `mmuscope simulate --mmu tdp --workload kernbench --accesses 10`
 (everything before the simulation: ten accesses take about a millisecond) against
@@ -25,6 +36,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -32,6 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SIZE = (120, 40)
 GOAL = 1.5
 POLL = 0.004  # seconds between looks at the pane
+TICKS = os.sysconf("SC_CLK_TCK")  # /proc/PID/stat's CPU times are in these
 SOCKET = "mmuscope-startup"  # a private tmux server (tmux -L): no other session is touched
 BARE = """
 from textual.app import App
@@ -44,19 +57,36 @@ class Bare(App):
 Bare().run()
 """
 MMUSCOPE = Path(sys.executable).parent / "mmuscope"
-SIMULATE = [str(MMUSCOPE), "simulate", "--mmu", "tdp", "--workload", "kernbench"]
-COMMANDS = {
-    "python_pass": [sys.executable, "-c", "pass"],
-    "simulate_10": [*SIMULATE, "--accesses", "10"],
-}
-# (command, strings that are all on the screen once the first full frame is drawn)
-APPS = {
-    "bare": ([sys.executable, "-c", BARE], ("bare-marker", "palette")),
-    "mmuscope": (
-        [str(MMUSCOPE)],
-        ("kvm_stat", "Event", "slots looked at", "strategy", "base_gfn", "palette"),
-    ),
-}
+SIMULATE = ["simulate", "--mmu", "tdp", "--workload", "kernbench"]
+BARE_MARKERS = ("bare-marker", "palette")
+# strings that are all on the screen once mmuscope's first full frame is drawn
+MARKERS = ("kvm_stat", "Event", "slots looked at", "strategy", "base_gfn", "palette")
+COMMANDS: dict[str, list[str]] = {}
+# name -> (command, strings that are all on the screen once the first full frame is drawn)
+APPS: dict[str, tuple[list[str], tuple[str, ...]]] = {}
+
+
+def set_commands(mmuscope: Path, baselines: dict[str, Path]) -> None:
+    """The apps and commands timed: the bare app on the Python next to `mmuscope`."""
+    python = str(mmuscope.parent / "python")
+    APPS["bare"] = ([python, "-c", BARE], BARE_MARKERS)
+    APPS["mmuscope"] = ([str(mmuscope)], MARKERS)
+    COMMANDS["python_pass"] = [python, "-c", "pass"]
+    COMMANDS["simulate_10"] = [str(mmuscope), *SIMULATE, "--accesses", "10"]
+    for name, command in baselines.items():
+        APPS[f"mmuscope_{name}"] = ([str(command)], MARKERS)
+
+
+def installed_app(tmp: Path, checkout: Path) -> Path:
+    """The `mmuscope` of a wheel of `checkout` (see the docstring), with this
+    environment's dependencies."""
+    from tdp_speed import installed_command  # (benchmarks/ is the script's folder)
+
+    command = installed_command(tmp, checkout)
+    (site,) = command.parent.parent.glob("lib/python*/site-packages")
+    deps = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
+    (site / "dependencies.pth").write_text("\n".join(deps) + "\n")
+    return command
 
 
 def tmux(*args: str) -> str:
@@ -64,7 +94,20 @@ def tmux(*args: str) -> str:
     return subprocess.run(command, capture_output=True, text=True, check=False).stdout
 
 
-def run_once(name: str) -> float:
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user + system, all threads) of process `pid` and its children so far."""
+    total = 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total = (int(fields[11]) + int(fields[12])) / TICKS
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return total
+    return total + sum(cpu_seconds(int(child)) for child in children)
+
+
+def run_once(name: str) -> tuple[float, float]:
+    """Seconds from spawn to the first full frame, and the CPU seconds the app used."""
     command, markers = APPS[name]
     session = f"mmuscope-startup-{name}"
     tmux("kill-session", "-t", session)
@@ -72,11 +115,12 @@ def run_once(name: str) -> float:
     start = time.perf_counter()
     tmux("new-session", "-d", "-s", session, "-x", str(width), "-y", str(height),
          "-e", "TERM=xterm-256color", "-e", "PYTHONDONTWRITEBYTECODE=", *command)  # fmt: skip
+    pid = int(tmux("display-message", "-p", "-t", session, "#{pane_pid}") or 0)
     try:
         while time.perf_counter() - start < 30:
             pane = tmux("capture-pane", "-p", "-t", session)
             if all(marker in pane for marker in markers):
-                return time.perf_counter() - start
+                return time.perf_counter() - start, cpu_seconds(pid)
             time.sleep(POLL)
         raise RuntimeError(f"{name}: no full frame in 30 s:\n{pane}")
     finally:
@@ -108,24 +152,49 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--simulate-only", action="store_true", help="no tmux runs")
+    parser.add_argument("--editable", action="store_true", help="this environment's mmuscope")
+    parser.add_argument("--baseline", type=Path, action="append", default=[],
+                        help="another checkout, its wheel timed too (repeatable)")  # fmt: skip
     args = parser.parse_args()
-    result: dict[str, object] = {} if args.simulate_only else tmux_medians(args.repeat)
-    result["simulate_startup"] = command_medians(args.repeat)
-    result["load"] = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="startup-speed-") as tmp:
+        mine = MMUSCOPE if args.editable else installed_app(Path(tmp) / "this", ROOT)
+        baselines = {
+            checkout.resolve().name: installed_app(Path(tmp) / f"baseline{n}", checkout)
+            for n, checkout in enumerate(args.baseline)
+        }
+        set_commands(mine, baselines)
+        result = run(args)
+    result["installed"] = "editable" if args.editable else "wheel"
     if args.json:
         print(json.dumps(result, indent=2))
         return
+    report(args, result)
+
+
+def run(args: argparse.Namespace) -> dict[str, object]:
+    result: dict[str, object] = {} if args.simulate_only else tmux_medians(args.repeat)
+    result["simulate_startup"] = command_medians(args.repeat)
+    result["load"] = os.getloadavg()[0]
+    return result
+
+
+def report(args: argparse.Namespace, result: dict[str, object]) -> None:
     if not args.simulate_only:
-        mine, bare = result["mmuscope_s"], result["bare_s"]
-        assert isinstance(mine, float) and isinstance(bare, float)
-        verdict = "PASS" if mine / bare <= GOAL else "FAIL"
+        medians, cpu = result["medians_s"], result["cpu_medians_s"]
+        assert isinstance(medians, dict) and isinstance(cpu, dict)
+        bare = medians["bare"]
         print(f"start to first full frame in tmux {SIZE[0]}x{SIZE[1]} (median of {args.repeat}, "
-              f"load {result['load']:.2f})")  # fmt: skip
-        print(f"  bare Textual {bare:.3f} s  mmuscope {mine:.3f} s  x{mine / bare:.2f}  "
-              f"(goal <= x{GOAL})  {verdict}")  # fmt: skip
+              f"load {result['load']:.2f}, mmuscope {result['installed']})")  # fmt: skip
+        print(f"  bare Textual {bare:.3f} s (CPU {cpu['bare']:.3f} s)")
+        for name, seconds in medians.items():
+            if name != "bare":
+                verdict = "PASS" if seconds / bare <= GOAL else "FAIL"
+                cpu_ratio = cpu[name] / cpu["bare"]
+                print(f"  {name} {seconds:.3f} s  x{seconds / bare:.2f}  (goal <= x{GOAL})  "
+                      f"{verdict}; CPU {cpu[name]:.3f} s  x{cpu_ratio:.2f}")  # fmt: skip
     sim = result["simulate_startup"]
     assert isinstance(sim, dict)
-    print(f"simulate start-up, {' '.join(COMMANDS['simulate_10'][1:])} (median of "
+    print(f"simulate start-up, mmuscope {' '.join(COMMANDS['simulate_10'][1:])} (median of "
           f"{2 * args.repeat}, load {result['load']:.2f})")  # fmt: skip
     print(f"  python -c pass {sim['python_pass_s']:.3f} s  simulate {sim['simulate_10_s']:.3f} s  "
           f"x{sim['ratio']:.2f}")  # fmt: skip
@@ -136,18 +205,28 @@ def tmux_medians(repeat: int) -> dict[str, object]:
     if shutil.which("tmux") is None:
         sys.exit("startup_speed.py needs tmux (apt-get install tmux), or --simulate-only")
     times: dict[str, list[float]] = {name: [] for name in APPS}
+    cpu: dict[str, list[float]] = {name: [] for name in APPS}
     tmux("kill-server")
     tmux("new-session", "-d", "-s", "mmuscope-startup-holder", "sleep", "3600")
     try:
         for run in range(repeat + 1):  # run 0 warms the disk cache and the .pyc files
             for name in APPS:
-                seconds = run_once(name)
+                seconds, cpu_s = run_once(name)
                 if run:
                     times[name].append(seconds)
+                    cpu[name].append(cpu_s)
     finally:
         tmux("kill-server")
-    bare, mine = (statistics.median(times[name]) for name in APPS)
-    return {"bare_s": bare, "mmuscope_s": mine, "ratio": mine / bare, "runs": times}
+    medians = {name: statistics.median(runs) for name, runs in times.items()}
+    cpu_medians = {name: statistics.median(runs) for name, runs in cpu.items()}
+    return {
+        "medians_s": medians,
+        "ratios": {name: seconds / medians["bare"] for name, seconds in medians.items()},
+        "cpu_medians_s": cpu_medians,
+        "cpu_ratios": {name: s / cpu_medians["bare"] for name, s in cpu_medians.items()},
+        "runs": times,
+        "cpu_runs": cpu,
+    }
 
 
 if __name__ == "__main__":

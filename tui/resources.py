@@ -1,5 +1,5 @@
 """Where the files mmuscope reads at run time are, found through the installed packages
-(`importlib.resources`), never beside a source tree:
+(their import specs), never beside a source tree:
 
 - the built-in themes: `themes/*.toml` at the top of the repository, installed as the
   data directory `tui/theme_files/` (pyproject maps the package `tui.theme_files` to
@@ -14,7 +14,7 @@ one line (exit 2) before anything reads them.
 
 from __future__ import annotations
 
-from importlib.resources import files
+from importlib.util import find_spec
 from pathlib import Path
 
 BUILTIN_THEMES = ("mmuscope-dark", "mmuscope-light", "projector", "colorblind")
@@ -22,9 +22,19 @@ THEME_PACKAGE_DIR = "theme_files"  # tui/theme_files in a wheel: the repository'
 STYLESHEET = "app.tcss"
 
 
+def installed_dir(package: str) -> Path:
+    """The directory of an installed regular package, as `importlib.resources.files` gives
+    it for a package on disk (that module and the zipfile module it imports would cost
+    each start of the app ~40M instructions, 5 % of Textual's import)."""
+    spec = find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(f"{package} is not an installed package", name=package)
+    return Path(spec.submodule_search_locations[0])
+
+
 def package_dir() -> Path:
     """The installed `tui` package (a regular package: its files are a directory)."""
-    return Path(str(files(__package__ or "mmuscope.tui")))
+    return installed_dir(__package__ or "mmuscope.tui")
 
 
 def theme_dir() -> Path:
@@ -35,7 +45,7 @@ def theme_dir() -> Path:
 
 def scenario_dir() -> Path:
     """engine.scenarios.SCENARIO_DIR, found without importing the scenarios' loader."""
-    return Path(str(files("mmuscope.engine"))) / "scenarios" / "data"
+    return installed_dir("mmuscope.engine") / "scenarios" / "data"
 
 
 def stylesheet() -> Path:

@@ -220,7 +220,9 @@ class PlayerScreen(MmuScreen):
         self._player: Timer | None = None
 
     def on_mount(self) -> None:
-        self.sync_player()
+        # the frame timer starts once the first frame is on the screen: its frames until
+        # then (mounting takes longer than FRAME) would only delay that first frame
+        self.call_after_refresh(self.sync_player)
 
     def on_unmount(self) -> None:
         self._stop_player()
