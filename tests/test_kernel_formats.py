@@ -38,6 +38,8 @@ COMPUTED = {
     "fast_page_fault": {"spurious", "fixed"},
     "check_mmio_spte": {"valid"},
     "kvm_exit": {"failed_vmentry"},
+    "kvm_dirty_ring_push": {"used"},  # dirty_index - reset_index
+    "kvm_dirty_ring_reset": {"used"},
 }
 
 

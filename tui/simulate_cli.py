@@ -5,6 +5,7 @@ any tool that reads trace text, reads back.
     mmuscope simulate --mmu {tdp,direct,shadow} --workload NAME [--accesses N] [--seed N]
                       [--zap fast|slow|roots --at K] [--layout NAME] [--jsonl]
                       [--race-rate P] [--smi-every N] [--pml on|off]
+                      [--dirty-log legacy|manual|ring] [--dirty-ring-size N]
                       [--kernel VERSION]
 
 The model follows the 6.18 kernel (docs/kvm.md §12 lists the older eras it offers).
@@ -29,6 +30,16 @@ runs (the `dirty` and `migrate` workloads, engine/mmu/dirty_log.py): with PML th
 are cleared and the CPU logs the writes, off (a host without PML, EPT without A/D bits,
 or a nested guest's shadow EPT) every logged spte is write-protected and
 `fast_page_fault()` fixes the writes.  Shadow paging has no PML: write protection.
+`--dirty-log MODE` (tdp, direct; the `dirty` and `migrate` workloads, docs/kvm.md §6.8):
+how userspace logs dirty pages: `legacy` (the default; "legacy GET-only":
+KVM_MEM_LOG_DIRTY_PAGES protects the whole slot, KVM_GET_DIRTY_LOG protects again what
+it reports), `manual` ("manual protect, initially set", QEMU's default since 4.2:
+KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2, nothing protected when logging starts, the bitmap all
+ones, KVM_CLEAR_DIRTY_LOG protects what it clears) or `ring` (KVM_CAP_DIRTY_LOG_RING:
+`kvm_dirty_ring_push` per dirtied page, `kvm_dirty_ring_exit` when a vCPU's ring is
+soft full, KVM_RESET_DIRTY_RINGS protects what was collected, `kvm_dirty_ring_reset`);
+`--dirty-ring-size N` its entries per vCPU (default 4096, QEMU's example; a power of two
+above the 64 reserved entries, and PML's 512).
 
 Each line is `engine.trace.lines.format_line(event, "trace-cmd")`, made by the printer
 in `tui.report_lines` (`LinePrinter`: the session's names and fields without an `Event`,
@@ -59,6 +70,7 @@ if TYPE_CHECKING:
     from mmuscope.engine.mmu.tdp.session import TdpSession
 
 MMUS = ("tdp", "direct", "shadow")
+DIRTY_LOGS = ("legacy", "manual", "ring")  # engine/mmu/dirty_log.py DIRTY_LOG_MODES
 ZAPS = ("fast", "slow", "roots")
 # for --help without importing the sessions (tests/test_simulate_cli.py compares them
 # with TdpSession's, MmuSession's and ShadowSession's `workloads`)
@@ -99,6 +111,8 @@ class SimulateOptions(NamedTuple):
     race_rate: float = 0.0
     smi_every: int = 0
     pml: bool | None = None  # None: the MMU's default (on under EPT, none for shadow)
+    dirty_log: str = "legacy"  # engine/mmu/dirty_log.py DIRTY_LOG_MODES
+    dirty_ring_size: int | None = None  # entries per vCPU (None: DIRTY_RING_ENTRIES)
     kernel: str = MODEL_KERNEL  # an older one: its eras of docs/kvm.md §12
 
 
@@ -154,6 +168,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "logs writes) or by write protection (off: fast_page_fault fixes the writes)",
     )  # fmt: skip
     parser.add_argument(
+        "--dirty-log", choices=DIRTY_LOGS, default="legacy",
+        help="tdp, direct: legacy (KVM_GET_DIRTY_LOG protects what it reports, the "
+        "default), manual (manual protect, initially set: QEMU's default since 4.2, "
+        "KVM_CLEAR_DIRTY_LOG protects what it clears) or ring (the dirty ring)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--dirty-ring-size", type=_count, metavar="N",
+        help="with --dirty-log ring: entries per vCPU ring (default 4096)",
+    )  # fmt: skip
+    parser.add_argument(
         "--kernel", choices=KERNELS, default=MODEL_KERNEL, metavar="VERSION",
         help=f"the kernel whose behaviour to show, {KERNELS[0]} to {MODEL_KERNEL} (default "
         f"{MODEL_KERNEL}): an older one brings back each older era docs/kvm.md §12 lists, "
@@ -197,7 +221,8 @@ def run_simulate(args: argparse.Namespace) -> int:
     options = SimulateOptions(
         args.mmu, args.workload, args.accesses, args.seed, args.zap, args.at, args.jsonl,
         args.layout, args.race_rate, args.smi_every,
-        None if args.pml is None else args.pml == "on", args.kernel,
+        None if args.pml is None else args.pml == "on", args.dirty_log,
+        args.dirty_ring_size, args.kernel,
     )  # fmt: skip
     try:
         session = make_session(options)
@@ -251,6 +276,12 @@ def make_session(options: SimulateOptions) -> GuestSession[object]:
         raise SimulateError("--smi-every needs --mmu tdp")
     if options.pml is not None and options.mmu == "shadow":
         raise SimulateError("--pml is for --mmu tdp or direct: shadow paging has no PML")
+    if options.dirty_log != "legacy" and options.mmu == "shadow":
+        raise SimulateError(
+            "--dirty-log is for --mmu tdp or direct: shadow's workloads log no dirty pages"
+        )
+    if options.dirty_ring_size is not None and options.dirty_log != "ring":
+        raise SimulateError("--dirty-ring-size goes with --dirty-log ring")
     layout = preset(options.layout)
     from mmuscope.engine.mmu.params import TdpMmuParams, kernel_params
     from mmuscope.engine.mmu.spte import SPTE_CONFIGS, kernel_spte_config
@@ -266,12 +297,15 @@ def make_session(options: SimulateOptions) -> GuestSession[object]:
             layout, workload=options.workload, seed=options.seed,
             race_rate=options.race_rate, smi_every=options.smi_every,
             params=kernel_params(options.kernel, TdpMmuParams(enable_pml=pml)),
-            spte_config=cfg,
+            spte_config=cfg, dirty_log=options.dirty_log, dirty_ring=options.dirty_ring_size,
         )  # fmt: skip
     if options.mmu == "direct":
+        from mmuscope.engine.mmu.direct.session import MmuSession
+
         params = kernel_params(options.kernel, TdpMmuParams(tdp_mmu=False, enable_pml=pml))
-        return kind(layout, workload=options.workload, seed=options.seed, params=params,
-                    spte_config=cfg)  # fmt: skip
+        return MmuSession(layout, workload=options.workload, seed=options.seed, params=params,
+                          spte_config=cfg, dirty_log=options.dirty_log,
+                          dirty_ring=options.dirty_ring_size)  # fmt: skip
     params = kernel_params(options.kernel, TdpMmuParams(tdp_mmu=False))
     return kind(layout, workload=options.workload, seed=options.seed, params=params,
                 spte_config=cfg)  # fmt: skip

@@ -75,6 +75,11 @@ class Vm(KvmSetUserMemoryRegion):
         self.nr_memslot_pages = 0
         self.vcpu_cache = vcpu_cache
         self._vcpus: dict[int, Vcpu] = {}
+        # KVM_ENABLE_CAP (`kvm_vm_ioctl_enable_cap_generic()`, kvm_main.c): the flags of
+        # KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2 and KVM_CAP_DIRTY_LOG_RING's ring size in bytes
+        # (`kvm->manual_dirty_log_protect`, `kvm->dirty_ring_size`; engine/mmu/dirty_log.py)
+        self.manual_dirty_log_protect = 0
+        self.dirty_ring_size = 0
         self.memslot_lookups = 0  # calls of gfn_to_memslot and kvm_vcpu_gfn_to_memslot
         self._listeners: list[Listener] = []
         self._lookup = lookup

@@ -362,6 +362,18 @@ _KVM: dict[str, dict[str, str]] = {
     "kvm_smm_transition": _eras(
         "vcpu {vcpu_id:u}: {entering?entering|leaving} SMM, smbase 0x{smbase:x}"
     ),
+    # "ring %d: dirty 0x%x reset 0x%x slot %u offset 0x%llx (used %u)" (dirty_index -
+    # reset_index: `used`, derived)
+    "kvm_dirty_ring_push": _eras(
+        "ring {index:d}: dirty 0x{dirty_index:x} reset 0x{reset_index:x} slot {slot:u}"
+        " offset 0x{offset:x} (used {used:u})"
+    ),
+    # "ring %d: dirty 0x%x reset 0x%x (used %u)"
+    "kvm_dirty_ring_reset": _eras(
+        "ring {index:d}: dirty 0x{dirty_index:x} reset 0x{reset_index:x} (used {used:u})"
+    ),
+    # "vcpu %d"
+    "kvm_dirty_ring_exit": _eras("vcpu {vcpu_id:d}"),
 }
 _DEFAULTS: dict[str, dict[str, FieldValue]] = {
     "kvm_page_fault": {"guest_rip": 0},
@@ -376,7 +388,18 @@ _DEFAULTS: dict[str, dict[str, FieldValue]] = {
         "requests": 0,
     },
 }
-_DERIVE: dict[str, Deriver] = {"kvm_mmu_set_spte": _set_spte_letters}
+
+
+def _ring_used(fields: dict[str, FieldValue]) -> None:
+    """The dirty ring events' `used`: the printk's dirty_index - reset_index."""
+    fields.setdefault("used", int(fields["dirty_index"]) - int(fields["reset_index"]))
+
+
+_DERIVE: dict[str, Deriver] = {
+    "kvm_mmu_set_spte": _set_spte_letters,
+    "kvm_dirty_ring_push": _ring_used,
+    "kvm_dirty_ring_reset": _ring_used,
+}
 _ALIASES: dict[str, dict[str, str]] = {
     "fast_page_fault": {
         "vcpu": "vcpu_id",

@@ -47,6 +47,9 @@ class SlotRmaps(Mapping[int, KvmRmapHead]):
     def __getitem__(self, key: int) -> KvmRmapHead:
         return rmap_val_head(self._vals[key], self._era)
 
+    def __contains__(self, key: object) -> bool:  # (Mapping's decodes the head)
+        return key in self._vals
+
     def __iter__(self) -> Iterator[int]:
         return iter(self._vals)
 

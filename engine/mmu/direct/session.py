@@ -90,6 +90,8 @@ class MmuSession(EptSession[MmuStep]):
         huge_pages: bool = True,
         params: TdpMmuParams | None = None,
         pte_prefetch: bool = True,
+        dirty_log: str = "legacy",
+        dirty_ring: int | None = None,
     ) -> None:
         super().__init__(layout, workload, seed, nr_vcpus)
         self.mmu = DirectMmu(
@@ -105,7 +107,7 @@ class MmuSession(EptSession[MmuStep]):
             pte_prefetch=pte_prefetch,
             host_seed=seed,  # which host pages back guest memory (mapping_level.py)
         )
-        self.set_up_guest(seed)
+        self.set_up_guest(seed, dirty_log, dirty_ring)
 
     # -- the workload -------------------------------------------------------------------
 
@@ -122,12 +124,20 @@ class MmuSession(EptSession[MmuStep]):
     def step(self) -> MmuStep:
         self._tick()
         update = workload_update(self)
-        access = self.next_access()
+        return self._access(self.next_access(), update)
+
+    def access(self, vcpu: int, gpa: int, write: bool = False, fetch: bool = False) -> MmuStep:
+        """One guest access of the caller's choosing (not the workload's), run as the
+        workload's are: the CPU's walk, else the exit and the fault."""
+        return self._access(EptAccess(vcpu, gpa, write, fetch), "")
+
+    def _access(self, access: EptAccess, update: str) -> MmuStep:
         self.steps += 1
         self._vcpu = access.vcpu
         self.mmu.root(access.vcpu)  # kvm_mmu_reload() before VM entry
         if not self.needs_exit(access):
             self._cpu_sets_accessed_dirty(access)
+            self.dirty_ring_exit(access.vcpu)  # a dirty ring filled from the PML buffer
             return MmuStep(access, False, None, update)
         fast = self.mmu.fast_pf
         before = self.mmu.stat.get("pf_fast", 0)
@@ -138,6 +148,7 @@ class MmuSession(EptSession[MmuStep]):
             )
             if ret is not RetPf.RETRY or not self.needs_exit(access):
                 break
+        self.dirty_ring_exit(access.vcpu)  # the entry after the exit (a ring, soft full)
         words = ""
         if fast is not None and self.mmu.stat["pf_fast"] != before:
             words = fast_words(self.mmu.cfg, fast.last)
@@ -184,3 +195,4 @@ class MmuSession(EptSession[MmuStep]):
         self.mmu.audit()
         self.vm.audit()
         self.notifier.audit()
+        self.dirty_log.audit()

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ...errors import KvmError
 from ...memslots.vm import Vm
-from ..dirty_log import DirtyLogging
+from ..dirty_log import DIRTY_RING_ENTRIES, DirtyLogging
 from ..spte import is_mmio_spte, is_shadow_present_pte
 from .balloon import BALLOON_EVERY, HostBalloon
 from .fast import FastPathControls
@@ -103,10 +103,17 @@ class EptSession(GuestSession[StepT], FastPathControls):
             qual |= (spte & 0x7) << EPT_VIOLATION_RWX_SHIFT
         return qual | EPT_VIOLATION_GVA_IS_VALID | EPT_VIOLATION_GVA_TRANSLATED
 
-    def set_up_guest(self, seed: int) -> None:
-        """After `self.mmu` is made: what the draws and the workloads' updates use."""
+    def set_up_guest(
+        self, seed: int, dirty_log: str = "legacy", dirty_ring: int | None = None
+    ) -> None:
+        """After `self.mmu` is made: what the draws and the workloads' updates use;
+        `dirty_log` the way userspace logs dirty pages (dirty_log.py `DIRTY_LOG_MODES`),
+        `dirty_ring` the entries of each vCPU's ring (default `DIRTY_RING_ENTRIES`)."""
         self._ram = [s for s in self.vm.memslots(0) if not s.readonly]
-        self.dirty_log = DirtyLogging(self.mmu)
+        entries = DIRTY_RING_ENTRIES if dirty_ring is None else dirty_ring
+        self.dirty_log = DirtyLogging(self.mmu, dirty_log, entries, self.nr_vcpus)
+        self.dirty_log.running_vcpu = lambda: self._vcpu  # kvm_get_running_vcpu()
+        self.dirty_log.emit = self._forward_fields
         self._fetch_rng = random.Random(seed ^ FETCH_SEED)
         period = self.mmu.params.recovery_period_ns
         self._next_recovery = period if period else -1

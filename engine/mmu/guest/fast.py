@@ -13,8 +13,10 @@ the sessions of the two MMUs that have it (`MmuSession`: direct pages, tdp_mmu=N
   each is restored by the fast path;
 - the `migrate` workload: a live migration's view of a guest — dirty logging on from the
   first access, `HOT_SHARE` of the accesses (`HOT_WRITES` of them writes) in a working
-  set of `HOT_PAGES` pages of the logged slot, and a KVM_GET_DIRTY_LOG pass every
-  `GET_DIRTY_EVERY` accesses, so the same pages are protected and fixed again.
+  set of `HOT_PAGES` pages of the logged slot, and a sync of the dirty pages every
+  `GET_DIRTY_EVERY` accesses (KVM_GET_DIRTY_LOG, with manual protect and KVM_CLEAR_DIRTY_LOG,
+  or the dirty rings collected and reset: `harvest_dirty_pages`), so the same pages are
+  protected and fixed again.
 """
 
 from __future__ import annotations
@@ -68,9 +70,38 @@ class FastPathControls:
 
     def get_dirty_log(self) -> list[int]:
         """KVM_GET_DIRTY_LOG of the logged slot: the dirty gfn offsets (write-protected
-        again); [] when the slot does not log."""
+        again in the legacy mode); [] when the slot does not log."""
         slot = self.logged_slot()
         return self.dirty_log.get_dirty_log(slot.id, slot.as_id)
+
+    def harvest_dirty_pages(self) -> str:
+        """A migration round's sync of the dirty pages (QEMU's
+        `kvm_physical_sync_dirty_bitmap()` or, with a ring, `kvm_dirty_ring_flush()`), in
+        the VM's dirty logging mode (dirty_log.py): legacy KVM_GET_DIRTY_LOG; manual
+        protect KVM_GET_DIRTY_LOG and KVM_CLEAR_DIRTY_LOG of the pages it reported (QEMU
+        clears each chunk before it sends it); a ring collected and reset."""
+        log = self.dirty_log
+        if log.mode == "ring":
+            got = log.harvest_rings()
+            log.reset_dirty_rings()
+            return f"KVM_RESET_DIRTY_RINGS: {len(got)} pages"
+        pages = self.get_dirty_log()
+        if log.mode == "legacy" or not self.logged_slot().dirty_logging:
+            return f"KVM_GET_DIRTY_LOG: {len(pages)} pages"
+        slot = self.logged_slot()
+        cleared = log.clear_dirty_log(slot.id, pages, as_id=slot.as_id)
+        return f"KVM_GET_DIRTY_LOG: {len(pages)} pages, KVM_CLEAR_DIRTY_LOG: {len(cleared)}"
+
+    def dirty_ring_exit(self, vcpu: int) -> str:
+        """The vCPU's entry after an exit: a soft-full dirty ring exits to userspace
+        (KVM_EXIT_DIRTY_RING_FULL), which collects every ring and resets them (QEMU's
+        `kvm_dirty_ring_reap()` + KVM_RESET_DIRTY_RINGS); the words, "" when not full."""
+        log = self.dirty_log
+        if not log.soft_full_requests or not log.kvm_dirty_ring_check_request(vcpu):
+            return ""
+        got = log.harvest_rings()
+        log.reset_dirty_rings()
+        return f"KVM_EXIT_DIRTY_RING_FULL: {len(got)} pages"
 
     def age_memory(self) -> int:
         """Page reclaim's `clear_young` over each RAM slot's host range
@@ -86,7 +117,7 @@ class FastPathControls:
         if steps == 0 and not self.logged_slot().dirty_logging:
             return self.toggle_dirty_logging()
         if steps and not steps % GET_DIRTY_EVERY:
-            return f"KVM_GET_DIRTY_LOG: {len(self.get_dirty_log())} pages"
+            return self.harvest_dirty_pages()
         return ""
 
     def hot_access(self, rng: random.Random) -> tuple[int, bool] | None:

@@ -34,6 +34,7 @@ from collections.abc import Iterable
 
 from ...memslots.constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY
 from ...memslots.memslot import MemorySlot
+from ..dirty_log import kvm_dirty_log_manual_protect_and_init_set
 from ..mapping_level import MappingLevels
 from ..nx_huge_pages import recover_nx_huge_pages
 from ..params import cpu_dirty_log_size
@@ -163,21 +164,53 @@ class TdpHuge(TdpRoots):
     def kvm_tdp_mmu_clear_dirty_slot(self, slot: MemorySlot) -> bool:
         return self._for_slot(slot, "clear_dirty_gfn_range")
 
-    def kvm_tdp_mmu_clear_dirty_pt_masked(self, slot: MemorySlot, gfns: set[int]) -> int:
-        """KVM_GET_DIRTY_LOG (`clear_dirty_pt_masked`, 6.18): the reported gfns' 4K
-        leaves lose W (D with PML and A/D bits) again; how many changed."""
-        wrprot = not self.pml_logs_dirty_pages
-        dbit = PT_WRITABLE_MASK if wrprot else self.cfg.shadow_dirty_mask
+    def kvm_tdp_mmu_clear_dirty_pt_masked(
+        self, slot: MemorySlot, gfn: int, mask: int, wrprot: bool
+    ) -> int:
+        """`kvm_tdp_mmu_clear_dirty_pt_masked()` (6.18 tdp_mmu.c), from
+        `kvm_arch_mmu_enable_log_dirty_pt_masked()` (KVM_GET_DIRTY_LOG, KVM_CLEAR_DIRTY_LOG,
+        a dirty ring's reset): on each valid root of the slot's address space
+        (`clear_dirty_pt_masked()`), the 4K leaves of the gfns in the 64-page `mask` from
+        `gfn` lose D, or W when `wrprot` (`kvm_mmu_write_protect_pt_masked()`) or A/D bits
+        are off; how many changed."""
+        dbit = PT_WRITABLE_MASK if wrprot or self.cfg.ad_disabled else self.cfg.shadow_dirty_mask
         changed = 0
         for root in self._each_root(only_valid=True):
-            for gfn in sorted(gfns) if root.as_id == slot.as_id else ():
-                for it in for_each_tdp_pte(self.pages.by_pa, root, gfn, gfn + 1):
-                    old = it.old_spte
-                    if it.level == PG_LEVEL_4K and is_shadow_present_pte(old) and old & dbit:
-                        pt = it.pt
-                        assert isinstance(pt, TdpMmuPage)
-                        self.tdp_mmu_set_spte(it.as_id, pt, it.index, old, old & ~dbit, gfn, 1)
-                        changed += 1
+            left = mask if root.as_id == slot.as_id else 0
+            start = gfn + (left & -left).bit_length() - 1
+            for it in for_each_tdp_pte(self.pages.by_pa, root, start, gfn + 64) if left else ():
+                if not left:
+                    break
+                if it.level > PG_LEVEL_4K or not left >> (it.gfn - gfn) & 1:
+                    continue
+                left &= ~(1 << (it.gfn - gfn))
+                old = it.old_spte
+                if is_shadow_present_pte(old) and old & dbit:
+                    pt = it.pt
+                    assert isinstance(pt, TdpMmuPage)
+                    self.tdp_mmu_set_spte(it.as_id, pt, it.index, old, old & ~dbit, it.gfn, 1)
+                    changed += 1
+            self.kvm_tdp_mmu_put_root(root)
+        return changed
+
+    def kvm_tdp_mmu_write_protect_gfn(self, slot: MemorySlot, gfn: int, min_level: int) -> int:
+        """`kvm_tdp_mmu_write_protect_gfn()` (6.18 tdp_mmu.c, `write_protect_gfn()`): each
+        leaf over `gfn` from `min_level` up, on every valid root of the slot's address
+        space, loses W and MMU-writable; how many changed."""
+        changed = 0
+        clear = PT_WRITABLE_MASK | self.cfg.shadow_mmu_writable_mask
+        for root in self._each_root(only_valid=True):
+            sptes = for_each_tdp_pte_min_level(self.pages.by_pa, root, min_level, gfn, gfn + 1)
+            for it in sptes if root.as_id == slot.as_id else ():
+                old = it.old_spte
+                if not is_shadow_present_pte(old) or not is_last_spte(old, it.level):
+                    continue
+                if old & ~clear == old:
+                    break
+                pt = it.pt
+                assert isinstance(pt, TdpMmuPage)
+                self.tdp_mmu_set_spte(it.as_id, pt, it.index, old, old & ~clear, it.gfn, it.level)
+                changed += 1
             self.kvm_tdp_mmu_put_root(root)
         return changed
 
@@ -256,6 +289,8 @@ class TdpHuge(TdpRoots):
             else:
                 self.kvm_tdp_mmu_zap_collapsible_sptes(slot)
             return
+        if kvm_dirty_log_manual_protect_and_init_set(self.vm):
+            return  # "Initially-all-set does not require write protecting any page"
         if self.params.eager_page_split:
             end = slot.base_gfn + slot.npages
             self.kvm_tdp_mmu_try_split_huge_pages(slot, slot.base_gfn, end, PG_LEVEL_4K)

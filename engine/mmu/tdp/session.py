@@ -11,7 +11,8 @@ and only matter under the NX huge page mitigation.  Workloads:
   protection when it starts, huge pages collapsing back when it stops);
 - `balloon`: kernbench while a virtio balloon gives pages back to the host every
   `BALLOON_EVERY` accesses (guest/balloon.py, mmu_notifier.py);
-- `migrate`: dirty logging passes over a working set (`FastPathControls`): with PML
+- `migrate`: dirty logging passes over a working set (`FastPathControls`; `dirty_log`
+  the mode, legacy, manual protect or the dirty ring, dirty_log.py): with PML
   (`params.enable_pml`, EPT with A/D bits) the CPU sets D bits and logs the writes
   (`CpuWalks.sets_dirty`, no exit), without it (enable_pml=0, eptad=0, NPT)
   `fast_page_fault()` fixes the write-protected sptes.
@@ -88,6 +89,8 @@ class TdpSession(EptSession[TdpStep]):
         params: TdpMmuParams | None = None,
         race_rate: float = 0.0,
         smi_every: int = 0,
+        dirty_log: str = "legacy",
+        dirty_ring: int | None = None,
     ) -> None:
         super().__init__(layout, workload, seed, nr_vcpus)
         if smi_every < 0 or (smi_every and not self.vm.memslots(1)):
@@ -99,7 +102,7 @@ class TdpSession(EptSession[TdpStep]):
         self.mmu = TdpMmu(self.vm, spte_config_named(spte_config), params, host_seed=seed)
         self.cpu = CpuWalks(self.mmu)  # the hardware's walks of the vCPUs' roots
         self._listeners_changed()
-        self.set_up_guest(seed)
+        self.set_up_guest(seed, dirty_log, dirty_ring)
         self._race_rng = random.Random(seed ^ 0xACE)
         self.race_rate = race_rate
         self._racing: EptAccess | None = None
@@ -144,6 +147,11 @@ class TdpSession(EptSession[TdpStep]):
     def run(self, count: int) -> TdpStep | None:
         """`count` steps, exactly as `step()` that often (tests compare the two); the last."""
         return self._steps(count) if count > 0 else None
+
+    def access(self, vcpu: int, gpa: int, write: bool = False, fetch: bool = False) -> None:
+        """One guest access of the caller's choosing (not the workload's), run as the
+        workload's are (`_run`): the CPU's walk, else the exit and the fault."""
+        self._run([(vcpu, gpa, write, fetch)])
 
     def _steps(self, count: int) -> TdpStep:
         """`count` accesses: before one that has something due (`_due`: time, the
@@ -198,9 +206,11 @@ class TdpSession(EptSession[TdpStep]):
                 continue
             if write and self.cpu.sets_dirty(root, gpa >> PAGE_SHIFT):  # no exit: PML
                 self.dirty_log.cpu_sets_dirty(self._slot_of(vcpu, gpa), gpa >> PAGE_SHIFT)
+                self.dirty_ring_exit(vcpu)  # the PML-full exit's entry (a ring, soft full)
                 index += 1
                 continue
             exited = (first + index, *self._exit(EptAccess(vcpu, gpa, write, fetch)))
+            self.dirty_ring_exit(vcpu)  # the entry after it (a dirty ring, soft full)
             index += 1
 
     def _slot_of(self, vcpu: int, gpa: int) -> MemorySlot | None:
@@ -364,3 +374,4 @@ class TdpSession(EptSession[TdpStep]):
         self.mmu.audit()
         self.vm.audit()
         self.notifier.audit()
+        self.dirty_log.audit()
