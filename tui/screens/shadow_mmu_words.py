@@ -9,6 +9,7 @@ fault and why and the NX huge page splits, and with direct pages the sptes
 from __future__ import annotations
 
 from mmuscope.engine.mmu.direct.session import MmuSession, MmuStep
+from mmuscope.engine.mmu.dirty_log import dirty_logging_words
 from mmuscope.engine.mmu.mapping_level import LEVEL_NAMES
 from mmuscope.engine.mmu.role import ACC_EXEC_MASK, ACC_USER_MASK, ACC_WRITE_MASK
 from mmuscope.engine.mmu.shadow.session import ShadowSession, ShadowStep
@@ -16,7 +17,6 @@ from mmuscope.engine.mmu.tdp.session import TdpSession, TdpStep
 
 from ..widgets.fit import show_title
 from ..widgets.mmu_panels import GuestPanel
-from .shadow_mmu_fast import fast_path_lines
 from .shadow_mmu_modes import Session, Step, era_2011
 from .tdp_view import tdp_counter_lines
 
@@ -166,3 +166,27 @@ def _prev_roots(session: ShadowSession, vcpu: int) -> str:
         return "none before 4.19"
     cached = [f"{sp.gfn:#x}" for sp in mmu.prev_roots.get(vcpu, []) if sp is not None]
     return (" ".join(cached) or "empty") + f" · hits {mmu.stat['prev_roots_hits']}"
+
+
+def fast_path_lines(session: Session) -> list[tuple[str, str]]:
+    """The counters panel's lines about the fast path and dirty logging."""
+    if isinstance(session, ShadowSession):
+        return [
+            ("fast_page_fault", "never (FNAME(page_fault))"),
+            ("dirty log by", "write protection (no EPT: no PML)"),
+        ]
+    by = ("dirty log by", dirty_logging_words(session.dirty_log.pml))
+    fast = session.mmu.fast_pf
+    if fast is None:
+        return [("fast_page_fault", "none before 3.6 (2012)"), by]
+    slot = session.logged_slot()
+    logging = "off (L)"
+    if slot.dirty_logging:
+        bits = session.dirty_log.dirty.get((slot.as_id, slot.id), set())
+        logging = f"slot {slot.id} · {len(bits)} dirty"
+    return [
+        ("dirty logging", logging),
+        by,
+        # pf_fast itself is with the other kvm->stat counters
+        ("fast_pf lost/restored", f"{fast.lost_cmpxchg} / {fast.restored}"),
+    ]
