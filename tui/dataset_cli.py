@@ -13,12 +13,13 @@ import argparse
 import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from .cliparts import CliError
+from .cliparts import CliError, path_arg
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from mmuscope.engine.layouts import Layout
 
 COMPRESSED = (".gz", ".xz", ".zst", ".zstd")
@@ -34,7 +35,7 @@ def add_options(
     """--parquet DIR (in the command's group of outputs, if it has one), --source NAME,
     --append; `several`: one source per TRACE, and the memslot options."""
     (parser if mode is None else mode).add_argument(
-        "--parquet", type=Path, metavar="DIR",
+        "--parquet", type=path_arg, metavar="DIR",
         help="write the events as a Parquet dataset: DIR/source=NAME/part-NNNNN.parquet "
         "(needs pip install 'mmuscope[data]'; query it with mmuscope query DIR)",
     )  # fmt: skip
@@ -57,7 +58,7 @@ def add_options(
             "(for query --report faults-per-memslot)",
         )  # fmt: skip
         layout.add_argument(
-            "--mtree", dest="parquet_mtree", type=Path, metavar="FILE",
+            "--mtree", dest="parquet_mtree", type=path_arg, metavar="FILE",
             help="with --parquet: the guest's memslots as QEMU's 'info mtree' shows them",
         )  # fmt: skip
 
@@ -82,7 +83,7 @@ def write_run(
     make of the printed trace."""
     import tempfile
 
-    (name,) = source_names(args, [Path(source)], [args.source or source])
+    (name,) = source_names(args, [path_arg(source)], [args.source or source])
     with tempfile.TemporaryFile("w+", encoding="utf-8") as text:
         run(text)
         text.seek(0)

@@ -103,6 +103,8 @@ def explorer_argv(args: argparse.Namespace) -> list[str]:
     words: list[str] = []
     for action in add_explorer_options(argparse.ArgumentParser(add_help=False)):
         value = getattr(args, action.dest, None)
+        if action.dest == "export_dir" and value is None:
+            value = Path(".")  # no --export-dir: this directory, for every tab
         if value is None or value is False:
             continue
         words.append(action.option_strings[-1])
