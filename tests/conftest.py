@@ -13,10 +13,13 @@ pytest.register_assert_rewrite("tests.tui_pilot", "tests.cli_run")
 # Modules whose tests must run in one worker, in their order: they share one expensive
 # setup (a module- or process-scoped fixture is built once per worker) or one resource.
 ONE_WORKER = {
-    # one `mmuscope bench --json --quick` run (tests/test_bench.py quick_json_run)
+    # one `mmuscope bench --json --quick` run (tests/test_bench.py quick_json_run): every
+    # module that uses it (the `tables` fixture too), or another worker runs it again
     "test_bench.py": "bench-json",
     "test_bench_claims.py": "bench-json",
     "test_bench_bands.py": "bench-json",
+    "test_bench_text.py": "bench-json",
+    "test_bench_before_after.py": "bench-json",
     # one built wheel in one fresh venv; its last test takes files out of the install
     "test_install.py": "wheel",
 }

@@ -158,3 +158,17 @@ def test_fast_zap_holds_the_lock_for_a_batch_and_zap_all_for_everything() -> Non
     assert fast.lock_holds == -(-fast.pages // BATCH_ZAP_PAGES)
     slow = zap_all(250)
     assert slow.lock_holds == 1 and slow.max_lock_hold == slow.pages == fast.pages
+
+
+def test_every_module_of_the_shared_run_is_in_its_worker_group() -> None:
+    """quick_json_run is cached per test process: a module that uses it (or the `tables`
+    fixture built on it) outside the `bench-json` group runs the slow command again."""
+    from tests.conftest import _group
+
+    users = [
+        path.name
+        for path in Path(__file__).parent.glob("test_*.py")
+        if "quick_json_run" in path.read_text() or "import tables" in path.read_text()
+    ]
+    assert len(users) >= 5
+    assert {name: _group(name) for name in users} == dict.fromkeys(users, "bench-json")
