@@ -19,8 +19,10 @@ run: $(STAMP) graphviz trace-cmd
 # Two pytest-xdist workers (CI has 2 cores); `make test PYTEST_ARGS=-n0` runs serially.
 PYTEST_ARGS ?= -n 2
 # The README's screenshots are drawn again first (deterministic: an image changes only
-# when the look does; `git status` shows which ones to commit).
-test: $(STAMP) graphviz trace-cmd chromium lint screenshots
+# when the look does; `git status` shows which ones to commit), beside the lint: two
+# one-core jobs on two cores (-O: each one's output together, when it ends).
+test: $(STAMP) graphviz trace-cmd chromium
+	$(MAKE) --no-print-directory -j2 -Otarget lint screenshots
 	$(BIN)/python -m pytest --dist=loadgroup $(PYTEST_ARGS)
 
 # mypy checks the packages as installed (mmuscope.engine, mmuscope.tui): two links make
