@@ -4,6 +4,7 @@ windows (engine code behind the TUI, tested without it)."""
 from __future__ import annotations
 
 import errno
+import functools
 
 import pytest
 from hypothesis import given, settings
@@ -247,6 +248,7 @@ def test_pacer_steps_at_its_speed_and_reveals_probes() -> None:
 # -- tree windows -------------------------------------------------------------------------
 
 
+@functools.cache  # the max layout's tree: 3.5 s to build, the same for every depth
 def tree(name: str, lookup: str) -> TreeView:
     shape = MemslotExplorer(preset(name), lookup).shape()
     assert isinstance(shape, TreeView)
