@@ -27,7 +27,9 @@ from mmuscope.engine.kvm.program import PROGRAMS, build_program
 
 from tests.kvm_host import TRACE_REASON, needs_tracing, our_instances, run_cli
 
-pytestmark = [needs_tracing, pytest.mark.xdist_group("kvm-oracle")]
+# its xdist group is the other kvm tests' one (tests/conftest.py): a second mark would
+# make its own group, "kvm_kvm-oracle", free to run beside them on the other worker
+pytestmark = needs_tracing
 
 # small programs: the whole module records each once, in a few seconds
 PAGES = {"touch": 12, "fork": 8, "mmio": 4, "ptwrite": 12, "churn": 10, "dirty": 10, "cr3": 16,
