@@ -22,6 +22,10 @@ ONE_WORKER = {
     "test_bench_before_after.py": "bench-json",
     # one built wheel in one fresh venv; its last test takes files out of the install
     "test_install.py": "wheel",
+    # a module-scoped fixture split over two workers is built twice: the query fleet
+    # (three simulate runs, their Parquet, the replays: ~9 s CPU), every engine event
+    "test_query_cli.py": "query-fleet",
+    "test_model_events.py": "model-events",
 }
 # /dev/kvm guests and private tracefs instances: one at a time, so that no test sees
 # another test's run (our_instances() reads every mmuscope instance on the machine)
