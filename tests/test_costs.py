@@ -7,11 +7,12 @@ from __future__ import annotations
 import ast
 import inspect
 from pathlib import Path
+from typing import Any
 
 import mmuscope.engine.costs as costs
 import pytest
-from mmuscope.engine.claims.registry import TABLES, run_table
-from mmuscope.engine.claims.table import fmt_number
+from mmuscope.engine.claims.registry import TABLES
+from mmuscope.engine.claims.table import ClaimTable, fmt_number
 from mmuscope.engine.costs import (
     CONFIG,
     COSTS,
@@ -22,6 +23,8 @@ from mmuscope.engine.costs import (
     MEASURED,
     Cost,
 )
+
+from tests.test_bench_claims import tables  # noqa: F401  (the shared quick run)
 
 ROOT = Path(__file__).resolve().parent.parent
 MIN_SOURCE = 60  # characters: a sentence saying where the number comes from
@@ -109,14 +112,14 @@ def test_a_cost_without_a_source_or_a_band_is_refused() -> None:
         COSTS["EXIT_NS"].at("middle")
 
 
-def test_every_cost_a_table_names_exists() -> None:
-    """Each timed table says which costs it charges; each is defined here (quick runs of
-    the cheap tables; tlb_flush's are listed in its module)."""
+def test_every_cost_a_table_names_exists(tables: dict[str, Any]) -> None:  # noqa: F811
+    """Each timed table says which costs it charges; each is defined here (the cheap
+    tables of the shared quick run; tlb_flush's are listed in its module)."""
     from mmuscope.engine.tlbflush import config
 
     for name in ("zap", "ppc_keys", "shadow_2011"):
         assert name in TABLES
-        table = run_table(name, quick=True)
+        table = ClaimTable.from_json(name, tables[name])
         named = table.extra.get("time_costs") or [
             word.rstrip(",")
             for row in table.rows
