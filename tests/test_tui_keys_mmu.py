@@ -21,7 +21,7 @@ from mmuscope.tui.widgets.mmu_panels import GuestPanel, MmuCounters, PageLevels
 from mmuscope.tui.widgets.spt_grid import SptGrid
 from textual.pilot import Pilot
 
-from tests.tui_pilot import SIZE, build, memslots, press_export, shadow_mmu
+from tests.tui_pilot import SIZE, build, memslots, press_export, shadow_mmu, until
 
 
 async def test_f2_opens_the_screen_and_f1_returns_with_state_kept(tmp_path: Path) -> None:
@@ -68,7 +68,7 @@ async def test_space_plays_and_speed_keys(tmp_path: Path) -> None:
         await pilot.press("minus", "minus")
         assert mmu.pacer.speed < speed
         await pilot.press("plus", "plus", "plus", "space")
-        await pilot.pause(0.5)
+        await until(pilot, lambda: mmu.session.steps > 0)
         assert mmu.pacer.playing and mmu.session.steps > 0
         await pilot.press("space")
         steps = mmu.session.steps

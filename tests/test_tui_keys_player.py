@@ -20,7 +20,7 @@ from mmuscope.tui.widgets.lookup_bar import LookupBar
 from mmuscope.tui.widgets.structure import StructureView
 from textual.widgets import Input, Static
 
-from tests.tui_pilot import SIZE, build, fill, memslots, paste, text_of
+from tests.tui_pilot import SIZE, build, fill, memslots, paste, text_of, until
 
 SHAPE_KIND = {
     "linear": ArrayView,
@@ -45,7 +45,7 @@ async def test_space_plays_then_pauses(tmp_path: Path) -> None:
 
         await pilot.press("space")
         assert screen.pacer.playing and "playing" in screen.sub_title
-        await pilot.pause(0.5)
+        await until(pilot, lambda: screen.lookups_done > 0 and screen.highlight is not None)
         assert screen.lookups_done > 0
         assert screen.highlight is not None
 

@@ -11,7 +11,7 @@ from mmuscope.tui.app import MmuscopeApp
 from mmuscope.tui.screens.tlb import TlbScreen
 from mmuscope.tui.widgets.tlb_panels import TlbLanes, TlbSide
 
-from tests.tui_pilot import build, drawn_lines, press_export
+from tests.tui_pilot import build, drawn_lines, press_export, until
 
 BIG, SMALL = (120, 40), (80, 24)
 
@@ -94,7 +94,7 @@ async def test_play_pause_and_speed(tmp_path: Path) -> None:
         await pilot.press("plus", "plus", "plus")
         await pilot.press("space")
         assert screen.pacer.playing and "playing" in screen.sub_title
-        await pilot.pause(0.5)
+        await until(pilot, lambda: bool(screen.history.columns))
         await pilot.press("space")
         assert not screen.pacer.playing and "paused" in screen.sub_title
         assert screen.history.columns

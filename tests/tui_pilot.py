@@ -7,6 +7,7 @@ the user config out.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from mmuscope.tui.app import MmuscopeApp, make_app
@@ -108,3 +109,13 @@ async def press_export(pilot: Pilot[object]) -> None:
     await pilot.press("e")
     await pilot.app.workers.wait_for_complete()
     await pilot.pause()
+
+
+async def until(pilot: Pilot[object], condition: Callable[[], bool], limit: float = 10.0) -> None:
+    """Let the app run (playing) until `condition` holds, `limit` seconds at most: the
+    test's own assert then fails if it never did.  A fixed pause waited its whole time
+    on an idle machine and could be too short on a loaded one."""
+    waited = 0.0
+    while not condition() and waited < limit:
+        await pilot.pause(0.05)
+        waited += 0.05
