@@ -98,12 +98,16 @@ def test_a_page_of_every_entry_kind() -> None:
 
 @needs_tracing
 def test_summary_from_the_ring_buffers_is_the_text_replayed(tmp_path: Path) -> None:
-    """`kvm churn --summary` reads binary; with --trace-out it reads the text: the two
-    runs of the same program agree on every kvmmmu event, `unmatched` and the
-    emulated instructions."""
-    raw = json.loads(run_cli("kvm", "churn", "--summary").stdout)
+    """`kvm churn --summary --trace-out F` counts the records its lines are made of: the
+    file replayed (`replay --summary`, the text parser) gives the same counts, event by
+    event, and `unmatched`, so the file holds every event; a second run read binary
+    only (`--summary`) agrees on every kvmmmu event and the emulated instructions."""
     trace = tmp_path / "churn.trace"
     text = json.loads(run_cli("kvm", "churn", "--summary", "--trace-out", str(trace)).stdout)
+    replayed = json.loads(run_cli("replay", str(trace), "--summary").stdout)
+    assert {k: text[k] for k in replayed} == replayed
+    assert replayed["events"] == replayed["lines"] == sum(replayed["by_event"].values())
+    raw = json.loads(run_cli("kvm", "churn", "--summary").stdout)
     noise = {"kvm_fpu", "kvm_update_master_clock", "kvm_userspace_exit"}  # host timing
     assert {k: v for k, v in raw["by_event"].items() if k not in noise} == {
         k: v for k, v in text["by_event"].items() if k not in noise
@@ -138,19 +142,20 @@ def _kernel_text_and_ring_buffers(name: str, pages: int) -> tuple[list[str], lis
         finally:
             pipes.close()
     kernel = [line for line in text if not line.startswith("#")]
-    return kernel, [decoder.line(raw) for raw in raws], [decoder.event(raw) for raw in raws]
+    return kernel, decoder.lines(raws).splitlines(), [decoder.event(raw) for raw in raws]
 
 
 @needs_tracing
 def test_the_ring_buffers_decoded_print_what_the_kernel_prints() -> None:
     """Every record of `churn` (shadow pages made and zapped, walks, sptes, emulated
-    instructions, MMIO, the fast zap, kvm_fpu and kvm_userspace_exit) and of `mmio`:
-    the line the decoder renders is the kernel's own, byte for byte after the comm
-    column (the kernel's comes from its saved_cmdlines), and the event it makes is the
-    one the text parser makes of the kernel's line: the same fields, types and order."""
+    instructions, MMIO, the fast zap, kvm_fpu and kvm_userspace_exit), of `mmio`, of
+    `ptwrite` (an unsync page) and of `fork`: the line `kvm --trace-out` writes
+    (`Decoder.lines`) is the kernel's own, byte for byte after the comm column (the
+    kernel's comes from its saved_cmdlines), and the event it makes is the one the text
+    parser makes of the kernel's line: the same fields, types and order."""
     from mmuscope.engine.trace import parse_line
 
-    for name, pages in (("churn", 4), ("mmio", 2)):
+    for name, pages in (("churn", 4), ("mmio", 2), ("ptwrite", 4), ("fork", 2)):
         kernel, ours, events = _kernel_text_and_ring_buffers(name, pages)
         assert len(kernel) == len(ours) > 100
         for theirs, mine, event in zip(kernel, ours, events, strict=True):

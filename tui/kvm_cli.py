@@ -22,7 +22,7 @@ import io
 import json
 import sys
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 from .cliparts import CliError, add_command, add_display_options, count_arg
 from .dataset_cli import add_options as add_parquet_options
@@ -121,15 +121,24 @@ def run_recorded(args: argparse.Namespace, program: Any, source: str) -> int:
     """`--jsonl`, `--parquet`, `--summary` with `--trace-out` or `--no-trace`: the
     ring buffers decoded as each slice's drain brings them (engine.kvm.record), the
     events printed as they come (`--jsonl`), the text written to its file as it comes
-    (`--trace-out`; a temporary file for `--parquet` and `--summary`, read back)."""
+    (`--trace-out`; a temporary file for `--parquet`, read back), the summary counted
+    from the records its lines are made of (`--summary`)."""
+    from mmuscope.engine.kvm.rawtrace import RawSummary
+
     from .replay_cli import event_json
 
     shown = watched(json_output=args.parquet is None)  # --summary and --jsonl print JSON
-    keep = args.parquet is not None or args.summary
+    keep = args.parquet is not None
     dumps = json.dumps
+    held: list[RawSummary] = []
 
     def on_events(events: list[Any]) -> None:
         sys.stdout.write("".join([dumps(event_json(e)) + "\n" for e in events]))
+
+    def on_records(records: list[Any], formats: Any) -> None:
+        if not held:
+            held.append(RawSummary(formats))
+        held[0].take(records)
 
     with text_sink(args.trace_out, keep) as sink, \
             steps(f"kvm {program.name}", len(program.slices), shown=shown) as progress:  # fmt: skip
@@ -140,6 +149,7 @@ def run_recorded(args: argparse.Namespace, program: Any, source: str) -> int:
         recording = record_or_fail(
             program, None if sink is None else sink.write, trace=not args.no_trace,
             on_slice=on_slice, on_events=on_events if args.jsonl else None,
+            on_records=on_records if args.summary else None,
         )  # fmt: skip
         _warn_lost(recording.lost)
         if sink is not None:
@@ -149,8 +159,8 @@ def run_recorded(args: argparse.Namespace, program: Any, source: str) -> int:
         if args.parquet is not None:  # the recording written as a dataset (dataset_cli)
             write_source(args, source, lines, f"kvm {program.name}", program_layout(program))
         elif args.summary:
-            out = summary(recording, lines)
-            print(json.dumps(out))
+            counts = held[0] if held else RawSummary({})
+            print(json.dumps(with_run(counts.summary(), recording, counts.emulated)))
     sys.stdout.flush()
     return 0
 
@@ -198,14 +208,6 @@ def _warn_lost(lost: int) -> None:
               "the kernel's events are incomplete", file=sys.stderr)  # fmt: skip
 
 
-def summary(recording: Any, lines: IO[str]) -> dict[str, Any]:
-    from mmuscope.engine.replay.model import replay_summary
-
-    out: dict[str, Any] = replay_summary(lines)
-    lines.seek(0)
-    return with_run(out, recording, emulated_instructions(lines))
-
-
 def with_run(out: dict[str, Any], recording: Any, emulated: dict[str, int]) -> dict[str, Any]:
     """The counts, then what `--summary` adds of the run."""
     out.update(
@@ -220,22 +222,6 @@ def with_run(out: dict[str, Any], recording: Any, emulated: dict[str, int]) -> d
         capabilities=recording.run.capabilities,
     )
     return out
-
-
-def emulated_instructions(lines: IO[str]) -> dict[str, int]:
-    """The instructions `kvm_emulate_insn` reported, decoded (iced-x86), with counts."""
-    from collections import Counter
-
-    from mmuscope.engine.kvm.asm import decode_emulated
-    from mmuscope.engine.trace.lines import parse_line
-
-    found: Counter[str] = Counter()
-    for line in lines:
-        if "kvm_emulate_insn" in line:
-            event = parse_line(line)
-            if event is not None and "insn" in event.fields:
-                found[decode_emulated(str(event.fields["insn"]), int(event.fields["rip"]))] += 1
-    return dict(found)
 
 
 def run_compare(args: argparse.Namespace, program: Any) -> int:

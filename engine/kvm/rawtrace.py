@@ -26,16 +26,24 @@ import heapq
 import os
 import re
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import itemgetter
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..events import Event, FieldValue
-from ..trace.kernel_fields import printed_fields
+from ..trace.kernel_fields import (
+    Fields,
+    Record,
+    printed_as_they_are,
+    printed_converter,
+    printed_fields,
+)
 from ..trace.kernel_format import KernelFormat, RenderError, parse_format_file, render_print_fmt
-from ..trace.lines import FTRACE, format_line, printk_fields
+from ..trace.lines import FTRACE, format_line, ftrace_head, printk_fields
+from ..trace.tracepoints import TRACEPOINTS, Values
 
 PAGE_DATA = 16  # events/header_page: "field: char data; offset:16"
 COMMIT_MASK = (1 << 27) - 1  # commit's low bits: the bytes used (the rest are flags)
@@ -49,6 +57,7 @@ _FIELD_RE = re.compile(
     r"\s*signed:(?P<signed>\d+);"
 )
 _INTS = {1: "B", 2: "H", 4: "I", 8: "Q"}
+Text = Callable[[Any], str]  # a value's text (`Tracepoint.compiled`)
 
 
 class RawEvent(NamedTuple):
@@ -269,6 +278,7 @@ _RESCHED = {
     TRACE_FLAG_NEED_RESCHED_LAZY: "l",
 }
 UNKNOWN_COMM = "<...>"  # trace_pipe's comm of a pid not in saved_cmdlines
+_LINE = "%s%5d.%06d%s\n"  # the head, `trace_pipe`'s "%5lu.%06lu", the text after it
 
 
 def latency_flags(flags: int, preempt_count: int) -> str:
@@ -302,6 +312,10 @@ class Decoder:
     def __init__(self, formats: dict[int, Format], comms: dict[int, str] | None = None) -> None:
         self.formats = formats
         self.comms = comms or {}  # pid -> comm (others: `<...>`)
+        #: `lines`' printers: by event id, a record's text after its timestamp (None:
+        #: by `line`); by CPU and common fields, the line up to it
+        self._printers: dict[int, Callable[[bytes], str] | None] = {}
+        self._heads: dict[tuple[int, bytes], str] = {}
 
     def fields(self, raw: RawEvent) -> tuple[str, dict[str, FieldValue]]:
         fmt = self.formats.get(raw.type)
@@ -336,6 +350,113 @@ class Decoder:
         flags = latency_flags(raw.data[2], raw.data[3])
         return format_line(event, FTRACE, flags=flags)
 
+    def lines(self, records: Iterable[RawEvent]) -> str:
+        """`line()` of each record, each ending in a newline, as one text; made without
+        an `Event`: a record's fields go from its bytes (`Format.decode`) through the
+        same conversion (`printed_converter`) to its tracepoint's template compiled
+        once (`Tracepoint.printf`), and the columns before the timestamp are made once
+        per CPU, pid and flags.  A record that does not fit (an event with no
+        tracepoint, or whose fields are not written as printed) takes `line()`."""
+        printers, heads = self._printers, self._heads
+        out = []
+        for raw in records:
+            ts, cpu, kind, data = raw
+            head = heads.get((cpu, data[2:8]))
+            if head is None:
+                head = self._head(cpu, data)
+            printer = printers[kind] if kind in printers else self._printer(kind)
+            try:
+                text = None if printer is None else printer(data)
+            except (KeyError, ValueError, TypeError, IndexError):  # not as the kernel's
+                text = None
+            if text is None:
+                out.append(self.line(raw) + "\n")
+                continue
+            usecs = (ts + 500) // 1000  # ns2usecs()
+            out.append(_LINE % (head, usecs // 1_000_000, usecs % 1_000_000, text))
+        return "".join(out)
+
+    def _head(self, cpu: int, data: bytes) -> str:
+        flags, preempt, pid = _COMMON.unpack_from(data)[1:]
+        comm = self.comms.get(pid, UNKNOWN_COMM)
+        head = ftrace_head(comm, pid, cpu, latency_flags(flags, preempt))
+        self._heads[cpu, data[2:8]] = head
+        return head
+
+    def _printer(self, kind: int) -> Callable[[bytes], str] | None:
+        """A record's text after the timestamp (``: name: printk``) from its bytes, made
+        once per event id: its tracepoint's `%` format (`Tracepoint.printf`) of the
+        fields `printed_converter` makes of the record, or, where the printk prints the
+        fields as they are, of the fields it prints read straight from the bytes."""
+        fmt = self.formats.get(kind)
+        tracepoint = None if fmt is None else TRACEPOINTS.get(fmt.name)
+        convert = None if fmt is None else printed_converter(fmt.name)
+        printer: Callable[[bytes], str] | None = None
+        if fmt is not None and tracepoint is not None and convert is not None:
+            printf, names, texts = tracepoint.compiled
+            pattern = f": {fmt.name}: {printf}"
+            if printed_as_they_are(fmt.name) and not tracepoint.defaults:
+                printer = _fields_printed(fmt, pattern, names, texts)
+            if printer is None:
+                printer = _fields_converted(fmt, pattern, tracepoint.printf()[1], convert)
+        self._printers[kind] = printer
+        return printer
+
+
+def _fields_converted(
+    fmt: Format, pattern: str, values: Values, convert: Callable[[Record], Fields]
+) -> Callable[[bytes], str]:
+    """`pattern` of the fields `convert` makes of the whole record."""
+    decode = fmt.decode
+
+    def printer(data: bytes) -> str:
+        return pattern % values(convert(decode(data)))
+
+    return printer
+
+
+def _fields_printed(
+    fmt: Format, pattern: str, names: tuple[str, ...], texts: tuple[Text | None, ...]
+) -> Callable[[bytes], str] | None:
+    """`pattern` of the fields it prints (`names`, each made its text by `texts`) read
+    from the record's bytes, the others skipped: one `struct.Struct` over them in
+    offset order, its values put in print order.  None when a field is not in the
+    record, or is an array."""
+    by_name = {f.name: f for f in fmt.fields}
+    if any(
+        name not in by_name or by_name[name].array or by_name[name].size not in _INTS
+        for name in names
+    ):
+        return None
+    read = sorted({by_name[name] for name in names}, key=lambda f: f.offset)
+    code, at = "<", 0
+    for f in read:
+        if f.offset < at:
+            return None  # overlapping fields
+        code += "x" * (f.offset - at) + (_INTS[f.size].lower() if f.signed else _INTS[f.size])
+        at = f.offset + f.size
+    layout = struct.Struct(code)
+    unpack, size = layout.unpack_from, layout.size
+    position = {f.name: i for i, f in enumerate(read)}
+    order = tuple(position[name] for name in names)
+    if order == tuple(range(len(read))) and not any(texts):  # as read: the values as they are
+
+        def printer(data: bytes) -> str:
+            if len(data) < size:  # a record shorter than its format: zeros past its end
+                data = data + bytes(size - len(data))
+            return pattern % unpack(data)
+
+        return printer
+    pick = itemgetter(*order) if len(order) > 1 else lambda got: (got[order[0]],)
+
+    def printer_in_order(data: bytes) -> str:
+        if len(data) < size:
+            data = data + bytes(size - len(data))
+        got = pick(unpack(data))
+        return pattern % tuple([v if t is None else t(v) for v, t in zip(got, texts, strict=True)])
+
+    return printer_in_order
+
 
 SHADOW_PAGE_EVENTS = frozenset(
     {"kvm_mmu_get_page", "kvm_mmu_prepare_zap_page", "kvm_mmu_sync_page", "kvm_mmu_unsync_page"}
@@ -360,10 +481,30 @@ class RawSummary:
         self.tally = Tally(frozenset(i for i, f in formats.items() if f.name in wanted))
 
     def drain(self, pipes: RawPipes) -> None:
+        """What the pipes hold: counted as the pages are parsed, the events kept
+        (`tally.keep`) applied."""
+        self._apply(pipes.read_available(self.tally))
+
+    def take(self, records: Iterable[RawEvent]) -> None:
+        """Records read by another (`kvm --summary --trace-out`: those its lines are
+        made of): each counted, the ones `drain` would keep applied."""
+        counts, first, keep = self.tally.counts, self.tally.first, self.tally.keep
+        kept = []
+        for raw in records:
+            kind = raw.type
+            if kind in counts:
+                counts[kind] += 1
+            else:
+                counts[kind], first[kind] = 1, raw.ts
+            if keep is None or kind in keep:
+                kept.append(raw)
+        self._apply(kept)
+
+    def _apply(self, records: Iterable[RawEvent]) -> None:
         from ..events import Event
         from .asm import decode_emulated
 
-        for raw in pipes.read_available(self.tally):
+        for raw in records:
             fmt = self.formats[raw.type]
             if fmt.name in self.placing:
                 fields: dict[str, int | bool] = {

@@ -10,9 +10,10 @@ Every mode reads the same thing: the instance's per-CPU ring buffers in binary
 (`rawtrace.RawPipes`, `per_cpu/cpuN/trace_pipe_raw`), decoded with the host's format
 files.  A drain hands them on as its caller asks: the pipes themselves (`on_raw`: the
 summary counts what it needs), `Event`s as the text parser makes them (`on_events`:
-the comparison, `--jsonl`), or the lines `trace_pipe` would have printed (`on_text`:
-`--trace-out`, `--parquet`, the app), `CHUNK` records at a time, so that memory holds
-a chunk, not a slice.
+the comparison, `--jsonl`), the lines `trace_pipe` would have printed (`on_text`:
+`--trace-out`, `--parquet`, the app), or the records themselves (`on_records`: the
+summary of a run whose lines go to a file), `CHUNK` records at a time, so that memory
+holds a chunk, not a slice.
 """
 
 from __future__ import annotations
@@ -90,10 +91,12 @@ def record(
     on_start: Callable[[KernelRun], None] | None = None,
     trace: bool = True,
     on_raw: Callable[[RawPipes, dict[int, Format]], None] | None = None,
+    on_records: Callable[[list[RawEvent], dict[int, Format]], None] | None = None,
 ) -> Recording:
     """Run `program` with tracing (or, `trace=False`, without: the benchmark's baseline).
     After each slice the ring buffers are drained: to `on_raw` (the pipes and the
-    host's formats: it reads them itself), else decoded, to `on_events` and `on_text`
+    host's formats: it reads them itself), else a chunk at a time: the records as read
+    (`on_records`, with the host's formats), then decoded, to `on_events` and `on_text`
     (the same records as `Event`s and as `trace_pipe`'s lines, each ending in a newline)."""
     host = read_host_mmu()
     if not trace:
@@ -106,12 +109,12 @@ def record(
         decoder = Decoder(formats, own_comms())
 
         def hand_on(chunk: list[RawEvent]) -> None:
-            events = [decoder.event(raw) for raw in chunk]
+            if on_records is not None:
+                on_records(chunk, formats)
             if on_events is not None:
-                on_events(events)
+                on_events([decoder.event(raw) for raw in chunk])
             if on_text is not None:
-                line = decoder.line
-                on_text("".join([line(r, e) + "\n" for r, e in zip(chunk, events, strict=True)]))
+                on_text(decoder.lines(chunk))
 
         def drain() -> None:
             if pipes is None:
@@ -119,7 +122,7 @@ def record(
             if on_raw is not None:
                 on_raw(pipes, formats)
                 return
-            if on_events is None and on_text is None:
+            if on_events is None and on_text is None and on_records is None:
                 for _ in pipes.iter_available():
                     pass
                 return

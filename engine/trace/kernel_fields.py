@@ -240,6 +240,17 @@ def printed_fields(name: str, kernel: Record) -> dict[str, FieldValue] | None:
     return None if convert is None else convert(kernel)
 
 
+def printed_converter(name: str) -> Callable[[Record], Fields] | None:
+    """`printed_fields`' conversion for event `name`, None where it is not written."""
+    return _PRINTED.get(name)
+
+
+def printed_as_they_are(name: str) -> bool:
+    """Whether event `name`'s printk prints each of its fields as it is, by its
+    ``TP_STRUCT__entry`` name (a record's fields are the text parser's)."""
+    return _PRINTED.get(name) is _as_printed
+
+
 #: parsed names that a kernel's name replaces, kept last for one release
 _EARLIER = {"gen": "mmu_valid_gen"}
 

@@ -74,18 +74,21 @@ def format_line(
     column (``""`` for none); ``variant`` picks the printk text (see `tracepoints`).
     Raises `TracepointError` when the fields do not fit the event's tracepoint."""
     text = printk_text(event, variant)
-    comm = f"{event.comm:>16}"
     name = model_name(event)  # a `*` after the model's own
     if style == FTRACE:
-        return (
-            f"{comm}-{event.pid:<7} [{event.cpu:03d}] {flags} {_timestamp(event.ts)}: "
-            f"{name}: {text}"
-        )
+        head = ftrace_head(event.comm, event.pid, event.cpu, flags)
+        return f"{head}{_timestamp(event.ts)}: {name}: {text}"
     if style == TRACE_CMD:
         return trace_cmd_head(event.comm, event.pid, event.cpu, event.ts) + trace_cmd_name(
             name
         ) + text  # fmt: skip
     raise ValueError(f"unknown trace line style {style!r} (not one of {', '.join(STYLES)})")
+
+
+def ftrace_head(comm: str, pid: int, cpu: int, flags: str) -> str:
+    """An ftrace line up to its timestamp: comm, pid, cpu and the flags column, each
+    followed by its space."""
+    return f"{comm:>16}-{pid:<7} [{cpu:03d}] {flags} "
 
 
 def trace_cmd_head(comm: str, pid: int, cpu: int, ts: float) -> str:

@@ -28,6 +28,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from ..events import FieldValue
 
@@ -194,8 +195,19 @@ _SLOT_RE = re.compile(
 PRINTF_KINDS = {
     "u": "%d", "d": "%d", "x": "%x", "016x": "%016x", "08x": "%08x", "#x": "%#x",
     "#016x": "%#016x", "01": "%d",
-    "s": "%s", "exit": "%s", "rwxu": "%s",
+    "s": "%s", "exit": "%s", "rwxu": "%s", "hexbytes": "%s",
 }  # fmt: skip
+#: the kinds `printf` prints through a `%s` of the value's text, made as `KINDS` makes it
+#: (for a valid value; a bool's text is its slot's own, `Template.printf`)
+PRINTF_TEXTS: dict[str, Callable[[Any], str]] = {
+    "p": _hashed,
+    "pferr": format_pferr,
+    "pferr_old": lambda v: format_pferr(v, PFERR_FLAGS_OLD),
+    "access": ACCESS_STR.__getitem__,
+}
+#: `Template.printf`: the `%` format, the fields it takes in order, and per field the
+#: function making its text (None: the value itself)
+Printf = tuple[str, tuple[str, ...], tuple[Callable[[Any], str] | None, ...]]
 
 
 class Template:
@@ -224,10 +236,11 @@ class Template:
         return tuple(p for p in self._parts if isinstance(p, Slot) and p.kind != "nul")
 
     @cached_property
-    def printf(self) -> tuple[str, tuple[str, ...]] | None:
-        """The text as one `%` format and the fields it takes, in order, when every value
-        has a `PRINTF_KINDS` conversion (None otherwise): `format` of valid fields is
-        `printf[0] % tuple(fields[name] for name in printf[1])`, without the checks."""
+    def printf(self) -> Printf:
+        """The text as one `%` format, the fields it takes in order, and per field what
+        makes its text (None: `%` prints the value itself; else a `%s` of the text): the
+        whole template compiled once.  `format` of valid fields is `printf[0] %
+        tuple(v if f is None else f(v) for each field's value v)`, without the checks."""
         return self._printf(self._parts)
 
     @cached_property
@@ -262,17 +275,26 @@ class Template:
         return tuple(groups)
 
     @staticmethod
-    def _printf(parts: tuple[str | Slot, ...]) -> tuple[str, tuple[str, ...]] | None:
+    def _printf(parts: tuple[str | Slot, ...]) -> Printf:
         text, names = [], []
+        texts: list[Callable[[Any], str] | None] = []
         for part in parts:
             if isinstance(part, str):
                 text.append(part.replace("%", "%%"))
-            elif part.kind in PRINTF_KINDS:
-                text.append(PRINTF_KINDS[part.kind])
-                names.append(part.name)
+            elif part.kind == "nul":
+                continue  # the trailing %c of 0: nothing
             else:
-                return None  # a bool's two texts, a pointer, flags, bytes, the trailing %c
-        return "".join(text), tuple(names)
+                names.append(part.name)
+                if part.kind == "bool":
+                    text.append("%s")
+                    texts.append((part.false, part.true).__getitem__)
+                elif part.kind in PRINTF_KINDS:
+                    text.append(PRINTF_KINDS[part.kind])
+                    texts.append(None)
+                else:
+                    text.append("%s")
+                    texts.append(PRINTF_TEXTS[part.kind])
+        return "".join(text), tuple(names), tuple(texts)
 
     @staticmethod
     def _slot(m: re.Match[str]) -> Slot:

@@ -64,9 +64,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from operator import itemgetter
+from typing import Any
 
 from ..events import FieldValue
-from .printk import ACCESS_STR, Slot, Template, format_pferr, parse_pferr
+from .printk import ACCESS_STR, Printf, Slot, Template, format_pferr, parse_pferr
 
 CURRENT = "current"
 PRE_6_18 = "pre-6.18"
@@ -138,22 +139,29 @@ class Tracepoint:
         except ValueError as err:
             raise TracepointError(f"{self.name}: {err}") from None
 
-    def printf(self) -> tuple[str, Values] | None:
-        """The current text as one `%` format (`Template.printf`) and what takes the
-        values it prints from fields given by their kernel names (the missing ones with a
-        default from `defaults`), or None when the text has no `%` format.  For fields
-        that `format` accepts, `fmt % values(fields)` is `format(fields)`, without its
-        checks; `values` raises KeyError for any other missing field (one `format` would
-        derive, or find by an earlier name)."""
-        printf = self.templates[CURRENT].printf
-        if printf is None:
-            return None
-        fmt, names = printf
-        getter = itemgetter(*names) if names else lambda fields: ()
+    def printf(self) -> tuple[str, Values]:
+        """The current text as one `%` format (`Template.printf`, compiled once per
+        template) and what takes the values it prints from fields given by their kernel
+        names (the missing ones with a default from `defaults`).  For fields that
+        `format` accepts, `fmt % values(fields)` is `format(fields)`, without its checks;
+        `values` raises KeyError for any other missing field (one `format` would derive,
+        or find by an earlier name).  Every printer of a tracepoint's text goes through
+        it: `simulate`'s lines, and the ring buffers' (`engine.kvm.rawtrace`)."""
+        fmt, names, texts = self.compiled
+        getter: Values = itemgetter(*names) if len(names) > 1 else _one(names)
+        if any(texts):
+            getter = _texts(getter, texts)
         defaults = self.defaults
         if not defaults:
-            return fmt, getter  # (one name: the value itself, which `%` takes alike)
-        return fmt, lambda fields: getter({**defaults, **fields})
+            return fmt, getter
+        values = getter
+        return fmt, lambda fields: values({**defaults, **fields})
+
+    @property
+    def compiled(self) -> Printf:
+        """The current text as `Template.printf` compiles it: the `%` format, the
+        fields it prints in order, and what makes each one's text (None: itself)."""
+        return self.templates[CURRENT].printf
 
     def try_match(
         self, text: str, variant: str | None = None
@@ -180,6 +188,24 @@ class Tracepoint:
         if found is None:
             raise TracepointError(f"{self.name}: cannot parse {text[:80]!r}")
         return found[1]
+
+
+def _one(names: tuple[str, ...]) -> Values:
+    """`itemgetter` of no name or one, as a tuple (itemgetter of one gives the value)."""
+    if not names:
+        return lambda fields: ()
+    (name,) = names
+    return lambda fields: (fields[name],)
+
+
+def _texts(getter: Values, texts: tuple[Callable[[Any], str] | None, ...]) -> Values:
+    """`getter`'s values, each made its text where `texts` has a function for it."""
+
+    def values(fields: Mapping[str, FieldValue]) -> tuple[object, ...]:
+        got: Any = getter(fields)
+        return tuple([v if t is None else t(v) for v, t in zip(got, texts, strict=True)])
+
+    return values
 
 
 def json_fields(name: str, fields: Mapping[str, FieldValue]) -> dict[str, FieldValue]:
