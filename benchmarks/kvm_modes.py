@@ -2,14 +2,17 @@
 builds side by side in one run (before/after a change to the recording).
 
     sudo .venv/bin/python benchmarks/kvm_modes.py [--before CMD] [--after CMD] [--json]
+        [--modes summary,jsonl,...] [--no-fork]
 
 1. Time: `kvm touch --pages 65536` in each mode (`--summary`, `--jsonl`, `--compare
    --json`, `--summary --trace-out F`, `--parquet DIR`) against the same guest untraced
-   (`--summary --no-trace`), best of REPEAT each, as a ratio (budget: 3x).
+   (`--summary --no-trace`), the two run in turn, best of REPEAT each, as a ratio
+   (budget: 3x); the untraced row is the best of all its runs.
 2. Memory: `kvm fork --pages 65536 --children 8` in each mode, the child's peak
    resident set (`wait4`'s `ru_maxrss`), once each (budget: 500 MB).
 `--before` and `--after` are commands that start a build's `mmuscope` (e.g. a checkout of
-main, and of the change; `--after` defaults to this checkout's).  Needs /dev/kvm and
+main, and of the change; `--after` defaults to this checkout's).  `--modes` measures
+only those modes (and the untraced run), `--no-fork` skips part 2.  Needs /dev/kvm and
 root; exits 2 with the reason otherwise.
 """
 
@@ -73,20 +76,28 @@ def run(argv: list[str]) -> dict[str, Any]:
     return out
 
 
-def measure(command: str) -> dict[str, dict[str, Any]]:
+def measure(command: str, modes: list[str], fork: bool = True) -> dict[str, dict[str, Any]]:
+    """`modes` of one build: touch (best of REPEAT) as a ratio to the untraced run
+    measured in turn with it (best of REPEAT), and fork's memory once each."""
     base = [*shlex.split(command), "kvm"]
-    untraced = min(run([*base, *TOUCH, "--summary", "--no-trace"])["s"] for _ in range(REPEAT))
-    out: dict[str, dict[str, Any]] = {"untraced": {"touch_s": untraced, "ratio": 1.0}}
-    for mode, flags in MODES.items():
-        touch = [run([*base, *TOUCH, *flags]) for _ in range(REPEAT)]
+    untraced_runs: list[float] = []
+    out: dict[str, dict[str, Any]] = {}
+    for mode in modes:
+        flags = MODES[mode]
+        touch, untraced = [], []
+        for _ in range(REPEAT):  # interleaved: a change of load hits both alike
+            untraced.append(run([*base, *TOUCH, "--summary", "--no-trace"])["s"])
+            touch.append(run([*base, *TOUCH, *flags]))
+        untraced_runs += untraced
         seconds = min(t["s"] for t in touch)
-        fork = run([*base, *FORK, *flags])
-        out[mode] = {"touch_s": seconds, "ratio": seconds / untraced, "fork_mb": fork["mb"],
-                     "fork_s": fork["s"]}  # fmt: skip
-        failed = [t["failed"] for t in (*touch, fork) if "failed" in t]
+        out[mode] = {"touch_s": seconds, "ratio": seconds / min(untraced)}
+        forked = [run([*base, *FORK, *flags])] if fork else []
+        if forked:
+            out[mode] |= {"fork_mb": forked[0]["mb"], "fork_s": forked[0]["s"]}
+        failed = [t["failed"] for t in (*touch, *forked) if "failed" in t]
         if failed:
             out[mode]["failed"] = failed
-    return out
+    return {"untraced": {"touch_s": min(untraced_runs), "ratio": 1.0}, **out}
 
 
 def main() -> int:
@@ -94,14 +105,23 @@ def main() -> int:
     parser.add_argument("--before", help="another build's mmuscope, measured first")
     parser.add_argument("--after", default=str(MMUSCOPE), help="the build measured second")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated modes")
+    parser.add_argument("--no-fork", action="store_true", help="skip fork's memory runs")
     args = parser.parse_args()
+    modes = args.modes.split(",")
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        print(
+            f"kvm_modes: unknown mode {unknown[0]!r} (one of {', '.join(MODES)})", file=sys.stderr
+        )
+        return 2
     reason = kvm_unavailable_reason() or (None if os.geteuid() == 0 else "not root")
     if reason:
         print(f"kvm_modes: {reason}", file=sys.stderr)
         return 2
     builds = {"before": args.before} if args.before else {}
     builds["after"] = args.after
-    result = {name: measure(command) for name, command in builds.items()}
+    result = {name: measure(command, modes, not args.no_fork) for name, command in builds.items()}
     if args.json:
         print(json.dumps(result))
         return 0
@@ -114,7 +134,7 @@ def table(result: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
     head = "touch s  ratio  fork s  fork MB"
     lines = [f"{'':<10} " + "  ".join(f"{name:^34}" for name in result)]
     lines.append(f"{'mode':<10} " + "  ".join(f"{head:>34}" for _ in result))
-    for mode in ("untraced", *MODES):
+    for mode in next(iter(result.values())):
         cells = []
         for build in result.values():
             m = build[mode]

@@ -340,8 +340,10 @@ class Decoder:
 
     def event(self, raw: RawEvent) -> Event:
         name, fields = self.fields(raw)
-        comm = self.comms.get(raw.pid, UNKNOWN_COMM)
-        return Event(name, fields, trace_seconds(raw.ts), raw.cpu, raw.pid, comm)
+        pid = raw.pid
+        return Event(
+            name, fields, trace_seconds(raw.ts), raw.cpu, pid, self.comms.get(pid, UNKNOWN_COMM)
+        )
 
     def line(self, raw: RawEvent, event: Event | None = None) -> str:
         """The `trace_pipe` line of `raw` (its `event()` if already made), no newline."""

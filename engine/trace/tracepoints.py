@@ -67,6 +67,7 @@ from operator import itemgetter
 from typing import Any
 
 from ..events import FieldValue
+from .kernel_fields import kernel_json
 from .printk import ACCESS_STR, Printf, Slot, Template, format_pferr, parse_pferr
 
 CURRENT = "current"
@@ -213,8 +214,6 @@ def json_fields(name: str, fields: Mapping[str, FieldValue]) -> dict[str, FieldV
     ``TP_STRUCT__entry`` fields the printk's labels stand for, then what it decodes),
     then each earlier name of a field present (docs/architecture.md §6.3: the earlier
     names stay for one release)."""
-    from .kernel_fields import kernel_json
-
     out = kernel_json(name, fields)
     tracepoint = TRACEPOINTS.get(name)
     if tracepoint is not None:
