@@ -18,6 +18,7 @@ from mmuscope.engine.trace import (
     NO_GEN_2019,
     PFERR_FLAGS_OLD,
     PRE_3_11,
+    PRE_6_14,
     PRE_6_18,
     PRE_2019,
     TRACEPOINTS,
@@ -58,7 +59,7 @@ ERAS: list[tuple[str, str, str, dict[str, object]]] = [
         EXIT_618.replace("EPT_VIOLATION", "PF excp")
         .replace("requests 0x0000000000000000", "")
         .rstrip(),
-        PRE_6_18,
+        PRE_6_14,
         {"exit_reason": "PF excp"},
     ),
     (
@@ -74,7 +75,7 @@ ERAS: list[tuple[str, str, str, dict[str, object]]] = [
         CURRENT,
         {"intr_info": 0x80000B0E, "error_code": 2, "immediate_exit": True},
     ),
-    ("kvm_entry", "vcpu 1, rip 0x401000", PRE_6_18, {"rip": 0x401000}),
+    ("kvm_entry", "vcpu 1, rip 0x401000", PRE_6_14, {"rip": 0x401000}),
     (
         "kvm_mmu_get_page",
         "sp gfn 7f000 l2 8-byte q0 wux nxe ad root 0 sync existing",
@@ -150,6 +151,22 @@ def test_pferr_flags_by_era() -> None:
     # a text only the other table prints is not that era's
     assert walk.try_match("addr 1 pferr 29 P|RSVD|0x20", CURRENT) is None
     assert walk.try_match("addr 1 pferr 29 P|PK|RSVD", PRE_6_18) is None
+
+
+def test_kernels_6_14_to_6_17_print_requests_but_the_old_pferr_flags() -> None:
+    """`requests` (kvm_exit) and `intr_info`/`error_code` (kvm_entry) came with 6.14 (Maxim
+    Levitsky, "KVM: x86: Add information about pending requests to kvm_exit tracepoint",
+    "KVM: x86: Add interrupt injection information to the kvm_entry tracepoint"), the
+    PK|SS|SGX flags with 6.18: a pre-6.18 kernel from 6.14 on prints both new texts."""
+    exit_, entry = TRACEPOINTS["kvm_exit"], TRACEPOINTS["kvm_entry"]
+    fields = exit_.parse(EXIT_618)
+    assert exit_.format(fields, PRE_6_18) == EXIT_618
+    assert "requests" not in exit_.format(fields, PRE_6_14)
+    assert entry.format(entry.parse(ENTRY_618), PRE_6_18) == ENTRY_618
+    assert entry.format(entry.parse(ENTRY_618), PRE_6_14) == "vcpu 0, rip 0x401000"
+    walk = TRACEPOINTS["kvm_mmu_pagetable_walk"]
+    for variant in (PRE_6_18, PRE_6_14):  # both before the PK|SS|SGX names
+        assert walk.format({"addr": 1, "pferr": 0x29}, variant) == "addr 1 pferr 29 P|RSVD|0x20"
 
 
 def test_real_shaped_lines_of_kvm_exit_and_entry_parse_into_fields() -> None:

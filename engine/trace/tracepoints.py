@@ -8,10 +8,15 @@ text, each variant an era of the kernel or a tool (`VARIANTS`):
 * ``current`` — the kernel today: every ``current`` text below is VERIFIED against the
   ``print fmt`` of the running 6.18 kernel's ``events/*/format`` (tests/test_kernel_formats.py
   re-checks it on every machine with tracefs).
-* ``pre-6.18`` — older texts of the same tracepoints: the pferr flags without
-  ``PK|SS|SGX`` (``P|W|U|RSVD|F``; added Sept 2025, see `printk`), ``kvm_exit`` without
-  ``requests 0x%016llx`` and ``kvm_entry`` as ``vcpu %u, rip 0x%lx`` (the 5.x/6.x texts;
-  the release that added ``requests`` and ``intr_info``/``error_code`` is UNVERIFIED).
+* ``pre-6.18`` — 6.14 to 6.17: the pferr flags without ``PK|SS|SGX``
+  (``P|W|U|RSVD|F``; Sean Christopherson, "KVM: x86/mmu: Pretty print PK, SS, and SGX flags
+  in MMU tracepoints", Sept 2025, see `printk`); every other text is today's.
+* ``pre-6.14`` — the 5.x/6.x texts before 6.14: those old pferr flags, and ``kvm_exit`` without
+  ``requests 0x%016llx`` and ``kvm_entry`` as ``vcpu %u, rip 0x%lx``: both fields came with
+  6.14 (Maxim Levitsky, "KVM: x86: Add information about pending requests to kvm_exit
+  tracepoint" and "KVM: x86: Add interrupt injection information to the kvm_entry
+  tracepoint", in the "KVM changes for Linux 6.14" pull; arch/x86/kvm/trace.h).
+  ``kvm_page_fault`` is today's text from 6.1 on (below).
 * ``pre-2019`` — the generation as a counter, ``sp gen %lx`` and ``kvm-mmu-valid-gen %lx``
   (``unsigned long``): kernels 3.11 to 5.0 (Xiao Guangrong's 2013 series, the fast-zap
   thread (kvm, 2013), until its revert in 5.1), and Sean Christopherson's Sept 2019
@@ -27,8 +32,12 @@ text, each variant an era of the kernel or a tool (`VARIANTS`):
 * ``pre-3.11`` — before 2013 (before the fast-zap thread's series added the generation):
   ``sp gfn %llx %u%s q%u%s %s%s %snxe root %u %s%c``, the level bare, `` pae`` for
   ``role.cr4_pae``, no ``gen``, no ``ad``.  VERIFIED from a 3.x mmutrace.h.
-* ``vcpu-rip-u32`` — ``kvm_page_fault`` as ``address 0x%lx error_code %x`` (seen in a
-  patch; release UNVERIFIED).
+* ``vcpu-rip-u32`` — ``kvm_page_fault`` as ``vcpu %u rip 0x%lx address 0x%lx error_code
+  %x``: Wonhyuk Yang's "KVM: Add extra information in kvm_page_fault trace point" as
+  committed, which Sean Christopherson's "KVM: x86: Use u64 for address and error code in
+  page fault tracepoint" turned into today's text; both came with 6.1 (the first 6.1 KVM
+  pull), so no release printed this text: only a kernel built between the two commits.
+  Before 6.1: ``address %lx error_code %x`` (the ``pre-2019`` text).
 * ``libtraceevent`` — what ``trace-cmd report`` prints for the four shadow-page events:
   libtraceevent's plugin_kvm.c replaces the printk with its own (``new sp gfn 14b600 1 q0
   direct wux !pae nxe wp root 0 sync``; no gen, no ``ad``; only get_page shows ``created``
@@ -72,6 +81,7 @@ from .printk import ACCESS_STR, Printf, Slot, Template, format_pferr, parse_pfer
 
 CURRENT = "current"
 PRE_6_18 = "pre-6.18"
+PRE_6_14 = "pre-6.14"
 PRE_2019 = "pre-2019"
 NO_GEN_2019 = "2019-no-gen"
 PRE_3_11 = "pre-3.11"
@@ -81,6 +91,7 @@ LIBTRACEEVENT_WORD = "libtraceevent-word"
 VARIANTS = (
     CURRENT,
     PRE_6_18,
+    PRE_6_14,
     PRE_2019,
     NO_GEN_2019,
     PRE_3_11,
@@ -262,6 +273,7 @@ _EXIT = (
 
 _ERA_KEYS = {
     "pre_6_18": PRE_6_18,
+    "pre_6_14": PRE_6_14,
     "pre_2019": PRE_2019,
     "no_gen_2019": NO_GEN_2019,
     "pre_3_11": PRE_3_11,
@@ -315,7 +327,9 @@ _KVMMMU: dict[str, dict[str, str]] = {
     "kvm_mmu_spte_requested": _eras("gfn {gfn:x} pfn {pfn:x} level {level:d}"),
     # "vcpu %d gva %llx error_code %s sptep %p old %#llx new %llx spurious %d fixed %d"
     "fast_page_fault": _eras(
-        _FAST_PF.replace("PFERR", "pferr"), pre_6_18=_FAST_PF.replace("PFERR", "pferr_old")
+        _FAST_PF.replace("PFERR", "pferr"),
+        pre_6_18=_FAST_PF.replace("PFERR", "pferr_old"),
+        pre_6_14=_FAST_PF.replace("PFERR", "pferr_old"),
     ),
     # "addr:%llx gfn %llx access %x"
     "handle_mmio_page_fault": _eras("addr:{addr:x} gfn {gfn:x} access {access:x}"),
@@ -332,12 +346,15 @@ _KVMMMU: dict[str, dict[str, str]] = {
     "kvm_mmu_pagetable_walk": _eras(
         "addr {addr:x} pferr {pferr:x} {pferr:pferr}",
         pre_6_18="addr {addr:x} pferr {pferr:x} {pferr:pferr_old}",
+        pre_6_14="addr {addr:x} pferr {pferr:x} {pferr:pferr_old}",
     ),
     # "pte %llx level %u"
     "kvm_mmu_paging_element": _eras("pte {pte:x} level {level:u}"),
     # "pferr %x %s"
     "kvm_mmu_walker_error": _eras(
-        "pferr {pferr:x} {pferr:pferr}", pre_6_18="pferr {pferr:x} {pferr:pferr_old}"
+        "pferr {pferr:x} {pferr:pferr}",
+        pre_6_18="pferr {pferr:x} {pferr:pferr_old}",
+        pre_6_14="pferr {pferr:x} {pferr:pferr_old}",
     ),
     # "gpa %llx"
     "kvm_mmu_set_accessed_bit": _eras("gpa {gpa:x}"),
@@ -361,14 +378,14 @@ _KVM: dict[str, dict[str, str]] = {
     # "FAILED_VMENTRY" when bit 31 of a VMX exit reason is set
     "kvm_exit": _eras(
         f"{_EXIT} requests 0x{{requests:016x}}",
-        pre_6_18=_EXIT,
+        pre_6_14=_EXIT,
         pre_2019="reason {exit_reason:exit} rip 0x{guest_rip:x} info {info1:x} {info2:x}",
     ),
     # "vcpu %u, rip 0x%lx intr_info 0x%08x error_code 0x%08x%s", the %s "[immediate exit]"
     "kvm_entry": _eras(
         "vcpu {vcpu_id:u}, rip 0x{rip:x} intr_info 0x{intr_info:08x}"
         " error_code 0x{error_code:08x}{immediate_exit?[immediate exit]|}",
-        pre_6_18="vcpu {vcpu_id:u}, rip 0x{rip:x}",
+        pre_6_14="vcpu {vcpu_id:u}, rip 0x{rip:x}",
         pre_2019="vcpu {vcpu_id:u}",
     ),
     # "%x:%llx:%s (%s)%s": csbase, rip, __print_hex(insn, len), the mode's name, " failed"
