@@ -4,8 +4,12 @@ guest memory was used lately, the first making it "old" again.
 
 torvalds/linux 6.18 `arch/x86/kvm/mmu/mmu.c` (`kvm_age_gfn`, `kvm_rmap_age_gfn_range`),
 `tdp_mmu.c` (`kvm_tdp_mmu_age_gfn_range`, `kvm_tdp_mmu_age_spte`), `spte.c`/`spte.h`
-(`is_accessed_spte`, `mark_spte_for_access_track`).  Since the lockless aging of 6.15
-(`mmu_spte_age()` under mmu_lock before; version UNVERIFIED) both walk without the lock;
+(`is_accessed_spte`, `mark_spte_for_access_track`).  Since 6.15 both walk without mmu_lock
+(the kvm-x86 MMU pull for 6.15: "KVM: x86/mmu: Age TDP MMU SPTEs without holding mmu_lock",
+under RCU, and "KVM: x86/mmu: Walk rmaps (shadow MMU) without holding mmu_lock when aging
+gfns", which locks each rmap head with its bit 1 instead; not modelled); before 6.15 under
+mmu_lock, in `kvm_rmap_age_gfn_range()` from 6.12 ("KVM: x86/mmu: Fold mmu_spte_age() into
+kvm_rmap_age_gfn_range()") and `mmu_spte_age()` per spte before that;
 test_young is the same walk with `test_only`, which returns at the first young spte:
 - every leaf of the range that `is_accessed_spte()` (its A bit set: 6.13+, where KVM
   keeps bit 8 itself without EPT A/D bits; before, such a spte was accessed unless

@@ -7,8 +7,10 @@ the page hash (the gfn is the other half).  Bit order, low to high: `level:4`,
 `cr0_wp:1`, `smep_andnot_wp:1`, `smap_andnot_wp:1`, `ad_disabled:1`, `guest_mode:1`,
 `passthrough:1`, `is_mirror:1` (bit 19, 6.18: the TDX mirror page tables of the TDP MMU),
 4 unused bits, `smm:8` (the top byte, so `kvm_memslots_for_spte_role` can shift it out).
-Before `is_mirror` (the TDX MMU series, ≈6.14, version UNVERIFIED) bit 19 was unused: 5
-unused bits; the word is the same for every page the model makes, which never mirrors.
+Before `is_mirror` (6.14: Isaku Yamahata, "KVM: x86/mmu: Add an is_mirror member for union
+kvm_mmu_page_role", the TDX mirror page tables in the "KVM changes for Linux 6.14" pull)
+bit 19 was unused: 5 unused bits; the word is the same for every page the model makes,
+which never mirrors.
 The `kvm_mmu_get_page` tracepoint prints the access bits through `access_str[]`.
 """
 

@@ -29,7 +29,13 @@ is `SHADOW_NONPRESENT_VALUE` = BIT(63) from 6.10 on (x86_64; the shadow page cac
 empty entry.  `describe_spte` names both "not present".
 An older kvm.git spte.h (commit 22ab7e8b) had 18 generation bits at 3-11 and 54-62,
 SPTE_MMIO_MASK = 3 << 52, SPTE_HOST_WRITEABLE = bit 10, SPTE_MMU_WRITEABLE = bit 11.
-Kernel versions of these changes: UNVERIFIED.  Not modelled: SME/TDX bits.
+Sean Christopherson's SPTE-mask series, queued in kvm.git in March 2021 for the 5.13
+merge window, made today's layout: "KVM: x86/mmu: Use a dedicated bit to track
+shadow/MMU-present SPTEs" (bit 11, the MMIO mask no longer 3 << 52, the generation up to
+bit 62), "KVM: x86/mmu: Exclude the MMU_PRESENT bit from MMIO SPTE's generation" (19 bits:
+3-10 and 52-62), and "KVM: x86/mmu: Make Host-writable and MMU-writable bit locations
+dynamic" with "KVM: x86/mmu: Use high bits for host/mmu writable masks for EPT SPTEs"
+(together: 57/58 with EPT, 9/10 without).  Not modelled: SME/TDX bits.
 
 MMIO sptes (docs/kvm.md §5): `make_mmio_spte()` / `check_mmio_spte()` /
 `get_mmio_spte_gfn()` (spte.c, mmu.c 6.18), the generation wrap that zaps everything
@@ -157,8 +163,9 @@ class RetPf(IntEnum):
 
     All >= 0 so they never alias -errno; CONTINUE is 0 for a cheap test/jnz.  History
     (docs/kvm.md §6.1): originally RETRY = 0, EMULATE, INVALID; FIXED and SPURIOUS came
-    later; CONTINUE was inserted at 0 in 2022; WRITE_PROTECTED arrived ≈6.12 (version
-    UNVERIFIED).  Numbers differ between eras: compare by name.
+    later; CONTINUE was inserted at 0 in 2022; WRITE_PROTECTED arrived in 6.12 (Sean
+    Christopherson, "KVM: x86/mmu: Trigger unprotect logic only on write-protection page
+    faults", the kvm-x86 MMU pull for 6.12).  Numbers differ between eras: compare by name.
     """
 
     CONTINUE = 0  # keep handling the fault

@@ -29,13 +29,17 @@ The eras, by name:
   checks that key; a host-swapped page is ABSENT with the key cleared.  Every NO_HPTE
   fault goes through `kvmppc_hpte_hv_fault()`, whose `kvmppc_hv_find_lock_hpte()` hash
   search tells the three cases apart; a per-vCPU cache of the last 4 MMIO HPTEs
-  (`MMIO_HPTE_CACHE_SIZE 4`, `mmio_cache_search()`, keyed by `kvm->arch.mmio_update`;
-  added after the thread, ~2017, date UNVERIFIED) skips the search for repeated MMIO
-  faults.  The guest keeps all 32 keys.
+  (`MMIO_HPTE_CACHE_SIZE 4`, `mmio_cache_search()`, keyed by `kvm->arch.mmio_update`)
+  skips the search for repeated MMIO faults: Yongji Xie's "KVM: PPC: Book3S HV: Add a per
+  vcpu cache for recently page faulted MMIO entries" (a56ee9f8f01c), on top of 4.9-rc6 in
+  November 2016 beside "KVM: PPC: Book3S HV: Clear the key field of HPTE when the page is
+  paged out" (f05859827d28), so 4.10 at the earliest; the exact release is not settled
+  here.  The guest keeps all 32 keys.
 * ``"2014"`` — the kernel the thread's series was measured against ("Without Fix", v3.15
   era): the same marks and handler as today — key 31 on absent MMIO HPTEs since Paul
   Mackerras's MMIO emulation for HV guests (v3.2), every NO_HPTE fault hash-searched —
-  but no MMIO HPTE cache yet.  The guest keeps all 32 keys.
+  but no MMIO HPTE cache yet, and a paged-out HPTE kept its key (the model's guest sets
+  none, so that changes nothing here).  The guest keeps all 32 keys.
 """
 
 from __future__ import annotations
