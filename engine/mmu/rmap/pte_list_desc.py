@@ -7,8 +7,8 @@ physical address, nonzero and 8-byte aligned.  The eras, by name:
 
 * ``"3"`` (to 2021): `{ u64 *sptes[3]; more; }`, 32 bytes, NULL-terminated.
 * ``"15"``: Peter Xu's v2 7/9 (the PTE_LIST_EXT thread): the same code, `PTE_LIST_EXT
-  15`, 128 bytes. VERIFIED as posted; that a release shipped 15 is UNVERIFIED (Sean:
-  Paolo made it 14).
+  15`, 128 bytes.  In mainline as dc1cff969101 ("KVM: X86: MMU: Tune PTE_LIST_EXT to be
+  bigger"), which 13236e25ebab made 14 in the same (5.15) merge window: no release had 15.
 * ``"14"`` (5.15-6.3, 13236e25ebab): `{ more; u64 spte_count; u64 *sptes[14]; }`.
   VERIFIED (v3 6/7 mail, 9/9 mail).
 * ``"6.4"`` (default; Lai Jiangshan, merged for 6.4): `u32 spte_count, tail_count`.
