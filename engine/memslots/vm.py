@@ -19,6 +19,7 @@ from ..events import Event, Listener
 from ..lookup import LOOKUP_STRATEGIES, make_strategy
 from ..lookup.base import CacheProbe, LookupTrace
 from .constants import (
+    KVM_DIRTY_LOG_INITIALLY_SET,
     KVM_MAX_NR_ADDRESS_SPACES,
     KVM_MEMSLOT_INVALID,
     KVM_MR_CREATE,
@@ -333,3 +334,9 @@ class Vm(KvmSetUserMemoryRegion):
                 continue
             if self.slot(vcpu.as_id, cached.id) is not cached:
                 raise AuditError(f"vcpu {vcpu.vcpu_id}: fresh cache holds a dead slot")
+
+
+def kvm_dirty_log_manual_protect_and_init_set(vm: Vm) -> bool:
+    """kvm_host.h (6.18): KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2 was enabled with
+    KVM_DIRTY_LOG_INITIALLY_SET (engine/mmu/dirty_log.py reads it)."""
+    return bool(vm.manual_dirty_log_protect & KVM_DIRTY_LOG_INITIALLY_SET)

@@ -86,9 +86,13 @@ from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import AuditError, KvmError
 from ..events import Event, FieldValue
-from ..memslots.constants import KVM_MEM_LOG_DIRTY_PAGES
+from ..memslots.constants import (
+    KVM_DIRTY_LOG_INITIALLY_SET,
+    KVM_DIRTY_LOG_MANUAL_PROTECT_ENABLE,
+    KVM_MEM_LOG_DIRTY_PAGES,
+)
 from ..memslots.memslot import MemorySlot
-from ..memslots.vm import Vm
+from ..memslots.vm import kvm_dirty_log_manual_protect_and_init_set
 from .mapping_level import gfn_to_index
 from .params import cpu_dirty_log_size
 from .spte import (
@@ -108,8 +112,6 @@ if TYPE_CHECKING:
 H = TypeVar("H")
 
 # include/uapi/linux/kvm.h
-KVM_DIRTY_LOG_MANUAL_PROTECT_ENABLE = 1 << 0
-KVM_DIRTY_LOG_INITIALLY_SET = 1 << 1
 KVM_DIRTY_GFN_F_DIRTY = 1 << 0
 KVM_DIRTY_GFN_F_RESET = 1 << 1
 KVM_EXIT_DIRTY_RING_FULL = 31
@@ -134,12 +136,6 @@ DIRTY_LOG_WORDS = {
 def dirty_logging_words(pml: bool) -> str:
     """The setting as the screens and captions name it."""
     return "PML on: D bits cleared" if pml else "PML off: write protection"
-
-
-def kvm_dirty_log_manual_protect_and_init_set(vm: Vm) -> bool:
-    """kvm_host.h: KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2 was enabled with
-    KVM_DIRTY_LOG_INITIALLY_SET."""
-    return bool(vm.manual_dirty_log_protect & KVM_DIRTY_LOG_INITIALLY_SET)
 
 
 def _ffs(mask: int) -> int:

@@ -34,7 +34,7 @@ from collections.abc import Iterable
 
 from ...memslots.constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY
 from ...memslots.memslot import MemorySlot
-from ..dirty_log import kvm_dirty_log_manual_protect_and_init_set
+from ...memslots.vm import kvm_dirty_log_manual_protect_and_init_set
 from ..mapping_level import MappingLevels
 from ..nx_huge_pages import recover_nx_huge_pages
 from ..params import cpu_dirty_log_size
