@@ -18,13 +18,7 @@ from mmuscope.engine.mmu.aging import kvm_age_gfn
 from mmuscope.engine.mmu.direct.mmu import DirectMmu
 from mmuscope.engine.mmu.direct.session import MmuSession
 from mmuscope.engine.mmu.dirty_log import DirtyLogging
-from mmuscope.engine.mmu.fast_pf import (
-    FAST_PF_MAX_RETRIES,
-    PFERR_PRESENT_MASK,
-    PFERR_RSVD_MASK,
-    PFERR_WRITE_MASK,
-    fault_error_code,
-)
+from mmuscope.engine.mmu.fast_pf import FAST_PF_MAX_RETRIES, fault_error_code
 from mmuscope.engine.mmu.mmu_pages import KvmMmuPage
 from mmuscope.engine.mmu.params import TdpMmuParams
 from mmuscope.engine.mmu.spte import (
@@ -39,6 +33,7 @@ from mmuscope.engine.mmu.spte import (
 )
 from mmuscope.engine.mmu.tdp.mmu import TdpMmu
 from mmuscope.engine.mmu.tdp.session import TdpSession
+from mmuscope.engine.mmu.vmx import PFERR_PRESENT_MASK, PFERR_RSVD_MASK, PFERR_WRITE_MASK
 
 MIB = 1 << 20
 UA = 0x7F00_0000_0000

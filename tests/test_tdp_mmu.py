@@ -226,11 +226,13 @@ def test_mmio_sptes_are_cached_hit_and_rebuilt_when_stale() -> None:
     assert mmu.stat["pf_mmio_spte_created"] == 1
     seen = len(events)
     assert mmu.page_fault(0, gpa, rsvd=True) is RetPf.EMULATE  # vCPU 0's MMIO info: no trace
-    assert [e.name for e in events[seen:]] == ["kvm_mmio"]
+    # then the emulator (emulate.py): the MMIO info matches the exit's gpa, userspace's store
+    emulated = ["kvm_emulate_insn", "vcpu_match_mmio", "kvm_mmio", "kvm_userspace_exit"]
+    assert [e.name for e in events[seen:]] == emulated
     seen = len(events)
     assert mmu.page_fault(1, gpa, rsvd=True) is RetPf.EMULATE  # vCPU 1 reads the spte
     names = [e.name for e in events[seen:]]
-    assert names == ["check_mmio_spte", "handle_mmio_page_fault", "kvm_mmio"]
+    assert names == ["check_mmio_spte", "handle_mmio_page_fault", *emulated]
     marked = [e.fields for e in events if e.name == "mark_mmio_spte"]
     assert marked[0]["access"] == 6  # spte & ACC_ALL: EPT's misconfig value W|X (mmutrace.h)
     assert marked[0]["gen"] == vm.generation() & 0x7FFFF

@@ -50,7 +50,6 @@ from .role import PG_LEVEL_4K
 from .spte import (
     PT_PRESENT_MASK,
     PT_WRITABLE_MASK,
-    VMX_EPT_RWX_MASK,
     RetPf,
     SpteConfig,
     is_access_track_spte,
@@ -61,14 +60,15 @@ from .spte import (
     is_shadow_present_pte,
     restore_acc_track_spte,
 )
+from .vmx import (
+    PFERR_FETCH_MASK,
+    PFERR_PRESENT_MASK,
+    PFERR_RSVD_MASK,
+    PFERR_WRITE_MASK,
+    ept_exit_qualification,
+    ept_violation_error_code,
+)
 
-# arch/x86/include/asm/kvm_host.h
-PFERR_PRESENT_MASK = 1 << 0
-PFERR_WRITE_MASK = 1 << 1
-PFERR_USER_MASK = 1 << 2
-PFERR_RSVD_MASK = 1 << 3
-PFERR_FETCH_MASK = 1 << 4
-PFERR_GUEST_FINAL_MASK = 1 << 32  # EPT: the guest linear address was translated
 FAST_PF_MAX_RETRIES = 4  # "if (++retry_count > 4)"
 
 Sptep = tuple[KvmMmuPage, int]  # `u64 *sptep`: the page table and the index in it
@@ -106,25 +106,23 @@ class FastFault:
 
 
 def fault_error_code(cfg: SpteConfig, spte: int, write: bool, fetch: bool = False) -> int:
-    """`fault->error_code` for an access that exited on `spte` (6.18).
-
-    EPT, `__vmx_handle_ept_violation()`: ACC_READ gives PFERR_USER, ACC_WRITE PFERR_WRITE,
-    ACC_INSTR PFERR_FETCH, any of the entry's R/W/X (EPT_VIOLATION_PROT_MASK)
-    PFERR_PRESENT, and a translated guest linear address PFERR_GUEST_FINAL (bit 32,
-    which the tracepoint prints as a left-over ``0x100000000``); an EPT misconfiguration
-    (an MMIO spte) is PFERR_RSVD.  NPT/legacy: the #PF/#NPF code, P, W, F and RSVD."""
-    mmio = is_mmio_spte(cfg, spte)
-    code = (PFERR_WRITE_MASK if write else 0) | (PFERR_FETCH_MASK if fetch else 0)
+    """`fault->error_code` for an access that exited on `spte` (6.18): under EPT what
+    `__vmx_handle_ept_violation()` derives from the exit qualification (vmx.py; it
+    prints as PFERR_GUEST_FINAL's left-over ``0x100000000``), PFERR_RSVD alone for an EPT
+    misconfiguration (an MMIO spte: `handle_ept_misconfig()`); NPT/legacy: the #PF/#NPF
+    code, P, W, F and RSVD."""
     if cfg.ept:
-        if mmio:
-            return PFERR_RSVD_MASK | code
-        if not write and not fetch:
-            code |= PFERR_USER_MASK
-        if is_shadow_present_pte(spte) and spte & VMX_EPT_RWX_MASK:
-            code |= PFERR_PRESENT_MASK
-        return code | PFERR_GUEST_FINAL_MASK
-    if mmio:
-        return PFERR_RSVD_MASK | PFERR_PRESENT_MASK | code
+        if is_mmio_spte(cfg, spte):
+            return PFERR_RSVD_MASK
+        return ept_violation_error_code(ept_exit_qualification(spte, write, fetch))
+    if is_mmio_spte(cfg, spte):
+        return (
+            PFERR_RSVD_MASK
+            | PFERR_PRESENT_MASK
+            | (PFERR_WRITE_MASK if write else 0)
+            | (PFERR_FETCH_MASK if fetch else 0)
+        )
+    code = (PFERR_WRITE_MASK if write else 0) | (PFERR_FETCH_MASK if fetch else 0)
     if is_shadow_present_pte(spte) and spte & PT_PRESENT_MASK:
         code |= PFERR_PRESENT_MASK
     return code

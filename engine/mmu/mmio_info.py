@@ -60,12 +60,15 @@ class VcpuMmioInfo:
         self.gva_hits += 1
         return info
 
-    def match_gpa(self, vcpu: int, gpa: int, gen: int) -> MmioInfo | None:
-        """`vcpu_match_mmio_gpa()`."""
+    def match_gpa(self, vcpu: int, gpa: int, gen: int, count: bool = True) -> MmioInfo | None:
+        """`vcpu_match_mmio_gpa()`; `gpa_hits` counts the faults it answers
+        (`mmio_info_in_cache()`), not the emulator's looks (`count=False`, traced as
+        `vcpu_match_mmio`)."""
         info = self.info.get(vcpu)
         if info is None or info.gen != gen or not info.gfn or info.gfn != gpa >> 12:
             return None
-        self.gpa_hits += 1
+        if count:
+            self.gpa_hits += 1
         return info
 
     def clear(self, vcpu: int, gva: int | None = None) -> None:

@@ -31,6 +31,9 @@ first, then the rest of the parsed fields as extras:
   ``FAILED_VMENTRY`` as bit 31), its symbol as ``exit_reason_name``; ``isa``,
   ``KVM_ISA_VMX`` (1) or ``KVM_ISA_SVM`` (2) by the table that names it (a reason
   printed as a number tells neither: no ``isa``).
+* ``kvm_userspace_exit``: ``reason`` the ``KVM_EXIT_*`` number and ``errno`` 0, or, for
+  a KVM_RUN that failed (``restart``, ``error``), ``errno`` the negative errno and
+  ``reason`` 0 (the text does not tell it); the printed name as ``reason_name``.
 """
 
 from __future__ import annotations
@@ -140,6 +143,15 @@ def _exit(fields: Fields) -> Kernel:
     return kernel, {"exit_reason_name": reason}
 
 
+def _userspace_exit(fields: Fields) -> Kernel:
+    reason, code = fields.get("reason"), fields.get("code")
+    if not isinstance(reason, str) or not isinstance(code, int):
+        return {}, {}
+    if reason in ("restart", "error"):  # the run's exit reason is not printed
+        return {"reason": 0, "errno": -code}, {"reason_name": reason}
+    return {"reason": code, "errno": 0}, {"reason_name": reason}
+
+
 #: tracepoint -> the kernel's fields its parsed fields give, and the extras
 _KERNEL: dict[str, Callable[[Fields], Kernel]] = {
     **dict.fromkeys(SHADOW_PAGE_EVENTS, _shadow_page),
@@ -148,6 +160,7 @@ _KERNEL: dict[str, Callable[[Fields], Kernel]] = {
     "kvm_mmio": _mmio,
     "kvm_emulate_insn": _emulate_insn,
     "kvm_exit": _exit,
+    "kvm_userspace_exit": _userspace_exit,
 }
 # -- the other way: the kernel's fields (a ring buffer's record) as the text parser names them
 

@@ -388,6 +388,11 @@ _KVM: dict[str, dict[str, str]] = {
         pre_6_14="vcpu {vcpu_id:u}, rip 0x{rip:x}",
         pre_2019="vcpu {vcpu_id:u}",
     ),
+    # "reason %s (%d)": the exit reason's KVM_EXIT_* name and number, or "restart"/"error"
+    # and -errno when KVM_RUN failed (kvm_vcpu_ioctl(), include/trace/events/kvm.h)
+    "kvm_userspace_exit": _eras("reason {reason:s} ({code:d})"),
+    # "fast mmio at gpa 0x%llx" (handle_ept_misconfig(), arch/x86/kvm/trace.h)
+    "kvm_fast_mmio": _eras("fast mmio at gpa 0x{gpa:x}"),
     # "%x:%llx:%s (%s)%s": csbase, rip, __print_hex(insn, len), the mode's name, " failed"
     "kvm_emulate_insn": _eras("{csbase:x}:{rip:x}:{insn:hexbytes} ({flags:s}){failed? failed|}"),
     # "gva %#lx gpa %#llx %s %s": Write/Read, GPA/GVA (the MMIO info cache matched on which)

@@ -1,7 +1,8 @@
 """MMIO sptes on the direct MMU (EPT/NPT with tdp_mmu=N), mmu.c 6.18:
-`mark_mmio_spte()` when a fault finds no memslot and MMIO caching is on, and the
-emulator's `kvm_mmio`.  The RSVD / EPT-misconfiguration path,
-`handle_mmio_page_fault(vcpu, addr, direct=true)`, is the TDP MMU's too (mmio_info.py).
+`mark_mmio_spte()` when a fault finds no memslot and MMIO caching is on (the emulator
+after it, with `kvm_mmio` of the whole gpa, page offset included: emulate.py).  The
+RSVD / EPT-misconfiguration path, `handle_mmio_page_fault(vcpu, addr, direct=true)`, is
+the TDP MMU's too (mmio_info.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from ..role import ACC_ALL
 from ..spte import (
     RetPf,
     SpteConfig,
-    kvm_mmio_fields,
     make_mmio_spte,
     mark_mmio_spte_fields,
 )
@@ -35,13 +35,6 @@ class DirectMmio:
     if TYPE_CHECKING:  # DirectMmu's
 
         def _emit(self, name: str, **fields: FieldValue) -> None: ...
-
-    def _emit_mmio(self, gpa: int, write: bool) -> None:
-        """What the emulator traces for the access: `kvm_mmio` with the whole gpa, page
-        offset included (`write_mmio()`/`read_exit_mmio()`, 6.18 x86.c, through
-        `emulator_read_write_onepage()`, which keeps `addr & ~PAGE_MASK`)."""
-        if self._listener is not None:
-            self._emit("kvm_mmio", **kvm_mmio_fields(gpa, write))
 
     def _mark_mmio_spte(self, root: KvmMmuPage, sp: KvmMmuPage, index: int, gfn: int) -> RetPf:
         self.stat["pf_emulate"] += 1

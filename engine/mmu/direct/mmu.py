@@ -33,6 +33,7 @@ from ...events import Event, FieldValue
 from ...memslots.constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY
 from ...memslots.memslot import MemorySlot
 from ...memslots.vm import Vm
+from ..emulate import DirectEmulator
 from ..fast_pf import (
     FastPageFault,
     fast_pf_get_last_sptep,
@@ -102,6 +103,7 @@ class DirectMmu(DirectMmio, DirectHuge, DirectRmaps):
     ) -> None:
         self.vm = vm
         self.mmio_info = VcpuMmioInfo(mmio_info_cache)  # False: before 3.1
+        self.emulator = DirectEmulator(self)  # after RET_PF_EMULATE (emulate.py)
         self.cfg = cfg or SPTE_CONFIGS["ept"]
         self.era = ERAS[pte_list_era]
         self.huge_pages = huge_pages
@@ -191,12 +193,12 @@ class DirectMmu(DirectMmio, DirectHuge, DirectRmaps):
         if is_mmio_spte(self.cfg, spte) and handle_mmio_page_fault(
             self, vcpu, gpa, spte, self.vm.generation(root.role.smm), True
         ):
-            self._emit_mmio(gpa, write)  # emulate: x86_emulate_instruction()
+            self.emulator.emulate(vcpu, gpa, write)  # emulate: x86_emulate_instruction()
             return RetPf.EMULATE  # else a stale generation: RET_PF_INVALID, the real path
         self.stat["pf_taken"] += 1
         ret = self.direct_page_fault(vcpu, root, gpa, write, exec_, error_code, spte)
         if ret is RetPf.EMULATE:
-            self._emit_mmio(gpa, write)
+            self.emulator.emulate(vcpu, gpa, write)
         return ret
 
     def _fast_pf_last_sptep(self, vcpu: int, gfn: int) -> tuple[KvmMmuPage, int]:

@@ -141,11 +141,15 @@ class MmuSession(EptSession[MmuStep]):
             return MmuStep(access, False, None, update)
         fast = self.mmu.fast_pf
         before = self.mmu.stat.get("pf_fast", 0)
+        ret: RetPf | None = None
         for _ in range(MAX_RETRIES):  # RET_PF_RETRY: the vCPU re-enters and faults again
-            self.ept_exit(access.vcpu, access.gpa, access.write, access.fetch)
+            if self.ept_exit(access.vcpu, access.gpa, access.write, access.fetch):
+                ret = None  # the fast MMIO bus took the store (guest/ept.py)
+                break
             ret = self._result(
                 self.mmu.page_fault(access.vcpu, access.gpa, access.write, access.fetch)
             )
+            self.vm_entry(access.vcpu, ret)
             if ret is not RetPf.RETRY or not self.needs_exit(access):
                 break
         self.dirty_ring_exit(access.vcpu)  # the entry after the exit (a ring, soft full)

@@ -29,10 +29,19 @@ from typing import TYPE_CHECKING, NamedTuple
 from ...errors import KvmError
 from ...memslots.vm import Vm
 from ..dirty_log import DIRTY_RING_ENTRIES, DirtyLogging
-from ..spte import is_mmio_spte, is_shadow_present_pte
+from ..emulate import MMIO_STORE
+from ..spte import RetPf
+from ..vmx import (
+    EPT_VIOLATION,
+    NPF,
+    PFERR_RSVD_MASK,
+    ept_exit_qualification,
+    exit_reason,
+    npf_error_code,
+)
 from .balloon import BALLOON_EVERY, HostBalloon
 from .fast import FastPathControls
-from .session import FETCH_RATE, PFERR_WRITE, GuestSession, StepT, uniform_below
+from .session import FETCH_RATE, GuestSession, StepT, uniform_below
 
 if TYPE_CHECKING:
     from ..direct.mmu import DirectMmu
@@ -46,12 +55,6 @@ DIRTY_EVERY = 400  # the dirty workload toggles dirty logging this often
 EPT_WORKLOADS = ("kernbench", "netperf", "churn", "dirty", "migrate", "balloon")
 FETCH_SEED = 0x7D9  # the fetch generator's seed is the session's seed ^ this
 Access = tuple[int, int, bool, bool]  # vcpu, gpa, write, fetch
-# The EPT violation exit qualification (asm/vmx.h): the access, the RWX the entries grant,
-# and a guest linear address that was valid and translated (a data access of the guest).
-EPT_VIOLATION_ACC_READ, EPT_VIOLATION_ACC_WRITE, EPT_VIOLATION_ACC_INSTR = 1, 1 << 1, 1 << 2
-EPT_VIOLATION_RWX_SHIFT = 3
-EPT_VIOLATION_GVA_IS_VALID, EPT_VIOLATION_GVA_TRANSLATED = 1 << 7, 1 << 8
-PFERR_PRESENT, PFERR_RSVD, PFERR_FETCH = 1 << 0, 1 << 3, 1 << 4
 
 
 class EptAccess(NamedTuple):
@@ -78,30 +81,51 @@ class EptSession(GuestSession[StepT], FastPathControls):
 
         def leaf_spte(self, vcpu: int, gfn: int) -> int: ...
 
-    def ept_exit(self, vcpu: int, gpa: int, write: bool, fetch: bool) -> None:
+    def ept_exit(self, vcpu: int, gpa: int, write: bool, fetch: bool) -> bool:
         """The VM exit of an access the CPU's walk did not let through, on the spte the
-        walk ends at: an EPT violation traces `kvm_page_fault` with the exit
-        qualification (`exit_code`); an EPT misconfiguration (an MMIO spte) traces
-        nothing, as `handle_ept_misconfig()` (6.18 vmx.c) has no such tracepoint.  Under
-        NPT every #NPF is traced (`npf_interception()`, 6.18 svm.c)."""
+        walk ends at, as 6.18 vmx.c takes it (vmx.py): `kvm_exit`, then an EPT violation
+        traces `kvm_page_fault` with the exit qualification (`handle_ept_violation()`);
+        an EPT misconfiguration (an MMIO spte) traces no fault (`handle_ept_misconfig()`)
+        and first offers the store to the fast MMIO bus: an ioeventfd doorbell there
+        traces `kvm_fast_mmio`, the instruction is skipped and the vCPU re-enters (True:
+        no `kvm_mmu_page_fault()`).  Under NPT every #NPF is traced
+        (`npf_interception()`, 6.18 svm.c).  False: the fault path runs next, then
+        `vm_entry`."""
+        cfg = self.mmu.cfg
         spte = self.leaf_spte(vcpu, gpa >> PAGE_SHIFT)
-        misconfig = self.mmu.cfg.ept and is_mmio_spte(self.mmu.cfg, spte)
-        self._vm_exit(vcpu, gpa, self.exit_code(spte, write, fetch), traced=not misconfig)
+        reason = exit_reason(cfg, spte)
+        if reason == NPF:
+            code = npf_error_code(cfg, spte, write, fetch)
+            self.trace_kvm_exit(vcpu, reason, info1=code, info2=gpa)
+            self._vm_exit(vcpu, gpa, code)
+            return False
+        if reason == EPT_VIOLATION:
+            qual = ept_exit_qualification(spte, write, fetch)
+            self.trace_kvm_exit(vcpu, reason, info1=qual)
+            self._vm_exit(vcpu, gpa, qual)
+            return False
+        self.trace_kvm_exit(vcpu, reason)  # EPT_MISCONFIG: no exit qualification
+        self._vm_exit(vcpu, gpa, PFERR_RSVD_MASK, traced=False)
+        if write and self.mmu.emulator.bus.fast_mmio_write(gpa):
+            self._emit("kvm_fast_mmio", gpa=gpa)
+            self.vm_entry(vcpu, RetPf.EMULATE)  # kvm_skip_emulated_instruction()
+            return True
+        return False
+
+    def vm_entry(self, vcpu: int, ret: RetPf | None) -> None:
+        """The vCPU's next VM entry after an exit (`kvm_entry`): past the store when KVM
+        emulated or skipped it (RET_PF_EMULATE), else at it again (the MMU mapped the
+        page, or the fault is retried)."""
+        rip, code = MMIO_STORE
+        self.trace_kvm_entry(vcpu, rip + len(code) if ret is RetPf.EMULATE else rip)
 
     def exit_code(self, spte: int, write: bool, fetch: bool = False) -> int:
         """What `kvm_page_fault` prints as its code: under EPT the exit qualification
         (`handle_ept_violation()`, 6.18 vmx.c: `trace_kvm_page_fault(vcpu, gpa,
         exit_qualification)`); under NPT the #NPF error code, RSVD|P on an MMIO spte."""
         if not self.mmu.cfg.ept:
-            if is_mmio_spte(self.mmu.cfg, spte):
-                return PFERR_RSVD | PFERR_PRESENT | (PFERR_WRITE if write else 0)
-            present = PFERR_PRESENT if is_shadow_present_pte(spte) else 0
-            return present | (PFERR_WRITE if write else 0) | (PFERR_FETCH if fetch else 0)
-        qual = EPT_VIOLATION_ACC_WRITE if write else EPT_VIOLATION_ACC_READ
-        qual = EPT_VIOLATION_ACC_INSTR if fetch else qual
-        if is_shadow_present_pte(spte):
-            qual |= (spte & 0x7) << EPT_VIOLATION_RWX_SHIFT
-        return qual | EPT_VIOLATION_GVA_IS_VALID | EPT_VIOLATION_GVA_TRANSLATED
+            return npf_error_code(self.mmu.cfg, spte, write, fetch)
+        return ept_exit_qualification(spte, write, fetch)
 
     def set_up_guest(
         self, seed: int, dirty_log: str = "legacy", dirty_ring: int | None = None

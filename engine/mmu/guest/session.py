@@ -162,6 +162,19 @@ class GuestSession(Generic[StepT]):
             fields = {"vcpu_id": vcpu, "fault_address": address, "error_code": error_code}
             self._forward_fields("kvm_page_fault", fields)
 
+    def trace_kvm_exit(self, vcpu: int, reason: str, info1: int = 0, info2: int = 0) -> None:
+        """`trace_kvm_exit(vcpu, isa)` after a VM exit (6.18 vmx.c `vmx_vcpu_run()`,
+        svm.c `svm_vcpu_run()`): the reason as printed, info1/info2 as the vendor's
+        `get_exit_info()` reads them; the guest's rip (the model's guests run at 0), no
+        event delivery (intr_info, error_code 0) and no pending request."""
+        fields: dict[str, FieldValue] = {"vcpu_id": vcpu, "exit_reason": reason, "guest_rip": 0}
+        self._forward_fields("kvm_exit", fields | {"info1": info1, "info2": info2})
+
+    def trace_kvm_entry(self, vcpu: int, rip: int) -> None:
+        """`trace_kvm_entry(vcpu, force_immediate_exit)` before the VM entry
+        (`vcpu_enter_guest()`, 6.18 x86.c): no event injected, no immediate exit."""
+        self._forward_fields("kvm_entry", {"vcpu_id": vcpu, "rip": rip})
+
     def _result(self, ret: RetPf) -> RetPf:
         name = _RET_NAMES[ret]  # (an enum's .name is a property)
         self.results[name] = self.results.get(name, 0) + 1

@@ -74,6 +74,7 @@ from ..direct.prefetch import (
     kvm_prefetch_pages,
 )
 from ..direct.rmap import gfn_to_index
+from ..emulate import trace_kvm_emulate_insn, trace_vcpu_match_mmio, x86_emulate_instruction
 from ..guest import page_tables as gpt
 from ..guest.page_tables import (
     GuestPageTables,
@@ -118,7 +119,6 @@ from ..spte import (
     is_large_pte,
     is_mmio_spte,
     is_shadow_present_pte,
-    kvm_mmio_fields,
     make_mmio_spte,
     make_spte,
     mark_mmio_spte_fields,
@@ -618,7 +618,7 @@ class ShadowMmu:
         info = self.mmio_info.match_gva(vcpu, gva, self.vm.generation(as_id))
         if info is not None:
             gpa = info.gfn << PAGE_SHIFT | gva & 0xFFF
-            self._emit("vcpu_match_mmio", gva=gva, gpa=gpa, write=write, gpa_match=False)
+            trace_vcpu_match_mmio(self._emit, gva, gpa, write, gpa_match=False)
             return gpa
         translated = self._translate(
             vcpu, gva, write, user, gpt.access_error_code(write, user), True
@@ -654,18 +654,18 @@ class ShadowMmu:
         """Emulate the access at `gva` of the instruction `insn` (rip, bytes; None: a
         caller without code, which skips the decode); returns the operand's gpa when it
         is RAM (the caller stores there), None for MMIO or a #PF injected."""
-        if insn is not None and not self.decode_instruction(vcpu, insn, user):
-            return None
-        gpa = self.gva_to_gpa(vcpu, gva, write, user)
-        if gpa is None:
-            return None
-        if self.vm.gfn_to_memslot(gpa >> PAGE_SHIFT, self.vm.vcpu(vcpu).as_id) is not None:
-            return gpa
-        if write:
-            self._emit("kvm_mmio", **kvm_mmio_fields(gpa, True, size, val))
-        else:
-            self._emit("kvm_mmio", **kvm_mmio_fields(gpa, False, size))
-            self.mmio_read[vcpu] = gpa, size
+        as_id = self.vm.vcpu(vcpu).as_id
+        done = x86_emulate_instruction(
+            self._emit, write,
+            decode=lambda: insn is None or self.decode_instruction(vcpu, insn, user),
+            operand=lambda: self.gva_to_gpa(vcpu, gva, write, user),
+            is_ram=lambda gpa: self.vm.gfn_to_memslot(gpa >> PAGE_SHIFT, as_id) is not None,
+            size=size, val=val,
+        )  # fmt: skip
+        if done is None or not done[1]:
+            return None if done is None else done[0]
+        if not write:
+            self.mmio_read[vcpu] = done[0], size
         return None
 
     def decode_instruction(self, vcpu: int, insn: tuple[int, bytes], user: bool) -> bool:
@@ -675,8 +675,7 @@ class ShadowMmu:
         access = gpt.PFERR_FETCH_MASK | (gpt.PFERR_USER_MASK if user else 0)
         if self._translate(vcpu, rip, False, user, access, False, fetch=True) is None:
             return False
-        self._emit("kvm_emulate_insn", csbase=0, rip=rip, insn=code.hex(" "),
-                   flags="prot64", failed=False)  # fmt: skip
+        trace_kvm_emulate_insn(self._emit, rip, code)
         return True
 
     def complete_emulated_mmio(self, vcpu: int, val: int = 0) -> None:

@@ -35,6 +35,7 @@ from ...events import Event, FieldValue
 from ...memslots.constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY, KVM_MR_FLAGS_ONLY
 from ...memslots.memslot import MemorySlot
 from ...memslots.vm import Vm
+from ..emulate import DirectEmulator
 from ..fast_pf import FastPageFault, is_access_allowed, mark_page_dirty_in_slot
 from ..mapping_level import KvmPageFault as KvmPageFault
 from ..mapping_level import MappingLevels
@@ -51,7 +52,6 @@ from ..spte import (
     is_last_spte,
     is_mmio_spte,
     is_shadow_present_pte,
-    kvm_mmio_fields,
     kvm_mmu_max_gfn,
     make_mmio_spte,
     make_spte,
@@ -83,6 +83,7 @@ class TdpMmu(TdpHuge):
         self.roots: dict[int, TdpMmuPage] = {}
         self._vcpu_gfn_to_memslot = VcpuMemslotCache(vm).lookup
         self.mmio_info = VcpuMmioInfo()  # each vCPU's mmio_gfn/access/gen (mmio_info.py)
+        self.emulator = DirectEmulator(self)  # after RET_PF_EMULATE (emulate.py)
         self._nx = self.params.nx_huge_page_workaround_enabled  # is_nx_huge_page_enabled()
         self.levels = MappingLevels(self.params.host_level, self._nx, host_seed)
         self.mark_page_dirty: Callable[[MemorySlot, int], None] | None = None  # dirty_log
@@ -152,13 +153,13 @@ class TdpMmu(TdpHuge):
         if rsvd and handle_mmio_page_fault(
             self, vcpu, gpa, spte, self.vm.generation(root.role.smm), direct=True
         ):
-            self._emit_mmio(gpa, write)  # emulate: x86_emulate_instruction()
+            self.emulator.emulate(vcpu, gpa, write)  # emulate: x86_emulate_instruction()
             return RetPf.EMULATE
         self.stat["pf_taken"] += 1
         ret = self.kvm_tdp_mmu_page_fault(vcpu, root, gpa, write, exec_, spte)
         if ret is RetPf.EMULATE:
             self.stat["pf_emulate"] += 1
-            self._emit_mmio(gpa, write)
+            self.emulator.emulate(vcpu, gpa, write)
         return ret
 
     def kvm_tdp_mmu_page_fault(
@@ -198,11 +199,6 @@ class TdpMmu(TdpHuge):
         elif ret is RetPf.SPURIOUS:
             self.stat["pf_spurious"] += 1
         return ret
-
-    def _emit_mmio(self, gpa: int, write: bool) -> None:
-        """The emulator's MMIO access (`kvm_mmio`, one per emulated store or load)."""
-        if self._listener is not None:
-            self._emit("kvm_mmio", **kvm_mmio_fields(gpa, write))
 
     def disallowed_hugepage_adjust(self, fault: KvmPageFault, spte: int, cur_level: int) -> None:
         """Go one level below a table made for a disallowed NX huge page."""

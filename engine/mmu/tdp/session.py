@@ -60,7 +60,7 @@ MAX_RETRIES = 4  # faults of one access while RET_PF_RETRY leaves it unmapped (m
 TDP_WORKLOADS = EPT_WORKLOADS
 ZAP_KINDS = ("fast", "slow", "roots")
 SMBASE = 0x30000  # the default SMBASE (SDM: SMRAM at 0x30000 + 0x8000 entry)
-Exited = tuple[int, RetPf, str]  # an exit: the access's number, RET_PF_*, fast_words
+Exited = tuple[int, RetPf | None, str]  # an exit: the access's number, RET_PF_*, fast_words
 
 
 class TdpStep(NamedTuple):
@@ -265,12 +265,13 @@ class TdpSession(EptSession[TdpStep]):
             due = first if due < 0 else min(due, first)
         return -(-due // ACCESS_NS) if due >= 0 else sys.maxsize
 
-    def _exit(self, access: EptAccess) -> tuple[RetPf, str]:
+    def _exit(self, access: EptAccess) -> tuple[RetPf | None, str]:
         """The VM exit and the faults, again while RET_PF_RETRY leaves it unmapped; the
-        last RET_PF_* and what fast_page_fault did (`fast_words`, when it fixed it)."""
+        last RET_PF_* (None: the exit's handler took the store, `ept_exit`) and what
+        fast_page_fault did (`fast_words`, when it fixed it)."""
         mmu = self.mmu
         fixed_fast = mmu.stat["pf_fast"]
-        ret = RetPf.RETRY
+        ret: RetPf | None = RetPf.RETRY
         for _ in range(MAX_RETRIES):
             ret = self._fault(access)
             if ret is not RetPf.RETRY or not self.needs_exit(access):
@@ -279,11 +280,15 @@ class TdpSession(EptSession[TdpStep]):
             return ret, ""
         return ret, fast_words(mmu.cfg, mmu.fast_pf.last)
 
-    def _fault(self, access: EptAccess) -> RetPf:
-        self.ept_exit(access.vcpu, access.gpa, access.write, access.fetch)
+    def _fault(self, access: EptAccess) -> RetPf | None:
+        """One exit of the access: `ept_exit`, `kvm_mmu_page_fault()`, the next entry."""
+        if self.ept_exit(access.vcpu, access.gpa, access.write, access.fetch):
+            return None
         mmu = self.mmu
         if not self.race_rate:
-            return self._result(mmu.page_fault(access.vcpu, access.gpa, access.write, access.fetch))
+            ret = self._result(mmu.page_fault(access.vcpu, access.gpa, access.write, access.fetch))
+            self.vm_entry(access.vcpu, ret)
+            return ret
         self._racing = access
         mmu.race = self._race
         mmu.fast_pf.race = self._fast_race
@@ -292,6 +297,7 @@ class TdpSession(EptSession[TdpStep]):
         finally:
             mmu.race = mmu.fast_pf.race = None
             self._racing = None
+        self.vm_entry(access.vcpu, ret)
         return self._result(ret)
 
     def _race(self, it: TdpIter | None) -> None:
@@ -302,8 +308,9 @@ class TdpSession(EptSession[TdpStep]):
         other = (access.vcpu + 1) % self.nr_vcpus
         self._racing, self._vcpu = None, other
         try:
-            self.ept_exit(other, access.gpa, access.write, access.fetch)
-            self.mmu.page_fault(other, access.gpa, access.write, access.fetch)
+            if not self.ept_exit(other, access.gpa, access.write, access.fetch):
+                ret = self.mmu.page_fault(other, access.gpa, access.write, access.fetch)
+                self.vm_entry(other, ret)
         finally:
             self._vcpu = access.vcpu
 
