@@ -164,3 +164,54 @@ def test_the_printed_run_parses_and_replays(netperf: tuple[str, str], tmp_path: 
     assert done.returncode == 0, done.stderr
     exits = len(texts(text, "kvm_exit"))
     assert re.search(rf"\b{exits}\b", done.stdout), done.stdout
+
+
+@pytest.mark.parametrize("mmu", ["tdp", "direct"])
+def test_an_ioeventfd_doorbell_is_fast_mmio_without_emulation(mmu: str) -> None:
+    """--ioeventfd: handle_ept_misconfig() offers the store to KVM_FAST_MMIO_BUS first:
+    `kvm_fast_mmio`, then at once the entry past the store; the doorbell's only emulation
+    is its first store (the EPT violation that made the MMIO spte), and the ioeventfd on
+    KVM_MMIO_BUS takes that one too: no kvm_userspace_exit."""
+    args = ("--mmu", mmu, "--workload", "netperf", "--accesses", "400")
+    done = simulate(*args, "--ioeventfd")
+    assert done.returncode == 0, done.stderr
+    assert texts(done.stdout, "kvm_fast_mmio")
+    assert set(texts(done.stdout, "kvm_fast_mmio")) == {"fast mmio at gpa 0xfebf1000"}
+    assert not texts(done.stdout, "kvm_userspace_exit")
+    fast = 0
+    for part in exits_of(done.stdout):
+        names = [e.name for e in part]
+        if "kvm_fast_mmio" in names:
+            fast += 1
+            assert part[0].fields["exit_reason"] == "EPT_MISCONFIG"
+            assert names[:3] == ["kvm_exit", "kvm_fast_mmio", "kvm_entry"]
+            assert part[2].fields["rip"] == 2  # kvm_skip_emulated_instruction()
+    mmio = [t for t in texts(done.stdout, "kvm_mmio") if "0xfebf1000" in t]
+    assert fast > 10 and 1 <= len(mmio) <= 2  # one first store per vCPU at most
+    plain = simulate(*args)
+    assert "kvm_fast_mmio" not in plain.stdout and " kvm_userspace_exit: " in plain.stdout
+
+
+def test_ioeventfd_is_refused_for_shadow_paging() -> None:
+    done = simulate("--mmu", "shadow", "--workload", "netperf", "--ioeventfd")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "--ioeventfd needs --mmu tdp or direct" in done.stderr
+
+
+@pytest.mark.parametrize("mmu", ["tdp", "direct"])
+def test_under_apicv_a_lapic_eoi_exits_only_to_map_the_apic_access_page(mmu: str) -> None:
+    """--enable-apicv: the APIC-access page is a KVM-internal memslot the EPT maps, so the
+    LAPIC's page has no MMIO spte and no emulation; after the EPT violation that maps it
+    (one per vCPU at most), the EOI stores run with no exit (virtualized EOI)."""
+    args = ("--mmu", mmu, "--workload", "netperf", "--accesses", "400")
+    done = simulate(*args, "--enable-apicv")
+    assert done.returncode == 0, done.stderr
+    eoi = [t for t in texts(done.stdout, "kvm_page_fault") if "00000000fee000b0" in t]
+    assert 1 <= len(eoi) <= 2
+    assert not [t for t in texts(done.stdout, "kvm_mmio") if "0xfee000b0" in t]
+    assert not [t for t in texts(done.stdout, "mark_mmio_spte") if "gfn fee00 " in t]
+    plain = simulate(*args)  # the same draws: the EOIs were exits, each emulated
+    stores = [t for t in texts(plain.stdout, "kvm_mmio") if "0xfee000b0" in t]
+    assert len(stores) > 10
+    exits = len(texts(done.stdout, "kvm_exit"))
+    assert exits <= len(texts(plain.stdout, "kvm_exit")) - len(stores) + 2

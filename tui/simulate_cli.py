@@ -6,7 +6,7 @@ any tool that reads trace text, reads back.
                       [--zap fast|slow|roots --at K] [--layout NAME] [--jsonl]
                       [--race-rate P] [--smi-every N] [--pml on|off]
                       [--dirty-log legacy|manual|ring] [--dirty-ring-size N]
-                      [--kernel VERSION]
+                      [--kernel VERSION] [--ioeventfd] [--enable-apicv]
 
 The model follows the 6.18 kernel (docs/kvm.md §12 lists the older eras it offers).
 `--kernel VERSION` (6.10 to 6.18) shows an older kernel: each behaviour that changed
@@ -40,6 +40,13 @@ ones, KVM_CLEAR_DIRTY_LOG protects what it clears) or `ring` (KVM_CAP_DIRTY_LOG_
 soft full, KVM_RESET_DIRTY_RINGS protects what was collected, `kvm_dirty_ring_reset`);
 `--dirty-ring-size N` its entries per vCPU (default 4096, QEMU's example; a power of two
 above the 64 reserved entries, and PML's 512).
+
+`--ioeventfd` (tdp, direct): netperf's doorbell gets QEMU's length-0 ioeventfd, so a store
+on its cached MMIO spte is `kvm_fast_mmio` (`handle_ept_misconfig()`): skipped, not
+emulated, no `kvm_userspace_exit`.  `--enable-apicv` (tdp, direct): the EPT maps the
+APIC-access page, so a LAPIC EOI runs without an exit once mapped.  tdp and direct print
+the VM exits around each fault (`kvm_exit`, `kvm_entry`, the emulator's lines: docs/kvm.md
+§13).
 
 Each line is `engine.trace.lines.format_line(event, "trace-cmd")`, made by the printer
 in `tui.report_lines` (`LinePrinter`: the session's names and fields without an `Event`,
@@ -114,6 +121,8 @@ class SimulateOptions(NamedTuple):
     dirty_log: str = "legacy"  # engine/mmu/dirty_log.py DIRTY_LOG_MODES
     dirty_ring_size: int | None = None  # entries per vCPU (None: DIRTY_RING_ENTRIES)
     kernel: str = MODEL_KERNEL  # an older one: its eras of docs/kvm.md §12
+    ioeventfd: bool = False  # the NIC's doorbell on the fast MMIO bus (tdp, direct)
+    enable_apicv: bool = False  # kvm_intel.enable_apicv: the APIC-access page (tdp, direct)
 
 
 class SimulateError(ValueError):
@@ -137,8 +146,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )  # fmt: skip
     workloads = "; ".join(f"{', '.join(w)} ({m})" for m, w in HELP_WORKLOADS.items())
     parser.add_argument(
-        "--workload", required=True, metavar="NAME", help=f"the access mix: {workloads}"
-    )
+        "--workload", required=True, metavar="NAME",
+        help=f"the access mix: {workloads}. netperf's MMIO stores go to a NIC doorbell "
+        "QEMU emulates (--ioeventfd: on the fast MMIO bus) and to the LAPIC's EOI as "
+        "emulated MMIO (a host without APIC virtualization; --enable-apicv: no exit)",
+    )  # fmt: skip
     parser.add_argument(
         "--accesses", type=_count, default=10_000, help="guest accesses (default 10000)"
     )
@@ -183,6 +195,19 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         f"{MODEL_KERNEL}): an older one brings back each older era docs/kvm.md §12 lists, "
         "e.g. 6.12 zaps huge pages when dirty logging stops instead of recovering them",
     )  # fmt: skip
+    parser.add_argument(
+        "--ioeventfd", action="store_true",
+        help="tdp, direct: netperf's doorbell has a length-0 ioeventfd (virtio-pci notify, "
+        "QEMU's ioeventfd=on): an EPT misconfiguration on it is kvm_fast_mmio, the store "
+        "skipped with no emulation and no exit to userspace (default: QEMU emulates it, "
+        "kvm_userspace_exit KVM_EXIT_MMIO)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--enable-apicv", action="store_true",
+        help="tdp, direct: kvm_intel.enable_apicv, the CPU virtualizes the local APIC: the "
+        "EPT maps the APIC-access page (its first access an EPT violation) and a LAPIC EOI "
+        "then exits not at all (default: the EOI is emulated MMIO)",
+    )  # fmt: skip
     add_parquet_options(parser)  # --parquet DIR, --source NAME, --append (dataset_cli)
 
 
@@ -222,7 +247,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         args.mmu, args.workload, args.accesses, args.seed, args.zap, args.at, args.jsonl,
         args.layout, args.race_rate, args.smi_every,
         None if args.pml is None else args.pml == "on", args.dirty_log,
-        args.dirty_ring_size, args.kernel,
+        args.dirty_ring_size, args.kernel, args.ioeventfd, args.enable_apicv,
     )  # fmt: skip
     try:
         session = make_session(options)
@@ -274,6 +299,14 @@ def make_session(options: SimulateOptions) -> GuestSession[object]:
         raise SimulateError("--race-rate needs --mmu tdp: the races are tdp_mmu_set_spte_atomic's")
     if options.smi_every and options.mmu != "tdp":
         raise SimulateError("--smi-every needs --mmu tdp")
+    if options.ioeventfd and options.mmu == "shadow":
+        raise SimulateError(
+            "--ioeventfd needs --mmu tdp or direct: handle_ept_misconfig() tries the fast MMIO bus"
+        )
+    if options.enable_apicv and options.mmu == "shadow":
+        raise SimulateError(
+            "--enable-apicv needs --mmu tdp or direct: the APIC-access page is EPT's"
+        )
     if options.pml is not None and options.mmu == "shadow":
         raise SimulateError("--pml is for --mmu tdp or direct: shadow paging has no PML")
     if options.dirty_log != "legacy" and options.mmu == "shadow":
@@ -293,19 +326,29 @@ def make_session(options: SimulateOptions) -> GuestSession[object]:
     if options.mmu == "tdp":
         from mmuscope.engine.mmu.tdp.session import TdpSession
 
-        return TdpSession(
+        tdp = TdpSession(
             layout, workload=options.workload, seed=options.seed,
             race_rate=options.race_rate, smi_every=options.smi_every,
             params=kernel_params(options.kernel, TdpMmuParams(enable_pml=pml)),
             spte_config=cfg, dirty_log=options.dirty_log, dirty_ring=options.dirty_ring_size,
         )  # fmt: skip
+        if options.ioeventfd:
+            tdp.assign_ioeventfd()
+        if options.enable_apicv:
+            tdp.enable_apicv()
+        return tdp
     if options.mmu == "direct":
         from mmuscope.engine.mmu.direct.session import MmuSession
 
         params = kernel_params(options.kernel, TdpMmuParams(tdp_mmu=False, enable_pml=pml))
-        return MmuSession(layout, workload=options.workload, seed=options.seed, params=params,
-                          spte_config=cfg, dirty_log=options.dirty_log,
-                          dirty_ring=options.dirty_ring_size)  # fmt: skip
+        direct = MmuSession(layout, workload=options.workload, seed=options.seed,
+                            params=params, spte_config=cfg, dirty_log=options.dirty_log,
+                            dirty_ring=options.dirty_ring_size)  # fmt: skip
+        if options.ioeventfd:
+            direct.assign_ioeventfd()
+        if options.enable_apicv:
+            direct.enable_apicv()
+        return direct
     params = kernel_params(options.kernel, TdpMmuParams(tdp_mmu=False))
     return kind(layout, workload=options.workload, seed=options.seed, params=params,
                 spte_config=cfg)  # fmt: skip

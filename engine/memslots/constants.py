@@ -23,6 +23,9 @@ KVM_MEMSLOT_INVALID = 1 << 16
 KVM_MEM_SLOTS_NUM = 32767  # SHRT_MAX
 KVM_INTERNAL_MEM_SLOTS = 3
 KVM_USER_MEM_SLOTS = KVM_MEM_SLOTS_NUM - KVM_INTERNAL_MEM_SLOTS  # 32764
+# the internal ones (arch/x86/include/asm/kvm_host.h): TSS, the APIC-access page, the
+# identity-mapped page table
+APIC_ACCESS_PAGE_PRIVATE_MEMSLOT = KVM_USER_MEM_SLOTS + 1
 KVM_MEM_MAX_NR_PAGES = (1 << 31) - 1
 KVM_MAX_NR_ADDRESS_SPACES = 2  # x86 with CONFIG_KVM_SMM: 0 normal, 1 SMM
 

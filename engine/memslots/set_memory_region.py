@@ -226,9 +226,12 @@ def validate_region(
     slot_by_id: SlotById,
     overlapping: OverlapCheck,
     nr_memslot_pages: int,
+    internal: bool = False,
 ) -> MemslotChange | None:
-    """Every check, in the kernel's order; returns the change to make (None: nothing)."""
-    check_ioctl(req)
+    """Every check, in the kernel's order; returns the change to make (None: nothing).
+    `internal`: KVM's own slot (`__x86_set_memory_region()`), without the ioctl's."""
+    if not internal:
+        check_ioctl(req)
     check_memory_region_flags(req.flags, limits)
     check_sanity(req, limits)
     change = classify_change(req, slot_by_id(req.as_id, req.id), nr_memslot_pages)

@@ -153,6 +153,19 @@ class Vm(KvmSetUserMemoryRegion):
             raise
         self._emit_ioctl(req, 0, change.change)
 
+    def x86_set_memory_region(self, slot_id: int, gpa: int, size: int, hva: int) -> None:
+        """`__x86_set_memory_region()` (6.18 x86.c): one of KVM's internal memslots (an id
+        from KVM_USER_MEM_SLOTS on, e.g. the APIC-access page's) in each address space,
+        through `__kvm_set_memory_region()` without the ioctl's checks."""
+        for as_id in range(self.address_spaces):
+            req = RegionRequest.from_uapi(as_id << 16 | slot_id, 0, gpa, size, hva)
+            change = validate_region(
+                req, self.limits, self.slot, self._overlapping, self.nr_memslot_pages, True
+            )
+            if change is not None:
+                self._set_memslot(change)
+                self._emit_ioctl(req, 0, change.change)
+
     def _emit_ioctl(self, req: RegionRequest, ret: int, change: str) -> None:
         self._emit(
             "kvm_set_user_memory_region",

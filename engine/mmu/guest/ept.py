@@ -7,7 +7,13 @@ compared access by access) and make the same memslot updates:
   drawn uniformly: `uniform_below`), 30% of them writes; a tenth of the reads are instruction
   fetches, drawn from a second generator (`seed ^ FETCH_SEED`) so that the accesses are
   those of before fetches existed;
-- `netperf`: 70% MMIO stores, to an emulated NIC's doorbell (80%) or the LAPIC's EOI;
+- `netperf`: 70% MMIO stores, to an emulated NIC's doorbell (80%) or the LAPIC's EOI.
+  The doorbell is QEMU's: each store exits to userspace (KVM_EXIT_MMIO), unless
+  `assign_ioeventfd()` gave it a length-0 ioeventfd (virtio-pci's notify, QEMU's
+  `ioeventfd=on`), which the fast MMIO bus takes without emulation.  The EOI goes to the
+  in-kernel LAPIC as emulated MMIO: a host without APIC virtualization
+  (kvm_intel.flexpriority=0, enable_apicv=0), unless `enable_apicv()`: the EPT maps the
+  APIC-access page and the CPU virtualizes the EOI, with no exit;
 - `churn`: kernbench plus a 1 MiB BAR-like slot created and deleted every `CHURN_EVERY`
   accesses (`churn_update`: generations advance, DELETE zaps);
 - `dirty`: kernbench with dirty logging toggled on the largest RAM slot every
@@ -27,9 +33,10 @@ import random
 from typing import TYPE_CHECKING, NamedTuple
 
 from ...errors import KvmError
+from ...memslots.constants import APIC_ACCESS_PAGE_PRIVATE_MEMSLOT
 from ...memslots.vm import Vm
 from ..dirty_log import DIRTY_RING_ENTRIES, DirtyLogging
-from ..emulate import MMIO_STORE
+from ..emulate import APIC_DEFAULT_PHYS_BASE, MMIO_STORE
 from ..spte import RetPf
 from ..vmx import (
     EPT_VIOLATION,
@@ -51,6 +58,7 @@ PAGE_SHIFT = 12
 CHURN_EVERY = 50
 CHURN_SLOT = 500  # the slot id the churn workload creates and deletes
 NIC_DOORBELL, LAPIC_EOI = 0xFEBF_1000, 0xFEE0_00B0
+APIC_ACCESS_PAGE_HVA = 0x7FFF_F000_0000  # the page `__x86_set_memory_region()` vm_mmap()s
 DIRTY_EVERY = 400  # the dirty workload toggles dirty logging this often
 EPT_WORKLOADS = ("kernbench", "netperf", "churn", "dirty", "migrate", "balloon")
 FETCH_SEED = 0x7D9  # the fetch generator's seed is the session's seed ^ this
@@ -106,11 +114,31 @@ class EptSession(GuestSession[StepT], FastPathControls):
             return False
         self.trace_kvm_exit(vcpu, reason)  # EPT_MISCONFIG: no exit qualification
         self._vm_exit(vcpu, gpa, PFERR_RSVD_MASK, traced=False)
-        if write and self.mmu.emulator.bus.fast_mmio_write(gpa):
+        if self.mmu.emulator.bus.fast_mmio_write(gpa):  # (a load too: it cannot tell)
             self._emit("kvm_fast_mmio", gpa=gpa)
             self.vm_entry(vcpu, RetPf.EMULATE)  # kvm_skip_emulated_instruction()
             return True
         return False
+
+    def assign_ioeventfd(self) -> None:
+        """QEMU's KVM_IOEVENTFD of length 0 at the NIC's doorbell (virtio-pci's modern
+        notify with `ioeventfd=on`): on KVM_FAST_MMIO_BUS and KVM_MMIO_BUS
+        (`kvm_assign_ioeventfd()`, 6.18 virt/kvm/eventfd.c), so a store on the cached MMIO
+        spte is `kvm_fast_mmio`, with no emulation and no exit to userspace."""
+        self.mmu.emulator.bus.kvm_assign_ioeventfd(NIC_DOORBELL)
+
+    def enable_apicv(self) -> None:
+        """kvm_intel.enable_apicv: the CPU virtualizes the local APIC.
+        `kvm_alloc_apic_access_page()` (6.18 lapic.c, from `vmx_vcpu_create()`) makes the
+        APIC-access page a KVM-internal memslot at APIC_DEFAULT_PHYS_BASE, so the EPT maps
+        0xfee00000 as it maps RAM: the first access is an EPT violation that maps it, and
+        from then on an EOI store is virtualized (EOI virtualization, SDM 30.1.3) and exits
+        not at all.  (An access the CPU does not virtualize would exit with APIC_ACCESS,
+        `handle_apic_access()`; netperf makes none.)"""
+        self.vm.x86_set_memory_region(
+            APIC_ACCESS_PAGE_PRIVATE_MEMSLOT, APIC_DEFAULT_PHYS_BASE, 1 << PAGE_SHIFT,
+            APIC_ACCESS_PAGE_HVA,
+        )  # fmt: skip
 
     def vm_entry(self, vcpu: int, ret: RetPf | None) -> None:
         """The vCPU's next VM entry after an exit (`kvm_entry`): past the store when KVM
