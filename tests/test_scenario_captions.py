@@ -142,7 +142,7 @@ FINDINGS = [
     Finding(
         "mmio-generation-wrap",
         2,
-        ("on the mark_mmio_spte line", "stays stale (◇) until its next store"),
+        ("(kvm_stat's mark_mmio_spte:", "stays stale (◇) until its next store"),
         ("(hollow diamond: stale)",),
         "no hollow diamond is drawn after the store: the doorbell's spte is fresh again",
     ),
