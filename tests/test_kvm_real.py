@@ -43,14 +43,22 @@ def test_summary_counts_every_demand_fault_and_the_kernels_statistics(tmp_path: 
 
 
 @needs_tracing
-def test_jsonl_prints_the_kernels_events_as_replay_does() -> None:
-    done = run_cli("kvm", "mmio", "--pages", "2", "--jsonl")
-    assert done.returncode == 0, done.stderr
+def test_jsonl_prints_the_kernels_events_as_replay_does(tmp_path: Path) -> None:
+    """`--jsonl` made from the ring buffers is, byte for byte, `replay --jsonl` of the
+    same run's text (`--trace-out`): mmio (emulated loads and stores) and churn
+    (shadow pages zapped, the fast zap, a moved slot)."""
+    for name in ("mmio", "churn"):
+        trace = tmp_path / f"{name}.trace"
+        done = run_cli("kvm", name, "--pages", "2", "--jsonl", "--trace-out", str(trace))
+        assert done.returncode == 0, done.stderr
+        replayed = run_cli("replay", str(trace), "--jsonl")
+        assert done.stdout == replayed.stdout and done.stdout.count("\n") > 100
     events = [json.loads(line) for line in done.stdout.splitlines()]
     names = {e["event"] for e in events}
     assert {"kvm_mmu_get_page", "kvm_mmio", "kvm_emulate_insn"} <= names
-    gets = [e for e in events if e["event"] == "kvm_mmu_get_page"]
-    assert sorted(e["fields"]["level"] for e in gets) == [1, 2, 3, 4]
+    assert {"kvm_mmu_prepare_zap_page", "kvm_mmu_zap_all_fast"} <= names
+    gets = [e for e in events if e["event"] == "kvm_mmu_get_page" and e["fields"]["created"]]
+    assert {e["fields"]["level"] for e in gets} == {1, 2, 3, 4}
     # the vCPU's task by its name, as a global trace shows it, never `<...>`
     assert {e["comm"] for e in events} == {"mmuscope"}
 

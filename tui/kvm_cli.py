@@ -120,24 +120,18 @@ def run_kvm(args: argparse.Namespace) -> int:
 def run_recorded(args: argparse.Namespace, program: Any, source: str) -> int:
     """`--jsonl`, `--parquet`, `--summary` with `--trace-out` or `--no-trace`: the
     ring buffers decoded as each slice's drain brings them (engine.kvm.record), the
-    events printed as they come (`--jsonl`), the text written to its file as it comes
-    (`--trace-out`; a temporary file for `--parquet`, read back), the summary counted
-    from the records its lines are made of (`--summary`)."""
+    events printed as they come (`--jsonl`: `Decoder.jsonl`), the text written to its
+    file as it comes (`--trace-out`; a temporary file for `--parquet`, read back), the
+    summary counted from the records its lines are made of (`--summary`)."""
     from mmuscope.engine.kvm.rawtrace import RawSummary
-
-    from .replay_cli import event_json
 
     shown = watched(json_output=args.parquet is None)  # --summary and --jsonl print JSON
     keep = args.parquet is not None
-    dumps = json.dumps
     held: list[RawSummary] = []
 
-    def on_events(events: list[Any]) -> None:
-        sys.stdout.write("".join([dumps(event_json(e)) + "\n" for e in events]))
-
-    def on_records(records: list[Any], formats: Any) -> None:
+    def on_records(records: list[Any], decoder: Any) -> None:
         if not held:
-            held.append(RawSummary(formats))
+            held.append(RawSummary(decoder.formats))
         held[0].take(records)
 
     with text_sink(args.trace_out, keep) as sink, \
@@ -148,7 +142,7 @@ def run_recorded(args: argparse.Namespace, program: Any, source: str) -> int:
 
         recording = record_or_fail(
             program, None if sink is None else sink.write, trace=not args.no_trace,
-            on_slice=on_slice, on_events=on_events if args.jsonl else None,
+            on_slice=on_slice, on_json=sys.stdout.write if args.jsonl else None,
             on_records=on_records if args.summary else None,
         )  # fmt: skip
         _warn_lost(recording.lost)

@@ -19,12 +19,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
-from mmuscope.engine.events import Event
 from mmuscope.engine.replay.model import replay_summary
 from mmuscope.engine.trace import widths
 from mmuscope.engine.trace.lines import parse_line
 from mmuscope.engine.trace.reader import TraceCounts, iter_events
-from mmuscope.engine.trace.tracepoints import json_fields
+from mmuscope.engine.trace.tracepoints import event_json
 
 from .cliparts import CliError, check_replay_app_options, run_app
 from .compressed import CompressedError, compression_of, open_compressed
@@ -74,14 +73,6 @@ def open_trace(path: Path) -> Iterator[Iterable[str]]:
         raise TraceFileError(f"{path}: {err.strerror or err}") from None
     with handle:
         yield handle
-
-
-def event_json(event: Event) -> dict[str, object]:
-    """One ``--jsonl`` object: the kernel's field names, then the earlier names of renamed
-    fields (``fast_page_fault``'s ``vcpu, gva, old, new``, ...), kept for one release."""
-    obj = event.to_json()
-    obj["fields"] = json_fields(event.name, event.fields)
-    return obj
 
 
 def _text_stdin() -> Iterable[str]:

@@ -423,8 +423,7 @@ def _json_line(event: Event) -> str:
     import json
 
     from mmuscope.engine.trace.lines import TRACE_CMD, format_line, parse_line
-
-    from .replay_cli import event_json
+    from mmuscope.engine.trace.tracepoints import event_json
 
     parsed = parse_line(format_line(event, TRACE_CMD))
     assert parsed is not None

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import heapq
+import json
 import os
 import re
 import struct
@@ -37,13 +38,14 @@ from ..events import Event, FieldValue
 from ..trace.kernel_fields import (
     Fields,
     Record,
+    json_as_they_are,
     printed_as_they_are,
     printed_converter,
     printed_fields,
 )
 from ..trace.kernel_format import KernelFormat, RenderError, parse_format_file, render_print_fmt
 from ..trace.lines import FTRACE, format_line, ftrace_head, printk_fields
-from ..trace.tracepoints import TRACEPOINTS, Values
+from ..trace.tracepoints import TRACEPOINTS, Values, event_json, json_fields
 
 PAGE_DATA = 16  # events/header_page: "field: char data; offset:16"
 COMMIT_MASK = (1 << 27) - 1  # commit's low bits: the bytes used (the rest are flags)
@@ -316,6 +318,9 @@ class Decoder:
         #: by `line`); by CPU and common fields, the line up to it
         self._printers: dict[int, Callable[[bytes], str] | None] = {}
         self._heads: dict[tuple[int, bytes], str] = {}
+        #: `jsonl`'s printers by event id (None: by `event_json`), and comms as JSON
+        self._objects: dict[int, Callable[[int, int, bytes], str] | None] = {}
+        self._comm_json: dict[int, str] = {}
 
     def fields(self, raw: RawEvent) -> tuple[str, dict[str, FieldValue]]:
         fmt = self.formats.get(raw.type)
@@ -378,6 +383,40 @@ class Decoder:
             out.append(_LINE % (head, usecs // 1_000_000, usecs % 1_000_000, text))
         return "".join(out)
 
+    def jsonl(self, records: Iterable[RawEvent]) -> str:
+        """``--jsonl``'s line of each record (`event_json` of its `event()`, as
+        `json.dumps` writes it), as one text.  An event whose JSON fields are its record's
+        own (`kernel_fields.json_as_they_are`: every field an integer) is made without
+        an `Event` nor a dict: its object is written by `json.dumps` once per event id
+        with its values left as `%` slots (`_object`), and each record's values, read
+        from its bytes by one `struct.Struct`, go into them (an int as `%d` and the
+        time as `%r`, as `json.dumps` writes them: `int.__repr__`, `float.__repr__`)."""
+        objects, dumps = self._objects, json.dumps
+        out = []
+        for ts, cpu, kind, data in records:
+            printer = objects[kind] if kind in objects else self._object(kind)
+            if printer is not None:
+                out.append(printer(ts, cpu, data))
+            else:
+                out.append(dumps(event_json(self.event(RawEvent(ts, cpu, kind, data)))) + "\n")
+        return "".join(out)
+
+    def _comm(self, pid: int) -> str:
+        """The JSON text of `pid`'s comm."""
+        text = self._comm_json[pid] = json.dumps(self.comms.get(pid, UNKNOWN_COMM))
+        return text
+
+    def _object(self, kind: int) -> Callable[[int, int, bytes], str] | None:
+        """`jsonl`'s printer of event id `kind` (None where its fields are not the
+        record's own integers, or overlap): the object `event_json` makes, written by
+        `json.dumps` with a marker for each value, the markers then made `%` slots."""
+        fmt = self.formats.get(kind)
+        printer = None
+        if fmt is not None and json_as_they_are(fmt.name):
+            printer = _object_printer(fmt, self._comm_json, self._comm)
+        self._objects[kind] = printer
+        return printer
+
     def _head(self, cpu: int, data: bytes) -> str:
         flags, preempt, pid = _COMMON.unpack_from(data)[1:]
         comm = self.comms.get(pid, UNKNOWN_COMM)
@@ -403,6 +442,53 @@ class Decoder:
                 printer = _fields_converted(fmt, pattern, tracepoint.printf()[1], convert)
         self._printers[kind] = printer
         return printer
+
+
+def _object_printer(
+    fmt: Format, comms: dict[int, str], comm_of: Callable[[int], str]
+) -> Callable[[int, int, bytes], str] | None:
+    """`Decoder.jsonl`'s printer of `fmt`'s records (None: a field not an integer, or
+    overlapping another): `common_pid` and the fields read by one `struct.Struct`, put
+    in the `%` slots of the object's JSON text."""
+    fields = sorted(fmt.fields, key=lambda f: f.offset)
+    code, at = "<4xi", 8  # common_pid at 4 (`_COMMON`), the event's fields from 8 on
+    for f in fields:
+        if f.array or f.size not in _INTS or f.offset < at:
+            return None
+        code += "x" * (f.offset - at) + (_INTS[f.size].lower() if f.signed else _INTS[f.size])
+        at = f.offset + f.size
+    layout = struct.Struct(code)
+    unpack, size = layout.unpack_from, layout.size
+    names = [f.name for f in fields]
+    # the fields as `json_fields` puts them (earlier names added): each one's record field
+    shown = list(json_fields(fmt.name, dict.fromkeys(names, 0)))
+    aliases = TRACEPOINTS[fmt.name].aliases if fmt.name in TRACEPOINTS else {}
+    source = [names.index(aliases.get(key, key)) for key in shown]
+    marker = "\x01{}".format
+    obj = Event(fmt.name, dict.fromkeys(names, 0)).to_json()  # `event_json`'s keys, in order
+    obj |= {slot: marker(slot) for slot in ("ts", "cpu", "pid", "comm")}
+    obj["fields"] = {key: marker(i) for i, key in enumerate(shown)}
+    pattern = json.dumps(obj).replace("%", "%%")
+    for slot, spec in (("ts", "%r"), ("cpu", "%d"), ("pid", "%d"), ("comm", "%s")):
+        pattern = pattern.replace(json.dumps(marker(slot)), spec)
+    for i in range(len(shown)):
+        pattern = pattern.replace(json.dumps(marker(i)), "%d")
+    pattern += "\n"
+    pick = itemgetter(*(1 + i for i in source)) if len(source) > 1 else None
+
+    def printer(ts: int, cpu: int, data: bytes) -> str:
+        if len(data) < size:  # a record shorter than its format: zeros past its end
+            data = data + bytes(size - len(data))
+        got = unpack(data)
+        pid = got[0]
+        comm = comms[pid] if pid in comms else comm_of(pid)
+        head = (((ts + 500) // 1000) / 1e6, cpu, pid, comm)  # trace_seconds()
+        values: tuple[object, ...] = (
+            pick(got) if pick is not None else tuple([got[1 + i] for i in source])
+        )
+        return pattern % (head + values)
+
+    return printer
 
 
 def _fields_converted(

@@ -10,10 +10,10 @@ Every mode reads the same thing: the instance's per-CPU ring buffers in binary
 (`rawtrace.RawPipes`, `per_cpu/cpuN/trace_pipe_raw`), decoded with the host's format
 files.  A drain hands them on as its caller asks: the pipes themselves (`on_raw`: the
 summary counts what it needs), `Event`s as the text parser makes them (`on_events`:
-the comparison, `--jsonl`), the lines `trace_pipe` would have printed (`on_text`:
-`--trace-out`, `--parquet`, the app), or the records themselves (`on_records`: the
-summary of a run whose lines go to a file), `CHUNK` records at a time, so that memory
-holds a chunk, not a slice.
+the comparison), `--jsonl`'s lines (`on_json`), the lines `trace_pipe` would have
+printed (`on_text`: `--trace-out`, the app), or the records themselves (`on_records`:
+`--parquet`, the summary of a run whose lines go to a file), `CHUNK` records at a
+time, so that memory holds a chunk, not a slice.
 """
 
 from __future__ import annotations
@@ -91,13 +91,15 @@ def record(
     on_start: Callable[[KernelRun], None] | None = None,
     trace: bool = True,
     on_raw: Callable[[RawPipes, dict[int, Format]], None] | None = None,
-    on_records: Callable[[list[RawEvent], dict[int, Format]], None] | None = None,
+    on_records: Callable[[list[RawEvent], Decoder], None] | None = None,
+    on_json: Callable[[str], None] | None = None,
 ) -> Recording:
     """Run `program` with tracing (or, `trace=False`, without: the benchmark's baseline).
     After each slice the ring buffers are drained: to `on_raw` (the pipes and the
     host's formats: it reads them itself), else a chunk at a time: the records as read
-    (`on_records`, with the host's formats), then decoded, to `on_events` and `on_text`
-    (the same records as `Event`s and as `trace_pipe`'s lines, each ending in a newline)."""
+    (`on_records`, with the `Decoder` the other hooks use: the host's formats), then
+    decoded, to `on_events`, `on_json` and `on_text` (the same records as `Event`s, as
+    `--jsonl`'s lines and as `trace_pipe`'s, each line ending in a newline)."""
     host = read_host_mmu()
     if not trace:
         run = run_on_kernel(program, on_slice=on_slice, on_ready=on_start)
@@ -110,9 +112,11 @@ def record(
 
         def hand_on(chunk: list[RawEvent]) -> None:
             if on_records is not None:
-                on_records(chunk, formats)
+                on_records(chunk, decoder)
             if on_events is not None:
                 on_events([decoder.event(raw) for raw in chunk])
+            if on_json is not None:
+                on_json(decoder.jsonl(chunk))
             if on_text is not None:
                 on_text(decoder.lines(chunk))
 
@@ -122,7 +126,7 @@ def record(
             if on_raw is not None:
                 on_raw(pipes, formats)
                 return
-            if on_events is None and on_text is None and on_records is None:
+            if on_events is None and on_text is None and on_records is None and on_json is None:
                 for _ in pipes.iter_available():
                     pass
                 return

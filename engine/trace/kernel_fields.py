@@ -264,6 +264,13 @@ def printed_as_they_are(name: str) -> bool:
     return _PRINTED.get(name) is _as_printed
 
 
+def json_as_they_are(name: str) -> bool:
+    """Whether event `name`'s ``--jsonl`` fields are its record's own (`kernel_json` of
+    the fields its printk prints as they are is those fields: nothing renamed, decoded
+    or derived)."""
+    return printed_as_they_are(name) and name not in _KERNEL
+
+
 #: parsed names that a kernel's name replaces, kept last for one release
 _EARLIER = {"gen": "mmu_valid_gen"}
 

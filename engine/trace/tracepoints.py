@@ -75,7 +75,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
-from ..events import FieldValue
+from ..events import Event, FieldValue
 from .kernel_fields import kernel_json
 from .printk import ACCESS_STR, Printf, Slot, Template, format_pferr, parse_pferr
 
@@ -101,7 +101,7 @@ VARIANTS = (
 )
 
 __all__ = ["ACCESS_STR", "TRACEPOINTS", "VARIANTS", "Tracepoint", "TracepointError"]
-__all__ += ["format_pferr", "json_fields", "parse_pferr"]
+__all__ += ["event_json", "format_pferr", "json_fields", "parse_pferr"]
 
 
 class TracepointError(ValueError):
@@ -232,6 +232,15 @@ def json_fields(name: str, fields: Mapping[str, FieldValue]) -> dict[str, FieldV
             if new in fields and old not in fields:
                 out[old] = fields[new]
     return out
+
+
+def event_json(event: Event) -> dict[str, object]:
+    """One ``--jsonl`` object (docs/architecture.md §6.3): the kernel's field names, then
+    the earlier names of renamed fields (``fast_page_fault``'s ``vcpu, gva, old, new``,
+    ...), kept for one release."""
+    obj = event.to_json()
+    obj["fields"] = json_fields(event.name, event.fields)
+    return obj
 
 
 def _set_spte_letters(values: dict[str, FieldValue]) -> None:
