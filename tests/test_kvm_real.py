@@ -63,6 +63,53 @@ def test_jsonl_prints_the_kernels_events_as_replay_does(tmp_path: Path) -> None:
     assert {e["comm"] for e in events} == {"mmuscope"}
 
 
+@needs_tracing
+def test_parquet_is_the_text_of_the_same_run_replayed(tmp_path: Path) -> None:
+    """`kvm --parquet` writes its rows from the records' bytes: they are the rows
+    `replay --parquet` makes of the same run's text (`--trace-out`), row for row."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    trace, data = tmp_path / "churn.trace", tmp_path / "data"
+    done = run_cli("kvm", "churn", "--pages", "4", "--parquet", str(data), "--source", "raw",
+                   "--trace-out", str(trace))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert run_cli("replay", str(trace), "--parquet", str(data), "--source", "text").returncode == 0
+    raw, text = (
+        pq.read_table(data / f"source={s}" / "part-00000.parquet") for s in ("raw", "text")
+    )
+    assert raw.num_rows == len(trace.read_text().splitlines()) > 100
+    assert raw.equals(text)
+    assert (data / "source=raw" / "_memslots.parquet").exists()
+
+
+@needs_tracing
+def test_parquet_row_groups_from_the_ring_buffers(tmp_path: Path) -> None:
+    """`SourceWriter.write_records` given a recording's records as the drains bring them
+    writes the row groups `write_lines` writes of their text: mmio (emulated loads,
+    MMIO), churn (zaps, the fast zap) and fork (an rmap of 9 sptes), 50 rows a group."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    import io
+
+    from mmuscope.engine.dataset.writer import SourceWriter
+    from mmuscope.engine.kvm.program import build_program
+    from mmuscope.engine.kvm.record import record
+
+    for name, pages in (("mmio", 2), ("churn", 4), ("fork", 4)):
+        chunks: list[tuple[list[object], object]] = []
+        texts: list[str] = []
+        record(build_program(name, pages), on_text=texts.append,
+               on_records=lambda *given, keep=chunks.append: keep(given))  # fmt: skip
+        with SourceWriter(tmp_path, f"{name}-raw", row_group=50) as raw:
+            for records, decoder in chunks:
+                raw.write_records(records, decoder)  # type: ignore[arg-type]
+        with SourceWriter(tmp_path, f"{name}-text", row_group=50) as text:
+            text.write_lines(io.StringIO("".join(texts)))
+        assert raw.path is not None and text.path is not None
+        ours, theirs = pq.ParquetFile(raw.path), pq.ParquetFile(text.path)
+        assert ours.num_row_groups == theirs.num_row_groups > 2
+        assert ours.read().equals(theirs.read()), name
+    assert not our_instances()
+
+
 def test_bad_options_are_one_line_errors() -> None:
     for args in (["--pages", "0", "--summary"], ["--json"], ["--children", "5000", "--summary"]):
         done = run_cli("kvm", "fork", *args)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, TextIO
 
 from .cliparts import CliError, path_arg
@@ -20,7 +21,9 @@ from .cliparts import CliError, path_arg
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from mmuscope.engine.dataset.writer import SourceWriter
     from mmuscope.engine.layouts import Layout
+    from mmuscope.engine.trace.reader import TraceCounts
 
 COMPRESSED = (".gz", ".xz", ".zst", ".zstd")
 TEXT_SUFFIXES = (".txt", ".dat", ".trace", ".report", ".log")
@@ -157,11 +160,26 @@ def write_source(
 ) -> int:
     """`lines` (trace text) written as source `source`; one line on stdout; the number
     of events.  A text with no event at all is refused and leaves nothing."""
-    from mmuscope.engine.dataset.writer import DatasetError, SourceWriter
+    with writing_source(args, source, what, layout) as (writer, counts):
+        found = writer.write_lines(lines)
+        counts.events, counts.skipped = found.events, found.skipped
+    return counts.events
 
+
+@contextmanager
+def writing_source(
+    args: argparse.Namespace, source: str, what: str, layout: Layout | None = None
+) -> Iterator[tuple[SourceWriter, TraceCounts]]:
+    """Source `source` written by the block (the writer, and the counts it sets: events
+    and lines skipped), then `layout`'s memslots; one line on stdout.  A block that
+    wrote no event is refused and leaves nothing."""
+    from mmuscope.engine.dataset.writer import DatasetError, SourceWriter
+    from mmuscope.engine.trace.reader import TraceCounts
+
+    counts = TraceCounts()
     try:
         with SourceWriter(args.parquet, source, append=args.append) as writer:
-            counts = writer.write_lines(lines)
+            yield writer, counts
             if counts.events == 0:
                 raise CliError(f"{what}: no trace line in it, nothing written")
             if layout is not None:
@@ -172,7 +190,6 @@ def write_source(
     skipped = f", {n} line{'s' if n > 1 else ''} skipped" if n else ""
     print(f"{writer.path}: {counts.events} events from {what}{skipped}")
     sys.stdout.flush()
-    return counts.events
 
 
 def memslots(layout: Layout) -> list[tuple[int, int, int, int, int, str]]:

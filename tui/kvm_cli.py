@@ -18,7 +18,6 @@ Events the ring buffer lost are reported on stderr, loudly, and in the summary.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import sys
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from .cliparts import CliError, add_command, add_display_options, count_arg
 from .dataset_cli import add_options as add_parquet_options
 from .dataset_cli import check_options as check_parquet_options
-from .dataset_cli import host_source, source_names, write_source
+from .dataset_cli import host_source, source_names, writing_source
 from .kvm_record import record_or_fail, text_sink
 from .progress import steps, watched
 
@@ -120,21 +119,37 @@ def run_kvm(args: argparse.Namespace) -> int:
 def run_recorded(args: argparse.Namespace, program: Any, source: str) -> int:
     """`--jsonl`, `--parquet`, `--summary` with `--trace-out` or `--no-trace`: the
     ring buffers decoded as each slice's drain brings them (engine.kvm.record), the
-    events printed as they come (`--jsonl`: `Decoder.jsonl`), the text written to its
-    file as it comes (`--trace-out`; a temporary file for `--parquet`, read back), the
-    summary counted from the records its lines are made of (`--summary`)."""
+    events printed as they come (`--jsonl`: `Decoder.jsonl`), the records written as
+    a dataset as they come (`--parquet`: `SourceWriter.write_records`, the rows
+    `replay --parquet` makes of the run's text), the text written to its file as it
+    comes (`--trace-out`), the summary counted from the records its lines are made of
+    (`--summary`)."""
+    if args.parquet is None:
+        return _recorded(args, program, None)
+    what = f"kvm {program.name}"
+    with writing_source(args, source, what, program_layout(program)) as (writer, counts):
+
+        def on_records(records: list[Any], decoder: Any) -> None:
+            writer.write_records(records, decoder)
+            counts.events += len(records)
+
+        _recorded(args, program, on_records)
+    return 0
+
+
+def _recorded(args: argparse.Namespace, program: Any, on_records: Any) -> int:
+    """`run_recorded`'s run; `on_records` (`--parquet`'s) takes the records."""
     from mmuscope.engine.kvm.rawtrace import RawSummary
 
     shown = watched(json_output=args.parquet is None)  # --summary and --jsonl print JSON
-    keep = args.parquet is not None
     held: list[RawSummary] = []
 
-    def on_records(records: list[Any], decoder: Any) -> None:
+    def summed(records: list[Any], decoder: Any) -> None:
         if not held:
             held.append(RawSummary(decoder.formats))
         held[0].take(records)
 
-    with text_sink(args.trace_out, keep) as sink, \
+    with text_sink(args.trace_out) as sink, \
             steps(f"kvm {program.name}", len(program.slices), shown=shown) as progress:  # fmt: skip
 
         def on_slice(result: Any) -> None:
@@ -143,16 +158,10 @@ def run_recorded(args: argparse.Namespace, program: Any, source: str) -> int:
         recording = record_or_fail(
             program, None if sink is None else sink.write, trace=not args.no_trace,
             on_slice=on_slice, on_json=sys.stdout.write if args.jsonl else None,
-            on_records=on_records if args.summary else None,
+            on_records=summed if args.summary else on_records,
         )  # fmt: skip
         _warn_lost(recording.lost)
-        if sink is not None:
-            sink.flush()
-            sink.seek(0)
-        lines = sink if sink is not None else io.StringIO()
-        if args.parquet is not None:  # the recording written as a dataset (dataset_cli)
-            write_source(args, source, lines, f"kvm {program.name}", program_layout(program))
-        elif args.summary:
+        if args.summary:
             counts = held[0] if held else RawSummary({})
             print(json.dumps(with_run(counts.summary(), recording, counts.emulated)))
     sys.stdout.flush()

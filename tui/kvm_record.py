@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -32,17 +31,12 @@ def record_or_fail(program: Any, on_text: Any = None, *, trace: bool = True, **h
 
 
 @contextlib.contextmanager
-def text_sink(path: Path | None, keep: bool = False) -> Iterator[IO[str] | None]:
+def text_sink(path: Path | None) -> Iterator[IO[str] | None]:
     """Where a recording's text goes as each drain brings it: `path` through a temporary
-    name in its directory (renamed when the block ends well, removed otherwise), else,
-    with `keep`, an anonymous temporary file; None when neither.  The file is left open
-    at its start for the caller to read back inside the block."""
+    name in its directory (renamed when the block ends well, removed otherwise); None
+    without a path."""
     if path is None:
-        if not keep:
-            yield None
-            return
-        with tempfile.TemporaryFile("w+", encoding="utf-8", prefix="mmuscope-kvm-") as anon:
-            yield anon
+        yield None
         return
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:

@@ -24,16 +24,21 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..events import FieldValue
+from ..trace.kernel_fields import printed_as_they_are
 from ..trace.lines import TEXT, printk_fields
 from ..trace.printk import ACCESS_STR, KINDS, Slot, Template
 from ..trace.tracepoints import TRACEPOINTS
 from .columns import FIELDS, HEAD, TYPED, column_of, system_of
+
+if TYPE_CHECKING:
+    from ..kvm.rawtrace import Decoder, Format, RawEvent
 
 MAP = pa.map_(pa.string(), pa.string())
 SCHEMA = pa.schema(
@@ -104,6 +109,113 @@ class Records:
             [head[c.name] for c in HEAD] + [parsed[c.name] for c in TYPED] + [parsed[FIELDS]],
             schema=SCHEMA,
         )
+
+
+class RawRecords:
+    """Up to a row group of ring-buffer records (`engine.kvm.rawtrace.RawEvent`, as
+    `kvm --parquet` reads them) and the `Decoder` that knows their formats: `table()` is
+    the table `Records` makes of the lines `Decoder.lines` prints of them, made from the
+    records' bytes, no text printed nor parsed.  The head's columns come from the
+    records' time (microseconds, as `trace_pipe` prints it), CPU and pid; the fields of
+    an event whose printk prints each of them as it is (`printed_as_they_are`: walks,
+    paging elements, A/D bits, spte requests) are read as columns from the bytes of all
+    its records at once (one numpy record type over its format's fields); any other
+    event's fields are `Decoder.fields` of each record (the text parser's, as
+    `replay` reads the line) split into columns as `Records` splits them."""
+
+    __slots__ = ("decoder", "first", "records")
+
+    def __init__(self, decoder: Decoder, first: int = 0) -> None:
+        self.decoder = decoder
+        self.records: list[RawEvent] = []
+        self.first = first
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def table(self) -> pa.Table:
+        records, decoder = self.records, self.decoder
+        count = len(records)
+        stamps, cpus, kinds, datas = zip(*records, strict=True) if count else ((), (), (), ())
+        usecs = (np.array(stamps, dtype=np.int64) + 500) // 1000  # ns2usecs(), as printed
+        pids = np.frombuffer(b"".join([d[4:8] for d in datas]), dtype="<i4")  # common_pid
+        distinct, codes = np.unique(np.array(kinds, dtype=np.int64), return_inverse=True)
+        names = [decoder.name(int(kind)) for kind in distinct]
+        order = np.argsort(codes, kind="stable")
+        pieces: list[_Piece] = []
+        start = 0
+        for code, n in enumerate(np.bincount(codes, minlength=len(distinct))):
+            rows = order[start : start + n]
+            start += n
+            pieces.append(self._piece(int(distinct[code]), names[code], rows, datas))
+        parsed = _assemble(pieces, count)
+        by_pid, pid_codes = np.unique(pids, return_inverse=True)
+        comms = pa.array([decoder.comm(int(pid)).strip() for pid in by_pid], pa.string())
+        events = pa.array(names, pa.string())
+        head = {
+            "ts": pa.array(usecs * 1000, pa.int64()),
+            "cpu": pa.array(np.array(cpus, dtype=np.int32)),
+            "pid": pa.array(pids.astype(np.int32)),
+            "comm": comms.take(pa.array(pid_codes)),
+            "system": pa.array([system_of(n) for n in names], pa.string()).take(pa.array(codes)),
+            "event": events.take(pa.array(codes)),
+            "seq": pa.array(np.arange(self.first, self.first + count, dtype=np.int64)),
+        }
+        return pa.Table.from_arrays(
+            [head[c.name] for c in HEAD] + [parsed[c.name] for c in TYPED] + [parsed[FIELDS]],
+            schema=SCHEMA,
+        )
+
+    def _piece(self, kind: int, name: str, rows: np.ndarray, datas: Sequence[bytes]) -> _Piece:
+        fmt = self.decoder.formats.get(kind)
+        if fmt is not None and printed_as_they_are(fmt.name):
+            piece = _as_they_are(fmt, rows, [datas[i] for i in rows])
+            if piece is not None:
+                return piece
+        records = self.records
+        return _fields_piece(name, rows, [self.decoder.fields(records[i])[1] for i in rows])
+
+
+def _as_they_are(fmt: Format, rows: np.ndarray, datas: list[bytes]) -> _Piece | None:
+    """The rows of an event whose fields are printed as they are, read from their bytes
+    as columns; None (then row by row) when a field is not an integer, overlaps another,
+    or holds a value its typed column cannot."""
+    fields = sorted(fmt.fields, key=lambda f: f.offset)
+    at = 8  # the common fields'
+    for f in fields:
+        if f.array or f.size not in (1, 2, 4, 8) or f.offset < at:
+            return None
+        at = f.offset + f.size
+    sizes = set(map(len, datas))
+    width = max(at, *sizes)
+    if sizes != {width}:  # records shorter than the format, or of other lengths: padded
+        datas = [d.ljust(width, b"\0") for d in datas]
+    blob = b"".join(datas)
+    record = np.dtype(
+        {
+            "names": [f.name for f in fields],
+            "formats": [f"<{'i' if f.signed else 'u'}{f.size}" for f in fields],
+            "offsets": [f.offset for f in fields],
+            "itemsize": width,
+        }
+    )
+    values = np.frombuffer(blob, dtype=record)
+    piece = _Piece(rows)
+    rest_names: list[str] = []
+    rest: list[pa.Array] = []
+    for f in fields:
+        column = pa.array(np.ascontiguousarray(values[f.name]))
+        typed = column_of(fmt.name, f.name)
+        if typed is not None and typed.name not in piece.typed:
+            try:
+                piece.typed[typed.name] = pc.cast(column, pa.type_for_alias(typed.type))
+            except pa.ArrowInvalid:  # a value the column cannot hold: row by row
+                return None
+            continue
+        rest_names.append(f.name)
+        rest.append(pc.cast(column, pa.string()))
+    piece.fields = _maps(rest_names, rest, len(rows))
+    return piece
 
 
 # -- the head's columns -------------------------------------------------------------------
@@ -438,11 +550,24 @@ _KINDS: Mapping[str, Callable[[pa.Array, Slot], Converted]] = {
 def _row_by_row(name: str, rows: np.ndarray, raw: pa.Array) -> _Piece:
     """`printk_fields` of each row (its text as `event_of` hands it), split into typed
     columns and `fields` as the columns say."""
+    texts = raw.take(pa.array(rows)).to_pylist()
+    return _fields_piece(name, rows, [printk_fields(name, text.lstrip(" ")) for text in texts])
+
+
+def _fields_piece(
+    name: str, rows: np.ndarray, parsed: Sequence[Mapping[str, FieldValue]]
+) -> _Piece:
+    """The rows' fields (`parsed`, as the text parser names them) split into typed
+    columns and `fields` as the columns say: a field at a time when every row has the
+    same fields (`_by_field`), else row by row."""
+    piece = _by_field(name, rows, parsed)
+    if piece is not None:
+        return piece
     typed: dict[str, list[int | None]] = {c.name: [None] * len(rows) for c in TYPED}
     maps: list[list[tuple[str, str]]] = []
-    for i, text in enumerate(raw.take(pa.array(rows)).to_pylist()):
+    for i, fields in enumerate(parsed):
         rest: list[tuple[str, str]] = []
-        for key, value in printk_fields(name, text.lstrip(" ")).items():
+        for key, value in fields.items():
             column = column_of(name, key)
             if column is not None and column.holds(value) and typed[column.name][i] is None:
                 typed[column.name][i] = value  # type: ignore[assignment]
@@ -454,6 +579,43 @@ def _row_by_row(name: str, rows: np.ndarray, raw: pa.Array) -> _Piece:
         {c.name: pa.array(typed[c.name], pa.type_for_alias(c.type)) for c in TYPED},
         pa.array(maps, MAP),
     )
+
+
+def _by_field(
+    name: str, rows: np.ndarray, parsed: Sequence[Mapping[str, FieldValue]]
+) -> _Piece | None:
+    """`_fields_piece` a field at a time: None unless every row has the same fields in
+    the same order, each field's values of one type (int, bool or str), and a typed
+    column's values all fit it."""
+    keys = tuple(parsed[0]) if parsed else ()
+    if not keys or any(tuple(fields) != keys for fields in parsed):
+        return None
+    piece = _Piece(rows)
+    rest_names: list[str] = []
+    rest: list[pa.Array] = []
+    for key in keys:
+        values = [fields[key] for fields in parsed]
+        kinds = {type(v) for v in values}
+        if len(kinds) != 1:
+            return None
+        (kind,) = kinds
+        column = column_of(name, key)
+        if kind is int and column is not None and column.name not in piece.typed:
+            numbers = [int(v) for v in values]
+            low, high = column.bounds
+            if not low <= min(numbers) <= max(numbers) <= high:  # some row by row
+                return None
+            piece.typed[column.name] = pa.array(numbers, pa.type_for_alias(column.type))
+            continue
+        rest_names.append(key)
+        if kind is bool:
+            rest.append(_as_text(pa.array(values, pa.bool_())))
+        elif kind is str:
+            rest.append(pa.array(values, pa.string()))
+        else:  # int
+            rest.append(pa.array([str(v) for v in values], pa.string()))
+    piece.fields = _maps(rest_names, rest, len(rows))
+    return piece
 
 
 def _field_text(value: FieldValue) -> str:

@@ -28,13 +28,17 @@ import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..trace.reader import CONTINUED, TraceCounts, summarize
 from .columns import FIELDS, MEMSLOTS_FILE, PARTITION
-from .rows import SCHEMA, Records
+from .rows import SCHEMA, RawRecords, Records
+
+if TYPE_CHECKING:
+    from ..kvm.rawtrace import Decoder, RawEvent
 
 ROW_GROUP = 32768  # records per row group (about 300 kB of Parquet, 20 MB while built)
 COMPRESSION = "zstd"  # DuckDB, pyarrow and Spark (3.x and later) all read it
@@ -78,8 +82,9 @@ def check_source_name(name: str) -> str:
 
 
 class SourceWriter:
-    """Writes one source: use as a context manager, feed it `write_lines` (trace text),
-    optionally `write_memslots`; leaving the block without an error makes it visible."""
+    """Writes one source: use as a context manager, feed it `write_lines` (trace text)
+    or `write_records` (a ring buffer's), optionally `write_memslots`; leaving the block
+    without an error makes it visible."""
 
     def __init__(
         self, root: Path, source: str, *, append: bool = False, row_group: int = ROW_GROUP
@@ -95,6 +100,7 @@ class SourceWriter:
         self._writer: pq.ParquetWriter | None = None
         self._memslots: pa.Table | None = None
         self._made_root = False
+        self._raw: RawRecords | None = None  # ring-buffer records not written yet
 
     # -- the lifetime of the hidden names ----------------------------------------------
 
@@ -126,6 +132,8 @@ class SourceWriter:
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        if kind is None and self._raw is not None and self._raw.records:
+            self._write(self._raw)
         if self._writer is not None:
             self._writer.close()
         if kind is None:
@@ -218,9 +226,28 @@ class SourceWriter:
             self._write(records)
         return counts
 
-    def _write(self, records: Records) -> None:
+    def write_records(self, records: Iterable[RawEvent], decoder: Decoder) -> None:
+        """Ring-buffer records (`kvm --parquet`, as each drain of a run brings them),
+        decoded by `decoder`: held until they fill a row group (`RawRecords`), written
+        then; the rest when the block ends well.  The same rows as the lines
+        `decoder.lines` prints of them given to `write_lines`."""
+        held = self._raw
+        if held is None:
+            held = self._raw = RawRecords(decoder, self.rows)
+        held.records.extend(records)
+        while len(held.records) >= self.row_group:
+            rest = held.records[self.row_group :]
+            del held.records[self.row_group :]
+            self._write(held)
+            held = self._raw = RawRecords(decoder, self.rows)
+            held.records = rest
+
+    def _write(self, records: Records | RawRecords) -> None:
         table = records.table()
-        records.heads.clear()
+        if isinstance(records, Records):
+            records.heads.clear()
+        else:
+            records.records.clear()
         if self._writer is None:
             assert self._hidden is not None
             self._writer = pq.ParquetWriter(

@@ -322,10 +322,19 @@ class Decoder:
         self._objects: dict[int, Callable[[int, int, bytes], str] | None] = {}
         self._comm_json: dict[int, str] = {}
 
+    def name(self, kind: int) -> str:
+        """The event's name by its id (``type_N`` when the host has no format for it)."""
+        fmt = self.formats.get(kind)
+        return f"type_{kind}" if fmt is None else fmt.name
+
+    def comm(self, pid: int) -> str:
+        """The comm a line shows for `pid`."""
+        return self.comms.get(pid, UNKNOWN_COMM)
+
     def fields(self, raw: RawEvent) -> tuple[str, dict[str, FieldValue]]:
         fmt = self.formats.get(raw.type)
         if fmt is None:
-            return f"type_{raw.type}", {"text": raw.data.hex(" ")}
+            return self.name(raw.type), {"text": raw.data.hex(" ")}
         kernel = fmt.decode(raw.data)
         printed = printed_fields(fmt.name, kernel)
         if printed is None:
