@@ -16,7 +16,7 @@ The `kvm_mmu_get_page` tracepoint prints the access bits through `access_str[]`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 ACCESS_STR = ("---", "--x", "w--", "w-x", "-u-", "-ux", "wu-", "wux")
 ACC_EXEC_MASK, ACC_WRITE_MASK, ACC_USER_MASK = 1, 2, 4
@@ -48,7 +48,8 @@ _LAYOUT: tuple[tuple[str, int, int], ...] = (
 @dataclass(frozen=True, slots=True)
 class KvmMmuPageRole:
     """`union kvm_mmu_page_role` (kvm_host.h): the bitfields `_LAYOUT` places in `word`
-    (frozen and hashable: the pages' role keys)."""
+    (frozen and hashable: the pages' role keys).  `word`, the u32 the kernel compares
+    (`role.word`), is made once, with the role."""
 
     level: int = PG_LEVEL_4K
     has_4_byte_gpte: int = 0
@@ -65,20 +66,16 @@ class KvmMmuPageRole:
     passthrough: int = 0
     is_mirror: int = 0
     smm: int = 0
+    word: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        for name, _, width in _LAYOUT:
+        word = 0
+        for name, shift, width in _LAYOUT:
             value = getattr(self, name)
             if not 0 <= value < 1 << width:
                 raise ValueError(f"role.{name} = {value} does not fit in {width} bits")
-
-    @property
-    def word(self) -> int:
-        """The u32 the kernel compares (`role.word`)."""
-        word = 0
-        for name, shift, _ in _LAYOUT:
-            word |= getattr(self, name) << shift
-        return word
+            word |= value << shift
+        object.__setattr__(self, "word", word)
 
     @classmethod
     def from_word(cls, word: int) -> KvmMmuPageRole:
@@ -92,9 +89,13 @@ class KvmMmuPageRole:
     def child(self, access: int, direct: bool, quadrant: int = 0) -> KvmMmuPageRole:
         """The role of a page one level down (`kvm_mmu_child_role`): parent's role with
         `level - 1`, the given access and directness, `passthrough` cleared."""
+        key = (self, access, direct, quadrant)
+        child = _CHILDREN.get(key)
+        if child is not None:  # a role is a value: the same parent, the same child
+            return child
         if self.level <= PG_LEVEL_4K:
             raise ValueError("a 4K page has no child pages")
-        return replace(
+        child = _CHILDREN[key] = replace(
             self,
             level=self.level - 1,
             access=access,
@@ -102,9 +103,13 @@ class KvmMmuPageRole:
             passthrough=0,
             quadrant=quadrant if self.has_4_byte_gpte else 0,
         )
+        return child
 
     def invalidated(self) -> KvmMmuPageRole:
         return replace(self, invalid=1)
+
+
+_CHILDREN: dict[tuple[KvmMmuPageRole, int, bool, int], KvmMmuPageRole] = {}  # `child`'s
 
 
 def tdp_root_role(
