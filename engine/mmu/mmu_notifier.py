@@ -19,7 +19,7 @@ torvalds/linux 6.18 `virt/kvm/kvm_main.c`:
 arch/x86/kvm/mmu/mmu.c `kvm_unmap_gfn_range()`: the shadow MMU's rmaps
 (`__kvm_rmap_zap_gfn_range` → `kvm_zap_rmap`: every spte on each rmap head of the range
 cleared, no tracepoint) when the VM has rmaps (tdp_mmu=N, or shadow paging), the TDP
-MMU's roots (`kvm_tdp_mmu_unmap_gfn_range`, tdp/roots.py: valid and invalid ones) when
+MMU's roots (`kvm_tdp_mmu_unmap_gfn_range`, tdp/mmu.py: valid and invalid ones) when
 it is on.
 
 The host's side is the model's own (mm/madvise.c, mm/memory.c, mm/huge_memory.c as of
