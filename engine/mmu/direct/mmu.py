@@ -22,13 +22,26 @@ sptes and rmaps (docs/kvm.md §3-§6).
   (prefetch.py);
 - a memslot DELETE or MOVE zaps everything fast (`kvm_arch_flush_shadow_memslot`), and a
   generation whose 19 MMIO bits wrap zaps fast too (`kvm_mmu_invalidate_mmio_sptes`).
-Rmaps: rmap.py.  With no listener, no Event is built.
+
+One class, `DirectMmu`, holds what the kernel keeps for this MMU in `struct kvm` (the
+shadow pages, their hash and budget: mmu_pages.py; the rmaps; the vCPUs' roots) and runs
+mmu.c's functions on it, section by section: the fault above; MMIO sptes
+(`mark_mmio_spte()` when a fault finds no memslot and MMIO caching is on, the emulator
+after it, with `kvm_mmio` of the whole gpa: emulate.py; the RSVD / EPT-misconfiguration
+path, `handle_mmio_page_fault(vcpu, addr, direct=true)`, is the TDP MMU's too:
+mmio_info.py); huge pages (the level a fault maps at, and why, for the screens; NX huge
+page recovery, `kvm_recover_nx_huge_pages()`: nx_huge_pages.py); the rmaps (per memslot
+and level, each gfn's `kvm_rmap_head` of the present leaves that map it: `rmap_add()`,
+`drop_spte()` → `rmap_remove()`) and the audit of leaves against them.  rmap.py is the
+rmaps' read-only view, prefetch.py `direct_pte_prefetch()`.  With no listener, no Event
+is built.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from ...errors import AuditError
 from ...events import Event, FieldValue
 from ...memslots.constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY
 from ...memslots.memslot import MemorySlot
@@ -41,10 +54,24 @@ from ..fast_pf import (
 )
 from ..mapping_level import KvmPageFault, MappingLevels, kvm_pages_per_hpage
 from ..mmio_info import VcpuMmioInfo, handle_mmio_page_fault
-from ..mmu_pages import KvmMmuPage, MmuPages, default_mmu_pages, shadow_mmu_memslot_update
+from ..mmu_pages import (
+    KvmMmuPage,
+    MmuPages,
+    default_mmu_pages,
+    kvm_recover_mmu_nx_huge_pages,
+    shadow_mmu_memslot_update,
+)
 from ..nx_huge_pages import account_nx_huge_page
 from ..params import TdpMmuParams
-from ..rmap import ERAS, RmapVal
+from ..rmap import (
+    ERAS,
+    KvmRmapHead,
+    RmapVal,
+    check_sptep,
+    rmap_val_add,
+    rmap_val_remove,
+    rmap_val_sptes,
+)
 from ..role import (
     ACC_ALL,
     ACC_EXEC_MASK,
@@ -53,21 +80,23 @@ from ..role import (
     tdp_root_role,
 )
 from ..spte import (
+    KVM_MAX_HUGEPAGE_LEVEL,
     PT_WRITABLE_MASK,
+    SPTE_BASE_ADDR_MASK,
     SPTE_CONFIGS,
     RetPf,
     SpteConfig,
     is_mmio_spte,
     kvm_mmu_max_gfn,
+    make_mmio_spte,
     make_spte,
+    mark_mmio_spte_fields,
     spte_access_str,
     spte_requested_fields,
 )
 from ..vcpu_memslot import VcpuMemslotCache
-from .huge import DirectHuge
-from .mmio import DirectMmio
 from .prefetch import direct_pte_prefetch
-from .rmap import LEVEL_BITS, DirectRmaps, RmapKey, level_shift
+from .rmap import LEVEL_BITS, RmapKey, RmapsView, level_shift
 from .rmap import SlotRmaps as SlotRmaps  # re-exported (public before)
 from .rmap import gfn_to_index as gfn_to_index  # re-exported (public before)
 
@@ -78,7 +107,7 @@ def spte_index(gfn: int, level: int) -> int:
     return (gfn >> level_shift(level)) & 511
 
 
-class DirectMmu(DirectMmio, DirectHuge, DirectRmaps):
+class DirectMmu:
     """One VM's direct-paging MMU: roots per vCPU, shadow pages, leaves, rmaps.
 
     `params` are the kvm module parameters and host backing the TDP MMU takes too
@@ -396,3 +425,132 @@ class DirectMmu(DirectMmio, DirectHuge, DirectRmaps):
     def _zap_leaf(self, sp: KvmMmuPage, index: int) -> None:
         self._drop_leaf(sp, index, sp.spt[index])
         sp.spt[index] = self.pages.nonpresent
+
+    # -- MMIO sptes -------------------------------------------------------------------
+
+    def _mark_mmio_spte(self, root: KvmMmuPage, sp: KvmMmuPage, index: int, gfn: int) -> RetPf:
+        self.stat["pf_emulate"] += 1
+        gen = self.vm.generation(root.role.smm)
+        sp.spt[index] = spte = make_mmio_spte(self.cfg, gfn, ACC_ALL, gen)
+        self.stat["pf_mmio_spte_created"] += 1
+        self._emit("mark_mmio_spte", **mark_mmio_spte_fields(sp.sptep(index), gfn, spte))
+        return RetPf.EMULATE
+
+    # -- huge pages -------------------------------------------------------------------
+
+    def kvm_recover_nx_huge_pages(self) -> int:
+        """One run of the NX recovery worker (nx_huge_pages.py): the oldest tables made
+        for a disallowed NX huge page are zapped (`kvm_mmu_prepare_zap_page()`)."""
+        return kvm_recover_mmu_nx_huge_pages(self.vm, self.pages, self.params)
+
+    def max_level(self, slot: MemorySlot | None, gfn: int, exec_: bool = False) -> int:
+        """The level `kvm_mmu_hugepage_adjust()` picks for a fault on `gfn` (before
+        `disallowed_hugepage_adjust()`): 4K without huge pages, a slot or for a fetch
+        under the NX mitigation, else `kvm_mmu_max_mapping_level()` (mapping_level.py:
+        the slot's `disallow_lpage` and the host's backing)."""
+        fault = KvmPageFault(gfn, False, exec_, slot, self._max_level())
+        self.levels.kvm_mmu_hugepage_adjust(self.levels.kvm_faultin_pfn(fault))
+        return fault.goal_level
+
+    def _max_level(self) -> int:
+        return KVM_MAX_HUGEPAGE_LEVEL if self.huge_pages else PG_LEVEL_4K
+
+    def why_level(self, slot: MemorySlot | None, gfn: int, exec_: bool = False) -> str:
+        """The level a fault on `gfn` maps at, and why (for the screens)."""
+        nx_split = False
+        root = next(iter(self.roots.values()), None)
+        if root is not None and slot is not None:
+            level = self.max_level(slot, gfn, exec_)
+            sp = root
+            while sp.role.level > level and (child := self._child_of(sp, gfn)) is not None:
+                sp = child
+            if sp.role.level == level > PG_LEVEL_4K:
+                child = self.pages.child_at(sp, spte_index(gfn, level))
+                nx_split = child is not None and child.nx_huge_page_disallowed
+        return self.levels.why(slot, gfn, exec_, self._max_level(), nx_split)[1]
+
+    def _child_of(self, sp: KvmMmuPage, gfn: int) -> KvmMmuPage | None:
+        return self.pages.child_at(sp, spte_index(gfn, sp.role.level))
+
+    def _nx_disallowed(self, spte: int) -> bool:
+        sp = self.pages.page_by_pa(spte & SPTE_BASE_ADDR_MASK)
+        return sp is not None and sp.nx_huge_page_disallowed
+
+    # -- rmaps ------------------------------------------------------------------------
+
+    @property
+    def rmaps(self) -> RmapsView:
+        """The rmaps as heads, (as_id, slot id, level) -> gfn_to_index -> KvmRmapHead."""
+        return RmapsView(self.rmap_vals, self.era)
+
+    def rmap_add(self, slot: MemorySlot, gfn: int, level: int, sptep: int) -> None:
+        """`rmap_add()`: `sptep` onto the rmap of (slot, level, gfn)."""
+        vals = self.rmap_vals.setdefault((slot.as_id, slot.id, level), {})
+        key = gfn_to_index(gfn, slot.base_gfn, level)
+        old = vals.get(key)
+        if old is None:
+            vals[key] = sptep  # pte_list_add 0 -> 1: val is the sptep itself
+        else:
+            vals[key] = rmap_val_add(old, sptep, self.era)
+
+    def _drop_leaf(self, sp: KvmMmuPage, index: int, spte: int) -> None:
+        """A present leaf goes away: take it off its gfn's rmap (`drop_spte`)."""
+        if is_mmio_spte(self.cfg, spte):
+            return
+        gfn = sp.gfn + (index << level_shift(sp.role.level))
+        as_id, level = sp.role.smm, sp.role.level
+        slot = self.vm.memslot_set(as_id).gfn_tree.search(gfn)
+        if slot is None:
+            raise AuditError(f"present leaf {sp.sptep(index):#x} maps gfn {gfn:#x} of no slot")
+        vals = self.rmap_vals.get((as_id, slot.id, level), {})
+        key = gfn_to_index(gfn, slot.base_gfn, level)
+        sptep = sp.spt_pa + 8 * index
+        old = vals.get(key)
+        if type(old) is int and old == sptep:
+            del vals[key]  # pte_list_remove 1 -> 0
+            return
+        if rmap_val_remove(old, sptep) is None:
+            del vals[key]
+
+    def audit(self) -> None:
+        """Pages consistent; every rmap entry is a present leaf of its gfn and level, and
+        every present leaf is in exactly one rmap; rmap vals encoded as the kernel's."""
+        self.pages.audit()
+        leaves: dict[int, KvmMmuPage] = {}
+        nonpresent = self.pages.nonpresent
+        for sp in self.pages.pages():
+            for index, spte in enumerate(sp.spt):
+                leaf = spte != nonpresent and self.pages.child_at(sp, index) is None
+                if leaf and not is_mmio_spte(self.cfg, spte):
+                    leaves[sp.sptep(index)] = sp
+        seen: set[int] = set()
+        for (as_id, slot_id, level), vals in self.rmap_vals.items():
+            for key, val in vals.items():
+                self._audit_val(key, val)
+                for sptep in rmap_val_sptes(val):
+                    holder = leaves.get(sptep)
+                    if holder is None or holder.role.level != level or sptep in seen:
+                        raise AuditError(f"rmap entry {sptep:#x} is not a present leaf once")
+                    gfn = holder.gfn + (((sptep & 0xFFF) >> 3) << level_shift(level))
+                    slot = self.vm.memslot_set(as_id).gfn_tree.search(gfn)
+                    if (
+                        holder.role.smm != as_id
+                        or slot is None
+                        or slot.id != slot_id
+                        or gfn_to_index(gfn, slot.base_gfn, level) != key
+                    ):
+                        raise AuditError(f"rmap entry {sptep:#x} is in the rmap of another gfn")
+                    seen.add(sptep)
+        if seen != set(leaves):
+            raise AuditError(f"{len(set(leaves) - seen)} present leaves are in no rmap")
+
+    def _audit_val(self, key: int, val: RmapVal) -> None:
+        if isinstance(val, KvmRmapHead):
+            val.audit()
+            if val.era is not self.era or not val.is_many:
+                raise AuditError(f"rmap val of {key} is a head without descs")
+        else:
+            try:
+                check_sptep(val)
+            except ValueError as err:
+                raise AuditError(f"rmap val {val:#x} of {key}: {err}") from None
