@@ -1,4 +1,4 @@
-"""tui/widgets/structure_array.py: `_cells_states` works out an array row's cell states at
+"""tui/widgets/structure.py: `_cells_states` works out an array row's cell states at
 once (binary search's probes looked up, a scan's revealed prefix); it must give each
 cell the state `_array_state` gives it alone, for every row, lookup after lookup, probe
 by probe, with the caches on and off."""

@@ -7,6 +7,12 @@ step and seek (docs/kvm.md §4-§6; engine.replay).
 A file is indexed by a thread worker (a progress bar shows how far) while it already
 plays; seeks reach as far as the index does.  A live tail is read by a thread worker too
 and handed over in batches; only the last events are kept to seek back in.
+
+Drawing: paused, a change is drawn at once.  Playing, the timeline is redrawn at most
+every TIMELINE_EVERY seconds and the model's panels, when the model changed, at most
+every REDRAW_EVERY seconds, one panel a frame: a frame that draws all of them (and
+Textual then renders all of them) takes long enough to delay a key press
+(engine.replay.views says what to draw).
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from mmuscope.engine.events import Event
@@ -24,26 +30,34 @@ from mmuscope.engine.replay.filters import EventFilter, parse_ids
 from mmuscope.engine.replay.index import TraceIndex
 from mmuscope.engine.replay.live import LiveTimeline
 from mmuscope.engine.replay.seek import SeekTarget, parse_seek
+from mmuscope.engine.replay.views import page_levels, spte_table
 from mmuscope.engine.words import count
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
+from textual.reactive import Reactive
 from textual.worker import get_current_worker
 
-from ..widgets.fit import show_title
+from ..widgets.fit import fit_title, show_title
 from ..widgets.replay_panels import (
     IndexingBar,
     ReplayPages,
     ReplayState,
     SpteGrid,
     TimelineBar,
+    TimelineShown,
+    seconds,
 )
+from .base import PlayerScreen
 from .replay_dialogs import CpuDialog, GotoDialog, PidDialog, ids_text
-from .replay_drawing import ReplayDrawing, Timeline
 from .replay_sources import index_trace, tail_pipe
 
+Timeline = TraceCursor | LiveTimeline
+Panels = Sequence[Callable[[], None]]  # the panels' draw methods, in order
+REDRAW_EVERY = 0.1  # seconds between redraws of the model's panels while playing
+TIMELINE_EVERY = 0.05  # seconds between redraws of the timeline bar while playing
 REPLAY_SPEED = 100.0  # events a second to start with
 MAX_PER_FRAME = 1000  # events replayed in one frame at most (the Pacer caps at 10000/s)
 FRAME_BUDGET = 0.006  # seconds of parsing a frame may spend (the rest waits a frame)
@@ -54,7 +68,16 @@ NEXT_CHANGE_LIMIT = 200_000  # events `n` reads looking for a change
 SEEK_STEP = 0.10  # [ and ]: a tenth of the trace's time
 
 
-class ReplayScreen(ReplayDrawing):
+class ReplayScreen(PlayerScreen):
+    """A trace played on a model of the MMU, and the model drawn: the timeline bar, the
+    shadow pages by level, the spte grid, the MMU's state and the header."""
+
+    # Textual's Screen repaints the whole screen when its title or sub-title changes;
+    # only the header shows them, and it redraws itself through its own watchers.  The
+    # sub-title counts the events while the trace is indexed: ten repaints a second.
+    title: Reactive[str | None] = Reactive(None, compute=False, repaint=False)
+    sub_title: Reactive[str | None] = Reactive(None, compute=False, repaint=False)
+
     FRAME = 1 / 60  # seconds between frames: ~170 events a frame at 10,000 events/s
 
     BINDINGS = [
@@ -116,7 +139,16 @@ class ReplayScreen(ReplayDrawing):
         trace: Path | None = None,
         pipe: Path | None = None,
     ) -> None:
-        super().__init__(timeline, pacer, source)
+        super().__init__(pacer)
+        self.timeline: Timeline = timeline
+        self.source = source
+        self.filters = EventFilter()
+        #: a seek beyond the checkpoints, done once they reach it
+        self.pending: SeekTarget | None = None
+        self._drawn: tuple[int, int, int] | None = None  # (model id, version, width)
+        self._drawn_at = 0.0
+        self._timeline_at = 0.0
+        self._drawing: list[Callable[[], None]] = []  # panels to draw in the next frames
         self.trace = trace
         self.pipe = pipe
         self._index_started = 0.0
@@ -283,7 +315,7 @@ class ReplayScreen(ReplayDrawing):
 
     def show_state(self) -> None:
         self.flush_events()  # a frame paused half-way: the events it played, as a frame
-        super().show_state()
+        self.redraw(force=True)
 
     def show_events(self, events: list[Event]) -> None:
         """Events just replayed: to the log and counters (filtered), then redraw.  While
@@ -445,6 +477,104 @@ class ReplayScreen(ReplayDrawing):
         panel.counters.totals = self.timeline.model.totals(filters.cpus, filters.pids)
         panel.show_counters()
         self.redraw(force=True)
+
+    # -- drawing ----------------------------------------------------------------------
+
+    def _times(self) -> tuple[float, float]:
+        """(first timestamp, the span known) of the trace."""
+        first, last = self.timeline.first_ts, self.timeline.last_ts
+        if first is None or last is None:
+            return 0.0, 0.0
+        return first, max(0.0, last - first)
+
+    def show_timeline(self) -> None:
+        timeline = self.timeline
+        first, span = self._times()
+        now = timeline.model.last_ts
+        elapsed = now - first if now is not None and timeline.position else 0.0
+        elapsed = max(0.0, min(elapsed, span))
+        if timeline.live:
+            state = "● live" if self.pacer.playing else "⏸ live"
+            complete = True
+        else:
+            state = "▶" if self.pacer.playing else "⏸"
+            complete = timeline.scanned or timeline.at_end
+        following = timeline.live and self.pacer.playing
+        speed = "following" if following else f"{self.pacer.speed:g}/s"
+        target = self.pending
+        if target is not None:  # a seek waiting for the checkpoints
+            where = f"#{target.event:,}" if target.event is not None else ""
+            where = where or f"{seconds((target.ts or first) - first)} s"
+            speed = f"seeking {where}…"
+        self.query_one(TimelineBar).show(
+            TimelineShown(
+                state=state,
+                elapsed=elapsed,
+                span=span,
+                position=timeline.position,
+                total=timeline.total,
+                complete=complete,
+                speed=speed,
+                filters=self.filters,
+                earliest=timeline.earliest,
+            )
+        )
+
+    def redraw(self, force: bool = False) -> None:
+        """The timeline and the model's panels.  Paused (or forced), all of them now.
+        Playing, the timeline at most every TIMELINE_EVERY seconds, and, when the model
+        changed, its panels at most every REDRAW_EVERY seconds, one a frame (a frame
+        that draws every panel takes long enough to delay a key press)."""
+        now = time.monotonic()
+        playing = self.pacer.playing and not force
+        if not playing or now - self._timeline_at >= TIMELINE_EVERY:
+            self._timeline_at = now
+            self.show_timeline()
+        if not playing:
+            self._drawing.clear()
+            self._draw_panels(now, force, (self._draw_pages, self._draw_grid, self._draw_state))
+        elif self._drawing:
+            self._drawing.pop(0)()
+        elif now - self._drawn_at >= REDRAW_EVERY:
+            self._draw_panels(now, False, (self._draw_pages,), (self._draw_grid, self._draw_state))
+
+    def _draw_panels(self, now: float, force: bool, draw: Panels, later: Panels = ()) -> None:
+        """Draw `draw` now and `later` in the next frames, if the model changed."""
+        model = self.timeline.model
+        key = (id(model), model.version, self.size.width)
+        if key == self._drawn and not force:
+            return
+        self._drawn, self._drawn_at = key, now
+        for panel in draw:
+            panel()
+        self._drawing.extend(later)
+        self._update_header()
+
+    def _draw_pages(self) -> None:
+        model = self.timeline.model
+        pages = self.query_one(ReplayPages)
+        gen = "?" if model.mmu_valid_gen is None else model.mmu_valid_gen
+        whole = f"shadow pages by level · mmu_valid_gen {gen}"
+        show_title(pages, fit_title([whole, "shadow pages by level"], pages.outer_size.width))
+        pages.show(page_levels(model), model)
+
+    def _draw_grid(self) -> None:
+        self.query_one(SpteGrid).show(spte_table(self.timeline.model))
+
+    def _draw_state(self) -> None:
+        model = self.timeline.model
+        timeline = self.timeline
+        # a file, played to its last event
+        at_end = not timeline.live and timeline.scanned and timeline.position >= timeline.total
+        self.query_one(ReplayState).show(
+            model, self._times()[0] if model.events else None, at_end=bool(at_end)
+        )
+
+    def _update_header(self) -> None:
+        kind = "live" if self.timeline.live else "replay"
+        self.title = f"mmuscope · {kind} · {self.source}"
+        _, span = self._times()
+        self.sub_title = f"{count(self.timeline.total, 'event')} over {seconds(span)} s"
 
     # -- export -----------------------------------------------------------------------
 

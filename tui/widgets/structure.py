@@ -18,13 +18,13 @@ from textual.reactive import reactive
 from textual.strip import Strip
 
 from ..messages import WindowMoved
-from .highlight import CACHE_HIT, COMPARE, HIT_STATE, Highlight
+from .highlight import CACHE_HIT, COMPARE, HIT_STATE, IDLE, Highlight
 from .line_diff import LineDiffView
 from .scroll_through import scroll_through
-from .structure_array import ArrayCells
 from .structure_states import (
     DrawnRows,
     TreeStates,
+    binary_states,
     styled_strip,
     tree_row_states,
     tree_row_styles,
@@ -42,9 +42,8 @@ from .tree_geometry import (
 WINDOWS_KEPT = 256  # tree windows laid out and kept per tree (a few KB each)
 
 
-class StructureView(ArrayCells, LineDiffView, can_focus=True):
-    """Draws the current strategy's structure and animates the lookup on it (an array's
-    cells: ArrayCells)."""
+class StructureView(LineDiffView, can_focus=True):
+    """Draws the current strategy's structure and animates the lookup on it."""
 
     COMPONENT_CLASSES = {
         "structure--idle",
@@ -509,3 +508,91 @@ class StructureView(ArrayCells, LineDiffView, can_focus=True):
 
     def _segments(self, text: str, styles: list[str | None]) -> Strip:
         return styled_strip(text, styles, self._base_style(), self._style)
+
+    # -- an array's cells (linear, size-sorted and binary search over kvm_memslots' array):
+    # the slots in search order, wrapped to the view's width, each painted with the state
+    # the lookup in progress gives it, and the cell of the probe in progress
+
+    def _array_state(self, position: int, binary: dict[int, str] | None) -> str | None:
+        highlight = self.highlight
+        if highlight is None:
+            return None
+        if highlight.cache_hit:
+            slot = highlight.slot
+            entry = self.shape.entries[position] if isinstance(self.shape, ArrayView) else None
+            return CACHE_HIT if slot is not None and entry is slot else None
+        if binary is not None:
+            return binary.get(position)
+        return highlight.state_at(position)
+
+    def _cells_states(self, start: int, end: int) -> tuple[str | None, ...]:
+        """`_array_state` of positions `start` to `end` (excluded), a row's at once: a
+        binary search's few probes looked up, a scan's revealed prefix (state_at), None
+        past it; a drawing pass asks this for each row it draws."""
+        highlight = self.highlight
+        count = max(0, end - start)
+        if highlight is None:
+            return (None,) * count
+        if highlight.cache_hit:
+            return tuple(self._array_state(position, None) for position in range(start, end))
+        shape = self.shape
+        binary = (
+            self._binary_states()
+            if isinstance(shape, ArrayView) and shape.strategy == "binary"
+            else None
+        )
+        if binary is not None:
+            return tuple(map(binary.get, range(start, end)))
+        revealed = min(end, max(start, highlight.shown))
+        return tuple(map(highlight.state_at, range(start, revealed))) + (None,) * (end - revealed)
+
+    def _binary_states(self) -> dict[int, str] | None:
+        """binary_states of the highlight, once per highlight."""
+        cached = self._binary_cache
+        if cached is None or cached[0] is not self.highlight:
+            cached = self._binary_cache = (self.highlight, binary_states(self.highlight))
+        return cached[1]
+
+    def _array_head(self, highlight: Highlight | None) -> Region | None:
+        """The cell of an array's probe in progress (None: none)."""
+        position = None if highlight is None else self._head_position(highlight)
+        if position is None:
+            return None
+        per_row = self._cells_per_row()
+        x = (position % per_row) * self._cell_width
+        return Region(x, position // per_row, self._cell_width, 1)
+
+    def _head_position(self, highlight: Highlight) -> int | None:
+        assert isinstance(self.shape, ArrayView)
+        if highlight.cache_hit:
+            entries = self.shape.entries
+            return next((i for i, e in enumerate(entries) if e is highlight.slot), None)
+        if highlight.probes is not None:
+            probes = highlight.probes[: highlight.shown]
+            return probes[-1].position if probes else None
+        return max(0, highlight.shown - 1)
+
+    def _cells_per_row(self) -> int:
+        width = self._view_width() or 80
+        return max(1, width // self._cell_width)
+
+    def _array_line(self, row: int, scroll_x: int, width: int) -> Strip:
+        shape = self.shape
+        assert isinstance(shape, ArrayView)
+        per_row = self._cells_per_row()
+        cell = self._cell_width
+        parts: list[str] = []
+        styles: list[str | None] = []
+        entries, zoom = shape.entries, self.zoom
+        start = row * per_row
+        end = min(start + per_row, len(entries))
+        for position, state in zip(range(start, end), self._cells_states(start, end), strict=True):
+            entry = entries[position]
+            label = slot_label(entry, zoom) if entry is not None else "·"
+            component = state or (IDLE if entry is not None else "empty")
+            if entry is not None and entry.readonly and state is None:
+                component = "stub"
+            parts.append(label.ljust(cell - 1) + " ")
+            styles.extend([component] * (cell - 1) + [None])
+        text = "".join(parts)[scroll_x : scroll_x + width]
+        return self._segments(text, styles[scroll_x : scroll_x + width])

@@ -15,7 +15,7 @@ Workloads (from the memslot-search and fast-zap threads):
   bits) D bits cleared and the CPU logs the writes, without it write-protected sptes,
   fixed by `fast_page_fault()` (dirty_log.py);
 - `migrate`: a live migration's dirty logging passes over a guest's working set
-  (`FastPathControls.migrate_update`);
+  (`EptSession.migrate_update`);
 - `balloon`: kernbench while a virtio balloon gives pages back to the host
   (guest/balloon.py): MMU-notifier invalidations zap their sptes through the rmaps.
 `fork` and `pfault` need guest page tables: shadow paging, `shadow/session.py`.

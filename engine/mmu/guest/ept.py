@@ -18,13 +18,30 @@ compared access by access) and make the same memslot updates:
   accesses (`churn_update`: generations advance, DELETE zaps);
 - `dirty`: kernbench with dirty logging toggled on the largest RAM slot every
   `DIRTY_EVERY` accesses;
-- `migrate`: a live migration's dirty logging passes (`FastPathControls`);
+- `migrate`: a live migration's dirty logging passes (below);
 - `balloon`: kernbench while the host takes pages back through a virtio balloon: every
   `BALLOON_EVERY` accesses an MMU-notifier invalidation (balloon.py), racing a fault.
 `set_up_guest()` is the part of both constructors after the MMU is made: the RAM slots
 the draws choose from, dirty logging, the fetch generator and the NX recovery worker's
 first wake-up (`recovery_period_ns` of guest time).  The shadow-paging session
 (`ShadowSession`, guest processes) shares only `churn_update` and the MMIO addresses.
+
+What makes `fast_page_fault()` fire (fast_pf.py) in these guests, the sessions' controls:
+- dirty logging on the largest RAM slot (`KVM_SET_USER_MEMORY_REGION` with
+  KVM_MEM_LOG_DIRTY_PAGES toggled, flags only): the slot's sptes are write-protected
+  but stay MMU-writable, so the next write to each page is fixed without mmu_lock and
+  marks the page in the dirty bitmap (`DirtyLogging`);
+- `KVM_GET_DIRTY_LOG` on that slot: the bitmap is returned and cleared, and the pages
+  it reported are write-protected again (the next round of a live migration);
+- the MMU notifier's clear_young over every RAM slot (`kvm_age_hva`, `kvm_age_gfn()`:
+  aging.py): with A/D bits off the sptes become access-tracked and the next access of
+  each is restored by the fast path;
+- the `migrate` workload: a live migration's view of a guest — dirty logging on from the
+  first access, `HOT_SHARE` of the accesses (`HOT_WRITES` of them writes) in a working
+  set of `HOT_PAGES` pages of the logged slot, and a sync of the dirty pages every
+  `GET_DIRTY_EVERY` accesses (KVM_GET_DIRTY_LOG, with manual protect and KVM_CLEAR_DIRTY_LOG,
+  or the dirty rings collected and reset: `harvest_dirty_pages`), so the same pages are
+  protected and fixed again.
 """
 
 from __future__ import annotations
@@ -33,7 +50,8 @@ import random
 from typing import TYPE_CHECKING, NamedTuple
 
 from ...errors import KvmError
-from ...memslots.constants import APIC_ACCESS_PAGE_PRIVATE_MEMSLOT
+from ...memslots.constants import APIC_ACCESS_PAGE_PRIVATE_MEMSLOT, KVM_MEM_LOG_DIRTY_PAGES
+from ...memslots.memslot import MemorySlot
 from ...memslots.vm import Vm
 from ..dirty_log import DIRTY_RING_ENTRIES, DirtyLogging
 from ..emulate import APIC_DEFAULT_PHYS_BASE, MMIO_STORE
@@ -47,7 +65,6 @@ from ..vmx import (
     npf_error_code,
 )
 from .balloon import BALLOON_EVERY, HostBalloon
-from .fast import FastPathControls
 from .session import FETCH_RATE, GuestSession, StepT, uniform_below
 
 if TYPE_CHECKING:
@@ -61,6 +78,10 @@ NIC_DOORBELL, LAPIC_EOI = 0xFEBF_1000, 0xFEE0_00B0
 APIC_ACCESS_PAGE_HVA = 0x7FFF_F000_0000  # the page `__x86_set_memory_region()` vm_mmap()s
 DIRTY_EVERY = 400  # the dirty workload toggles dirty logging this often
 EPT_WORKLOADS = ("kernbench", "netperf", "churn", "dirty", "migrate", "balloon")
+HOT_PAGES = 256  # migrate: the working set, in pages of the logged slot
+HOT_SHARE = 0.9  # migrate: the accesses that go to it
+HOT_WRITES = 0.4  # migrate: the writes among them
+GET_DIRTY_EVERY = 200  # migrate: a sync of the dirty pages this often
 FETCH_SEED = 0x7D9  # the fetch generator's seed is the session's seed ^ this
 Access = tuple[int, int, bool, bool]  # vcpu, gpa, write, fetch
 
@@ -79,7 +100,7 @@ class EptAccess(NamedTuple):
         return f"gpa {self.gpa:#x}" + (" (fetch)" if self.fetch else "")
 
 
-class EptSession(GuestSession[StepT], FastPathControls):
+class EptSession(GuestSession[StepT]):
     """The workloads of a guest whose MMU maps guest-physical addresses (EPT/NPT)."""
 
     workloads = EPT_WORKLOADS
@@ -201,6 +222,90 @@ class EptSession(GuestSession[StepT], FastPathControls):
             fetch = not write and fetch_rng.random() < FETCH_RATE
             accesses.append((vcpu, gfn << PAGE_SHIFT, write, fetch))
         return accesses
+
+    # -- dirty logging, KVM_GET_DIRTY_LOG and aging (what makes fast_page_fault() fire)
+
+    def logged_slot(self) -> MemorySlot:
+        """The largest RAM slot, as it is now (the one dirty logging is toggled on)."""
+        slot = max(self._ram, key=lambda s: s.npages)
+        return self.vm.slot(slot.as_id, slot.id) or slot
+
+    def toggle_dirty_logging(self) -> str:
+        """KVM_MEM_LOG_DIRTY_PAGES on the largest RAM slot, on or off (flags only)."""
+        slot = self.logged_slot()
+        flags = slot.flags ^ KVM_MEM_LOG_DIRTY_PAGES
+        self.vm.set_user_memory_region(
+            slot.uapi_slot, flags, slot.base_gfn << PAGE_SHIFT, slot.npages << PAGE_SHIFT,
+            slot.userspace_addr,
+        )  # fmt: skip
+        self._ram = [s for s in self.vm.memslots(0) if not s.readonly]
+        return f"dirty logging {'on' if flags & KVM_MEM_LOG_DIRTY_PAGES else 'off'}"
+
+    def get_dirty_log(self) -> list[int]:
+        """KVM_GET_DIRTY_LOG of the logged slot: the dirty gfn offsets (write-protected
+        again in the legacy mode); [] when the slot does not log."""
+        slot = self.logged_slot()
+        return self.dirty_log.get_dirty_log(slot.id, slot.as_id)
+
+    def harvest_dirty_pages(self) -> str:
+        """A migration round's sync of the dirty pages (QEMU's
+        `kvm_physical_sync_dirty_bitmap()` or, with a ring, `kvm_dirty_ring_flush()`), in
+        the VM's dirty logging mode (dirty_log.py): legacy KVM_GET_DIRTY_LOG; manual
+        protect KVM_GET_DIRTY_LOG and KVM_CLEAR_DIRTY_LOG of the pages it reported (QEMU
+        clears each chunk before it sends it); a ring collected and reset."""
+        log = self.dirty_log
+        if log.mode == "ring":
+            got = log.harvest_rings()
+            log.reset_dirty_rings()
+            return f"KVM_RESET_DIRTY_RINGS: {len(got)} pages"
+        pages = self.get_dirty_log()
+        if log.mode == "legacy" or not self.logged_slot().dirty_logging:
+            return f"KVM_GET_DIRTY_LOG: {len(pages)} pages"
+        slot = self.logged_slot()
+        cleared = log.clear_dirty_log(slot.id, pages, as_id=slot.as_id)
+        return f"KVM_GET_DIRTY_LOG: {len(pages)} pages, KVM_CLEAR_DIRTY_LOG: {len(cleared)}"
+
+    def dirty_ring_exit(self, vcpu: int) -> str:
+        """The vCPU's entry after an exit: a soft-full dirty ring exits to userspace
+        (KVM_EXIT_DIRTY_RING_FULL), which collects every ring and resets them (QEMU's
+        `kvm_dirty_ring_reap()` + KVM_RESET_DIRTY_RINGS); the words, "" when not full."""
+        log = self.dirty_log
+        if not log.soft_full_requests or not log.kvm_dirty_ring_check_request(vcpu):
+            return ""
+        got = log.harvest_rings()
+        log.reset_dirty_rings()
+        return f"KVM_EXIT_DIRTY_RING_FULL: {len(got)} pages"
+
+    def age_memory(self) -> int:
+        """Page reclaim's `clear_young` over each RAM slot's host range
+        (`kvm_mmu_notifier_clear_young()`, traced `kvm_age_hva`: `kvm_age_gfn()`,
+        mmu_notifier.py): how many sptes were young."""
+        return sum(
+            self.notifier.clear_young(s.userspace_addr, s.userspace_addr + s.size)
+            for s in self._ram
+        )
+
+    def migrate_update(self, steps: int) -> str:
+        """The `migrate` workload's update before access `steps`, if any."""
+        if steps == 0 and not self.logged_slot().dirty_logging:
+            return self.toggle_dirty_logging()
+        if steps and not steps % GET_DIRTY_EVERY:
+            return self.harvest_dirty_pages()
+        return ""
+
+    def hot_access(self, rng: random.Random) -> tuple[int, bool] | None:
+        """A `migrate` access in the working set, (gfn, write), or None for a kernbench
+        one.  The working set starts 1 MiB into the logged slot."""
+        if rng.random() >= HOT_SHARE:
+            return None
+        slot = self.logged_slot()
+        gfn = slot.base_gfn + (256 + uniform_below(rng, HOT_PAGES)) % slot.npages
+        return gfn, rng.random() < HOT_WRITES
+
+    @property
+    def dirty_pages(self) -> int:
+        """Pages in the dirty bitmaps now."""
+        return sum(len(bits) for bits in self.dirty_log.dirty.values())
 
     def set_workload(self, workload: str) -> None:
         self.check_workload(workload)

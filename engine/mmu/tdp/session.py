@@ -11,7 +11,7 @@ and only matter under the NX huge page mitigation.  Workloads:
   protection when it starts, huge pages collapsing back when it stops);
 - `balloon`: kernbench while a virtio balloon gives pages back to the host every
   `BALLOON_EVERY` accesses (guest/balloon.py, mmu_notifier.py);
-- `migrate`: dirty logging passes over a working set (`FastPathControls`; `dirty_log`
+- `migrate`: dirty logging passes over a working set (`EptSession.migrate_update`; `dirty_log`
   the mode, legacy, manual protect or the dirty ring, dirty_log.py): with PML
   (`params.enable_pml`, EPT with A/D bits) the CPU sets D bits and logs the writes
   (`CpuWalks.sets_dirty`, no exit), without it (enable_pml=0, eptad=0, NPT)
@@ -40,12 +40,12 @@ from ..guest.ept import (
     CHURN_EVERY,
     DIRTY_EVERY,
     EPT_WORKLOADS,
+    GET_DIRTY_EVERY,
     Access,
     EptAccess,
     EptSession,
     workload_update,
 )
-from ..guest.fast import GET_DIRTY_EVERY
 from ..guest.session import ACCESS_NS
 from ..mmu_pages import KvmMmuPage
 from ..params import TdpMmuParams
