@@ -33,7 +33,7 @@ from mmuscope.engine.mmu.spte import (
 )
 from mmuscope.engine.mmu.tdp.mmu import TdpMmu
 from mmuscope.engine.mmu.tdp.session import TdpSession
-from mmuscope.engine.mmu.vmx import PFERR_PRESENT_MASK, PFERR_RSVD_MASK, PFERR_WRITE_MASK
+from mmuscope.engine.mmu.vcpu.vmx import PFERR_PRESENT_MASK, PFERR_RSVD_MASK, PFERR_WRITE_MASK
 
 MIB = 1 << 20
 UA = 0x7F00_0000_0000

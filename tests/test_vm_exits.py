@@ -1,5 +1,5 @@
 """The VM exits around the MMU's tracepoints in `mmuscope simulate --mmu tdp|direct`, as
-a 6.18 VMX host with EPT prints them (engine/mmu/vmx.py, emulate.py; docs/kvm.md §13):
+a 6.18 VMX host with EPT prints them (engine/mmu/vcpu/vmx.py, emulate.py; docs/kvm.md §13):
 `kvm_exit` (the host's format: info1 the exit qualification), then `kvm_page_fault` for an
 EPT violation only, the emulator's `kvm_emulate_insn` → `vcpu_match_mmio` → `kvm_mmio`
 → `kvm_userspace_exit`, and `kvm_entry` when the vCPU re-enters; accesses the EPT maps run
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from mmuscope.engine.events import Event
-from mmuscope.engine.mmu.vmx import (
+from mmuscope.engine.mmu.vcpu.vmx import (
     PFERR_FETCH_MASK,
     PFERR_GUEST_FINAL_MASK,
     PFERR_GUEST_PAGE_MASK,

@@ -60,7 +60,7 @@ from .spte import (
     is_shadow_present_pte,
     restore_acc_track_spte,
 )
-from .vmx import (
+from .vcpu.vmx import (
     PFERR_FETCH_MASK,
     PFERR_PRESENT_MASK,
     PFERR_RSVD_MASK,

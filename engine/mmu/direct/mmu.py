@@ -46,14 +46,12 @@ from ...events import Event, FieldValue
 from ...memslots.constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY
 from ...memslots.memslot import MemorySlot
 from ...memslots.vm import Vm
-from ..emulate import DirectEmulator
 from ..fast_pf import (
     FastPageFault,
     fast_pf_get_last_sptep,
     mark_page_dirty_in_slot,
 )
 from ..mapping_level import KvmPageFault, MappingLevels, kvm_pages_per_hpage
-from ..mmio_info import VcpuMmioInfo, handle_mmio_page_fault
 from ..mmu_pages import (
     KvmMmuPage,
     MmuPages,
@@ -94,7 +92,9 @@ from ..spte import (
     spte_access_str,
     spte_requested_fields,
 )
-from ..vcpu_memslot import VcpuMemslotCache
+from ..vcpu.emulate import DirectEmulator
+from ..vcpu.mmio_info import VcpuMmioInfo, handle_mmio_page_fault
+from ..vcpu.vcpu_memslot import VcpuMemslotCache
 from .prefetch import direct_pte_prefetch
 from .rmap import LEVEL_BITS, RmapKey, RmapsView, level_shift
 from .rmap import SlotRmaps as SlotRmaps  # re-exported (public before)

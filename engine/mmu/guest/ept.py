@@ -54,9 +54,9 @@ from ...memslots.constants import APIC_ACCESS_PAGE_PRIVATE_MEMSLOT, KVM_MEM_LOG_
 from ...memslots.memslot import MemorySlot
 from ...memslots.vm import Vm
 from ..dirty_log import DIRTY_RING_ENTRIES, DirtyLogging
-from ..emulate import APIC_DEFAULT_PHYS_BASE, MMIO_STORE
 from ..spte import RetPf
-from ..vmx import (
+from ..vcpu.emulate import APIC_DEFAULT_PHYS_BASE, MMIO_STORE
+from ..vcpu.vmx import (
     EPT_VIOLATION,
     NPF,
     PFERR_RSVD_MASK,

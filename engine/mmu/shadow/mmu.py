@@ -74,7 +74,6 @@ from ..direct.prefetch import (
     kvm_prefetch_pages,
 )
 from ..direct.rmap import gfn_to_index
-from ..emulate import trace_kvm_emulate_insn, trace_vcpu_match_mmio, x86_emulate_instruction
 from ..guest import page_tables as gpt
 from ..guest.page_tables import (
     GuestPageTables,
@@ -82,7 +81,6 @@ from ..guest.page_tables import (
     pt_index,
 )
 from ..mapping_level import KvmPageFault, kvm_pages_per_hpage
-from ..mmio_info import VcpuMmioInfo, handle_mmio_page_fault
 from ..mmu_pages import (
     KvmMmuPage,
     MmuPages,
@@ -125,6 +123,8 @@ from ..spte import (
     spte_requested_fields,
     spte_to_pfn,
 )
+from ..vcpu.emulate import trace_kvm_emulate_insn, trace_vcpu_match_mmio, x86_emulate_instruction
+from ..vcpu.mmio_info import VcpuMmioInfo, handle_mmio_page_fault
 from .huge import ShadowLpageInfo
 from .kernel import DirectMap, GuestKernel
 from .vtlb import VcpuVtlbs

@@ -113,11 +113,9 @@ from ...events import Event, FieldValue
 from ...memslots.constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY, KVM_MR_FLAGS_ONLY
 from ...memslots.memslot import MemorySlot
 from ...memslots.vm import Vm, kvm_dirty_log_manual_protect_and_init_set
-from ..emulate import DirectEmulator
 from ..fast_pf import FastPageFault, is_access_allowed, mark_page_dirty_in_slot
 from ..mapping_level import KvmPageFault as KvmPageFault
 from ..mapping_level import MappingLevels
-from ..mmio_info import VcpuMmioInfo, handle_mmio_page_fault
 from ..nx_huge_pages import (
     recover_nx_huge_pages,
     track_possible_nx_huge_page,
@@ -158,7 +156,9 @@ from ..spte import (
     spte_access_str,
     spte_requested_fields,
 )
-from ..vcpu_memslot import VcpuMemslotCache
+from ..vcpu.emulate import DirectEmulator
+from ..vcpu.mmio_info import VcpuMmioInfo, handle_mmio_page_fault
+from ..vcpu.vcpu_memslot import VcpuMemslotCache
 from .iter import TdpIter, for_each_tdp_pte, for_each_tdp_pte_min_level, kvm_pages_per_hpage
 from .pages import SPTE_ENT_PER_PAGE, TdpMmuPage, TdpMmuPages, spte_to_child_pa
 

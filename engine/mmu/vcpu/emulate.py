@@ -23,10 +23,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from ..events import FieldValue
-from ..memslots.vm import Vm
+from ...events import FieldValue
+from ...memslots.vm import Vm
+from ..spte import kvm_mmio_fields
 from .mmio_info import VcpuMmioInfo
-from .spte import kvm_mmio_fields
 
 PAGE_SHIFT = 12
 PAGE_MASK = ~0xFFF

@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..events import FieldValue
-from ..memslots.constants import KVM_MEMSLOT_GEN_UPDATE_IN_PROGRESS
-from .spte import (
+from ...events import FieldValue
+from ...memslots.constants import KVM_MEMSLOT_GEN_UPDATE_IN_PROGRESS
+from ..spte import (
     SpteConfig,
     check_mmio_spte_traced,
     get_mmio_spte_access,

@@ -24,7 +24,7 @@ Around each exit (`vcpu_enter_guest()`, x86.c):
 
 from __future__ import annotations
 
-from .spte import VMX_EPT_RWX_MASK, SpteConfig, is_mmio_spte, is_shadow_present_pte
+from ..spte import VMX_EPT_RWX_MASK, SpteConfig, is_mmio_spte, is_shadow_present_pte
 
 # PFERR_*_MASK (arch/x86/include/asm/kvm_host.h)
 PFERR_PRESENT_MASK = 1 << 0

@@ -10,9 +10,9 @@ probes).  The hit is counted as a lookup too.
 
 from __future__ import annotations
 
-from ..memslots.memslot import MemorySlot
-from ..memslots.slot_set import MemslotSet
-from ..memslots.vm import Vcpu, Vm
+from ...memslots.memslot import MemorySlot
+from ...memslots.slot_set import MemslotSet
+from ...memslots.vm import Vcpu, Vm
 
 
 class VcpuMemslotCache:
