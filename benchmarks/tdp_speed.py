@@ -80,7 +80,7 @@ def fault_run(kind: str, huge: bool, gpas: list[int]) -> Callable[[], float]:
             tdp = TdpMmu(vm, params=TdpMmuParams(host_level=2 if huge else 1))
             start = clock()
             for i, gpa in enumerate(gpas):
-                tdp.page_fault(i & 1, gpa, False, rsvd=False)  # an EPT violation
+                tdp.page_fault(i & 1, gpa, False)  # an EPT violation
         return clock() - start
 
     return run

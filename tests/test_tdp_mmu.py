@@ -26,6 +26,7 @@ from mmuscope.engine.mmu.tdp.iter import for_each_tdp_pte
 from mmuscope.engine.mmu.tdp.mmu import TdpMmu
 from mmuscope.engine.mmu.tdp.pages import RCU_GRACE_PERIOD_NS
 from mmuscope.engine.mmu.tdp.session import TdpSession
+from mmuscope.engine.mmu.vcpu.vmx import PFERR_RSVD_MASK
 
 GIB = 1 << 30
 UA = 0x7F00_0000_0000  # 1G-aligned host address
@@ -225,19 +226,23 @@ def test_mmio_sptes_are_cached_hit_and_rebuilt_when_stale() -> None:
     assert mmu.page_fault(0, gpa, write=True) is RetPf.EMULATE
     assert mmu.stat["pf_mmio_spte_created"] == 1
     seen = len(events)
-    assert mmu.page_fault(0, gpa, rsvd=True) is RetPf.EMULATE  # vCPU 0's MMIO info: no trace
+    assert (
+        mmu.page_fault(0, gpa, error_code=PFERR_RSVD_MASK) is RetPf.EMULATE
+    )  # vCPU 0's MMIO info: no trace
     # then the emulator (emulate.py): the MMIO info matches the exit's gpa, userspace's store
     emulated = ["kvm_emulate_insn", "vcpu_match_mmio", "kvm_mmio", "kvm_userspace_exit"]
     assert [e.name for e in events[seen:]] == emulated
     seen = len(events)
-    assert mmu.page_fault(1, gpa, rsvd=True) is RetPf.EMULATE  # vCPU 1 reads the spte
+    assert (
+        mmu.page_fault(1, gpa, error_code=PFERR_RSVD_MASK) is RetPf.EMULATE
+    )  # vCPU 1 reads the spte
     names = [e.name for e in events[seen:]]
     assert names == ["check_mmio_spte", "handle_mmio_page_fault", *emulated]
     marked = [e.fields for e in events if e.name == "mark_mmio_spte"]
     assert marked[0]["access"] == 6  # spte & ACC_ALL: EPT's misconfig value W|X (mmutrace.h)
     assert marked[0]["gen"] == vm.generation() & 0x7FFFF
     vm.set_user_memory_region(1, 0, 0x1_0000_0000, 1 << 20, UA + 8 * GIB)  # a new generation
-    mmu.page_fault(0, gpa, rsvd=True)
+    mmu.page_fault(0, gpa, error_code=PFERR_RSVD_MASK)
     assert mmu.stat["pf_mmio_spte_created"] == 2  # stale: the real path rebuilt it
     mmu.audit()
 

@@ -53,7 +53,6 @@ from .spte import (
     RetPf,
     SpteConfig,
     is_access_track_spte,
-    is_empty_spte,
     is_executable_pte,
     is_last_spte,
     is_mmio_spte,
@@ -193,29 +192,9 @@ class FastPageFault:
         self.last: tuple[int, int, int, RetPf] | None = None
         mmu.stat.setdefault("pf_fast", 0)
 
-    def try_fast_page_fault(
-        self,
-        vcpu: int,
-        gpa: int,
-        slot: MemorySlot | None,
-        spte: int,
-        write: bool,
-        exec_: bool,
-        error_code: int | None = None,
-    ) -> RetPf:
-        """What `direct_page_fault()` and `kvm_tdp_mmu_page_fault()` try before the slow
-        path, for an exit on `spte`: `fast_page_fault()`, unless a cheap
-        `page_fault_can_be_fast()` is certainly false (a read, or a write to a not-present
-        entry, with A/D bits).  `error_code` defaults to what that exit gives
-        (`fault_error_code`).  RET_PF_INVALID: take the slow path."""
-        if self.kvm_ad_enabled and not (write and not is_empty_spte(spte)):
-            return RetPf.INVALID
-        if error_code is None:
-            error_code = fault_error_code(self.mmu.cfg, spte, write, exec_)
-        return self.page_fault(vcpu, gpa, slot, error_code)
-
     def page_fault(self, vcpu: int, gpa: int, slot: MemorySlot | None, error_code: int) -> RetPf:
-        """`fast_page_fault(vcpu, fault)`; FIXED and SPURIOUS are counted as
+        """`fast_page_fault(vcpu, fault)`, `page_fault_can_be_fast()` first, for the
+        exit's `error_code` (`fault->error_code`); FIXED and SPURIOUS are counted as
         `kvm_mmu_do_page_fault()` counts what the handler returns (`pf_fixed`,
         `pf_spurious`), and in `pf_fast`."""
         fault = FastFault(vcpu, gpa, error_code, slot)

@@ -49,6 +49,7 @@ from ...memslots.vm import Vm
 from ..fast_pf import (
     FastPageFault,
     fast_pf_get_last_sptep,
+    fault_error_code,
     mark_page_dirty_in_slot,
 )
 from ..mapping_level import KvmPageFault, MappingLevels, kvm_pages_per_hpage
@@ -95,6 +96,7 @@ from ..spte import (
 from ..vcpu.emulate import DirectEmulator
 from ..vcpu.mmio_info import VcpuMmioInfo, handle_mmio_page_fault
 from ..vcpu.vcpu_memslot import VcpuMemslotCache
+from ..vcpu.vmx import PFERR_RSVD_MASK
 from .prefetch import direct_pte_prefetch
 from .rmap import LEVEL_BITS, RmapKey, RmapsView, level_shift
 from .rmap import SlotRmaps as SlotRmaps  # re-exported (public before)
@@ -213,19 +215,21 @@ class DirectMmu:
         A hit on a current MMIO spte (the RSVD/EPT-misconfig path,
         `handle_mmio_page_fault()`) jumps to `emulate:`: neither `pf_taken` nor
         `pf_emulate` counts it.  Only the `RET_PF_INVALID` path counts `pf_taken`, and
-        goes on to `direct_page_fault()`; `error_code` is `fault->error_code` (default:
-        what the exit on the spte the walk reads gives, `fault_error_code`)."""
+        goes on to `direct_page_fault()`.  `error_code` is what the exit handed over
+        (vmx.c: `handle_ept_violation()`'s PFERR_* of the exit qualification,
+        `handle_ept_misconfig()`'s PFERR_RSVD_MASK; svm.c: the #NPF error code); None:
+        what the exit on the spte the walk ends at gives (`fault_error_code`)."""
         gfn = gpa >> PAGE_SHIFT
         root = self.root(vcpu)
-        leaf_page, index = self._walk_existing(root, gfn)
-        spte = self.pages.nonpresent if leaf_page is None else leaf_page.spt[index]
-        if is_mmio_spte(self.cfg, spte) and handle_mmio_page_fault(
-            self, vcpu, gpa, spte, self.vm.generation(root.role.smm), True
+        if error_code is None:
+            error_code = fault_error_code(self.cfg, self._spte_at(root, gfn), write, exec_)
+        if error_code & PFERR_RSVD_MASK and handle_mmio_page_fault(
+            self, vcpu, gpa, self._spte_at(root, gfn), self.vm.generation(root.role.smm), True
         ):
             self.emulator.emulate(vcpu, gpa, write)  # emulate: x86_emulate_instruction()
             return RetPf.EMULATE  # else a stale generation: RET_PF_INVALID, the real path
         self.stat["pf_taken"] += 1
-        ret = self.direct_page_fault(vcpu, root, gpa, write, exec_, error_code, spte)
+        ret = self.direct_page_fault(vcpu, root, gpa, write, exec_, error_code)
         if ret is RetPf.EMULATE:
             self.emulator.emulate(vcpu, gpa, write)
         return ret
@@ -241,11 +245,10 @@ class DirectMmu:
         gpa: int,
         write: bool,
         exec_: bool,
-        error_code: int | None,
-        spte: int,
+        error_code: int,
     ) -> RetPf:
-        """`direct_page_fault()` (6.18 mmu.c): `fast_page_fault()` first (fast_pf.py, for
-        the exit on `spte`), then `kvm_mmu_faultin_pfn()`, which may end the fault before
+        """`direct_page_fault()` (6.18 mmu.c): `fast_page_fault()` first (fast_pf.py, with
+        the exit's error code), then `kvm_mmu_faultin_pfn()`, which may end the fault before
         any page table is touched, then, with mmu_lock held,
         `make_mmu_pages_available()` and `direct_map()`.
 
@@ -259,7 +262,7 @@ class DirectMmu:
         gfn = gpa >> PAGE_SHIFT
         slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
         if self.fast_pf is not None:
-            ret = self.fast_pf.try_fast_page_fault(vcpu, gpa, slot, spte, write, exec_, error_code)
+            ret = self.fast_pf.page_fault(vcpu, gpa, slot, error_code)
             if ret is not RetPf.INVALID:
                 return ret
         noslot_emulate = False
@@ -276,6 +279,11 @@ class DirectMmu:
             return RetPf.RETRY
         self.pages.make_mmu_pages_available()
         return self.direct_map(vcpu, root, fault)
+
+    def _spte_at(self, root: KvmMmuPage, gfn: int) -> int:
+        """The spte the lockless walk ends at (the non-present value past the tables)."""
+        leaf_page, index = self._walk_existing(root, gfn)
+        return self.pages.nonpresent if leaf_page is None else leaf_page.spt[index]
 
     def _walk_existing(self, root: KvmMmuPage, gfn: int) -> tuple[KvmMmuPage | None, int]:
         """The lockless walk of `get_mmio_spte()`: the last page reached and the index."""

@@ -143,11 +143,12 @@ class MmuSession(EptSession[MmuStep]):
         before = self.mmu.stat.get("pf_fast", 0)
         ret: RetPf | None = None
         for _ in range(MAX_RETRIES):  # RET_PF_RETRY: the vCPU re-enters and faults again
-            if self.ept_exit(access.vcpu, access.gpa, access.write, access.fetch):
+            code = self.ept_exit(access.vcpu, access.gpa, access.write, access.fetch)
+            if code is None:
                 ret = None  # the fast MMIO bus took the store (guest/ept.py)
                 break
             ret = self._result(
-                self.mmu.page_fault(access.vcpu, access.gpa, access.write, access.fetch)
+                self.mmu.page_fault(access.vcpu, access.gpa, access.write, access.fetch, code)
             )
             self.vm_entry(access.vcpu, ret)
             if ret is not RetPf.RETRY or not self.needs_exit(access):

@@ -61,6 +61,7 @@ from ..vcpu.vmx import (
     NPF,
     PFERR_RSVD_MASK,
     ept_exit_qualification,
+    ept_violation_error_code,
     exit_reason,
     npf_error_code,
 )
@@ -110,16 +111,18 @@ class EptSession(GuestSession[StepT]):
 
         def leaf_spte(self, vcpu: int, gfn: int) -> int: ...
 
-    def ept_exit(self, vcpu: int, gpa: int, write: bool, fetch: bool) -> bool:
+    def ept_exit(self, vcpu: int, gpa: int, write: bool, fetch: bool) -> int | None:
         """The VM exit of an access the CPU's walk did not let through, on the spte the
         walk ends at, as 6.18 vmx.c takes it (vmx.py): `kvm_exit`, then an EPT violation
-        traces `kvm_page_fault` with the exit qualification (`handle_ept_violation()`);
-        an EPT misconfiguration (an MMIO spte) traces no fault (`handle_ept_misconfig()`)
-        and first offers the store to the fast MMIO bus: an ioeventfd doorbell there
-        traces `kvm_fast_mmio`, the instruction is skipped and the vCPU re-enters (True:
-        no `kvm_mmu_page_fault()`).  Under NPT every #NPF is traced
-        (`npf_interception()`, 6.18 svm.c).  False: the fault path runs next, then
-        `vm_entry`."""
+        traces `kvm_page_fault` with the exit qualification and hands
+        `kvm_mmu_page_fault()` the PFERR_* error code `__vmx_handle_ept_violation()` makes
+        of it (`handle_ept_violation()`); an EPT misconfiguration (an MMIO spte) traces no
+        fault (`handle_ept_misconfig()`) and first offers the store to the fast MMIO bus:
+        an ioeventfd doorbell there traces `kvm_fast_mmio`, the instruction is skipped
+        and the vCPU re-enters (None: no `kvm_mmu_page_fault()`); else its error code is
+        PFERR_RSVD_MASK.  Under NPT every #NPF is traced and its error code handed over
+        (`npf_interception()`, 6.18 svm.c).  The error code: the fault path runs next,
+        then `vm_entry`."""
         cfg = self.mmu.cfg
         spte = self.leaf_spte(vcpu, gpa >> PAGE_SHIFT)
         reason = exit_reason(cfg, spte)
@@ -127,19 +130,19 @@ class EptSession(GuestSession[StepT]):
             code = npf_error_code(cfg, spte, write, fetch)
             self.trace_kvm_exit(vcpu, reason, info1=code, info2=gpa)
             self._vm_exit(vcpu, gpa, code)
-            return False
+            return code
         if reason == EPT_VIOLATION:
             qual = ept_exit_qualification(spte, write, fetch)
             self.trace_kvm_exit(vcpu, reason, info1=qual)
             self._vm_exit(vcpu, gpa, qual)
-            return False
+            return ept_violation_error_code(qual)
         self.trace_kvm_exit(vcpu, reason)  # EPT_MISCONFIG: no exit qualification
         self._vm_exit(vcpu, gpa, PFERR_RSVD_MASK, traced=False)
         if self.mmu.emulator.bus.fast_mmio_write(gpa):  # (a load too: it cannot tell)
             self._emit("kvm_fast_mmio", gpa=gpa)
             self.vm_entry(vcpu, RetPf.EMULATE)  # kvm_skip_emulated_instruction()
-            return True
-        return False
+            return None
+        return PFERR_RSVD_MASK
 
     def assign_ioeventfd(self) -> None:
         """QEMU's KVM_IOEVENTFD of length 0 at the NIC's doorbell (virtio-pci's modern

@@ -113,7 +113,12 @@ from ...events import Event, FieldValue
 from ...memslots.constants import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY, KVM_MR_FLAGS_ONLY
 from ...memslots.memslot import MemorySlot
 from ...memslots.vm import Vm, kvm_dirty_log_manual_protect_and_init_set
-from ..fast_pf import FastPageFault, is_access_allowed, mark_page_dirty_in_slot
+from ..fast_pf import (
+    FastPageFault,
+    fault_error_code,
+    is_access_allowed,
+    mark_page_dirty_in_slot,
+)
 from ..mapping_level import KvmPageFault as KvmPageFault
 from ..mapping_level import MappingLevels
 from ..nx_huge_pages import (
@@ -159,6 +164,7 @@ from ..spte import (
 from ..vcpu.emulate import DirectEmulator
 from ..vcpu.mmio_info import VcpuMmioInfo, handle_mmio_page_fault
 from ..vcpu.vcpu_memslot import VcpuMemslotCache
+from ..vcpu.vmx import PFERR_RSVD_MASK
 from .iter import TdpIter, for_each_tdp_pte, for_each_tdp_pte_min_level, kvm_pages_per_hpage
 from .pages import SPTE_ENT_PER_PAGE, TdpMmuPage, TdpMmuPages, spte_to_child_pa
 
@@ -601,34 +607,37 @@ class TdpMmu:
         gpa: int,
         write: bool = False,
         exec_: bool = False,
-        rsvd: bool | None = None,
+        error_code: int | None = None,
     ) -> RetPf:
-        """`kvm_mmu_page_fault()` (6.18 mmu.c) for a guest-physical address: a reserved-bit
-        fault (an EPT misconfiguration, PFERR_RSVD_MASK: `rsvd`; None: the CPU hit an MMIO
-        spte at the end of its walk) tries `handle_mmio_page_fault()` first, and when that
-        emulates jumps to `emulate:`, counting neither `pf_taken` nor `pf_emulate`; only
-        RET_PF_INVALID counts `pf_taken` and goes on to `kvm_tdp_page_fault()` →
-        `kvm_tdp_mmu_page_fault()`, whose RET_PF_EMULATE counts `pf_emulate`."""
+        """`kvm_mmu_page_fault(vcpu, gpa, error_code, ...)` (6.18 mmu.c) for a
+        guest-physical address; `write`/`exec_` are the access the emulator would redo.
+        `error_code` is what the exit handed over (vmx.c: `handle_ept_violation()`'s
+        PFERR_* of the exit qualification, `handle_ept_misconfig()`'s PFERR_RSVD_MASK;
+        svm.c: the #NPF error code); None: what the exit on the spte the walk ends at
+        gives (`fault_error_code`).  A reserved-bit fault tries `handle_mmio_page_fault()`
+        first (its walk, `get_mmio_spte()`), and when that emulates jumps to `emulate:`,
+        counting neither `pf_taken` nor `pf_emulate`; only RET_PF_INVALID counts `pf_taken`
+        and goes on to `kvm_tdp_page_fault()` → `kvm_tdp_mmu_page_fault()`, whose
+        RET_PF_EMULATE counts `pf_emulate`."""
         root = self.root(vcpu)
-        gfn = gpa >> PAGE_SHIFT
-        sp, index = self.last_spte(root, gfn)
-        spte = sp.spt[index]  # the spte the exit was on
-        if rsvd is None:
-            rsvd = is_mmio_spte(self.cfg, spte)
-        if rsvd and handle_mmio_page_fault(
-            self, vcpu, gpa, spte, self.vm.generation(root.role.smm), direct=True
-        ):
-            self.emulator.emulate(vcpu, gpa, write)  # emulate: x86_emulate_instruction()
-            return RetPf.EMULATE
+        if error_code is None:
+            sp, index = self.last_spte(root, gpa >> PAGE_SHIFT)
+            error_code = fault_error_code(self.cfg, sp.spt[index], write, exec_)
+        if error_code & PFERR_RSVD_MASK:
+            sp, index = self.last_spte(root, gpa >> PAGE_SHIFT)
+            gen = self.vm.generation(root.role.smm)
+            if handle_mmio_page_fault(self, vcpu, gpa, sp.spt[index], gen, direct=True):
+                self.emulator.emulate(vcpu, gpa, write)  # emulate: x86_emulate_instruction()
+                return RetPf.EMULATE
         self.stat["pf_taken"] += 1
-        ret = self.kvm_tdp_mmu_page_fault(vcpu, root, gpa, write, exec_, spte)
+        ret = self.kvm_tdp_mmu_page_fault(vcpu, root, gpa, write, exec_, error_code)
         if ret is RetPf.EMULATE:
             self.stat["pf_emulate"] += 1
             self.emulator.emulate(vcpu, gpa, write)
         return ret
 
     def kvm_tdp_mmu_page_fault(
-        self, vcpu: int, root: TdpMmuPage, gpa: int, write: bool, exec_: bool, spte: int
+        self, vcpu: int, root: TdpMmuPage, gpa: int, write: bool, exec_: bool, error_code: int
     ) -> RetPf:
         """`fast_page_fault()` first (fast_pf.py), then `kvm_mmu_faultin_pfn()`: RET_PF_EMULATE
         without a memslot when MMIO caching is off or the gfn is above `kvm_mmu_max_gfn()`
@@ -643,7 +652,7 @@ class TdpMmu:
         (`mmio_info_in_cache()`)."""
         gfn = gpa >> PAGE_SHIFT
         slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
-        ret = self.fast_pf.try_fast_page_fault(vcpu, gpa, slot, spte, write, exec_)
+        ret = self.fast_pf.page_fault(vcpu, gpa, slot, error_code)
         if ret is not RetPf.INVALID:
             return ret
         if slot is None:  # kvm_handle_noslot_fault(): vcpu_cache_mmio_info() first

@@ -282,18 +282,19 @@ class TdpSession(EptSession[TdpStep]):
 
     def _fault(self, access: EptAccess) -> RetPf | None:
         """One exit of the access: `ept_exit`, `kvm_mmu_page_fault()`, the next entry."""
-        if self.ept_exit(access.vcpu, access.gpa, access.write, access.fetch):
+        error_code = self.ept_exit(access.vcpu, access.gpa, access.write, access.fetch)
+        if error_code is None:
             return None
-        mmu = self.mmu
+        mmu, vcpu, gpa = self.mmu, access.vcpu, access.gpa
         if not self.race_rate:
-            ret = self._result(mmu.page_fault(access.vcpu, access.gpa, access.write, access.fetch))
-            self.vm_entry(access.vcpu, ret)
+            ret = self._result(mmu.page_fault(vcpu, gpa, access.write, access.fetch, error_code))
+            self.vm_entry(vcpu, ret)
             return ret
         self._racing = access
         mmu.race = self._race
         mmu.fast_pf.race = self._fast_race
         try:
-            ret = mmu.page_fault(access.vcpu, access.gpa, access.write, access.fetch)
+            ret = mmu.page_fault(vcpu, gpa, access.write, access.fetch, error_code)
         finally:
             mmu.race = mmu.fast_pf.race = None
             self._racing = None
@@ -308,8 +309,9 @@ class TdpSession(EptSession[TdpStep]):
         other = (access.vcpu + 1) % self.nr_vcpus
         self._racing, self._vcpu = None, other
         try:
-            if not self.ept_exit(other, access.gpa, access.write, access.fetch):
-                ret = self.mmu.page_fault(other, access.gpa, access.write, access.fetch)
+            code = self.ept_exit(other, access.gpa, access.write, access.fetch)
+            if code is not None:
+                ret = self.mmu.page_fault(other, access.gpa, access.write, access.fetch, code)
                 self.vm_entry(other, ret)
         finally:
             self._vcpu = access.vcpu
