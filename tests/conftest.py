@@ -21,6 +21,8 @@ ONE_WORKER = {
     "test_bench_text.py": "bench-json",
     "test_bench_before_after.py": "bench-json",
     "test_costs.py": "bench-json",
+    "test_tlbflush.py": "bench-json",
+    "test_ppc.py": "bench-json",
     # one built wheel in one fresh venv; its last test takes files out of the install
     "test_install.py": "wheel",
     # a module-scoped fixture split over two workers is built twice: the query fleet

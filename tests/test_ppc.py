@@ -11,10 +11,13 @@ and a run is a function of its seed.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mmuscope.engine.claims.ppc_keys import COLUMNS, ppc_keys_table
+from mmuscope.engine.claims.ppc_keys import COLUMNS
+from mmuscope.engine.claims.table import ClaimTable
 from mmuscope.engine.errors import AuditError
 from mmuscope.engine.ppc.faults import (
     CACHED,
@@ -57,6 +60,8 @@ from mmuscope.engine.ppc.keys import (
 from mmuscope.engine.ppc.machine import PpcMachine
 from mmuscope.engine.ppc.pfault import DEMO, DEMO_ORDER, PFAULT, PRESSURE, PfaultProgram, PfaultRun
 from mmuscope.engine.ppc.views import searched_groups_dot
+
+from tests.test_bench_claims import tables  # noqa: F401  (the shared quick run)
 
 KEYS, TODAY = "2014-keys", "today"
 SHIFT = 16
@@ -415,8 +420,10 @@ def test_the_table_matches_a_plain_dict(plan: list[tuple[bool, int, bool]]) -> N
 # -- the bench table and the export ---------------------------------------------------------
 
 
-def test_ppc_keys_table_quick() -> None:
-    table = ppc_keys_table(quick=True)
+def test_ppc_keys_table_quick(tables: dict[str, Any]) -> None:  # noqa: F811
+    """The table of the shared `bench --json --quick` run (tests/test_bench.py), read
+    back: a run of its own here repeated it (~2.3 s of CPU)."""
+    table = ClaimTable.from_json("ppc_keys", tables["ppc_keys"])
     assert table.name == "ppc_keys" and table.columns == COLUMNS
     assert table.thread == "power-keys" and all(table.checks.values())
     at = table.columns.index

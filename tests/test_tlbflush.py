@@ -11,15 +11,16 @@ lanes and the dot export, and the bench table's shape.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mmuscope.engine.claims.band import GREEN, PREDICTED, VERDICTS
+from mmuscope.engine.claims.table import ClaimTable
 from mmuscope.engine.claims.tlb_flush import (
     COLUMNS,
     THREAD_TABLE,
-    tlb_flush_table,
 )
 from mmuscope.engine.errors import AuditError
 from mmuscope.engine.events import Event
@@ -30,6 +31,8 @@ from mmuscope.engine.tlbflush.lanes import LaneHistory
 from mmuscope.engine.tlbflush.mmap_sem import MmapSem
 from mmuscope.engine.tlbflush.scheduler import CfsScheduler
 from mmuscope.engine.tlbflush.vcpu import HALT, IDLE, RUNNING, VIS_PREEMPTED
+
+from tests.test_bench_claims import tables  # noqa: F401  (the shared quick run)
 
 PAYS_A_FLUSH = ("smp_invalidate_interrupt", "kvm_pv_tlb_flush")
 
@@ -341,10 +344,12 @@ def test_dot_of_a_flush_has_an_edge_per_target() -> None:
     assert text.startswith("digraph tlb_flush {") and text.count(" -> ") == 7
 
 
-def test_quick_bench_table() -> None:
+def test_quick_bench_table(tables: dict[str, Any]) -> None:  # noqa: F811
     """Nothing is fitted: every cell and ratio is predicted; each thread number has its
-    error in % and a verdict computed from its band."""
-    table = tlb_flush_table(quick=True)
+    error in % and a verdict computed from its band.  The table of the shared `bench
+    --json --quick` run (tests/test_bench.py), read back: a run of its own here took
+    ~7 s of CPU for the same rows."""
+    table = ClaimTable.from_json("tlb_flush", tables["tlb_flush"])
     assert table.name == "tlb_flush" and table.thread == "pv-flush"
     assert table.columns == COLUMNS
     assert table.columns[:5] == ["vms", "quantity", "unit", "role", "thread"]
