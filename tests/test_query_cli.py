@@ -307,13 +307,15 @@ def test_a_real_kvm_run_counts_alike(tmp_path: Path) -> None:
 
 
 def test_help_explains_and_its_examples_run_as_printed(tmp_path: Path) -> None:
-    from mmuscope.tui.query_cli import EXAMPLES
+    """The examples as `query --help` prints them (tests/test_cli_help.py runs every
+    other command's; these are run here, where what they print is looked at too)."""
+    from tests.test_cli_help import examples
 
     shown = ok("query", "--help")
     text = " ".join(shown.split())
     for words in ("DuckDB", "events", "memslots", "--report", "--json", "--csv", "default"):
         assert words in text, words
-    commands = [line.strip() for line in EXAMPLES.splitlines()[1:] if line.strip()]
+    commands = examples(shown)
     path = f"{Path(MMUSCOPE).parent}:{os.environ['PATH']}"
     for command in commands:
         done = subprocess.run(
