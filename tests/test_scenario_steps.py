@@ -25,7 +25,7 @@ from textual.scroll_view import ScrollView
 from textual.scrollbar import ScrollBar, ScrollBarCorner
 from textual.widget import Widget
 
-from tests.tui_pilot import drawn_lines
+from tests.tui_pilot import drawn_lines, until
 
 SIZE = (120, 40)
 WIDE = (200, 60)
@@ -97,7 +97,9 @@ async def walk(name: str, size: tuple[int, int], tmp_path: Path, every_step: boo
     scenario, step and size.  At 120×40 (`SIZE`), and at 80×24 for the scenarios that
     say they work there (README), every step; at 80×24 for the others, the first step,
     every other one after it and the last, for their panels only (the steps between run
-    unseen: the walk costs their frames, not their actions)."""
+    unseen: the walk costs their frames, not their actions).  At 120×40 the steps come
+    by the `>` key, as a student steps (the caption's "step N/M", and `>` past the last
+    step stays); at 80×24 by goto_step, what the key runs."""
     scenario = load_scenario(name)
     full = size == SIZE or scenario.fits(*SMALL)
     app = make_app(scenario=name, export_dir=tmp_path, playing=False)
@@ -106,12 +108,24 @@ async def walk(name: str, size: tuple[int, int], tmp_path: Path, every_step: boo
     steps = range(last + 1) if full else sorted({*range(0, last + 1, 2), last})
     async with app.run_test(size=size) as pilot:
         run = await first_step(app, pilot)
+        if size == SIZE:  # the scenario's own screen, whose actions its steps name
+            assert app.screen is app.get_screen(scenario.screen)
+            for action in scenario.actions_until(len(scenario.steps) - 1):
+                method = re.match(r"[a-z_0-9]+", action)
+                assert method and hasattr(type(app.screen), f"action_{method[0]}"), action
         problems = []
         for index in steps:
-            if index:
+            if index and size == SIZE:  # by the key a student presses
+                await pilot.press("greater_than_sign")
+                await until(pilot, lambda index=index: run.index == index)  # type: ignore[misc]
+                assert run.index == index, f"{name}: `>` did not bring step {index + 1}"
+            elif index:
                 await goto_step(app, run, index)
             where = f"{name} step {index + 1} at {size[0]}×{size[1]}"
             step = scenario.steps[index]
+            if size == SIZE:
+                shown = f"{app.screen.query_one(Caption).border_title}"
+                assert f"step {index + 1}/{len(scenario.steps)}" in shown, f"{where}: {shown}"
             if size == SIZE and name in CHECKED:
                 problems += [f"{where}: {f}" for f in failures(step.expect, run.values())]
                 caption = run.caption()
@@ -133,6 +147,11 @@ async def walk(name: str, size: tuple[int, int], tmp_path: Path, every_step: boo
                 screen = screen_text(app)
                 problems += [f"{where}: the screen does not show {pattern!r}"
                              for pattern in unshown(step.shows, run.values(), screen)]  # fmt: skip
+        if size == SIZE and last == len(scenario.steps) - 1:
+            await pilot.press("greater_than_sign")  # past the end: stays
+            await pilot.pause()
+            assert run.index == last, f"{name}: `>` went past the last step"
+            app.clear_notifications()  # "that was the last step"
         if size == SIZE:
             await pilot.resize_terminal(*WIDE)  # the last step at 200×60 too: one relayout
             await pilot.pause()

@@ -1,9 +1,9 @@
-"""Scenarios in the app (Pilot): each opens on its screen with a caption, runs to its end
-with `>`, and `<` steps back to the same picture a fresh replay gives."""
+"""Scenarios in the app (Pilot): each names the thread it follows, a clicker's keys step
+it, and `<` steps back to the same picture a fresh replay gives.  Each scenario stepped
+to its end with `>`: tests/test_scenario_steps.py (its walk at 120×40)."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,30 +26,6 @@ async def settle(pilot: object, rounds: int = 6) -> None:
 def caption_text(app: MmuscopeApp) -> str:
     caption = app.screen.query_one(Caption)
     return f"{caption.border_title} {caption.content}"
-
-
-@pytest.mark.parametrize("name", [s.name for s in list_scenarios()])
-async def test_each_scenario_runs_to_its_end(name: str, tmp_path: Path) -> None:
-    scenario = load_scenario(name)
-    app = make_app(scenario=name, export_dir=tmp_path)
-    async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        run = app.scenario_run
-        assert run is not None and run.index == 0
-        screen_class = type(app.screen)
-        assert app.screen is app.get_screen(scenario.screen)
-        for action in scenario.actions_until(len(scenario.steps) - 1):
-            method = re.match(r"[a-z_0-9]+", action)
-            assert method and hasattr(screen_class, f"action_{method[0]}"), action
-        assert "step 1/" in caption_text(app)
-        for number in range(2, len(scenario.steps) + 1):
-            await pilot.press("greater_than_sign")
-            await settle(pilot)
-            assert run.index == number - 1
-            assert f"step {number}/{len(scenario.steps)}" in caption_text(app)
-        await pilot.press("greater_than_sign")  # past the end: stays
-        await settle(pilot)
-        assert run.index == len(scenario.steps) - 1
 
 
 ONE_PER_THREAD = sorted({s.thread or s.kernel: s.name for s in list_scenarios()}.values())
@@ -106,7 +82,8 @@ def test_scenarios_command_lists_them_and_a_bad_name_exits_2() -> None:
 
 #: the first scenario of each screen: what could take a clicker's keys is the screen's
 #: focusable widgets, the same for every scenario on that screen (the event log; the
-#: memslots screen's structure and table too); every scenario steps by key above
+#: memslots screen's structure and table too); every scenario steps by `>` in
+#: tests/test_scenario_steps.py
 ONE_PER_SCREEN = [
     s.name
     for s in list_scenarios()
