@@ -64,7 +64,8 @@ def run_app(app: Any) -> None:
     """`app.run()`.  A SIGTERM or SIGHUP meanwhile asks the app to exit from its own
     event loop (`call_soon_threadsafe`: a signal handler may not touch the loop
     otherwise), so that its driver restores the terminal and its screens'
-    `on_unmount` runs; then the command ends with `Ended`."""
+    `on_unmount` runs; then the command ends with `Ended`.  A terminal that went away
+    meanwhile is let go first (`let_go_of_a_gone_terminal`)."""
     import asyncio
 
     ended: list[int] = []
@@ -76,6 +77,8 @@ def run_app(app: Any) -> None:
             return False
         if not ended:
             ended.append(signum)
+            if terminal_gone():
+                let_go_of_a_gone_terminal()
             loop.call_soon_threadsafe(app.exit, None, 128 + signum)
         return True
 
@@ -86,6 +89,36 @@ def run_app(app: Any) -> None:
         _app_exits.remove(app_exit)
     if ended:
         raise Ended(ended[0])
+
+
+def terminal_gone() -> bool:
+    """The app's terminal hung up (its window closed, its ssh session or tmux pane
+    gone): the kernel answers every call on it with EIO from then on (tty_vhangup())."""
+    import errno
+    import termios
+
+    try:
+        termios.tcgetattr(sys.__stderr__.fileno() if sys.__stderr__ else 2)
+    except (termios.error, OSError, ValueError) as err:
+        return bool(err.args) and err.args[0] == errno.EIO
+    return False
+
+
+def let_go_of_a_gone_terminal() -> None:
+    """From the SIGHUP of a hangup on (the main thread's handler).  The SIGCONT the
+    kernel sends with it (tty_signal_session_leader()) is left to its default: a gone
+    terminal has no job control to come back to, and Textual's SIGCONT handler would
+    start the app's terminal mode again, a second input thread that nothing stops and
+    a second output thread, and the app never ended (under load, about one hangup in
+    four).  Writes to the gone terminal (stdout, stderr: the app's last frames,
+    Python's flush at exit) go to /dev/null instead of failing with EIO."""
+    import os
+
+    signal.signal(signal.SIGCONT, signal.SIG_DFL)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 class CliParser(argparse.ArgumentParser):
