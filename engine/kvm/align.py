@@ -45,6 +45,7 @@ SPTE_FIELDS = frozenset({"spte", "old_spte", "new_spte"})
 PFN_FIELDS = frozenset({"pfn"})
 SPTEP_FIELDS = frozenset({"sptep"})
 HASHED_SPTEP = frozenset({"mark_mmio_spte", "fast_page_fault"})  # %p: hashed in the text
+HOST_FIELDS = SPTE_FIELDS | PFN_FIELDS | SPTEP_FIELDS
 
 
 class Renaming:
@@ -298,7 +299,14 @@ class Alignment:
             if self.first is not None:
                 self._after(kernel, model)
                 continue
-            why = differs(shape(kernel), shape(model), self._names)
+            if (
+                kernel.name == model.name
+                and kernel.fields == model.fields
+                and HOST_FIELDS.isdisjoint(kernel.fields)
+            ):  # no host address to rename: equal as they are (most are: walks, ptes read)
+                why = None
+            else:
+                why = differs(shape(kernel), shape(model), self._names)
             freed = self._freed.pop(id(model), None)
             if why is None:
                 if freed is not None:
