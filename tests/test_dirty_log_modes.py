@@ -279,6 +279,36 @@ def test_simulate_dirty_ring_exits_at_the_soft_limit() -> None:
     assert reset and all(e.fields["used"] == 0 for e in reset)
 
 
+@pytest.mark.parametrize("mmu", ["tdp", "direct"])
+def test_a_soft_full_ring_exits_to_userspace_before_the_entry(mmu: str) -> None:
+    """`vcpu_enter_guest()` (6.18 x86.c) checks KVM_REQ_DIRTY_RING_SOFT_FULL before it
+    traces `kvm_entry`: the exit whose fault filled the ring ends in
+    `kvm_dirty_ring_exit` and `kvm_userspace_exit` (KVM_EXIT_DIRTY_RING_FULL, 31, printed
+    `0x1f` as 6.18's symbol table has no name for it), not in an entry; userspace's
+    KVM_RESET_DIRTY_RINGS (`kvm_dirty_ring_reset`) comes next, and the vCPU's
+    `kvm_entry` only after it, at the next KVM_RUN."""
+    from mmuscope.engine.trace.lines import parse_line
+
+    lines = _simulate(
+        "--mmu", mmu, "--workload", "dirty", "--accesses", "2000",
+        "--dirty-log", "ring", "--dirty-ring-size", "256",
+    )  # fmt: skip
+    events = [e for e in map(parse_line, lines[1:]) if e is not None]
+    names = [e.name for e in events]
+    exits = [i for i, name in enumerate(names) if name == "kvm_dirty_ring_exit"]
+    assert exits
+    for at in exits:
+        vcpu = events[at].fields["vcpu_id"]
+        before = [e for e in events[:at] if e.name in ("kvm_exit", "kvm_entry")]
+        assert before[-1].name == "kvm_exit" and before[-1].fields["vcpu_id"] == vcpu
+        user = events[at + 1]
+        assert user.name == "kvm_userspace_exit" and user.fields["code"] == 31
+        assert lines[1:][at + 1].endswith("kvm_userspace_exit:   reason 0x1f (31)")
+        entry = next(i for i in range(at, len(events)) if names[i] == "kvm_entry")
+        assert events[entry].fields["vcpu_id"] == vcpu
+        assert "kvm_dirty_ring_reset" in names[at:entry]
+
+
 @pytest.mark.parametrize(
     "args",
     [

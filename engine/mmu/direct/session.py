@@ -153,7 +153,6 @@ class MmuSession(EptSession[MmuStep]):
             self.vm_entry(access.vcpu, ret)
             if ret is not RetPf.RETRY or not self.needs_exit(access):
                 break
-        self.dirty_ring_exit(access.vcpu)  # the entry after the exit (a ring, soft full)
         words = ""
         if fast is not None and self.mmu.stat["pf_fast"] != before:
             words = fast_words(self.mmu.cfg, fast.last)

@@ -53,7 +53,7 @@ from ...errors import KvmError
 from ...memslots.constants import APIC_ACCESS_PAGE_PRIVATE_MEMSLOT, KVM_MEM_LOG_DIRTY_PAGES
 from ...memslots.memslot import MemorySlot
 from ...memslots.vm import Vm
-from ..dirty_log import DIRTY_RING_ENTRIES, DirtyLogging
+from ..dirty_log import DIRTY_RING_ENTRIES, KVM_EXIT_DIRTY_RING_FULL, DirtyLogging
 from ..spte import RetPf
 from ..vcpu.emulate import APIC_DEFAULT_PHYS_BASE, MMIO_STORE
 from ..vcpu.vmx import (
@@ -167,7 +167,9 @@ class EptSession(GuestSession[StepT]):
     def vm_entry(self, vcpu: int, ret: RetPf | None) -> None:
         """The vCPU's next VM entry after an exit (`kvm_entry`): past the store when KVM
         emulated or skipped it (RET_PF_EMULATE), else at it again (the MMU mapped the
-        page, or the fault is retried)."""
+        page, or the fault is retried).  A dirty ring the exit made soft full exits to
+        userspace first (`dirty_ring_exit`), and the entry is the next KVM_RUN's."""
+        self.dirty_ring_exit(vcpu)
         rip, code = MMIO_STORE
         self.trace_kvm_entry(vcpu, rip + len(code) if ret is RetPf.EMULATE else rip)
 
@@ -270,11 +272,18 @@ class EptSession(GuestSession[StepT]):
 
     def dirty_ring_exit(self, vcpu: int) -> str:
         """The vCPU's entry after an exit: a soft-full dirty ring exits to userspace
-        (KVM_EXIT_DIRTY_RING_FULL), which collects every ring and resets them (QEMU's
-        `kvm_dirty_ring_reap()` + KVM_RESET_DIRTY_RINGS); the words, "" when not full."""
+        instead (`vcpu_enter_guest()` checks KVM_REQ_DIRTY_RING_SOFT_FULL before
+        `trace_kvm_entry`, 6.18 x86.c: `kvm_dirty_ring_exit`, then `kvm_vcpu_ioctl()`'s
+        `kvm_userspace_exit` with KVM_EXIT_DIRTY_RING_FULL, 31, which the 6.18 symbol
+        table lacks: `reason 0x1f (31)`); userspace collects every ring and resets them
+        (QEMU's `kvm_dirty_ring_reap()` + KVM_RESET_DIRTY_RINGS) before its next KVM_RUN;
+        the words, "" when not full."""
         log = self.dirty_log
         if not log.soft_full_requests or not log.kvm_dirty_ring_check_request(vcpu):
             return ""
+        if log.emit is not None:
+            reason = f"{KVM_EXIT_DIRTY_RING_FULL:#x}"
+            log.emit("kvm_userspace_exit", {"reason": reason, "code": KVM_EXIT_DIRTY_RING_FULL})
         got = log.harvest_rings()
         log.reset_dirty_rings()
         return f"KVM_EXIT_DIRTY_RING_FULL: {len(got)} pages"

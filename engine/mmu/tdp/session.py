@@ -210,7 +210,6 @@ class TdpSession(EptSession[TdpStep]):
                 index += 1
                 continue
             exited = (first + index, *self._exit(EptAccess(vcpu, gpa, write, fetch)))
-            self.dirty_ring_exit(vcpu)  # the entry after it (a dirty ring, soft full)
             index += 1
 
     def _slot_of(self, vcpu: int, gpa: int) -> MemorySlot | None:
