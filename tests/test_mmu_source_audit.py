@@ -307,3 +307,21 @@ def test_both_ept_mmus_log_dirty_pages_by_pml_unless_it_is_off() -> None:
         assert len(events(off, "fast_page_fault")) == wrprot.mmu.stat["pf_fast"] > 0  # type: ignore[attr-defined]
         assert pml.dirty_log.pml_logged == wrprot.mmu.stat["pf_fast"]  # type: ignore[attr-defined]
         assert pml.dirty_log.dirty == wrprot.dirty_log.dirty  # type: ignore[attr-defined]
+
+
+def test_shadow_emulation_traces_kvm_emulate_insn_then_the_operand() -> None:
+    """`x86_emulate_instruction()` (6.18 x86.c) decodes first: `trace_kvm_emulate_insn_start()`
+    in `x86_decode_emulated_instruction()`, then the operand's gpa (`vcpu_mmio_gva_to_gpa()`:
+    `vcpu_match_mmio ... GVA` from the vCPU's MMIO info), then `write_mmio()`'s `kvm_mmio`.
+    Under shadow paging each of netperf's MMIO stores prints the three in that order, as
+    the real trace (`mmuscope kvm`) does: kvm_emulate_insn → vcpu_match_mmio → kvm_mmio."""
+    lines = printed("shadow", "netperf", 300)
+    names = [line.split(": ", 2)[1].split(":")[0].strip() for line in lines if ": " in line]
+    mmio = [i for i, name in enumerate(names) if name == "kvm_mmio"]
+    assert len(mmio) > 100
+    for i in mmio:
+        assert names[i - 2 : i] == ["kvm_emulate_insn", "vcpu_match_mmio"], names[i - 4 : i + 1]
+    insns = {
+        line.split("kvm_emulate_insn:")[1].strip() for line in lines if "kvm_emulate_insn:" in line
+    }
+    assert "0:0:89 02 (prot64)" in insns

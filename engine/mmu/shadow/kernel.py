@@ -127,7 +127,7 @@ class GuestKernel:
                 if self.on_result is not None:
                     self.on_result(ret)
                 if ret is RetPf.EMULATE:
-                    mmu.emulate_instruction(vcpu, gva, True, False)
+                    mmu.emulate_instruction(vcpu, gva, True, False, size=8)  # a pte
                     return
         finally:
             self.storing = False

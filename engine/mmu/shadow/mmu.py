@@ -123,7 +123,12 @@ from ..spte import (
     spte_requested_fields,
     spte_to_pfn,
 )
-from ..vcpu.emulate import trace_kvm_emulate_insn, trace_vcpu_match_mmio, x86_emulate_instruction
+from ..vcpu.emulate import (
+    MMIO_STORE,
+    trace_kvm_emulate_insn,
+    trace_vcpu_match_mmio,
+    x86_emulate_instruction,
+)
 from ..vcpu.mmio_info import VcpuMmioInfo, handle_mmio_page_fault
 from .huge import ShadowLpageInfo
 from .kernel import DirectMap, GuestKernel
@@ -137,6 +142,17 @@ STATS = (
 KVM_MMU_NUM_PREV_ROOTS = 3
 WRITE_FLOODING_THRESHOLD = 3  # detect_write_flooding(): atomic_read(...) >= 3
 ALL_LEVELS = range(PG_LEVEL_4K, KVM_MAX_HUGEPAGE_LEVEL + 1)
+
+
+# The `mov` a guest without code is emulated at (`emulate_instruction`), by store or load
+# and width: the EPT guests' `mov %eax,(%rdx)` (89 02), its REX.W form for a pte
+# (48 89 02), and the loads `mov (%rdx),%eax` (8b 02) and `mov (%rdx),%rax` (48 8b 02).
+NO_CODE_MOVS = {
+    (True, 4): MMIO_STORE[1],
+    (True, 8): bytes.fromhex("48 89 02"),
+    (False, 4): bytes.fromhex("8b 02"),
+    (False, 8): bytes.fromhex("48 8b 02"),
+}
 
 
 class Translation(NamedTuple):
@@ -652,12 +668,24 @@ class ShadowMmu:
         val: int = 0,
     ) -> int | None:
         """Emulate the access at `gva` of the instruction `insn` (rip, bytes; None: a
-        caller without code, which skips the decode); returns the operand's gpa when it
-        is RAM (the caller stores there), None for MMIO or a #PF injected."""
+        guest without code, the workloads'); returns the operand's gpa when it is RAM
+        (the caller stores there), None for MMIO or a #PF injected.
+
+        `x86_decode_emulated_instruction()` traces `kvm_emulate_insn` before the operand
+        on every emulation (6.18 x86.c): a guest without code decodes the `mov` of its
+        width at rip 0 (`NO_CODE_MOVS`, the EPT guests' `MMIO_STORE`), and its fetch
+        walk is not printed, as the EPT guests' is not (docs/kvm.md §13)."""
         as_id = self.vm.vcpu(vcpu).as_id
+
+        def decode() -> bool:
+            if insn is None:
+                trace_kvm_emulate_insn(self._emit, 0, NO_CODE_MOVS[write, size])
+                return True
+            return self.decode_instruction(vcpu, insn, user)
+
         done = x86_emulate_instruction(
             self._emit, write,
-            decode=lambda: insn is None or self.decode_instruction(vcpu, insn, user),
+            decode=decode,
             operand=lambda: self.gva_to_gpa(vcpu, gva, write, user),
             is_ram=lambda gpa: self.vm.gfn_to_memslot(gpa >> PAGE_SHIFT, as_id) is not None,
             size=size, val=val,

@@ -229,8 +229,9 @@ class ShadowSession(GuestSession[ShadowStep]):
         return ShadowStep(access, True, ret, update, guest)
 
     def _emulate(self, access: ShadowAccess) -> None:
-        """The emulator (`ShadowMmu.emulate_instruction`; the workloads have no code to
-        decode): the `gva_to_gpa` of the instruction's operand, a second guest walk
+        """The emulator (`ShadowMmu.emulate_instruction`; the workloads have no code: it
+        decodes a `mov`, `kvm_emulate_insn`): the `gva_to_gpa` of the instruction's
+        operand, a second guest walk
         unless the vtlb (the memslot-search thread, patch 7/7) has the page, then
         `kvm_mmio` for MMIO.  A cached MMIO spte hit needs no translation of its own: it
         handed the emulator the gfn (`vcpu_cache_mmio_info`)."""
