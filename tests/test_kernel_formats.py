@@ -48,6 +48,7 @@ SYMBOLS = {
     "type": ["unsatisfied-read", "read", "write"],  # kvm_mmio
     "flags": ["real", "vm16", "prot16", "prot32", "prot64"],  # kvm_emulate_insn's mode
     "reason": ["KVM_EXIT_MMIO", "KVM_EXIT_IO", "KVM_EXIT_HLT", "restart", "error"],
+    "reg": ["APIC_EOI", "APIC_ID", "APIC_ICR", "APIC_TMICT", "APIC_ECTRL"],  # kvm_apic
 }
 
 

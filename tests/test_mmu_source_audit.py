@@ -85,7 +85,7 @@ def test_every_mmus_kvm_mmio_keeps_the_page_offset() -> None:
     """The emulator traces `kvm_mmio` with the access's whole gpa (`write_mmio()`, 6.18
     x86.c, after `emulator_read_write_onepage()` kept `addr & ~PAGE_MASK`): netperf's
     LAPIC EOI store is at 0xfee000b0 on every MMU."""
-    for mmu in ("tdp", "direct"):
+    for mmu in MMUS:
         gpas = {
             line.split("gpa ")[1].split()[0]
             for line in events(printed(mmu, "netperf", 300), "kvm_mmio")

@@ -215,3 +215,32 @@ def test_under_apicv_a_lapic_eoi_exits_only_to_map_the_apic_access_page(mmu: str
     assert len(stores) > 10
     exits = len(texts(done.stdout, "kvm_exit"))
     assert exits <= len(texts(plain.stdout, "kvm_exit")) - len(stores) + 2
+
+
+@pytest.mark.parametrize("mmu", ["tdp", "direct", "shadow"])
+def test_the_in_kernel_lapic_traces_the_eoi_it_takes(mmu: str) -> None:
+    """`write_mmio()` traces `kvm_mmio`, then `vcpu_mmio_write()` gives the store to the
+    in-kernel LAPIC (6.18 lapic.c): `apic_mmio_write()` -> `kvm_lapic_reg_write()`
+    traces `kvm_apic: apic_write APIC_EOI = 0x0`, and `apic_set_eoi()` `kvm_eoi` with
+    the vCPU's APIC ID and the vector in service (none in the model's guests: -1); the
+    NIC's doorbell, which no in-kernel device takes, ends in `kvm_userspace_exit`
+    KVM_EXIT_MMIO under every MMU."""
+    done = simulate("--mmu", mmu, "--workload", "netperf", "--accesses", "300")
+    assert done.returncode == 0, done.stderr
+    events, _, _ = parse_trace(done.stdout)
+    eois = doorbells = 0
+    for i, event in enumerate(events):
+        if event.name != "kvm_mmio":
+            continue
+        after = [e.name for e in events[i + 1 : i + 3]]
+        if event.fields["gpa"] == 0xFEE000B0:
+            eois += 1
+            assert after == ["kvm_apic", "kvm_eoi"], after
+            apic, eoi = events[i + 1].fields, events[i + 2].fields
+            assert (apic["rw"], apic["reg"], apic["val"]) == (True, "APIC_EOI", 0)
+            assert eoi["vector"] == -1 and eoi["apicid"] in (0, 1)
+        else:
+            doorbells += 1
+            assert after[0] == "kvm_userspace_exit", after
+    assert eois > 5 and doorbells > 5
+    assert " kvm_apic:             apic_write APIC_EOI = 0x0" in done.stdout

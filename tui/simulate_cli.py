@@ -149,7 +149,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--workload", required=True, metavar="NAME",
         help=f"the access mix: {workloads}. netperf's MMIO stores go to a NIC doorbell "
         "QEMU emulates (--ioeventfd: on the fast MMIO bus) and to the LAPIC's EOI as "
-        "emulated MMIO (a host without APIC virtualization; --enable-apicv: no exit)",
+        "emulated MMIO, kvm_apic and kvm_eoi (a host with kvm_intel.flexpriority=0 "
+        "enable_apicv=0; --enable-apicv: no exit)",
     )  # fmt: skip
     parser.add_argument(
         "--accesses", type=_count, default=10_000, help="guest accesses (default 10000)"

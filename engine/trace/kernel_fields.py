@@ -31,6 +31,8 @@ first, then the rest of the parsed fields as extras:
   ``FAILED_VMENTRY`` as bit 31), its symbol as ``exit_reason_name``; ``isa``,
   ``KVM_ISA_VMX`` (1) or ``KVM_ISA_SVM`` (2) by the table that names it (a reason
   printed as a number tells neither: no ``isa``).
+* ``kvm_apic``: ``reg`` the register's offset (`KVM_TRACE_APIC`), its symbol as
+  ``reg_name``; ``rw`` 1 for a write.
 * ``kvm_userspace_exit``: ``reason`` the ``KVM_EXIT_*`` number and ``errno`` 0, or, for
   a KVM_RUN that failed (``restart``, ``error``), ``errno`` the negative errno and
   ``reason`` 0 (the text does not tell it); the printed name as ``reason_name``.
@@ -48,6 +50,17 @@ Record = Mapping[str, Any]  # a ring buffer record: ints, arrays as bytes
 
 # `__print_symbolic(REC->type, ...)` of kvm_mmio (include/trace/events/kvm.h)
 KVM_TRACE_MMIO = {"unsatisfied-read": 0, "read": 1, "write": 2}
+# `__print_symbolic(REC->reg, kvm_trace_symbol_apic)` of kvm_apic (arch/x86/kvm/trace.h):
+# the xAPIC registers' offsets (arch/x86/include/asm/apicdef.h)
+KVM_TRACE_APIC = {
+    "APIC_ID": 0x20, "APIC_LVR": 0x30, "APIC_TASKPRI": 0x80, "APIC_ARBPRI": 0x90,
+    "APIC_PROCPRI": 0xA0, "APIC_EOI": 0xB0, "APIC_RRR": 0xC0, "APIC_LDR": 0xD0,
+    "APIC_DFR": 0xE0, "APIC_SPIV": 0xF0, "APIC_ISR": 0x100, "APIC_TMR": 0x180,
+    "APIC_IRR": 0x200, "APIC_ESR": 0x280, "APIC_ICR": 0x300, "APIC_ICR2": 0x310,
+    "APIC_LVTT": 0x320, "APIC_LVTTHMR": 0x330, "APIC_LVTPC": 0x340, "APIC_LVT0": 0x350,
+    "APIC_LVT1": 0x360, "APIC_LVTERR": 0x370, "APIC_TMICT": 0x380, "APIC_TMCCT": 0x390,
+    "APIC_TDCR": 0x3E0, "APIC_SELF_IPI": 0x3F0, "APIC_EFEAT": 0x400, "APIC_ECTRL": 0x410,
+}  # fmt: skip
 # kvm_emulate_insn's `kvm_trace_symbol_emul_flags` (arch/x86/kvm/trace.h): X86EMUL_MODE_*
 EMUL_FLAGS = {"real": 0, "vm16": 3, "prot16": 1, "prot32": 5, "prot64": 9}
 SHADOW_PAGE_EVENTS: tuple[str, ...] = ("kvm_mmu_get_page", "kvm_mmu_prepare_zap_page")
@@ -119,6 +132,14 @@ def _mmio(fields: Fields) -> Kernel:
     return kernel, {"type_name": kind}
 
 
+def _apic(fields: Fields) -> Kernel:
+    reg = fields.get("reg")
+    if not isinstance(reg, str) or reg not in KVM_TRACE_APIC:
+        return {}, {}
+    kernel: dict[str, FieldValue] = {"rw": int(bool(fields.get("rw"))), "reg": KVM_TRACE_APIC[reg]}
+    return kernel | _pick(fields, "val"), {"reg_name": reg}
+
+
 def _emulate_insn(fields: Fields) -> Kernel:
     mode, insn = fields.get("flags"), fields.get("insn")
     if not isinstance(mode, str) or mode not in EMUL_FLAGS or not isinstance(insn, str):
@@ -158,6 +179,7 @@ _KERNEL: dict[str, Callable[[Fields], Kernel]] = {
     "kvm_mmu_set_spte": _set_spte,
     "fast_page_fault": _fast_page_fault,
     "kvm_mmio": _mmio,
+    "kvm_apic": _apic,
     "kvm_emulate_insn": _emulate_insn,
     "kvm_exit": _exit,
     "kvm_userspace_exit": _userspace_exit,

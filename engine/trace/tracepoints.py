@@ -400,6 +400,11 @@ _KVM: dict[str, dict[str, str]] = {
     # "reason %s (%d)": the exit reason's KVM_EXIT_* name and number, or "restart"/"error"
     # and -errno when KVM_RUN failed (kvm_vcpu_ioctl(), include/trace/events/kvm.h)
     "kvm_userspace_exit": _eras("reason {reason:s} ({code:d})"),
+    # "apic_%s %s = 0x%llx": "write"/"read", the register's APIC_* name
+    # (`kvm_trace_symbol_apic`), the value (kvm_lapic_reg_write(), kvm_lapic_reg_read())
+    "kvm_apic": _eras("apic_{rw?write|read} {reg:s} = 0x{val:x}"),
+    # "apicid %x vector %d": the vector apic_set_eoi() found in service, -1 for none
+    "kvm_eoi": _eras("apicid {apicid:x} vector {vector:d}"),
     # "fast mmio at gpa 0x%llx" (handle_ept_misconfig(), arch/x86/kvm/trace.h)
     "kvm_fast_mmio": _eras("fast mmio at gpa 0x{gpa:x}"),
     # "%x:%llx:%s (%s)%s": csbase, rip, __print_hex(insn, len), the mode's name, " failed"

@@ -125,6 +125,7 @@ from ..spte import (
 )
 from ..vcpu.emulate import (
     MMIO_STORE,
+    MmioBus,
     trace_kvm_emulate_insn,
     trace_vcpu_match_mmio,
     x86_emulate_instruction,
@@ -666,10 +667,13 @@ class ShadowMmu:
         insn: tuple[int, bytes] | None = None,
         size: int = 4,
         val: int = 0,
+        bus: MmioBus | None = None,
     ) -> int | None:
         """Emulate the access at `gva` of the instruction `insn` (rip, bytes; None: a
         guest without code, the workloads'); returns the operand's gpa when it is RAM
-        (the caller stores there), None for MMIO or a #PF injected.
+        (the caller stores there), None for MMIO or a #PF injected.  MMIO goes to the
+        in-kernel devices of `bus`, else to userspace (`kvm_userspace_exit`); without a
+        `bus` the caller models what follows.
 
         `x86_decode_emulated_instruction()` traces `kvm_emulate_insn` before the operand
         on every emulation (6.18 x86.c): a guest without code decodes the `mov` of its
@@ -688,7 +692,7 @@ class ShadowMmu:
             decode=decode,
             operand=lambda: self.gva_to_gpa(vcpu, gva, write, user),
             is_ram=lambda gpa: self.vm.gfn_to_memslot(gpa >> PAGE_SHIFT, as_id) is not None,
-            size=size, val=val,
+            size=size, val=val, bus=bus, vcpu=vcpu,
         )  # fmt: skip
         if done is None or not done[1]:
             return None if done is None else done[0]

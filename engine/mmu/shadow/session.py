@@ -56,6 +56,7 @@ from ..mmu_notifier import KvmMmuNotifier
 from ..mmu_pages import KvmMmuPage
 from ..params import TdpMmuParams
 from ..spte import RetPf, SpteConfig, spte_config_named
+from ..vcpu.emulate import MmioBus
 from .cpu import exit_error_code, leaf_allows, leaf_spte
 from .kernel import KERNEL_EVERY, KernelMaps, kernel_access
 from .mmu import ShadowMmu
@@ -141,6 +142,7 @@ class ShadowSession(GuestSession[ShadowStep]):
             self.kernel = kernel = KernelMaps.for_guest(self.vm, self.mmu.guest)
             self.os.on_spawn = lambda cr3: kernel.map_into(self.mmu.guest, cr3)
         self._kernel_rng = random.Random(seed)
+        self.bus = MmioBus()  # the in-kernel LAPIC; the NIC's doorbell is QEMU's
         self.cr3_loads = 0
         self.last_walk: list[tuple[int, int]] = []  # (level, pte) read by the last walk
         self._retry: ShadowAccess | None = None
@@ -231,13 +233,16 @@ class ShadowSession(GuestSession[ShadowStep]):
     def _emulate(self, access: ShadowAccess) -> None:
         """The emulator (`ShadowMmu.emulate_instruction`; the workloads have no code: it
         decodes a `mov`, `kvm_emulate_insn`): the `gva_to_gpa` of the instruction's
-        operand, a second guest walk
-        unless the vtlb (the memslot-search thread, patch 7/7) has the page, then
-        `kvm_mmio` for MMIO.  A cached MMIO spte hit needs no translation of its own: it
-        handed the emulator the gfn (`vcpu_cache_mmio_info`)."""
+        operand, a second guest walk unless the vtlb (the memslot-search thread, patch
+        7/7) has the page, then `kvm_mmio` for MMIO, which the in-kernel LAPIC takes
+        (`kvm_apic`, `kvm_eoi`) or userspace (`kvm_userspace_exit`).  A cached MMIO spte
+        hit needs no translation of its own: it handed the emulator the gfn
+        (`vcpu_cache_mmio_info`)."""
         if not self._mmio_hit:
             self.emulator_walks += 1
-        self.mmu.emulate_instruction(access.vcpu, access.gva, access.write, access.user)
+        self.mmu.emulate_instruction(
+            access.vcpu, access.gva, access.write, access.user, bus=self.bus
+        )
 
     def _kernel_access(self) -> ShadowAccess | None:
         """Every `KERNEL_EVERY`-th step with `kernel_2m`: the running process's kernel

@@ -25,12 +25,15 @@ from typing import Protocol
 
 from ...events import FieldValue
 from ...memslots.vm import Vm
+from ...trace.kernel_fields import KVM_TRACE_APIC
 from ..spte import kvm_mmio_fields
 from .mmio_info import VcpuMmioInfo
 
 PAGE_SHIFT = 12
 PAGE_MASK = ~0xFFF
 APIC_DEFAULT_PHYS_BASE = 0xFEE0_0000  # arch/x86/include/asm/apicdef.h
+APIC_EOI = 0xB0
+_APIC_REG_NAMES = {offset: name for name, offset in KVM_TRACE_APIC.items()}
 KVM_EXIT_MMIO = 6  # include/uapi/linux/kvm.h
 # The EPT guests' MMIO store and where it runs: the model's guests have no code of their
 # own, so every emulated store is one 32-bit `mov %eax,(%rdx)` (89 02) at rip 0, and a
@@ -77,16 +80,37 @@ class MmioBus:
         self.fast_mmio_writes += 1
         return True
 
-    def vcpu_mmio(self, gpa: int, write: bool) -> bool:
+    def vcpu_mmio(
+        self, gpa: int, write: bool, *, vcpu: int = 0, size: int = 4, val: int = 0,
+        emit: Emit | None = None,
+    ) -> bool:  # fmt: skip
         """`vcpu_mmio_write()`/`vcpu_mmio_read()`: True when an in-kernel device took the
         access (the APIC's page, an ioeventfd on a store); False: KVM_EXIT_MMIO."""
         if self.lapic_in_kernel and gpa & PAGE_MASK == APIC_DEFAULT_PHYS_BASE:
+            if write and emit is not None:
+                apic_mmio_write(emit, vcpu, gpa & ~PAGE_MASK, size, val)
             return True
         if write and gpa in self.ioeventfds:
             self.ioeventfd_writes += 1
             return True
         self.userspace_exits += 1
         return False
+
+
+def apic_mmio_write(emit: Emit, vcpu: int, offset: int, size: int, val: int) -> None:
+    """The in-kernel local APIC takes a store to its page (6.18 lapic.c):
+    `apic_mmio_write()` passes a 4-byte store at a 16-byte-aligned offset to
+    `kvm_lapic_reg_write(apic, offset & 0xff0, val)`, which traces `kvm_apic` (apic_write
+    and the register's name); an EOI (`APIC_EOI`) is `apic_set_eoi()`, traced `kvm_eoi`
+    with the highest vector in service.  The model's guests take no interrupts, so none
+    is in service: vector -1, as `apic_find_highest_isr()` gives then.  The APIC ID is
+    the vCPU's index (xAPIC, enabled)."""
+    if size != 4 or offset & 0xF:
+        return
+    reg = offset & 0xFF0
+    emit("kvm_apic", rw=True, reg=_APIC_REG_NAMES.get(reg, f"{reg:#x}"), val=val)
+    if reg == APIC_EOI:
+        emit("kvm_eoi", apicid=vcpu, vector=-1)
 
 
 def x86_emulate_instruction(
@@ -99,6 +123,7 @@ def x86_emulate_instruction(
     size: int = 4,
     val: int = 0,
     bus: MmioBus | None = None,
+    vcpu: int = 0,
 ) -> tuple[int, bool] | None:
     """The emulation of one memory access, in the kernel's order: `decode` (False: a #PF
     injected on the fetch), `operand` (the gpa; None: a #PF injected), then RAM (the
@@ -113,7 +138,7 @@ def x86_emulate_instruction(
     if is_ram(gpa):
         return gpa, False
     emit("kvm_mmio", **kvm_mmio_fields(gpa, write, size, val))
-    if bus is not None and not bus.vcpu_mmio(gpa, write):
+    if bus is not None and not bus.vcpu_mmio(gpa, write, vcpu=vcpu, size=size, val=val, emit=emit):
         emit("kvm_userspace_exit", reason="KVM_EXIT_MMIO", code=KVM_EXIT_MMIO)
     return gpa, True
 
@@ -147,7 +172,7 @@ class DirectEmulator:
 
         x86_emulate_instruction(
             emit, write, decode=decode, operand=lambda: self.vcpu_is_mmio_gpa(vcpu, gpa, write),
-            is_ram=lambda _gpa: False, bus=self.bus,
+            is_ram=lambda _gpa: False, bus=self.bus, vcpu=vcpu,
         )  # fmt: skip
 
     def vcpu_is_mmio_gpa(self, vcpu: int, gpa: int, write: bool) -> int:
