@@ -18,12 +18,20 @@ run: $(STAMP) graphviz trace-cmd
 
 # Two pytest-xdist workers (CI has 2 cores); `make test PYTEST_ARGS=-n0` runs serially.
 PYTEST_ARGS ?= -n 2
-# The README's screenshots are drawn again first (deterministic: an image changes only
-# when the look does; `git status` shows which ones to commit), beside the lint: two
-# one-core jobs on two cores (-O: each one's output together, when it ends).
+# The README's screenshots are drawn again (deterministic: an image changes only when the
+# look does; `git status` shows which ones to commit) and the lint runs, both while the
+# suite runs: no core waits for the longer of the two before pytest starts, and xdist
+# hands the tests to whichever worker is free.  Their output (-O: each one's together)
+# follows pytest's; `make test` fails when any of the three fails.
 test: $(STAMP) graphviz trace-cmd chromium
-	$(MAKE) --no-print-directory -j2 -Otarget lint screenshots
-	$(BIN)/python -m pytest --dist=loadgroup $(PYTEST_ARGS)
+	@mkdir -p build
+	@$(MAKE) --no-print-directory -j2 -Otarget lint screenshots >build/checks.log 2>&1 & \
+	checks=$$!; \
+	$(BIN)/python -m pytest --dist=loadgroup $(PYTEST_ARGS); tests=$$?; \
+	wait $$checks; lint=$$?; \
+	cat build/checks.log; \
+	[ $$lint = 0 ] || echo "make test: lint or screenshots failed (above)"; \
+	[ $$tests = 0 ] && [ $$lint = 0 ]
 
 # mypy checks the packages as installed (mmuscope.engine, mmuscope.tui): two links make
 # that layout in build/typecheck (see [tool.mypy] in pyproject.toml).

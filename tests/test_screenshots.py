@@ -1,5 +1,5 @@
 """The README's screenshots are what `scripts/screenshots.py` draws today: `make test`
-draws them again before the suite (the Makefile's `screenshots` step; the same app
+draws them again beside the suite (the Makefile's `screenshots` step; the same app
 factory, keys, size and seed, no wall clock in a shot), so a change of the look shows in
 `git status` as changed images to commit.  Here: every README image is a shot, every shot
 is committed, and a shot drawn twice is the same, byte for byte."""
