@@ -140,8 +140,34 @@ def test_the_bare_command_explains_itself() -> None:
     assert "mmuscope COMMAND --help" in text and len(examples(text)) >= 2
 
 
-#: `query`'s examples run in tests/test_query_cli.py (what they print checked there too)
-RUN_HERE = [name for name in COMMANDS if name != "query"]
+#: `query`'s and `simulate`'s examples run in tests/test_query_cli.py and
+#: tests/test_simulate_cli.py (what they print or write checked there too)
+RUN_ELSEWHERE = ("query", "simulate")
+RUN_HERE = [name for name in COMMANDS if name not in RUN_ELSEWHERE]
+
+
+def run_example(line: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """One example as a user pastes it (through bash, the installed `mmuscope` on PATH):
+    it succeeds with some output, or opens the app and ends on "needs a terminal"."""
+    env = dict(os.environ, PATH=f"{MMUSCOPE.parent}{os.pathsep}{os.environ['PATH']}")
+    done = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", line],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    opens_the_app = (
+        done.returncode == 2 and done.stderr.count("\n") == 1 and "needs a terminal" in done.stderr
+    )
+    assert done.returncode == 0 or opens_the_app, (line, done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr, (line, done.stderr)
+    if done.returncode == 0:
+        assert done.stdout or any(cwd.iterdir()), f"{line}: no output"
+    return done
 
 
 @pytest.mark.parametrize("command", ["", *RUN_HERE])
@@ -153,22 +179,13 @@ def test_the_examples_run_as_printed(command: str, tmp_path: Path) -> None:
         if line.startswith("mmuscope serve"):
             _run_server(line, tmp_path, env)
             continue
-        done = subprocess.run(
-            ["bash", "-o", "pipefail", "-c", line],
-            cwd=tmp_path,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        opens_the_app = (
-            done.returncode == 2
-            and done.stderr.count("\n") == 1
-            and "needs a terminal" in done.stderr
-        )
-        assert done.returncode == 0 or opens_the_app, (line, done.returncode, done.stderr)
-        assert "Traceback" not in done.stderr, (line, done.stderr)
-        if done.returncode == 0:
-            assert done.stdout or any(tmp_path.iterdir()), f"{line}: no output"
+        run_example(line, tmp_path)
+
+
+def test_the_commands_run_elsewhere_still_have_examples_run() -> None:
+    """Each command left out here has its examples run in its own test file."""
+    here = Path(__file__).parent
+    for name in RUN_ELSEWHERE:
+        assert name in COMMANDS
+        text = (here / f"test_{name}_cli.py").read_text()
+        assert "examples(" in text and "--help" in text, name
