@@ -39,4 +39,4 @@ def test_a_count_repeats_exactly_and_grows_with_the_work() -> None:
 @needs_valgrind
 def test_a_failing_command_is_an_error_not_a_count() -> None:
     with pytest.raises(subprocess.CalledProcessError):
-        tdp_speed().instructions([sys.executable, "-c", "raise SystemExit(3)"])
+        tdp_speed().instructions([sys.executable, "-S", "-c", "raise SystemExit(3)"])
