@@ -24,7 +24,9 @@ an spte's host physical address, nonzero and 8-byte aligned.  The eras, by name:
   (kvm-x86 mmu.c, patch mail).
 
 In every era 2 -> 1 entries keeps the desc: `val` never goes back to a bare sptep.  The
-model adds a set of members to refuse a duplicate add (KVM would list it twice).
+model refuses a duplicate add (KVM would list it twice), looking for it in the chain as
+`pte_list_remove` would: no second index beside the descs, whose size is what an rmap
+costs.
 
 The desc's layout per era is in pte_list_desc.py.
 """
@@ -61,13 +63,12 @@ def rmap_add_would_recycle(count_before: int) -> bool:
 class KvmRmapHead:
     """`struct kvm_rmap_head` of one era: empty, a single sptep, or a desc chain."""
 
-    __slots__ = ("_head", "_members", "_single", "era", "stats")
+    __slots__ = ("_head", "_single", "era", "stats")
 
     def __init__(self, era: str | PteListEra = DEFAULT_ERA) -> None:
         self.era = era if isinstance(era, PteListEra) else ERAS[era]
         self._single = 0  # val when bit 0 is clear
         self._head: PteListDesc | None = None  # val & ~1 when bit 0 is set
-        self._members: set[int] = set()
         self.stats = RmapCounters()
 
     # -- val ------------------------------------------------------------------------
@@ -101,7 +102,13 @@ class KvmRmapHead:
         return tuple(chain.values())
 
     def __contains__(self, sptep: object) -> bool:
-        return sptep in self._members
+        if self._head is None:
+            return bool(self._single) and sptep == self._single
+        return sptep != 0 and any(sptep in desc.sptes for desc in self.descs)
+
+    def first(self) -> int:
+        """`rmap_get_first`'s spte (0 when empty): the head desc's first slot."""
+        return self._head.sptes[0] if self._head is not None else self._single
 
     def __iter__(self) -> Iterator[int]:
         """`for_each_rmap_spte`: the head desc first, slots in order, then `more`."""
@@ -115,9 +122,8 @@ class KvmRmapHead:
     def add(self, sptep: int) -> int:
         """`pte_list_add`: link `sptep`; returns the count before adding, as KVM does."""
         check_sptep(sptep)
-        if sptep in self._members:
+        if sptep in self:
             raise AuditError(f"pte_list_add: sptep {sptep:#x} is already in this rmap")
-        self._members.add(sptep)
         if self.is_empty:
             self._single = sptep
             return 0
@@ -197,7 +203,6 @@ class KvmRmapHead:
                 self._remove_entry_from_head(desc, i)
             else:
                 self._remove_entry_in_desc(desc, i, prev)
-        self._members.discard(sptep)
 
     def _find(self, sptep: int) -> tuple[PteListDesc, int, PteListDesc | None]:
         desc, prev = self._head, None
@@ -278,7 +283,6 @@ class KvmRmapHead:
         for desc in self.descs:
             self._free(desc)
         self._single, self._head = 0, None
-        self._members.clear()
         return zapped
 
     def memory_bytes(self) -> int:
@@ -305,8 +309,8 @@ class KvmRmapHead:
         sptes = list(self)
         for sptep in sptes:
             check_sptep(sptep)
-        if len(set(sptes)) != len(sptes) or set(sptes) != self._members:
-            raise AuditError("rmap: duplicate sptep, or the member set is stale")
+        if len(set(sptes)) != len(sptes):
+            raise AuditError("rmap: duplicate sptep")
         if self.count() != len(sptes):
             raise AuditError(f"rmap: pte_list_count {self.count()} != {len(sptes)} sptes")
         if self.stats.desc_allocs - self.stats.desc_frees != len(descs):

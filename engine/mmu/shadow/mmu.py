@@ -157,7 +157,8 @@ NO_CODE_MOVS = {
 
 
 class Translation(NamedTuple):
-    """What a present leaf maps (`sp->shadowed_translation`) and where its rmap is."""
+    """What a present leaf maps (`sp->shadowed_translation`) and where its rmap is: one
+    value shared by every spte on that rmap (a fork's children map a gfn nine times)."""
 
     as_id: int
     slot_id: int
@@ -914,9 +915,15 @@ class ShadowMmu:
             self.cfg, pfn, access, level, writable=not slot.readonly, accessed=not prefetch
         )
         key = gfn_to_index(gfn, slot.base_gfn, level)
-        self.shadowed_translation[sptep] = Translation(as_id, slot.id, gfn, key, level)
         heads = self._rmap(as_id, slot.id, level)
-        recycled = rmap_add(heads.setdefault(key, KvmRmapHead(self.era)), sptep)
+        head = heads.get(key)
+        if head is None:
+            head = heads[key] = KvmRmapHead(self.era)
+            translation = Translation(as_id, slot.id, gfn, key, level)
+        else:  # the sptes of one rmap map the same (slot, level, gfn): one value for all
+            translation = self.shadowed_translation[head.first()]
+        self.shadowed_translation[sptep] = translation
+        recycled = rmap_add(head, sptep)
         for old in recycled:  # over RMAP_RECYCLE_THRESHOLD: the whole rmap was zapped
             self.pages.page_of_sptep(old).spt[spte_index(old)] = self.pages.nonpresent
             del self.shadowed_translation[old]
