@@ -325,3 +325,26 @@ def test_shadow_emulation_traces_kvm_emulate_insn_then_the_operand() -> None:
         line.split("kvm_emulate_insn:")[1].strip() for line in lines if "kvm_emulate_insn:" in line
     }
     assert "0:0:89 02 (prot64)" in insns
+
+
+def test_shadow_accounts_a_new_page_before_its_kvm_mmu_get_page() -> None:
+    """`kvm_mmu_alloc_shadow_page()` (6.18 mmu.c) calls `account_shadowed()` for a page
+    with gptes before `__kvm_mmu_get_shadow_page()` traces `kvm_mmu_get_page`: each
+    `account_shadowed*` line comes right before the `kvm_mmu_get_page ... new` of its
+    gfn and level, and every new indirect page is accounted."""
+    lines = printed("shadow", "fork", 600)
+    names = [line.split(": ", 2)[1].split(":")[0].strip() for line in lines if ": " in line]
+    texts = [line.split(": ", 1)[1] for line in lines if ": " in line]
+    accounted = [i for i, name in enumerate(names) if name == "account_shadowed*"]
+    assert len(accounted) > 50
+    for i in accounted:
+        words = dict(w.split("=") for w in texts[i].split(":", 1)[1].split())
+        page = texts[i + 1]
+        assert names[i + 1] == "kvm_mmu_get_page" and page.endswith(" new"), texts[i : i + 2]
+        assert f" gfn {int(words['gfn'], 16):x} l{int(words['level'], 16)} " in page, page
+    new = [
+        i
+        for i, name in enumerate(names)
+        if name == "kvm_mmu_get_page" and texts[i].endswith(" new") and " direct " not in texts[i]
+    ]
+    assert new == [i + 1 for i in accounted]

@@ -182,7 +182,9 @@ class MmuPages:
         )
         self._emit = emit or (lambda name, **fields: None)
         self._on_leaf_zapped = on_leaf_zapped or (lambda sp, index, spte: None)
-        # `unaccount_shadowed()` of a zapped page with gptes (the shadow MMU sets it)
+        # `account_shadowed()` of a new page with gptes, before its `kvm_mmu_get_page`,
+        # and `unaccount_shadowed()` of a zapped one (the shadow MMU sets both)
+        self.on_account_shadowed: Callable[[KvmMmuPage], None] | None = None
         self.on_unaccount_shadowed: Callable[[KvmMmuPage], None] | None = None
 
     # -- lookup and creation ------------------------------------------------------
@@ -211,7 +213,10 @@ class MmuPages:
         return found
 
     def get_page(self, gfn: int, role: KvmMmuPageRole) -> tuple[KvmMmuPage, bool]:
-        """`kvm_mmu_get_shadow_page()`: (page, created); emits `kvm_mmu_get_page`."""
+        """`kvm_mmu_get_shadow_page()`: (page, created); emits `kvm_mmu_get_page` after
+        the page is made (`__kvm_mmu_get_shadow_page()`, 6.18 mmu.c: a new page with
+        gptes is `account_shadowed()` inside `kvm_mmu_alloc_shadow_page()`, before the
+        trace)."""
         sp = self.find(gfn, role)
         created = sp is None
         if sp is None:
@@ -226,6 +231,8 @@ class MmuPages:
         self.mmu_page_hash[kvm_page_table_hashfn(gfn)].insert(0, sp)  # hlist_add_head
         self._by_pa[sp.spt_pa] = sp
         self.n_used_mmu_pages += 1
+        if not role.direct and self.on_account_shadowed is not None:
+            self.on_account_shadowed(sp)  # sp_has_gptes(): account_shadowed()
         return sp
 
     def page_of_sptep(self, sptep: int) -> KvmMmuPage:

@@ -224,6 +224,7 @@ class ShadowMmu:
             on_leaf_zapped=self._drop_leaf,
             cfg=self.cfg,
         )
+        self.pages.on_account_shadowed = self._account_shadowed
         self.pages.on_unaccount_shadowed = self.levels.unaccount
         self.rmaps: dict[tuple[int, int, int], dict[int, KvmRmapHead]] = {}
         self.shadowed_translation: dict[int, Translation] = {}  # by sptep
@@ -387,10 +388,9 @@ class ShadowMmu:
     # -- shadow pages of a gfn -------------------------------------------------------------
 
     def _get_page(self, gfn: int, role: KvmMmuPageRole) -> KvmMmuPage:
-        sp, created = self.pages.get_page(gfn, role)
-        if created and not role.direct:
-            self._account_shadowed(sp)
-        return sp
+        """`kvm_mmu_get_shadow_page()`; a new page with gptes was `account_shadowed()`
+        before its `kvm_mmu_get_page` (`MmuPages.on_account_shadowed`)."""
+        return self.pages.get_page(gfn, role)[0]
 
     def shadow_pages_of(self, gfn: int, as_id: int | None = None) -> list[KvmMmuPage]:
         """`for_each_gfn_valid_sp_with_gptes()`: the valid pages shadowing table `gfn`."""
