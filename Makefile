@@ -23,6 +23,10 @@ PYTEST_ARGS ?= -n 2
 # suite runs: no core waits for the longer of the two before pytest starts, and xdist
 # hands the tests to whichever worker is free.  Their output (-O: each one's together)
 # follows pytest's; `make test` fails when any of the three fails.
+# The suite writes Python's bytecode cache (__pycache__/, ignored by git) even where the
+# environment says PYTHONDONTWRITEBYTECODE: without it every `mmuscope` the CLI tests
+# start compiles the package again, and each worker rewrites every test module's asserts.
+test: export PYTHONDONTWRITEBYTECODE :=
 test: $(STAMP) graphviz trace-cmd chromium
 	@mkdir -p build
 	@$(MAKE) --no-print-directory -j2 -Otarget lint screenshots >build/checks.log 2>&1 & \
