@@ -29,6 +29,9 @@ ONE_WORKER = {
     # (three simulate runs, their Parquet, the replays: ~9 s CPU), every engine event
     "test_query_cli.py": "query-fleet",
     "test_model_events.py": "model-events",
+    # the max layout's trees (tests/test_explorer.py tree(): ~3.5 s of CPU each to build),
+    # cached per worker: split over two, the wbtree one was built twice
+    "test_explorer.py": "max-tree",
 }
 # /dev/kvm guests and private tracefs instances: one at a time, so that no test sees
 # another test's run (our_instances() reads every mmuscope instance on the machine)
