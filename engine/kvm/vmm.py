@@ -24,7 +24,7 @@ import os
 import signal
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
 
@@ -184,7 +184,7 @@ class GuestMemory:
         offset += self.offset
         self.map[offset : offset + len(data)] = data
 
-    def write_u64s(self, offset: int, values: list[int]) -> None:
+    def write_u64s(self, offset: int, values: Sequence[int]) -> None:
         struct.pack_into(f"<{len(values)}Q", self.map, self.offset + offset, *values)
 
     def read(self, offset: int, size: int) -> bytes:

@@ -46,6 +46,7 @@ As a 6.18 mmu.c has it:
 from __future__ import annotations
 
 import errno
+from array import array
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -123,7 +124,7 @@ class KvmMmuPage:
         self.role = role
         self.mmu_valid_gen = gen
         self.seq = seq  # creation order (the kernel's list position)
-        self.spt = [nonpresent] * SPTES_PER_PAGE  # mmu_shadow_page_cache.init_value
+        self.spt = array("Q", [nonpresent]) * SPTES_PER_PAGE  # u64 *spt: init_value
         self.spt_pa = SPT_BASE + seq * 4096
         self.root_count = 0
         self.unsync = False

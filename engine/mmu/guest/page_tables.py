@@ -28,6 +28,7 @@ the address in bits 12..51.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -132,7 +133,7 @@ class GuestPageTables:
         if not pool or pool.step != 1:
             raise ValueError("the page pool must be a non-empty range of gfns")
         self.pool = pool
-        self.tables: dict[int, list[int]] = {}  # table gfn -> 512 ptes
+        self.tables: dict[int, array[int]] = {}  # table gfn -> 512 ptes (u64, in guest RAM)
         self.processes: dict[int, set[int]] = {}  # cr3 -> the gfns of its tables
         self.allocated: set[int] = set()
         self._free: list[int] = []
@@ -178,7 +179,7 @@ class GuestPageTables:
 
     def _new_table(self, cr3: int) -> int:
         gfn = self.alloc_page()
-        self.tables[gfn] = [0] * ENTRIES
+        self.tables[gfn] = array("Q", bytes(8 * ENTRIES))
         self.processes[cr3].add(gfn)
         return gfn
 
@@ -209,7 +210,7 @@ class GuestPageTables:
 
     def _spawn(self) -> int:
         cr3 = self.alloc_page()
-        self.tables[cr3] = [0] * ENTRIES
+        self.tables[cr3] = array("Q", bytes(8 * ENTRIES))
         self.processes[cr3] = {cr3}
         return cr3
 

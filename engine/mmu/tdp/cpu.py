@@ -12,7 +12,7 @@ the same root and region ends in the same table again.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import MutableSequence, Sequence
 from typing import TYPE_CHECKING
 
 from ..guest.ept import Access
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 PAGE_SHIFT = 12
 #: where a walk ends: a page table's entries and the index read there (-1 in a 4K table,
 #: where each gfn of the 2M region has its own entry: gfn & 511)
-Table = tuple[list[int], int]
+Table = tuple[MutableSequence[int], int]
 
 
 class CpuWalks:

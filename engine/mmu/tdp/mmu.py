@@ -105,6 +105,7 @@ and NX huge page recovery.
 from __future__ import annotations
 
 import errno
+from array import array
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
@@ -795,7 +796,7 @@ class TdpMmu:
 
     def tdp_mmu_split_huge_page(self, it: TdpIter, sp: TdpMmuPage, shared: bool) -> int:
         huge_spte, level = it.old_spte, it.level
-        sp.spt[:] = self._split_sptes(huge_spte, sp.role)
+        sp.spt[:] = array("Q", self._split_sptes(huge_spte, sp.role))
         ret = self.tdp_mmu_link_sp(it, sp, shared)
         if not ret:
             self.kvm_update_page_stats(level - 1, SPTE_ENT_PER_PAGE)
