@@ -29,8 +29,6 @@ from mmuscope.engine.events import (
     model_name,
 )
 from mmuscope.engine.stats import CounterRow, EventCounters
-from mmuscope.engine.trace import VARIANTS, TracepointError, format_line
-from mmuscope.engine.trace.lines import TRACE_CMD
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal
@@ -56,7 +54,11 @@ def trace_line(event: Event) -> str:
     """An event as `trace-cmd report` prints it: the tracepoint's own printk text where the
     kernel has one (engine.trace; an event replayed from an older kernel in that
     kernel's printk), `key=value` pairs for the model's own events (a `*` after their
-    name, as `format_line` puts it)."""
+    name, as `format_line` puts it).  The trace formats are imported at the first event
+    shown, after the first frame (start-up: the first frame shows no event)."""
+    from mmuscope.engine.trace import VARIANTS, TracepointError, format_line
+    from mmuscope.engine.trace.lines import TRACE_CMD
+
     for variant in VARIANTS:
         try:
             return format_line(event, TRACE_CMD, variant=variant)
