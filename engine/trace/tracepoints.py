@@ -166,8 +166,7 @@ class Tracepoint:
         defaults = self.defaults
         if not defaults:
             return fmt, getter
-        values = getter
-        return fmt, lambda fields: values({**defaults, **fields})
+        return fmt, _defaulted(getter, defaults)
 
     @property
     def compiled(self) -> Printf:
@@ -211,11 +210,29 @@ def _one(names: tuple[str, ...]) -> Values:
 
 
 def _texts(getter: Values, texts: tuple[Callable[[Any], str] | None, ...]) -> Values:
-    """`getter`'s values, each made its text where `texts` has a function for it."""
+    """`getter`'s values, each made its text where `texts` has a function for it (the
+    others, most of them, as they are)."""
+    made = [(i, text) for i, text in enumerate(texts) if text is not None]
 
     def values(fields: Mapping[str, FieldValue]) -> tuple[object, ...]:
         got: Any = getter(fields)
-        return tuple([v if t is None else t(v) for v, t in zip(got, texts, strict=True)])
+        got = list(got)
+        for i, text in made:
+            got[i] = text(got[i])
+        return tuple(got)
+
+    return values
+
+
+def _defaulted(getter: Values, defaults: Mapping[str, FieldValue]) -> Values:
+    """`getter`, the fields missing from those given taken from `defaults` (merged only
+    when one is missing)."""
+
+    def values(fields: Mapping[str, FieldValue]) -> object:
+        try:
+            return getter(fields)
+        except KeyError:
+            return getter({**defaults, **fields})
 
     return values
 

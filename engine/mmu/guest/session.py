@@ -158,22 +158,32 @@ class GuestSession(Generic[StepT]):
         `traced` is False (an EPT misconfiguration: `handle_ept_misconfig()` has no
         such tracepoint)."""
         self.exits += 1
-        if traced:
-            fields = {"vcpu_id": vcpu, "fault_address": address, "error_code": error_code}
+        if traced:  # the guest's rip: the model's guests run at 0
+            fields = {
+                "vcpu_id": vcpu, "guest_rip": 0, "fault_address": address, "error_code": error_code,
+            }  # fmt: skip
             self._forward_fields("kvm_page_fault", fields)
 
     def trace_kvm_exit(self, vcpu: int, reason: str, info1: int = 0, info2: int = 0) -> None:
         """`trace_kvm_exit(vcpu, isa)` after a VM exit (6.18 vmx.c `vmx_vcpu_run()`,
-        svm.c `svm_vcpu_run()`): the reason as printed, info1/info2 as the vendor's
-        `get_exit_info()` reads them; the guest's rip (the model's guests run at 0), no
-        event delivery (intr_info, error_code 0) and no pending request."""
-        fields: dict[str, FieldValue] = {"vcpu_id": vcpu, "exit_reason": reason, "guest_rip": 0}
-        self._forward_fields("kvm_exit", fields | {"info1": info1, "info2": info2})
+        svm.c `svm_vcpu_run()`), every field its TP_fast_assign fills: the reason as
+        printed (not a failed VM entry), info1/info2 as the vendor's `get_exit_info()`
+        reads them; the guest's rip (the model's guests run at 0), no event delivery
+        (intr_info, error_code 0) and no pending request."""
+        fields: dict[str, FieldValue] = {
+            "vcpu_id": vcpu, "exit_reason": reason, "failed_vmentry": False, "guest_rip": 0,
+            "info1": info1, "info2": info2, "intr_info": 0, "error_code": 0, "requests": 0,
+        }  # fmt: skip
+        self._forward_fields("kvm_exit", fields)
 
     def trace_kvm_entry(self, vcpu: int, rip: int) -> None:
         """`trace_kvm_entry(vcpu, force_immediate_exit)` before the VM entry
-        (`vcpu_enter_guest()`, 6.18 x86.c): no event injected, no immediate exit."""
-        self._forward_fields("kvm_entry", {"vcpu_id": vcpu, "rip": rip})
+        (`vcpu_enter_guest()`, 6.18 x86.c), every field its TP_fast_assign fills: no event
+        injected (intr_info, error_code 0), no immediate exit."""
+        fields: dict[str, FieldValue] = {
+            "vcpu_id": vcpu, "rip": rip, "intr_info": 0, "error_code": 0, "immediate_exit": False,
+        }  # fmt: skip
+        self._forward_fields("kvm_entry", fields)
 
     def _result(self, ret: RetPf) -> RetPf:
         name = _RET_NAMES[ret]  # (an enum's .name is a property)
