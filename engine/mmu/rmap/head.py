@@ -104,7 +104,14 @@ class KvmRmapHead:
     def __contains__(self, sptep: object) -> bool:
         if self._head is None:
             return bool(self._single) and sptep == self._single
-        return sptep != 0 and any(sptep in desc.sptes for desc in self.descs)
+        if sptep == 0:  # an empty slot, never an sptep
+            return False
+        desc: PteListDesc | None = self._head
+        while desc is not None:  # the chain as `_find` walks it (`audit` checks for loops)
+            if sptep in desc.sptes:
+                return True
+            desc = desc.more
+        return False
 
     def first(self) -> int:
         """`rmap_get_first`'s spte (0 when empty): the head desc's first slot."""
