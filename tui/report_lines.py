@@ -30,16 +30,17 @@ class LinePrinter:
 
     def listen(self, session: GuestSession[object], append: Callable[[str], None]) -> None:
         """`session.raw_listener`: each event's line appended, stamped as the session
-        stamps its events (`stamp()`)."""
-        formats, stamp = self._formats, session.stamp
-        last: tuple[float, int] | None = None
-        head = ""
+        stamps its events (`stamp()`), the head made again when that moved on (the
+        session's `steps` or `vcpu`)."""
+        formats = self._formats
+        steps, vcpu, head = -1, -1, ""
 
         def raw(name: str, fields: Mapping[str, FieldValue]) -> None:
-            nonlocal last, head
-            now = stamp()
-            if now != last:
-                last, head = now, trace_cmd_head(COMM, 0, now[1], now[0])
+            nonlocal steps, vcpu, head
+            if session.steps != steps or session.vcpu != vcpu:
+                steps, vcpu = session.steps, session.vcpu
+                ts, cpu = session.stamp()
+                head = trace_cmd_head(COMM, 0, cpu, ts)
             entry = formats.get(name)
             if entry is None:
                 entry = formats[name] = _line_format(name)
@@ -47,7 +48,8 @@ class LinePrinter:
             try:
                 append(head + fmt % values(fields))
             except KeyError:  # a field to derive or by an earlier name: the template's way
-                append(format_line(Event(name, fields, now[0], now[1], 0, COMM), TRACE_CMD))
+                ts, cpu = session.stamp()
+                append(format_line(Event(name, fields, ts, cpu, 0, COMM), TRACE_CMD))
 
         session.raw_listener = raw
 

@@ -48,12 +48,17 @@ _LINE_RE = re.compile(
     r"(?P<event>[A-Za-z_][A-Za-z0-9_]*)\*?:(?P<text>(?: .*)?)"  # `*`: the model's own
 )
 _NAME_WIDTH = 20  # trace-cmd pads event names to this
+# the columns before the event's name, in the printf formats of trace_print_context()
+# (kernel/trace/trace_output.c) and trace-cmd's: comm, pid, cpu, then the flags or the
+# timestamp (`_TIMESTAMP`, seconds and microseconds)
+_FTRACE_HEAD = "%16s-%-7d [%03d] %s "
+_TRACE_CMD_HEAD = "%16s-%-5d [%03d] %s: "
+_TIMESTAMP = "%5d.%06d"  # %5lu.%06lu
 
 
 def _timestamp(ts: float) -> str:
     """``%5lu.%06lu`` of a time in seconds."""
-    secs, usecs = divmod(round(ts * 1_000_000), 1_000_000)
-    return f"{secs:5d}.{usecs:06d}"
+    return _TIMESTAMP % divmod(round(ts * 1_000_000), 1_000_000)
 
 
 def printk_text(event: Event, variant: str = CURRENT) -> str:
@@ -88,12 +93,12 @@ def format_line(
 def ftrace_head(comm: str, pid: int, cpu: int, flags: str) -> str:
     """An ftrace line up to its timestamp: comm, pid, cpu and the flags column, each
     followed by its space."""
-    return f"{comm:>16}-{pid:<7} [{cpu:03d}] {flags} "
+    return _FTRACE_HEAD % (comm, pid, cpu, flags)
 
 
 def trace_cmd_head(comm: str, pid: int, cpu: int, ts: float) -> str:
     """A ``trace-cmd report`` line up to the event's name: comm, pid, cpu and timestamp."""
-    return f"{comm:>16}-{pid:<5} [{cpu:03d}] {_timestamp(ts)}: "
+    return _TRACE_CMD_HEAD % (comm, pid, cpu, _timestamp(ts))
 
 
 def trace_cmd_name(name: str) -> str:

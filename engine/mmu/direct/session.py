@@ -133,7 +133,7 @@ class MmuSession(EptSession[MmuStep]):
 
     def _access(self, access: EptAccess, update: str) -> MmuStep:
         self.steps += 1
-        self._vcpu = access.vcpu
+        self.vcpu = access.vcpu
         self.mmu.root(access.vcpu)  # kvm_mmu_reload() before VM entry
         if not self.needs_exit(access):
             self._cpu_sets_accessed_dirty(access)

@@ -190,7 +190,7 @@ class EptSession(GuestSession[StepT]):
         self._ram = [s for s in self.vm.memslots(0) if not s.readonly]
         entries = DIRTY_RING_ENTRIES if dirty_ring is None else dirty_ring
         self.dirty_log = DirtyLogging(self.mmu, dirty_log, entries, self.nr_vcpus)
-        self.dirty_log.running_vcpu = lambda: self._vcpu  # kvm_get_running_vcpu()
+        self.dirty_log.running_vcpu = lambda: self.vcpu  # kvm_get_running_vcpu()
         self.dirty_log.emit = self._forward_fields
         self._fetch_rng = random.Random(seed ^ FETCH_SEED)
         period = self.mmu.params.recovery_period_ns

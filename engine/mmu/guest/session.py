@@ -72,9 +72,12 @@ class GuestSession(Generic[StepT]):
         self._listeners: list[Callable[[Event], None]] = []
         self._raw: RawListener | None = None  # raw_listener
         self._observes = type(self)._observe is not GuestSession._observe
+        #: where the session's own events go (`fields_listener()`), None: nowhere
+        self._fields: RawListener | None = self.fields_listener()
         self.steps = self.exits = 0
         self.results: dict[str, int] = {}
-        self._vcpu = 0
+        #: the vCPU whose access or exit runs now: with `steps`, what stamps its events
+        self.vcpu = 0
 
     def step(self) -> StepT:
         raise NotImplementedError
@@ -104,8 +107,9 @@ class GuestSession(Generic[StepT]):
     @property
     def raw_listener(self) -> RawListener | None:
         """Called with (name, fields) of each event: a printer that needs no Event and
-        reads the stamp (`stamp()`) itself.  An MMU that hands out names and fields calls
-        it directly while no Event listener or `_observe` wants the event."""
+        reads the stamp itself (`stamp()`, which changes only with `steps` and `vcpu`).
+        The session's own events and those of an MMU that hands out names and fields
+        reach it directly while no Event listener or `_observe` wants them."""
         return self._raw
 
     @raw_listener.setter
@@ -114,7 +118,9 @@ class GuestSession(Generic[StepT]):
         self._listeners_changed()
 
     def _listeners_changed(self) -> None:
-        """A subclass whose MMU calls `fields_listener()` directly refreshes it here."""
+        """The session's own events go where `fields_listener()` says; a subclass whose
+        MMU calls it directly refreshes the MMU's too."""
+        self._fields = self.fields_listener()
 
     def _forward(self, event: Event) -> None:
         """The MMU's events (and the session's own), stamped and handed out."""
@@ -137,7 +143,7 @@ class GuestSession(Generic[StepT]):
 
     def stamp(self) -> tuple[float, int]:
         """The timestamp (virtual time: ACCESS_NS per access) and CPU of an event now."""
-        return self.steps * ACCESS_NS / 1e9, self._vcpu
+        return self.steps * ACCESS_NS / 1e9, self.vcpu
 
     def fields_listener(self) -> RawListener | None:
         """What an MMU that hands out names and fields should call: `raw_listener` itself
@@ -151,18 +157,19 @@ class GuestSession(Generic[StepT]):
         """A subclass's look at every event before it is handed out."""
 
     def _emit(self, name: str, **fields: FieldValue) -> None:
-        self._forward_fields(name, fields)
+        if self._fields is not None:
+            self._fields(name, fields)
 
     def _vm_exit(self, vcpu: int, address: int, error_code: int, traced: bool = True) -> None:
         """A VM exit for a page fault: counted, and traced as `kvm_page_fault` unless
         `traced` is False (an EPT misconfiguration: `handle_ept_misconfig()` has no
         such tracepoint)."""
         self.exits += 1
-        if traced:  # the guest's rip: the model's guests run at 0
+        if traced and self._fields is not None:  # the guest's rip: the model's guests run at 0
             fields = {
                 "vcpu_id": vcpu, "guest_rip": 0, "fault_address": address, "error_code": error_code,
             }  # fmt: skip
-            self._forward_fields("kvm_page_fault", fields)
+            self._fields("kvm_page_fault", fields)
 
     def trace_kvm_exit(self, vcpu: int, reason: str, info1: int = 0, info2: int = 0) -> None:
         """`trace_kvm_exit(vcpu, isa)` after a VM exit (6.18 vmx.c `vmx_vcpu_run()`,
@@ -170,20 +177,24 @@ class GuestSession(Generic[StepT]):
         printed (not a failed VM entry), info1/info2 as the vendor's `get_exit_info()`
         reads them; the guest's rip (the model's guests run at 0), no event delivery
         (intr_info, error_code 0) and no pending request."""
+        if self._fields is None:
+            return
         fields: dict[str, FieldValue] = {
             "vcpu_id": vcpu, "exit_reason": reason, "failed_vmentry": False, "guest_rip": 0,
             "info1": info1, "info2": info2, "intr_info": 0, "error_code": 0, "requests": 0,
         }  # fmt: skip
-        self._forward_fields("kvm_exit", fields)
+        self._fields("kvm_exit", fields)
 
     def trace_kvm_entry(self, vcpu: int, rip: int) -> None:
         """`trace_kvm_entry(vcpu, force_immediate_exit)` before the VM entry
         (`vcpu_enter_guest()`, 6.18 x86.c), every field its TP_fast_assign fills: no event
         injected (intr_info, error_code 0), no immediate exit."""
+        if self._fields is None:
+            return
         fields: dict[str, FieldValue] = {
             "vcpu_id": vcpu, "rip": rip, "intr_info": 0, "error_code": 0, "immediate_exit": False,
         }  # fmt: skip
-        self._forward_fields("kvm_entry", fields)
+        self._fields("kvm_entry", fields)
 
     def _result(self, ret: RetPf) -> RetPf:
         name = _RET_NAMES[ret]  # (an enum's .name is a property)

@@ -192,7 +192,7 @@ class ShadowSession(GuestSession[ShadowStep]):
         if self.workload == "balloon" and self.steps and not self.steps % BALLOON_EVERY:
             self._note(self._inflate())
         access = self._retry or self._kernel_access() or self._next_access()
-        self._vcpu = self.mmu.kernel.vcpu = access.vcpu  # type: ignore[union-attr]
+        self.vcpu = self.mmu.kernel.vcpu = access.vcpu  # type: ignore[union-attr]
         if self.mmu.cr3s.get(access.vcpu) != access.cr3:
             synced = self.mmu.stat["synced_pages"]
             self.mmu.cr3_load(access.vcpu, access.cr3)  # MOV to CR3 exits
@@ -249,11 +249,11 @@ class ShadowSession(GuestSession[ShadowStep]):
         work on the vCPU that ran last (kernel.py)."""
         if self.kernel is None or self.steps % KERNEL_EVERY != KERNEL_EVERY - 1:
             return None
-        cr3 = self.mmu.cr3s.get(self._vcpu)
+        cr3 = self.mmu.cr3s.get(self.vcpu)
         if cr3 is None or cr3 not in self.os.processes:
             return None
         gva, fetch = kernel_access(self._kernel_rng)
-        return ShadowAccess(self._vcpu, cr3, gva, False, user=False, fetch=fetch)
+        return ShadowAccess(self.vcpu, cr3, gva, False, user=False, fetch=fetch)
 
     def _next_access(self) -> ShadowAccess:
         for item in self._program:

@@ -116,7 +116,7 @@ class TdpSession(EptSession[TdpStep]):
         (6.18 arch/x86/kvm/smm.c `kvm_smm_changed`)."""
         state = self.vm.vcpu(vcpu)
         entering = not state.as_id
-        self._vcpu = vcpu
+        self.vcpu = vcpu
         self._emit("kvm_smm_transition", vcpu_id=vcpu, entering=entering, smbase=SMBASE)
         state.as_id = 1 if entering else 0
         self.mmu.kvm_mmu_unload(vcpu)
@@ -125,9 +125,10 @@ class TdpSession(EptSession[TdpStep]):
     # -- running ------------------------------------------------------------------------
 
     def _listeners_changed(self) -> None:
-        """The MMU hands its names and fields to `fields_listener()` (None, bare mode:
-        no event is built while nobody listens)."""
-        self.mmu._listener = self.fields_listener()
+        """The MMU hands its names and fields where the session's own go
+        (`fields_listener()`; None, bare mode: no event is built while nobody listens)."""
+        super()._listeners_changed()
+        self.mmu._listener = self._fields
 
     def _tick(self) -> None:
         """Guest time moves on: RCU callbacks whose grace period ended run, and the NX
@@ -191,14 +192,14 @@ class TdpSession(EptSession[TdpStep]):
             stop = min(len(accesses), max(index, self._tick_step() - first))
             index = self.cpu.first_exit(accesses, index, stop)
             if index:
-                self.steps, self._vcpu = first + index, accesses[index - 1][0]
+                self.steps, self.vcpu = first + index, accesses[index - 1][0]
             if index == len(accesses):
                 return exited
             if index == stop:
                 self._due(first + index)  # time only: updates and SMIs end a draw
                 continue
             vcpu, gpa, write, fetch = accesses[index]
-            self.steps, self._vcpu = first + index + 1, vcpu  # the stamp of its events
+            self.steps, self.vcpu = first + index + 1, vcpu  # the stamp of its events
             self.mmu.now_ns = (first + index) * ACCESS_NS
             root = self.mmu.roots.get(vcpu)
             if root is None or root.role.invalid:
@@ -306,14 +307,14 @@ class TdpSession(EptSession[TdpStep]):
         if access is None or self.nr_vcpus < 2 or self._race_rng.random() >= self.race_rate:
             return
         other = (access.vcpu + 1) % self.nr_vcpus
-        self._racing, self._vcpu = None, other
+        self._racing, self.vcpu = None, other
         try:
             code = self.ept_exit(other, access.gpa, access.write, access.fetch)
             if code is not None:
                 ret = self.mmu.page_fault(other, access.gpa, access.write, access.fetch, code)
                 self.vm_entry(other, ret)
         finally:
-            self._vcpu = access.vcpu
+            self.vcpu = access.vcpu
 
     def _fast_race(self, sp: KvmMmuPage, index: int) -> None:
         """Another vCPU faults on the same gfn inside the fast path's cmpxchg window."""
