@@ -28,6 +28,13 @@ def test_help_lists_the_commands() -> None:
         assert re.search(rf"^\s+{command}\s", out, re.MULTILINE), out
 
 
+@pytest.mark.parametrize("asks", ["--help", "-h", "--he"])
+def test_a_help_before_a_command_lists_every_command(asks: str) -> None:
+    """argparse answers a help before the command with the list of commands: a command
+    line naming one builds the others' parsers only then."""
+    assert ok(asks, "simulate", "--mmu", "tdp") == ok("--help")
+
+
 @pytest.mark.parametrize("command", ["lookup", "export", "layout"])
 def test_subcommand_help(command: str) -> None:
     out = ok(command, "--help")

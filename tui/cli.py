@@ -85,7 +85,8 @@ EXAMPLES = (
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The whole parser; given the command line `argv`, only the command it names gets
     its arguments (the others keep their name and help line for `--help`), so starting
-    the explorer imports no command module."""
+    the explorer imports no command module; a command needs no other command's parser,
+    unless a help before it lists them (`mmuscope --help simulate`)."""
     from . import __version__
     from .cliparts import CliParser, add_explorer_options
 
@@ -104,10 +105,17 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     else:
         takes_value = {s for action in explorer if action.nargs != 0 for s in action.option_strings}
         command = command_of(argv, takes_value)
-        _add_commands(sub, only=command or "")
+        before = argv if command is None else argv[: list(argv).index(command)]
+        _add_commands(sub, only=command or "", listed=command is None or _asks_help(before))
         if command is not None:
             _refuse_explorer_options(parser, argv, command, explorer)
     return parser
+
+
+def _asks_help(words: Sequence[str]) -> bool:
+    """Whether `words` hold -h or --help (or an abbreviation argparse takes: --h, --he,
+    --hel): argparse prints the help listing every command when it meets one."""
+    return any(word == "-h" or (len(word) > 2 and "--help".startswith(word)) for word in words)
 
 
 def _refuse_explorer_options(
@@ -375,20 +383,24 @@ LOCAL: dict[str, Command] = {
 }
 
 
-def _add_commands(sub: argparse._SubParsersAction[CliParser], only: str | None) -> None:
-    """Every command's parser; with `only`, the others' without their arguments."""
+def _add_commands(
+    sub: argparse._SubParsersAction[CliParser], only: str | None, listed: bool = True
+) -> None:
+    """Every command's parser; with `only`, the others' without their arguments (their
+    name and help line for the list of commands), or none of them unless `listed` (each
+    is an ArgumentParser: 0.8M instructions of `mmuscope simulate`'s start-up)."""
     from .cliparts import add_command
 
     for name, command in LOCAL.items():
         if only is None or only == name:
             parser = add_command(sub, name, command.help, command.description, command.examples)
             command.add_arguments(parser)
-        else:
+        elif listed:
             sub.add_parser(name, help=command.help)
     for name, (module, function, help) in EXTERNAL.items():
         if only is None or only == name:
             getattr(_command_module(module), function)(sub)
-        else:
+        elif listed:
             sub.add_parser(name, help=help)
 
 
