@@ -39,6 +39,10 @@ one kvm_exit line in `LinePrinter` from 26.3k to 17.7k instructions (kvm_entry 1
 draws and for the lines: a run without a listener, and the draws alone; the rest
 apportioned by bytecodes executed): the workload's draws ~27%, the CPU's walks of the
 accesses that do not exit ~16%, the 6,302 faults' model ~33%, their 37,843 lines ~21%.
+The CPU's walk choosing what the leaf must allow by a branch on the access (`Needs`,
+tdp/cpu.py) instead of a dict keyed by a (write, fetch) tuple, and
+`ept_violation_error_code()` computed once per qualification: the installed command
+(100,000 accesses) 2,836M -> 2,771M instructions (x0.977), start-up 304M -> 305M.
 """
 
 from __future__ import annotations

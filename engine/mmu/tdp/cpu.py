@@ -13,7 +13,7 @@ the same root and region ends in the same table again.
 from __future__ import annotations
 
 from collections.abc import MutableSequence, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..guest.ept import Access
 from ..spte import PT_PRESENT_MASK, PT_WRITABLE_MASK, SPTE_MMU_PRESENT_MASK
@@ -28,6 +28,18 @@ PAGE_SHIFT = 12
 Table = tuple[MutableSequence[int], int]
 
 
+class Needs(NamedTuple):
+    """What an access needs of the leaf it reaches, for each kind of access: (mask,
+    value), let through when `spte & mask == value`.  A fetch is never a write."""
+
+    read: tuple[int, int]
+    write: tuple[int, int]
+    fetch: tuple[int, int]
+
+    def of(self, write: bool, fetch: bool) -> tuple[int, int]:
+        return self.fetch if fetch else self.write if write else self.read
+
+
 class CpuWalks:
     """The CPU's walks of the TDP MMU's roots."""
 
@@ -36,24 +48,23 @@ class CpuWalks:
         self._tables: dict[int, dict[int, Table]] = {}  # root seq -> 2M region -> Table
         self._changes = mmu.pages.paging_changes  # when the memo was last known right
         cfg = mmu.cfg
-        #: what an access needs of the leaf, by (write, fetch): `spte & mask == value`.
-        #: MMU-present (not an MMIO spte) and R for a read (access tracking clears RWX),
-        #: W for a write, executable for a fetch (X set, NX clear: `is_executable_pte`)
-        self.needs: dict[tuple[bool, bool], tuple[int, int]] = {
-            (False, False): (SPTE_MMU_PRESENT_MASK | PT_PRESENT_MASK,) * 2,
-            (True, False): (SPTE_MMU_PRESENT_MASK | PT_WRITABLE_MASK,) * 2,
-            (False, True): (
+        #: what an access needs of the leaf: `spte & mask == value`.  MMU-present (not
+        #: an MMIO spte) and R for a read (access tracking clears RWX), W for a write,
+        #: executable for a fetch (X set, NX clear: `is_executable_pte`)
+        self.needs = Needs(
+            read=(SPTE_MMU_PRESENT_MASK | PT_PRESENT_MASK,) * 2,
+            write=(SPTE_MMU_PRESENT_MASK | PT_WRITABLE_MASK,) * 2,
+            fetch=(
                 SPTE_MMU_PRESENT_MASK | cfg.shadow_x_mask | cfg.shadow_nx_mask,
                 SPTE_MMU_PRESENT_MASK | cfg.shadow_x_mask,
             ),
-        }
+        )
         #: where `first_exit` stops: where the access exits, and with PML a write that
         #: sets a D bit (the CPU logs its gpa: `sets_dirty`, dirty_log.py)
-        self.stops = dict(self.needs)
+        self.stops = self.needs
         if mmu.pml_logs_dirty_pages:
-            self.stops[True, False] = (
-                SPTE_MMU_PRESENT_MASK | PT_WRITABLE_MASK | cfg.shadow_dirty_mask,
-            ) * 2
+            dirty = SPTE_MMU_PRESENT_MASK | PT_WRITABLE_MASK | cfg.shadow_dirty_mask
+            self.stops = self.needs._replace(write=(dirty, dirty))
 
     def leaf_spte(self, root: TdpMmuPage, gfn: int) -> int:
         """The spte the walk of `root` for `gfn` ends at: a leaf, a spte that is not
@@ -64,7 +75,7 @@ class CpuWalks:
 
     def allows(self, spte: int, write: bool, fetch: bool) -> bool:
         """Whether the leaf lets the access through (`needs`)."""
-        mask, value = self.needs[write, fetch]
+        mask, value = self.needs.of(write, fetch)
         return spte & mask == value
 
     def first_exit(self, accesses: Sequence[Access], start: int, stop: int) -> int:
@@ -74,7 +85,8 @@ class CpuWalks:
         self._check()
         # each vCPU's valid root's walks: while only the CPU runs, no root is loaded or
         # invalidated and no table is linked or taken out
-        roots, needs = self.mmu.roots, self.stops
+        roots = self.mmu.roots
+        read, write_, fetch_ = self.stops  # chosen as `Needs.of` does, with no call
         walks = {v: self._walks_of(root) for v, root in roots.items() if not root.role.invalid}
         for index in range(start, stop):
             vcpu, gpa, write, fetch = accesses[index]
@@ -83,7 +95,7 @@ class CpuWalks:
                 return index
             gfn = gpa >> PAGE_SHIFT
             spt, i = regions.get(gfn >> 9) or self._walk(roots[vcpu], gfn)
-            mask, value = needs[write, fetch]
+            mask, value = fetch_ if fetch else write_ if write else read
             if spt[gfn & 511 if i < 0 else i] & mask != value:
                 return index
         return stop

@@ -24,6 +24,8 @@ Around each exit (`vcpu_enter_guest()`, x86.c):
 
 from __future__ import annotations
 
+from functools import cache
+
 from ..spte import VMX_EPT_RWX_MASK, SpteConfig, is_mmio_spte, is_shadow_present_pte
 
 # PFERR_*_MASK (arch/x86/include/asm/kvm_host.h)
@@ -60,6 +62,7 @@ def ept_exit_qualification(spte: int, write: bool, fetch: bool = False) -> int:
     return qual | EPT_VIOLATION_GVA_IS_VALID | EPT_VIOLATION_GVA_TRANSLATED
 
 
+@cache  # a pure function of the qualification's few bits: computed once per value
 def ept_violation_error_code(qual: int) -> int:
     """`__vmx_handle_ept_violation()` (6.18 vmx/common.h): ACC_READ gives PFERR_USER_MASK,
     ACC_WRITE PFERR_WRITE_MASK, ACC_INSTR PFERR_FETCH_MASK, any of the entry's R/W/X
