@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class CounterRow:
+    """One row of the kvm_stat table: an event's total, its share and its rate."""
+
     event: str
     total: int
     percent: float  # of the total over the rows shown, as kvm_stat computes %Total

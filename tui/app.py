@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class AppConfig:
+    """What the explorer opens on (`make_app` fills it from its arguments)."""
+
     layout: Layout = field(default_factory=lambda: preset(DEFAULT_LAYOUT))
     lookup: str = "rbtree"
     workload: str = DEFAULT_WORKLOAD

@@ -60,6 +60,8 @@ class TreeIndex:
 
 @dataclass(frozen=True, slots=True)
 class PlacedNode:
+    """A node of the tree placed in the window: its row and first column."""
+
     index: int  # into TreeView.nodes
     level: int  # row of the window, 0 = the window's root
     x: int  # first column of the label
@@ -77,6 +79,8 @@ class PlacedNode:
 
 @dataclass(frozen=True, slots=True)
 class TreeWindow:
+    """The nodes within `depth` levels below `root`, placed, and the edges between them."""
+
     root: int
     depth: int
     nodes: tuple[PlacedNode, ...]  # in-order (left to right)
