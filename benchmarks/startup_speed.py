@@ -25,6 +25,31 @@ Then the start-up of `mmuscope simulate --mmu tdp --workload kernbench --accesse
 `python -c pass`, the interpreter's own start-up, as the same process spawns (to
 /dev/null, no terminal), interleaved, medians: the ratio `simulate`'s start-up is judged
 by. `--simulate-only` skips the tmux part.
+
+Measured (--baseline: main one commit before, the same code but four docstrings; load
+7.0, 2 cores shared): bare Textual 1.183 s (CPU 0.46 s), mmuscope 1.714 s x1.45 (CPU
+0.75 s x1.63), the baseline 1.796 s x1.52 (CPU x1.63): the wall ratio of identical code
+moves by +-0.07 with the load, so x1.5 is met only without margin.  The CPU ratio is
+higher than the instructions' because the frame timer starts after the first frame and
+its ticks run until the poll sees the frame; the bare app idles.
+
+Where the instructions to the first frame go (callgrind, headless 120x40, the wheel,
+parts cut at os.getppid() calls: --dump-before=getppid): bare 944M, mmuscope 1,466M
+(x1.55).  The interpreter and Textual's import, 812M, are common.  mmuscope's own:
+imports ~165M (103M before the app is made, the memslots screen's modules when it is
+made; 21 frozen slotted dataclasses among them at ~0.75 ms each make ~75M); CSS parsing
+114-119M against 42M (app.tcss is 27M a parse, parsed twice: `self.theme` set in
+__init__ makes Textual's refresh_css re-parse every source it holds then, ~35M, and the
+stylesheet's parse cache is lost with it); CSS applying 84M against 16M (25 widgets,
+each styled at mount and again when the screen is shown, and 29 component classes);
+drawing 115M against 16M (of which ~25M a full collection that the app's allocations
+reach and the bare app's do not); the blank default screen the first screen is pushed
+over, ~35M (get_default_screen would save it, but Textual's switch_screen cannot leave
+a default screen: it pops a result callback the default screen never got).  Moving the
+other screens' rules out of app.tcss into their own CSS would save 12M a parse (the
+memslots part is 15M of 27M) and cost every other screen's first show two full parses
+(Textual loads a screen's CSS by re-parsing every source; the widgets then mounted parse
+again without a cache) and a restyle of every widget.
 """
 
 from __future__ import annotations
