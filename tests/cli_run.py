@@ -1,6 +1,11 @@
 """Run the `mmuscope` command line the way a user runs it: the installed console script in
 a subprocess, with the checks the CLI tests share (docs/architecture.md §6.3).
 
+`here(...)` runs the same command through the same entry point, `main(argv)`, inside the
+test process, with stdout and stderr captured: for tests that run many commands whose
+output is the point (not the process: its exit on a signal, the console script), without
+an interpreter and the command's libraries (DuckDB, pyarrow) started for each one.
+
 Exit codes: 0 success, 2 bad input or a missing tool (one line on stderr, no traceback).
 Real QEMU dumps and traces are read from ../shared/realdata beside the checkout
 (or $MMUSCOPE_REALDATA); tests of them are skipped when the files are absent.
@@ -8,8 +13,11 @@ Real QEMU dumps and traces are read from ../shared/realdata beside the checkout
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +49,35 @@ def run(
         timeout=60,
         check=False,
     )
+
+
+def here(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """`mmuscope ARGS` through `main(argv)` in this process: its exit code (argparse's
+    SystemExit too) and what it wrote to stdout and stderr.  The SIGTERM and SIGHUP
+    handlers the command installs (`end_on_signals`) are put back after it."""
+    from mmuscope.tui.cli import main
+
+    argv = list(map(str, args))
+    out, err = io.StringIO(), io.StringIO()
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(argv)
+            except SystemExit as ended:
+                code = ended.code if isinstance(ended.code, int) else 2
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    return subprocess.CompletedProcess(["mmuscope", *argv], code, out.getvalue(), err.getvalue())
+
+
+def ok_here(*args: str | Path) -> str:
+    """`here`, expecting success with nothing on stderr; stdout."""
+    done = here(*args)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    return done.stdout
 
 
 def ok(*args: str | Path, cwd: Path | None = None) -> str:

@@ -1,5 +1,7 @@
 """`mmuscope query DIR "SQL" | --report NAME` over a dataset the commands wrote with
-`--parquet DIR`, through the entry point: every report checked against the same numbers
+`--parquet DIR`, through the entry point (`main(argv)` in the test process for the
+dataset and the reports read, tests/cli_run.py `here`; the console script for bad
+input, the listing and the help's examples): every report checked against the same numbers
 computed from the same events without SQL (the engine's own reader, as `replay --jsonl`
 reads them), on a dataset of ten sources.
 """
@@ -25,7 +27,7 @@ from mmuscope.engine.events import Event
 from mmuscope.engine.layouts import preset
 from mmuscope.engine.trace.reader import iter_events, summarize
 
-from tests.cli_run import MMUSCOPE, assert_user_error, ok, run
+from tests.cli_run import MMUSCOPE, assert_user_error, ok, ok_here, run
 from tests.datafiles import FIXTURES, REALDATA
 from tests.kvm_host import needs_tracing
 from tests.test_dataset import random_trace
@@ -73,8 +75,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     data = root / "data"
     texts: dict[str, str] = {}
     for source, options in SIMULATED.items():
-        ok("simulate", *options, "--parquet", data, "--source", source)
-        texts[source] = ok("simulate", *options)
+        ok_here("simulate", *options, "--parquet", data, "--source", source)
+        texts[source] = ok_here("simulate", *options)
     (root / "tdp.txt.gz").write_bytes(__import__("gzip").compress(texts["sim-tdp"].encode()))
     (root / "shadow.txt.xz").write_bytes(__import__("lzma").compress(texts["sim-shadow"].encode()))
     (root / "random.txt").write_text(random_trace())
@@ -86,10 +88,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "trace-kvmmmu-sample": FIXTURES / "trace-kvmmmu-sample.txt",
         "trace-wrapped-mail": FIXTURES / "trace-wrapped-mail.txt",
     }
-    out = ok("replay", *traces.values(), "--parquet", data, "--layout", "pc-4g")
+    out = ok_here("replay", *traces.values(), "--parquet", data, "--layout", "pc-4g")
     assert len(out.splitlines()) == len(traces)
     made = {"random": root / "random.txt", "latency": root / "latency.txt"}
-    ok("replay", *made.values(), "--parquet", data)  # no memslots
+    ok_here("replay", *made.values(), "--parquet", data)  # no memslots
     traces.update(made)
     texts.update(tdp=texts["sim-tdp"], shadow=texts["sim-shadow"])
     texts.update({k: p.read_text() for k, p in traces.items() if k not in texts})
@@ -98,7 +100,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def query(data: Path, *args: str) -> list[dict[str, Any]]:
-    return json.loads(ok("query", data, *args, "--json"))  # type: ignore[no-any-return]
+    return json.loads(ok_here("query", data, *args, "--json"))  # type: ignore[no-any-return]
 
 
 def events_of(text: str) -> list[Event]:
@@ -238,13 +240,13 @@ def test_sql_prints_as_a_table_json_or_csv(fleet: dict[str, Any]) -> None:
     )
     as_json = query(fleet["dir"], sql)
     assert [r["source"] for r in as_json] == sorted(fleet["texts"])
-    as_csv = list(csv.DictReader(io.StringIO(ok("query", fleet["dir"], sql, "--csv"))))
+    as_csv = list(csv.DictReader(io.StringIO(ok_here("query", fleet["dir"], sql, "--csv"))))
     assert [{k: str(v) if v is not None else "" for k, v in r.items()} for r in as_json] == as_csv
-    table = ok("query", fleet["dir"], sql).splitlines()
+    table = ok("query", fleet["dir"], sql).splitlines()  # the console script's table
     assert table[0].split() == ["source", "events", "kinds", "top"]
     assert table[-1] == "(10 rows)" and len(table) == 13
     assert any(r["top"] is not None and r["top"] >= 1 << 63 for r in as_json)  # uint64
-    empty = ok("query", fleet["dir"], "SELECT * FROM events WHERE false", "--json")
+    empty = ok_here("query", fleet["dir"], "SELECT * FROM events WHERE false", "--json")
     assert json.loads(empty) == []
     fields = query(fleet["dir"], "SELECT fields['created'] AS c FROM events "
                    "WHERE event = 'kvm_mmu_get_page' LIMIT 1")  # fmt: skip
