@@ -1,6 +1,8 @@
 """`mmuscope export`: the memslot structures as dot, SVG, PDF and PNG, the lookup path
 marked, rendered with Graphviz; without Graphviz or with a failing `dot` a clean error and
-no partial file (tests/cli_run.py).
+no partial file (tests/cli_run.py): the exports whose files are the point run through the
+entry point, `main(argv)`, in the test process (`here`), the failures as the console
+script in a subprocess with its own PATH.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_run import Q35, STRATEGIES, assert_user_error, layout_json, ok, realdata, run
+from tests.cli_run import Q35, STRATEGIES, assert_user_error, layout_json, ok_here, realdata, run
 
 FORMATS = ("dot", "svg", "pdf", "png")
 MAGIC = {"dot": b"digraph", "svg": b"<?xml", "pdf": b"%PDF", "png": b"\x89PNG\r\n\x1a\n"}
@@ -27,7 +29,7 @@ def test_export_every_strategy_and_format(strategy: str, fmt: str, tmp_path: Pat
     if fmt != "dot" and not HAVE_DOT:
         pytest.skip("Graphviz 'dot' is not installed")
     out = tmp_path / f"{strategy}.{fmt}"
-    assert ok("export", "-o", out, "--lookup", strategy).strip() == f"wrote {out}"
+    assert ok_here("export", "-o", out, "--lookup", strategy).strip() == f"wrote {out}"
     data = out.read_bytes()
     assert data.startswith(MAGIC[fmt])
     if fmt == "svg":
@@ -39,7 +41,7 @@ def test_export_every_strategy_and_format(strategy: str, fmt: str, tmp_path: Pat
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_exported_dot_renders_with_graphviz(strategy: str, tmp_path: Path) -> None:
     out = tmp_path / "tree.dot"
-    ok("export", "-o", out, "--lookup", strategy)
+    ok_here("export", "-o", out, "--lookup", strategy)
     svg = subprocess.run(
         ["dot", "-Tsvg", str(out)], capture_output=True, text=True, check=False, timeout=30
     )
@@ -52,11 +54,11 @@ def test_exported_dot_renders_with_graphviz(strategy: str, tmp_path: Path) -> No
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_export_path_marks_the_visits(strategy: str, tmp_path: Path) -> None:
     out = tmp_path / "path.dot"
-    ok("export", "-o", out, "--lookup", strategy, "--path", "0xfee00")
+    ok_here("export", "-o", out, "--lookup", strategy, "--path", "0xfee00")
     text = out.read_text()
     labels = re.findall(r"((?:#\d+,)*#\d+)(?:<BR/>| ·)", text)  # "#3,#4": one entry twice
     marks = [int(n) for label in labels for n in label.replace("#", "").split(",")]
-    explained = ok("lookup", "0xfee00", "--lookup", strategy, "--no-cache")
+    explained = ok_here("lookup", "0xfee00", "--lookup", strategy, "--no-cache")
     found = re.search(r"after (\d+) visited", explained)
     assert found, explained
     visited = int(found[1])
@@ -69,13 +71,13 @@ def test_export_path_marks_the_visits(strategy: str, tmp_path: Path) -> None:
 def test_export_overwrites_an_existing_file(tmp_path: Path) -> None:
     out = tmp_path / "tree.dot"
     out.write_text("old")
-    ok("export", "-o", out)
+    ok_here("export", "-o", out)
     assert out.read_text().startswith("digraph")
 
 
 def test_export_smm_address_space(tmp_path: Path) -> None:
     out = tmp_path / "smm.dot"
-    ok("export", "-o", out, "--layout", "q35-16g", "--as", "1")
+    ok_here("export", "-o", out, "--layout", "q35-16g", "--as", "1")
     slots = {int(n) for n in re.findall(r"slot (\d+)", out.read_text())}
     assert slots == {0, 1, 2, 3, 5, 6}  # q35-16g's SMRAM address space
 
@@ -134,7 +136,7 @@ def test_export_failing_dot_leaves_no_partial_file(tmp_path: Path) -> None:
 def test_export_realdata_mtree(strategy: str, tmp_path: Path) -> None:
     path = realdata(Q35)
     out = tmp_path / "q35.dot"
-    ok("export", "--mtree", path, "-o", out, "--lookup", strategy, "--path", "0x150000")
+    ok_here("export", "--mtree", path, "-o", out, "--lookup", strategy, "--path", "0x150000")
     text = out.read_text()
     assert text.startswith("digraph")
     slots = set(re.findall(r"slot (\d+)\\n", text))
