@@ -17,6 +17,7 @@ from mmuscope.engine.replay.model import SMM_KEY
 from mmuscope.engine.trace.lines import TRACE_CMD, format_line, parse_line, parse_trace
 from mmuscope.tui.simulate_cli import SimulateOptions, make_session, run
 
+from tests.cli_run import here
 from tests.tdp_replay import assert_shown_sptes_are_live, replay_audited
 
 MMUSCOPE = str(Path(sys.executable).with_name("mmuscope"))
@@ -79,9 +80,26 @@ def test_jsonl_is_what_replay_jsonl_makes_of_the_text(tmp_path: Path) -> None:
     ],
 )  # fmt: skip
 def test_bad_options_are_one_line_and_exit_2(args: tuple[str, ...]) -> None:
+    """Through the entry point, `main(argv)`, in this process (tests/cli_run.py `here`);
+    the test after this one runs three of them as the console script."""
+    done = here("simulate", *args)
+    assert done.returncode == 2 and done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--mmu", "tdp", "--workload", "fork"),  # the command's own check
+        ("--mmu", "tdp", "--workload", "kernbench", "--accesses", "ten"),  # argparse's
+        ("--mmu", "direct", "--workload", "migrate", "--pml", "maybe"),  # argparse's choices
+    ],
+)  # fmt: skip
+def test_bad_options_exit_the_console_script_with_2(args: tuple[str, ...]) -> None:
     done = simulate(*args)
     assert done.returncode == 2 and done.stdout == ""
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("mmuscope simulate: error: "), done.stderr
 
 
 @pytest.mark.parametrize(
