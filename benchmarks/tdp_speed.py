@@ -58,6 +58,10 @@ What a line costs now is mostly `%` itself (~1k instructions a number printed: a
 line prints eleven) and `itemgetter` of its fields; of the start-up, the imports of
 argparse (35M), typing (15M) and dataclasses with inspect (31M), and the creation of the
 15 dataclasses on the way (each generates and compiles six methods: 5-11M a class).
+
+One `KvmPageFault` per fault, made before `fast_page_fault()` as
+`kvm_mmu_do_page_fault()` makes it (no second struct for the fast path): 2,684M ->
+2,669M (x0.994; measured before the lines' paragraph above landed: start-up 295M -> 294M).
 """
 
 from __future__ import annotations

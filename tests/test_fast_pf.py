@@ -19,6 +19,7 @@ from mmuscope.engine.mmu.direct.mmu import DirectMmu
 from mmuscope.engine.mmu.direct.session import MmuSession
 from mmuscope.engine.mmu.dirty_log import DirtyLogging
 from mmuscope.engine.mmu.fast_pf import FAST_PF_MAX_RETRIES, fault_error_code
+from mmuscope.engine.mmu.mapping_level import KvmPageFault
 from mmuscope.engine.mmu.mmu_pages import KvmMmuPage
 from mmuscope.engine.mmu.params import TdpMmuParams
 from mmuscope.engine.mmu.spte import (
@@ -211,7 +212,8 @@ def test_reserved_bit_faults_and_not_present_faults_with_ad_bits_are_never_fast(
     assert fast_events(events) == [] and mmu.stat["pf_fast"] == 0
     spte = spte_of(mmu, (64 * MIB) >> 12)
     assert fault_error_code(mmu.cfg, spte, True) & PFERR_RSVD_MASK
-    assert mmu.fast_pf.page_fault(0, 64 * MIB, None, PFERR_RSVD_MASK | 3) is RetPf.INVALID
+    fault = KvmPageFault((64 * MIB) >> 12, True, False, None, error_code=PFERR_RSVD_MASK | 3)
+    assert mmu.fast_pf.page_fault(0, fault) is RetPf.INVALID
     assert mmu.page_fault(0, 0x20000, write=True) is RetPf.FIXED  # a first touch
     assert fast_events(events) == []
 

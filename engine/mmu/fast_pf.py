@@ -45,6 +45,7 @@ from typing import Protocol
 
 from ..events import FieldValue
 from ..memslots.memslot import MemorySlot
+from .mapping_level import KvmPageFault
 from .mmu_pages import KvmMmuPage
 from .role import PG_LEVEL_4K
 from .spte import (
@@ -90,20 +91,6 @@ class FastPfMmu(Protocol):
     def _emit(self, name: str, **fields: FieldValue) -> None: ...
 
 
-class FastFault:
-    """The parts of `struct kvm_page_fault` that `fast_page_fault()` reads."""
-
-    __slots__ = ("addr", "error_code", "exec", "gfn", "present", "rsvd", "slot", "vcpu", "write")
-
-    def __init__(self, vcpu: int, addr: int, error_code: int, slot: MemorySlot | None) -> None:
-        self.vcpu, self.addr, self.error_code, self.slot = vcpu, addr, error_code, slot
-        self.gfn = addr >> 12
-        self.exec = bool(error_code & PFERR_FETCH_MASK)
-        self.write = bool(error_code & PFERR_WRITE_MASK)
-        self.present = bool(error_code & PFERR_PRESENT_MASK)
-        self.rsvd = bool(error_code & PFERR_RSVD_MASK)
-
-
 def fault_error_code(cfg: SpteConfig, spte: int, write: bool, fetch: bool = False) -> int:
     """`fault->error_code` for an access that exited on `spte` (6.18): under EPT what
     `__vmx_handle_ept_violation()` derives from the exit qualification (vmx.py; it
@@ -127,7 +114,7 @@ def fault_error_code(cfg: SpteConfig, spte: int, write: bool, fetch: bool = Fals
     return code
 
 
-def page_fault_can_be_fast(kvm_ad_enabled: bool, fault: FastFault) -> bool:
+def page_fault_can_be_fast(kvm_ad_enabled: bool, fault: KvmPageFault) -> bool:
     """`page_fault_can_be_fast()` (6.18 mmu.c), without private memory."""
     if fault.rsvd:
         return False  # "Refreshing the MMIO generation needs to go down the slow path"
@@ -147,14 +134,7 @@ def is_mmu_writable_spte(cfg: SpteConfig, spte: int) -> bool:
     return bool(spte & cfg.shadow_mmu_writable_mask)
 
 
-class FaultAccess(Protocol):
-    """What `is_access_allowed()` reads of a fault (`FastFault`, `KvmPageFault`)."""
-
-    exec: bool
-    write: bool
-
-
-def is_access_allowed(cfg: SpteConfig, fault: FaultAccess, spte: int) -> bool:
+def is_access_allowed(cfg: SpteConfig, fault: KvmPageFault, spte: int) -> bool:
     """`is_access_allowed()` (6.18 spte.h): would the access fault on this spte now?"""
     if fault.exec:
         return is_executable_pte(cfg, spte)
@@ -192,23 +172,22 @@ class FastPageFault:
         self.last: tuple[int, int, int, RetPf] | None = None
         mmu.stat.setdefault("pf_fast", 0)
 
-    def page_fault(self, vcpu: int, gpa: int, slot: MemorySlot | None, error_code: int) -> RetPf:
-        """`fast_page_fault(vcpu, fault)`, `page_fault_can_be_fast()` first, for the
-        exit's `error_code` (`fault->error_code`); FIXED and SPURIOUS are counted as
-        `kvm_mmu_do_page_fault()` counts what the handler returns (`pf_fixed`,
-        `pf_spurious`), and in `pf_fast`."""
-        fault = FastFault(vcpu, gpa, error_code, slot)
+    def page_fault(self, vcpu: int, fault: KvmPageFault) -> RetPf:
+        """`fast_page_fault(vcpu, fault)`, `page_fault_can_be_fast()` first, on the fault
+        `kvm_mmu_do_page_fault()` made of the exit's error code; FIXED and SPURIOUS are
+        counted as `kvm_mmu_do_page_fault()` counts what the handler returns
+        (`pf_fixed`, `pf_spurious`), and in `pf_fast`."""
         if not page_fault_can_be_fast(self.kvm_ad_enabled, fault):
             return RetPf.INVALID
-        ret, sp, index, spte = self._loop(fault)
+        ret, sp, index, spte = self._loop(vcpu, fault)
         self.last = (fault.gfn, spte, sp.spt[index], ret)
         mmu = self.mmu
         if mmu._listener is not None:
             mmu._emit(
                 "fast_page_fault",
                 vcpu_id=vcpu,
-                cr2_or_gpa=gpa,
-                error_code=error_code,
+                cr2_or_gpa=fault.addr,
+                error_code=fault.error_code,
                 sptep=sp.sptep(index),
                 old_spte=spte,
                 new_spte=sp.spt[index],
@@ -221,11 +200,11 @@ class FastPageFault:
             stat["pf_fixed" if ret is RetPf.FIXED else "pf_spurious"] += 1
         return ret
 
-    def _loop(self, fault: FastFault) -> tuple[RetPf, KvmMmuPage, int, int]:
+    def _loop(self, vcpu: int, fault: KvmPageFault) -> tuple[RetPf, KvmMmuPage, int, int]:
         cfg = self.mmu.cfg
         retry_count = 0
         while True:
-            sp, index = self.last_sptep(fault.vcpu, fault.gfn)
+            sp, index = self.last_sptep(vcpu, fault.gfn)
             spte = sp.spt[index]
             if not is_shadow_present_pte(spte) or not is_last_spte(spte, sp.role.level):
                 return RetPf.INVALID, sp, index, spte
@@ -250,7 +229,7 @@ class FastPageFault:
                 return RetPf.INVALID, sp, index, spte
 
     def fast_pf_fix_direct_spte(
-        self, fault: FastFault, sp: KvmMmuPage, index: int, old_spte: int, new_spte: int
+        self, fault: KvmPageFault, sp: KvmMmuPage, index: int, old_spte: int, new_spte: int
     ) -> bool:
         """`try_cmpxchg64(sptep, &old_spte, new_spte)`; False when another CPU changed the
         spte since it was read.  A spte made writable marks the faulting gfn dirty (the D

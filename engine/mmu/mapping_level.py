@@ -44,6 +44,7 @@ from .spte import (
     is_large_pte,
     is_shadow_present_pte,
 )
+from .vcpu.vmx import PFERR_PRESENT_MASK, PFERR_RSVD_MASK
 
 PAGE_SHIFT = 12
 LEVEL_NAMES = {PG_LEVEL_4K: "4K", PG_LEVEL_2M: "2M", PG_LEVEL_1G: "1G"}
@@ -176,9 +177,16 @@ def kvm_pages_per_hpage(level: int) -> int:
 
 class KvmPageFault:
     """`struct kvm_page_fault` (mmu_internal.h), the parts the fault paths read and
-    write: the access, the slot and pfn, and the three levels."""
+    write, one per fault as `kvm_mmu_do_page_fault()` (6.18 mmu.h) builds it: the
+    address and the exit's error code (`present` and `rsvd` its PFERR_PRESENT and
+    PFERR_RSVD bits, which `fast_page_fault()` reads), the access, the slot and pfn, and
+    the three levels.  `write` and `exec` are the access as the emulator would redo it:
+    the error code's PFERR_WRITE and PFERR_FETCH, except in a reserved-bit fault, whose
+    code under EPT carries neither (`handle_ept_misconfig()`)."""
 
     __slots__ = (
+        "addr",
+        "error_code",
         "exec",
         "gfn",
         "goal_level",
@@ -187,7 +195,9 @@ class KvmPageFault:
         "max_level",
         "mmu_seq",
         "pfn",
+        "present",
         "req_level",
+        "rsvd",
         "slot",
         "write",
     )
@@ -199,8 +209,14 @@ class KvmPageFault:
         exec_: bool,
         slot: MemorySlot | None,
         max_level: int = KVM_MAX_HUGEPAGE_LEVEL,
+        error_code: int = 0,
+        addr: int | None = None,
     ) -> None:
         self.gfn, self.write, self.exec, self.slot = gfn, write, exec_, slot
+        self.addr = gfn << PAGE_SHIFT if addr is None else addr  # cr2_or_gpa
+        self.error_code = error_code
+        self.present = bool(error_code & PFERR_PRESENT_MASK)
+        self.rsvd = bool(error_code & PFERR_RSVD_MASK)
         self.max_level = max_level
         self.req_level = self.goal_level = PG_LEVEL_4K
         self.huge_page_disallowed = False

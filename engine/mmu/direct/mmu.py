@@ -261,15 +261,15 @@ class DirectMmu:
           `is_page_fault_stale()` under mmu_lock: mapping_level.py)."""
         gfn = gpa >> PAGE_SHIFT
         slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
+        fault = KvmPageFault(gfn, write, exec_, slot, self._max_level(), error_code, gpa)
         if self.fast_pf is not None:
-            ret = self.fast_pf.page_fault(vcpu, gpa, slot, error_code)
+            ret = self.fast_pf.page_fault(vcpu, fault)
             if ret is not RetPf.INVALID:
                 return ret
         noslot_emulate = False
         if slot is None:  # kvm_handle_noslot_fault(): the vCPU's MMIO info first
             self.mmio_info.cache(vcpu, 0, gfn, 0, self.vm.generation(root.role.smm))
             noslot_emulate = not self.cfg.mmio_caching_enabled or gfn > kvm_mmu_max_gfn(self.cfg)
-        fault = KvmPageFault(gfn, write, exec_, slot, self._max_level())
         if not noslot_emulate and self.levels.kvm_mmu_faultin_pfn(fault) is RetPf.RETRY:
             return RetPf.RETRY  # an MMU-notifier invalidation of the gfn (mapping_level.py)
         if noslot_emulate or (slot is not None and write and slot.flags & KVM_MEM_READONLY):

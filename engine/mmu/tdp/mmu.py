@@ -653,7 +653,8 @@ class TdpMmu:
         (`mmio_info_in_cache()`)."""
         gfn = gpa >> PAGE_SHIFT
         slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
-        ret = self.fast_pf.page_fault(vcpu, gpa, slot, error_code)
+        fault = KvmPageFault(gfn, write, exec_, slot, error_code=error_code, addr=gpa)
+        ret = self.fast_pf.page_fault(vcpu, fault)
         if ret is not RetPf.INVALID:
             return ret
         if slot is None:  # kvm_handle_noslot_fault(): vcpu_cache_mmio_info() first
@@ -661,7 +662,6 @@ class TdpMmu:
             self.mmio_info.cache(vcpu, 0, gfn, ACC_ALL & self.cfg.shadow_mmio_access_mask, gen)
             if not self.cfg.mmio_caching_enabled or gfn > kvm_mmu_max_gfn(self.cfg):
                 return RetPf.EMULATE  # no MMIO spte made
-        fault = KvmPageFault(gfn, write, exec_, slot)
         if self.levels.kvm_mmu_faultin_pfn(fault) is RetPf.RETRY:
             return RetPf.RETRY  # an MMU-notifier invalidation of the gfn (mapping_level.py)
         if slot is not None and write and slot.flags & KVM_MEM_READONLY:
