@@ -46,8 +46,9 @@ class HostBalloon:
     def inflate(self, ram: list[MemorySlot]) -> str:
         """The driver gives back a page of RAM drawn at random (a guest whose free pages
         the model does not know: the EPT sessions); the update's words."""
-        slot = ram[uniform_below(self._rng, len(ram))]
-        return self.give_back(slot, slot.base_gfn + uniform_below(self._rng, slot.npages))
+        getrandbits = self._rng.getrandbits
+        slot = ram[uniform_below(getrandbits, len(ram))]
+        return self.give_back(slot, slot.base_gfn + uniform_below(getrandbits, slot.npages))
 
     def give_back(self, slot: MemorySlot, gfn: int) -> str:
         """The driver gives back `gfn` (`virtballoon` → the inflate virtqueue); the

@@ -209,22 +209,24 @@ class EptSession(GuestSession[StepT]):
         """The workload's accesses `first` up to `stop`, drawn at once: nothing an access
         does changes the draws of the next (only a memslot update does, and they come
         between draws, `workload_update`)."""
-        rng, fetch_rng, ram, nr_vcpus = self._rng, self._fetch_rng, self._ram, self.nr_vcpus
+        rng, ram, nr_vcpus = self._rng, self._ram, self.nr_vcpus
+        # the generators' methods, looked up once for the whole draw
+        getrandbits, draw, draw_fetch = rng.getrandbits, rng.random, self._fetch_rng.random
         netperf, migrate = self.workload == "netperf", self.workload == "migrate"
         accesses: list[Access] = []
         for at in range(first, stop):
             vcpu = at % nr_vcpus
-            if netperf and rng.random() < 0.7:
-                gpa = NIC_DOORBELL if rng.random() < 0.8 else LAPIC_EOI
+            if netperf and draw() < 0.7:
+                gpa = NIC_DOORBELL if draw() < 0.8 else LAPIC_EOI
                 accesses.append((vcpu, gpa, True, False))
                 continue
             if migrate and (hot := self.hot_access(rng)) is not None:
                 accesses.append((vcpu, hot[0] << PAGE_SHIFT, hot[1], False))
                 continue
-            slot = ram[uniform_below(rng, len(ram))]  # rng.choice(ram)
-            gfn = slot.base_gfn + uniform_below(rng, slot.npages)  # + rng.randrange(npages)
-            write = rng.random() < 0.3
-            fetch = not write and fetch_rng.random() < FETCH_RATE
+            slot = ram[uniform_below(getrandbits, len(ram))]  # rng.choice(ram)
+            gfn = slot.base_gfn + uniform_below(getrandbits, slot.npages)  # + randrange(npages)
+            write = draw() < 0.3
+            fetch = not write and draw_fetch() < FETCH_RATE
             accesses.append((vcpu, gfn << PAGE_SHIFT, write, fetch))
         return accesses
 
@@ -311,7 +313,7 @@ class EptSession(GuestSession[StepT]):
         if rng.random() >= HOT_SHARE:
             return None
         slot = self.logged_slot()
-        gfn = slot.base_gfn + (256 + uniform_below(rng, HOT_PAGES)) % slot.npages
+        gfn = slot.base_gfn + (256 + uniform_below(rng.getrandbits, HOT_PAGES)) % slot.npages
         return gfn, rng.random() < HOT_WRITES
 
     @property

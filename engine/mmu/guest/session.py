@@ -31,16 +31,16 @@ def after_2011(spte_config: str | SpteConfig) -> bool:
     return not isinstance(spte_config, str) or not spte_config.startswith("2011")
 
 
-def uniform_below(rng: random.Random, n: int) -> int:
-    """A number drawn uniformly from 0 to n - 1: draws of `n.bit_length()` bits until one is
-    below n.  What `rng.randrange(n)` and `rng.choice` draw in CPython, written out so that
-    a seed gives the same accesses on every Python: the random module keeps the sequence of
-    `random()` across versions, not its other methods' algorithms ("Notes on
-    Reproducibility" in its documentation)."""
+def uniform_below(getrandbits: Callable[[int], int], n: int) -> int:
+    """A number drawn uniformly from 0 to n - 1 by a generator's `getrandbits`: draws of
+    `n.bit_length()` bits until one is below n.  What `rng.randrange(n)` and `rng.choice`
+    draw in CPython, written out so that a seed gives the same accesses on every Python:
+    the random module keeps the sequence of `random()` across versions, not its other
+    methods' algorithms ("Notes on Reproducibility" in its documentation)."""
     k = n.bit_length()
-    r = rng.getrandbits(k)
+    r = getrandbits(k)
     while r >= n:
-        r = rng.getrandbits(k)
+        r = getrandbits(k)
     return r
 
 
