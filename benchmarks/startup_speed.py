@@ -26,6 +26,13 @@ Then the start-up of `mmuscope simulate --mmu tdp --workload kernbench --accesse
 /dev/null, no terminal), interleaved, medians: the ratio `simulate`'s start-up is judged
 by. `--simulate-only` skips the tmux part.
 
+`--instructions` times nothing and counts instead: each app (the wheels as above) runs
+headless at 120x40 under valgrind's callgrind to its first full frame, cut into parts
+(benchmarks/startup_parts.py: CSS parsing and applying, layout, drawing, each import,
+each dataclass made, each collection), and the millions of instructions of each part are
+printed beside the bare app's (repeatable to ~0.1 % on a loaded machine; the cutting
+itself adds ~70M to each app).
+
 Measured (--baseline: main one commit before, the same code but four docstrings; load
 7.0, 2 cores shared): bare Textual 1.183 s (CPU 0.46 s), mmuscope 1.714 s x1.45 (CPU
 0.75 s x1.63), the baseline 1.796 s x1.52 (CPU x1.63): the wall ratio of identical code
@@ -58,6 +65,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -173,12 +181,75 @@ def command_medians(repeat: int) -> dict[str, object]:
     return {"python_pass_s": bare, "simulate_10_s": mine, "ratio": mine / bare, "runs": times}
 
 
+PARTS = Path(__file__).with_name("startup_parts.py")
+
+
+def part_counts(python: Path, source: str, markers: tuple[str, ...]) -> dict[str, int]:
+    """Instructions to the first full frame by part (benchmarks/startup_parts.py), one
+    headless run under callgrind, PYTHONHASHSEED=0 (a string hash's seed changes dicts'
+    probing, and so the count), the .pyc files written by a run before."""
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "", "PYTHONHASHSEED": "0"}
+    argv = [str(python), str(PARTS), "LABELS", source, *markers]
+    with tempfile.TemporaryDirectory(prefix="startup-parts-") as tmp:
+        argv[2] = labels_file = os.path.join(tmp, "labels")
+        subprocess.run(argv, env=env, check=True, capture_output=True)  # the .pyc files
+        profile = os.path.join(tmp, "callgrind.out")
+        subprocess.run(
+            ["valgrind", "--tool=callgrind", "--dump-before=getppid",
+             f"--callgrind-out-file={profile}", *argv],
+            env=env, check=True, capture_output=True,
+        )  # fmt: skip
+        site = re.compile(r"'[^']*/site-packages/")  # the wheels' paths, made alike
+        labels = [site.sub("'", label) for label in Path(labels_file).read_text().splitlines()]
+        counts: dict[str, int] = {}
+        for part, label in enumerate(labels, 1):
+            text = Path(f"{profile}.{part}").read_text()
+            found = re.search(r"^summary: (\d+)$", text, re.MULTILINE)
+            assert found is not None, f"part {part} of {argv} has no summary"
+            counts[label] = counts.get(label, 0) + int(found.group(1))
+    return {label: n for label, n in counts.items() if not label.startswith("after:")}
+
+
+def instruction_parts() -> dict[str, dict[str, int]]:
+    """Each app's instructions to the first frame by part (see part_counts)."""
+    result = {}
+    for name, (command, markers) in APPS.items():
+        if name == "bare":
+            result[name] = part_counts(Path(command[0]), command[2], markers)
+        else:
+            result[name] = part_counts(Path(command[0]).with_name("python"), "-", markers)
+    return result
+
+
+def report_parts(parts: dict[str, dict[str, int]]) -> None:
+    """Millions of instructions by step (the innermost step running) and by phase."""
+    names = list(parts)
+    step, phase = (
+        (lambda label: label.split("|")[0].split(":", 1)[1]),
+        (lambda label: label.split(":")[0]),
+    )
+    for by in (step, phase):
+        rows: dict[str, dict[str, int]] = {}
+        for name in names:
+            for label, count in parts[name].items():
+                row = rows.setdefault(by(label), {})
+                row[name] = row.get(name, 0) + count
+        print(f"  {'':34}" + "".join(f"{name[:18]:>19}" for name in names))
+        for key, row in sorted(rows.items(), key=lambda item: -max(item[1].values())):
+            print(f"  {key:34}" + "".join(f"{row.get(n, 0) / 1e6:19.1f}" for n in names))
+    totals = {name: sum(counts.values()) for name, counts in parts.items()}
+    print(f"  {'total':34}" + "".join(f"{totals[n] / 1e6:19.1f}" for n in names))
+    print(f"  {'ratio to bare':34}" + "".join(f"{totals[n] / totals['bare']:19.3f}" for n in names))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--simulate-only", action="store_true", help="no tmux runs")
     parser.add_argument("--editable", action="store_true", help="this environment's mmuscope")
+    parser.add_argument("--instructions", action="store_true",
+                        help="instructions by part under callgrind instead (no tmux)")  # fmt: skip
     parser.add_argument("--baseline", type=Path, action="append", default=[],
                         help="another checkout, its wheel timed too (repeatable)")  # fmt: skip
     args = parser.parse_args()
@@ -189,6 +260,14 @@ def main() -> None:
             for n, checkout in enumerate(args.baseline)
         }
         set_commands(mine, baselines)
+        if args.instructions:
+            parts = instruction_parts()
+            if args.json:
+                print(json.dumps(parts, indent=2))
+            else:
+                print("instructions to the first frame, headless 120x40, millions")
+                report_parts(parts)
+            return
         result = run(args)
     result["installed"] = "editable" if args.editable else "wheel"
     if args.json:

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from mmuscope.engine.layouts import DEFAULT_LAYOUT, Layout, preset
 from mmuscope.engine.memslots.explorer import MemslotExplorer
@@ -18,6 +18,7 @@ from mmuscope.engine.pacing import DEFAULT_SPEED, Pacer
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.notifications import SeverityLevel
+from textual.reactive import Initialize, Reactive
 from textual.screen import ModalScreen, Screen
 
 from .resources import stylesheet
@@ -115,20 +116,32 @@ class MmuscopeApp(App[None]):
         Binding("S", "screenshot_svg", "Screenshot", show=False, tooltip="Save an SVG screenshot"),
     ]
 
+    #: The theme the app starts in is the reactive's first value: App.__init__ reads it
+    #: (through `current_theme`) for the stylesheet's variables and the dark/light
+    #: classes, after registering Textual's own themes; `first_theme` registers
+    #: mmuscope's then.  Set after __init__ instead, `theme` would run its watcher, whose
+    #: `refresh_css` parses every stylesheet source again and restyles the app before
+    #: the first frame (~35M instructions, benchmarks/startup_speed.py).
+    theme: Reactive[str] = Reactive(Initialize(lambda app: cast("MmuscopeApp", app).first_theme()))
+
     def __init__(self, config: AppConfig) -> None:
+        self.config = config  # before App.__init__, which reads the theme (first_theme)
         super().__init__()
-        self.config = config
         self.export_dir = config.export_dir
-        textual_themes = set(self.available_themes)
-        self.theme_warnings = register_themes(self)
-        #: mmuscope's themes (built-in and the user's), in the order `t` cycles them
-        self.own_themes = [n for n in self.available_themes if n not in textual_themes]
-        self.theme = config.theme or DEFAULT_THEME
         self.scenario_run: ScenarioRun | None = None
         if config.scenario:
             from .scenario_runner import ScenarioRun  # only with a scenario: not at start-up
 
             self.scenario_run = ScenarioRun(config.scenario)
+
+    def first_theme(self) -> str:
+        """Register mmuscope's themes (built-in and the user's) beside Textual's; the
+        theme the app opens in (`--theme`, or mmuscope-dark)."""
+        textual_themes = set(self.available_themes)
+        self.theme_warnings = register_themes(self)
+        #: mmuscope's themes (built-in and the user's), in the order `t` cycles them
+        self.own_themes = [n for n in self.available_themes if n not in textual_themes]
+        return self.config.theme or DEFAULT_THEME
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(THEME_VARIABLES)
