@@ -1,18 +1,23 @@
 # mmuscope: `make run` opens the explorer, `make test` runs every check.
 # Both create .venv and install the project on first use (a fresh Debian needs only
-# python3 and apt).  Graphviz's `dot` (for PDF/SVG/PNG export) and trace-cmd (to replay
-# binary trace.dat files) come from apt-get when missing and we are root; otherwise the
-# exact command is printed.
+# python3 and apt).  The Debian packages they use come from apt-get when missing and we
+# are root; otherwise the exact command is printed (scripts/debian-packages.sh): Graphviz's
+# `dot` (for PDF/SVG/PNG export) and trace-cmd (to replay binary trace.dat files) for
+# both, headless Chromium (the browser-mode test, skipped without it) for `make test`.
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.mmuscope-installed
+RUN_PACKAGES := graphviz trace-cmd
+TEST_PACKAGES := $(RUN_PACKAGES) chromium
+export PYTHON
 
-.PHONY: run test lint bench screenshots graphviz trace-cmd chromium clean
+.PHONY: run test lint bench screenshots setup apt-update packages graphviz trace-cmd chromium clean
 
 # `e` and `S` write into exports/ (ignored by git), not into the checkout's root
-run: $(STAMP) graphviz trace-cmd
+run:
+	@$(MAKE) --no-print-directory -j2 setup PACKAGES="$(RUN_PACKAGES)"
 	@mkdir -p exports
 	$(BIN)/mmuscope --export-dir exports
 
@@ -27,7 +32,8 @@ PYTEST_ARGS ?= -n 2
 # environment says PYTHONDONTWRITEBYTECODE: without it every `mmuscope` the CLI tests
 # start compiles the package again, and each worker rewrites every test module's asserts.
 test: export PYTHONDONTWRITEBYTECODE :=
-test: $(STAMP) graphviz trace-cmd chromium
+test:
+	@$(MAKE) --no-print-directory -j2 setup PACKAGES="$(TEST_PACKAGES)"
 	@mkdir -p build
 	@$(MAKE) --no-print-directory -j2 -Otarget lint screenshots >build/checks.log 2>&1 & \
 	checks=$$!; \
@@ -59,53 +65,28 @@ bench: $(STAMP)
 screenshots: $(STAMP)
 	$(BIN)/python scripts/screenshots.py
 
-$(STAMP): pyproject.toml
-	@if ! $(PYTHON) -c 'import venv, ensurepip' >/dev/null 2>&1; then \
-	  if [ "$$(id -u)" = 0 ]; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv; \
-	  else \
-	    echo "python3 cannot create a virtual environment: run  sudo apt-get install python3-venv"; exit 2; \
-	  fi; \
-	fi
+# The set-up: one `apt-get update` when any of the Debian packages is missing, python3-venv
+# (the venv needs it), then the venv filled by pip (network and CPU) while apt-get installs
+# the other packages (network and dpkg): `run` and `test` make `setup` with two jobs.
+setup: $(STAMP) packages
+
+apt-update:
+	@sh scripts/debian-packages.sh update python3-venv $(PACKAGES)
+	@sh scripts/debian-packages.sh install python3-venv
+
+packages: apt-update
+	@sh scripts/debian-packages.sh install $(PACKAGES)
+
+$(STAMP): pyproject.toml | apt-update
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test,data]'
 	touch $(STAMP)
 
-graphviz:
-	@if ! command -v dot >/dev/null 2>&1; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing Graphviz (dot) with apt-get"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz; \
-	  else \
-	    echo "Graphviz 'dot' is missing (PDF/SVG/PNG export needs it): run  sudo apt-get install graphviz"; \
-	  fi; \
-	fi
-
-# trace-cmd turns the binary trace.dat of `trace-cmd record` into the text `replay` reads.
-trace-cmd:
-	@if ! command -v trace-cmd >/dev/null 2>&1; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing trace-cmd (to replay trace.dat files) with apt-get"; \
-	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq trace-cmd; } || \
-	      echo "could not install trace-cmd: replay reads text; run  trace-cmd report -i trace.dat > trace.txt  elsewhere"; \
-	  else \
-	    echo "trace-cmd is missing (replaying a binary trace.dat needs it): run  sudo apt-get install trace-cmd"; \
-	  fi; \
-	fi
-
-# Headless Chromium for the browser-mode test (tests/test_serve.py), which is skipped
-# without it.  Debian's package: `mmuscope serve` itself needs no browser on the server.
-chromium:
-	@if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing Chromium (for the browser-mode test) with apt-get"; \
-	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } || \
-	      echo "could not install Chromium: the browser-mode test will be skipped"; \
-	  else \
-	    echo "Chromium is missing (the browser-mode test is skipped without it): run  sudo apt-get install chromium"; \
-	  fi; \
-	fi
+# One package alone (`make chromium`), with its own `apt-get update` when it is missing.
+graphviz trace-cmd chromium:
+	@sh scripts/debian-packages.sh update $@
+	@sh scripts/debian-packages.sh install $@
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
