@@ -3,7 +3,9 @@
 session's names and fields (`raw_listener`: no `Event` is built): the columns before the
 event's name (`trace_cmd_head`) once per access and vCPU, then the name's column
 (`trace_cmd_name`) and the printk text in one `%` format, the tracepoint's template's
-(`Tracepoint.printf`); `format_line` itself for an event it does not fit.
+(`Tracepoint.printf`); `format_line` itself for an event it does not fit.  An event
+whose fields come again as they were (a vCPU's kvm_exit of the same exit qualification,
+its kvm_entry at the same rip) prints the text it printed then (`MEMO_TEXTS`).
 """
 
 from __future__ import annotations
@@ -18,15 +20,22 @@ from mmuscope.engine.trace.tracepoints import TRACEPOINTS, Values
 if TYPE_CHECKING:
     from mmuscope.engine.mmu.guest.session import GuestSession
 
+Fields = tuple[tuple[str, FieldValue], ...]  # an event's fields as a memo's key
 COMM = "qemu-kvm"  # GuestSession's stamp
+#: the texts an event's line remembers, keyed by its fields (names, values and order):
+#: up to this many, then none for that event (its fields seldom come again, e.g. a gfn).
+#: Values compare as Python compares them (True == 1), and print alike: a template
+#: prints a flag in its own words or as a number, `%s` only strings
+MEMO_TEXTS = 64
 
 
 class LinePrinter:
     """trace-cmd report lines of a session's events."""
 
     def __init__(self) -> None:
-        #: by event name: the `%` format of its line after the head, and its values
-        self._formats: dict[str, tuple[str, Values]] = {}
+        #: by event name: the `%` format of its line after the head, its values, and the
+        #: texts it printed by their fields (None: no longer remembered, `MEMO_TEXTS`)
+        self._formats: dict[str, tuple[str, Values, dict[Fields, str] | None]] = {}
 
     def listen(self, session: GuestSession[object], append: Callable[[str], None]) -> None:
         """`session.raw_listener`: each event's line appended, stamped as the session
@@ -43,13 +52,27 @@ class LinePrinter:
                 head = trace_cmd_head(COMM, 0, cpu, ts)
             entry = formats.get(name)
             if entry is None:
-                entry = formats[name] = _line_format(name)
-            fmt, values = entry
+                fmt, values = _line_format(name)
+                entry = formats[name] = (fmt, values, {})
+            fmt, values, texts = entry
+            if texts is not None:
+                key = tuple(fields.items())
+                text = texts.get(key)
+                if text is not None:
+                    append(head + text)
+                    return
             try:
-                append(head + fmt % values(fields))
+                text = fmt % values(fields)
             except KeyError:  # a field to derive or by an earlier name: the template's way
                 ts, cpu = session.stamp()
                 append(format_line(Event(name, fields, ts, cpu, 0, COMM), TRACE_CMD))
+                return
+            if texts is not None:
+                if len(texts) < MEMO_TEXTS:
+                    texts[key] = text
+                else:
+                    formats[name] = (fmt, values, None)
+            append(head + text)
 
         session.raw_listener = raw
 
