@@ -36,7 +36,7 @@ from ..mmu.params import TdpMmuParams
 from ..mmu.role import PG_LEVEL_2M, PG_LEVEL_4K
 from ..mmu.shadow.cpu import leaf_allows
 from ..mmu.shadow.mmu import ShadowMmu
-from ..mmu.spte import RetPf, SpteConfig
+from ..mmu.spte import RET_PF_EMULATE, RET_PF_RETRY, RetPf, SpteConfig
 from .asm import loads_cr3
 from .program import DOORBELL_GVA, PAGE, DirtyLogOp, GuestProgram, Insn, MemslotOp, Slice
 
@@ -80,7 +80,7 @@ class _Cpu:
     def _fault(self, gva: int, write: bool, fetch: bool = False) -> RetPf:
         assert self.cr3 is not None
         ret = self.mmu.page_fault(VCPU, self.cr3, gva, write, user=True, fetch=fetch)
-        if ret is RetPf.RETRY and VCPU in self.mmu.injected:
+        if ret is RET_PF_RETRY and VCPU in self.mmu.injected:
             raise ModelError(f"the guest took a #PF at {gva:#x}: a program bug")
         return ret
 
@@ -105,7 +105,7 @@ class _Cpu:
                 assert walk.gfn is not None
                 self._ram(walk.gfn << 12 | gva & 0xFFF, write, width)
                 return
-            if self._fault(gva, write) is not RetPf.EMULATE:
+            if self._fault(gva, write) is not RET_PF_EMULATE:
                 continue
             self.run.emulated += 1
             value = self.rbx & ((1 << 8 * width) - 1)

@@ -51,6 +51,9 @@ from .role import PG_LEVEL_4K
 from .spte import (
     PT_PRESENT_MASK,
     PT_WRITABLE_MASK,
+    RET_PF_FIXED,
+    RET_PF_INVALID,
+    RET_PF_SPURIOUS,
     RetPf,
     SpteConfig,
     is_access_track_spte,
@@ -178,7 +181,7 @@ class FastPageFault:
         counted as `kvm_mmu_do_page_fault()` counts what the handler returns
         (`pf_fixed`, `pf_spurious`), and in `pf_fast`."""
         if not page_fault_can_be_fast(self.kvm_ad_enabled, fault):
-            return RetPf.INVALID
+            return RET_PF_INVALID
         ret, sp, index, spte = self._loop(vcpu, fault)
         self.last = (fault.gfn, spte, sp.spt[index], ret)
         mmu = self.mmu
@@ -191,13 +194,13 @@ class FastPageFault:
                 sptep=sp.sptep(index),
                 old_spte=spte,
                 new_spte=sp.spt[index],
-                spurious=ret is RetPf.SPURIOUS,
-                fixed=ret is RetPf.FIXED,
+                spurious=ret is RET_PF_SPURIOUS,
+                fixed=ret is RET_PF_FIXED,
             )
-        if ret is not RetPf.INVALID:
+        if ret is not RET_PF_INVALID:
             stat = mmu.stat
             stat["pf_fast"] += 1
-            stat["pf_fixed" if ret is RetPf.FIXED else "pf_spurious"] += 1
+            stat["pf_fixed" if ret is RET_PF_FIXED else "pf_spurious"] += 1
         return ret
 
     def _loop(self, vcpu: int, fault: KvmPageFault) -> tuple[RetPf, KvmMmuPage, int, int]:
@@ -207,9 +210,9 @@ class FastPageFault:
             sp, index = self.last_sptep(vcpu, fault.gfn)
             spte = sp.spt[index]
             if not is_shadow_present_pte(spte) or not is_last_spte(spte, sp.role.level):
-                return RetPf.INVALID, sp, index, spte
+                return RET_PF_INVALID, sp, index, spte
             if is_access_allowed(cfg, fault, spte):
-                return RetPf.SPURIOUS, sp, index, spte
+                return RET_PF_SPURIOUS, sp, index, spte
             new_spte = spte
             if not self.kvm_ad_enabled and is_access_track_spte(cfg, spte):
                 # 6.13+: "| shadow_accessed_mask" (0 before without A/D bits)
@@ -218,15 +221,15 @@ class FastPageFault:
                 new_spte |= PT_WRITABLE_MASK
                 slot = fault.slot
                 if sp.role.level > PG_LEVEL_4K and slot is not None and slot.dirty_logging:
-                    return RetPf.INVALID, sp, index, spte  # the slow path maps it 4K
+                    return RET_PF_INVALID, sp, index, spte  # the slow path maps it 4K
             if new_spte == spte or not is_access_allowed(cfg, fault, new_spte):
-                return RetPf.INVALID, sp, index, spte
+                return RET_PF_INVALID, sp, index, spte
             if self.fast_pf_fix_direct_spte(fault, sp, index, spte, new_spte):
-                return RetPf.FIXED, sp, index, spte
+                return RET_PF_FIXED, sp, index, spte
             retry_count += 1
             if retry_count > FAST_PF_MAX_RETRIES:
                 self.warned = True
-                return RetPf.INVALID, sp, index, spte
+                return RET_PF_INVALID, sp, index, spte
 
     def fast_pf_fix_direct_spte(
         self, fault: KvmPageFault, sp: KvmMmuPage, index: int, old_spte: int, new_spte: int
@@ -254,10 +257,10 @@ class FastPageFault:
 
 def fast_words(cfg: SpteConfig, last: tuple[int, int, int, RetPf] | None) -> str:
     """What the last fast path did, for the screen: '' unless FIXED or SPURIOUS."""
-    if last is None or last[3] is RetPf.INVALID:
+    if last is None or last[3] is RET_PF_INVALID:
         return ""
     _gfn, old, new, ret = last
-    if ret is RetPf.SPURIOUS:
+    if ret is RET_PF_SPURIOUS:
         return f"fast_page_fault: spurious, spte {old:#x} already allows it"
     how = []
     if is_access_track_spte(cfg, old):

@@ -40,6 +40,8 @@ from .role import PG_LEVEL_1G, PG_LEVEL_2M, PG_LEVEL_4K
 from .spte import (
     KVM_MAX_HUGEPAGE_LEVEL,
     KVM_PFN_NOSLOT,
+    RET_PF_CONTINUE,
+    RET_PF_RETRY,
     RetPf,
     is_large_pte,
     is_shadow_present_pte,
@@ -272,18 +274,18 @@ class MappingLevels:
         inv = self.mmu_invalidate
         fault.mmu_seq = inv.seq
         if fault.slot is None:
-            return RetPf.CONTINUE
+            return RET_PF_CONTINUE
         if inv.mmu_invalidate_retry_gfn_unsafe(fault.mmu_seq, fault.gfn):
             inv.stale_retries += 1
-            return RetPf.RETRY
+            return RET_PF_RETRY
         race = self.faultin_race
         if race is not None:  # hva_to_pfn() may sleep in get_user_pages()
             race(fault)
         self.kvm_faultin_pfn(fault)
         if inv.mmu_invalidate_retry_gfn_unsafe(fault.mmu_seq, fault.gfn):
             inv.stale_retries += 1
-            return RetPf.RETRY
-        return RetPf.CONTINUE
+            return RET_PF_RETRY
+        return RET_PF_CONTINUE
 
     def is_page_fault_stale(self, fault: KvmPageFault, root_obsolete: bool) -> bool:
         """`is_page_fault_stale()` (6.18 mmu.c), mmu_lock held: the root was made obsolete

@@ -114,14 +114,14 @@ def _set_spte(fields: Fields) -> Kernel:
 
 
 def _fast_page_fault(fields: Fields) -> Kernel:
-    from ..mmu.spte import RetPf
+    from ..mmu.spte import RET_PF_FIXED, RET_PF_INVALID, RET_PF_SPURIOUS
 
     if "spurious" not in fields or "fixed" not in fields:
         return {}, {}
-    ret = RetPf.SPURIOUS if fields["spurious"] else RetPf.FIXED if fields["fixed"] else None
+    ret = RET_PF_SPURIOUS if fields["spurious"] else RET_PF_FIXED if fields["fixed"] else None
     kernel = _pick(fields, "vcpu_id", "cr2_or_gpa", "error_code", "sptep", "old_spte")
     kernel |= _pick(fields, "new_spte")
-    return kernel | {"ret": int(ret if ret is not None else RetPf.INVALID)}, {}
+    return kernel | {"ret": int(ret if ret is not None else RET_PF_INVALID)}, {}
 
 
 def _mmio(fields: Fields) -> Kernel:

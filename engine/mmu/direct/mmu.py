@@ -81,6 +81,11 @@ from ..role import (
 from ..spte import (
     KVM_MAX_HUGEPAGE_LEVEL,
     PT_WRITABLE_MASK,
+    RET_PF_EMULATE,
+    RET_PF_FIXED,
+    RET_PF_INVALID,
+    RET_PF_RETRY,
+    RET_PF_SPURIOUS,
     SPTE_BASE_ADDR_MASK,
     SPTE_CONFIGS,
     RetPf,
@@ -227,10 +232,10 @@ class DirectMmu:
             self, vcpu, gpa, self._spte_at(root, gfn), self.vm.generation(root.role.smm), True
         ):
             self.emulator.emulate(vcpu, gpa, write)  # emulate: x86_emulate_instruction()
-            return RetPf.EMULATE  # else a stale generation: RET_PF_INVALID, the real path
+            return RET_PF_EMULATE  # else a stale generation: RET_PF_INVALID, the real path
         self.stat["pf_taken"] += 1
         ret = self.direct_page_fault(vcpu, root, gpa, write, exec_, error_code)
-        if ret is RetPf.EMULATE:
+        if ret is RET_PF_EMULATE:
             self.emulator.emulate(vcpu, gpa, write)
         return ret
 
@@ -264,19 +269,19 @@ class DirectMmu:
         fault = KvmPageFault(gfn, write, exec_, slot, self._max_level(), error_code, gpa)
         if self.fast_pf is not None:
             ret = self.fast_pf.page_fault(vcpu, fault)
-            if ret is not RetPf.INVALID:
+            if ret is not RET_PF_INVALID:
                 return ret
         noslot_emulate = False
         if slot is None:  # kvm_handle_noslot_fault(): the vCPU's MMIO info first
             self.mmio_info.cache(vcpu, 0, gfn, 0, self.vm.generation(root.role.smm))
             noslot_emulate = not self.cfg.mmio_caching_enabled or gfn > kvm_mmu_max_gfn(self.cfg)
-        if not noslot_emulate and self.levels.kvm_mmu_faultin_pfn(fault) is RetPf.RETRY:
-            return RetPf.RETRY  # an MMU-notifier invalidation of the gfn (mapping_level.py)
+        if not noslot_emulate and self.levels.kvm_mmu_faultin_pfn(fault) is RET_PF_RETRY:
+            return RET_PF_RETRY  # an MMU-notifier invalidation of the gfn (mapping_level.py)
         if noslot_emulate or (slot is not None and write and slot.flags & KVM_MEM_READONLY):
             self.stat["pf_emulate"] += 1
-            return RetPf.EMULATE
+            return RET_PF_EMULATE
         if self.levels.is_page_fault_stale(fault, self.pages.is_obsolete(root)):  # mmu_lock
-            return RetPf.RETRY
+            return RET_PF_RETRY
         self.pages.make_mmu_pages_available()
         return self.direct_map(vcpu, root, fault)
 
@@ -323,7 +328,7 @@ class DirectMmu:
         spte = self.make_spte(slot, gfn, level)
         if sp.spt[index] == spte:  # `mmu_set_spte()`: already mapped (another vCPU won)
             self.stat["pf_spurious"] += 1
-            return RetPf.SPURIOUS
+            return RET_PF_SPURIOUS
         if sp.spt[index] != self.pages.nonpresent:
             self._zap_leaf(sp, index)  # the same pfn with other bits: updated (FIXED)
         ret = self._set_leaf(sp, index, gfn, slot, level, spte)
@@ -417,7 +422,7 @@ class DirectMmu:
             mark_page_dirty_in_slot(self, slot, gfn)
         if not prefetch:
             self.stat["pf_fixed"] += 1
-        return RetPf.FIXED
+        return RET_PF_FIXED
 
     def _child(self, parent: KvmMmuPage, gfn: int, index: int) -> KvmMmuPage:
         """`kvm_mmu_get_child_sp()`: the direct page mapping this part of the parent."""
@@ -442,7 +447,7 @@ class DirectMmu:
         sp.spt[index] = spte = make_mmio_spte(self.cfg, gfn, ACC_ALL, gen)
         self.stat["pf_mmio_spte_created"] += 1
         self._emit("mark_mmio_spte", **mark_mmio_spte_fields(sp.sptep(index), gfn, spte))
-        return RetPf.EMULATE
+        return RET_PF_EMULATE
 
     # -- huge pages -------------------------------------------------------------------
 

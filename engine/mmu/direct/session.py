@@ -46,6 +46,7 @@ from ..params import TdpMmuParams
 from ..spte import (
     PT_PRESENT_MASK,
     PT_WRITABLE_MASK,
+    RET_PF_RETRY,
     RetPf,
     SpteConfig,
     is_executable_pte,
@@ -151,7 +152,7 @@ class MmuSession(EptSession[MmuStep]):
                 self.mmu.page_fault(access.vcpu, access.gpa, access.write, access.fetch, code)
             )
             self.vm_entry(access.vcpu, ret)
-            if ret is not RetPf.RETRY or not self.needs_exit(access):
+            if ret is not RET_PF_RETRY or not self.needs_exit(access):
                 break
         words = ""
         if fast is not None and self.mmu.stat["pf_fast"] != before:

@@ -54,7 +54,7 @@ from ...memslots.constants import APIC_ACCESS_PAGE_PRIVATE_MEMSLOT, KVM_MEM_LOG_
 from ...memslots.memslot import MemorySlot
 from ...memslots.vm import Vm
 from ..dirty_log import DIRTY_RING_ENTRIES, KVM_EXIT_DIRTY_RING_FULL, DirtyLogging
-from ..spte import RetPf
+from ..spte import RET_PF_EMULATE, RetPf
 from ..vcpu.emulate import APIC_DEFAULT_PHYS_BASE, MMIO_STORE
 from ..vcpu.vmx import (
     EPT_VIOLATION,
@@ -140,7 +140,7 @@ class EptSession(GuestSession[StepT]):
         self._vm_exit(vcpu, gpa, PFERR_RSVD_MASK, traced=False)
         if self.mmu.emulator.bus.fast_mmio_write(gpa):  # (a load too: it cannot tell)
             self._emit("kvm_fast_mmio", gpa=gpa)
-            self.vm_entry(vcpu, RetPf.EMULATE)  # kvm_skip_emulated_instruction()
+            self.vm_entry(vcpu, RET_PF_EMULATE)  # kvm_skip_emulated_instruction()
             return None
         return PFERR_RSVD_MASK
 
@@ -171,7 +171,7 @@ class EptSession(GuestSession[StepT]):
         userspace first (`dirty_ring_exit`), and the entry is the next KVM_RUN's."""
         self.dirty_ring_exit(vcpu)
         rip, code = MMIO_STORE
-        self.trace_kvm_entry(vcpu, rip + len(code) if ret is RetPf.EMULATE else rip)
+        self.trace_kvm_entry(vcpu, rip + len(code) if ret is RET_PF_EMULATE else rip)
 
     def exit_code(self, spte: int, write: bool, fetch: bool = False) -> int:
         """What `kvm_page_fault` prints as its code: under EPT the exit qualification

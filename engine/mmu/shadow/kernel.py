@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from ...memslots.vm import Vm
 from ..guest.page_tables import GuestPageTables
-from ..spte import RetPf
+from ..spte import RET_PF_EMULATE, RetPf
 from .cpu import ShadowMmuView, exit_error_code, leaf_allows
 
 KERNEL_TEXT_GVA = 0x8000_0000  # 2 GiB: PDE 0 of the third PDPT entry
@@ -126,7 +126,7 @@ class GuestKernel:
                 ret = mmu.page_fault(vcpu, cr3, gva, write=True, user=False)
                 if self.on_result is not None:
                     self.on_result(ret)
-                if ret is RetPf.EMULATE:
+                if ret is RET_PF_EMULATE:
                     mmu.emulate_instruction(vcpu, gva, True, False, size=8)  # a pte
                     return
         finally:

@@ -106,6 +106,10 @@ from ..spte import (
     KVM_MAX_HUGEPAGE_LEVEL,
     PT_USER_MASK,
     PT_WRITABLE_MASK,
+    RET_PF_EMULATE,
+    RET_PF_FIXED,
+    RET_PF_RETRY,
+    RET_PF_SPURIOUS,
     SPTE_BASE_ADDR_MASK,
     SPTE_CONFIGS,
     RetPf,
@@ -527,7 +531,7 @@ class ShadowMmu:
         if is_mmio_spte(self.cfg, spte) and handle_mmio_page_fault(
             self, vcpu, gva, spte, self.vm.generation(root.role.smm), direct=False
         ):
-            return RetPf.EMULATE
+            return RET_PF_EMULATE
         self.stat["pf_taken"] += 1
         present = is_shadow_present_pte(spte) and not is_mmio_spte(self.cfg, spte)
         error_code = gpt.PFERR_PRESENT_MASK if present else 0
@@ -535,7 +539,7 @@ class ShadowMmu:
         use_vtlb = sp.role.level == 1
         translated = self._translate(vcpu, gva, write, user, error_code, use_vtlb, fetch)
         if translated is None:
-            return RetPf.RETRY
+            return RET_PF_RETRY
         gfn, access, walk = translated
         slot = self.vm.vcpu_gfn_to_memslot(vcpu, gfn)
         if write and present and self.write_tracked(gfn, root.role.smm):
@@ -548,7 +552,7 @@ class ShadowMmu:
             slot is not None and write and slot.readonly
         ):
             self.stat["pf_emulate"] += 1
-            return RetPf.EMULATE
+            return RET_PF_EMULATE
         obsolete = self.pages.is_obsolete(root)  # read before make_mmu_pages_available(),
         self.pages.make_mmu_pages_available()  # which the kernel runs after the stale check
         if walk is None and sp.role.invalid:  # a vtlb hit whose page the budget zapped
@@ -556,10 +560,10 @@ class ShadowMmu:
             assert translated is not None  # the vtlb agreed with the guest tables
             gfn, access, walk = translated
         fault = KvmPageFault(gfn, write, fetch, slot, PG_LEVEL_4K)
-        if self.levels.kvm_mmu_faultin_pfn(fault) is RetPf.RETRY:
-            return RetPf.RETRY  # an MMU-notifier invalidation of the gfn (mapping_level.py)
+        if self.levels.kvm_mmu_faultin_pfn(fault) is RET_PF_RETRY:
+            return RET_PF_RETRY  # an MMU-notifier invalidation of the gfn (mapping_level.py)
         if self.levels.is_page_fault_stale(fault, obsolete):  # write_lock(mmu_lock)
-            return RetPf.RETRY
+            return RET_PF_RETRY
         if walk is not None:
             fault.max_level = self.max_level(walk)
             sp, index = self.fetch(root, gva, walk, fault, access)
@@ -573,7 +577,7 @@ class ShadowMmu:
             ret = self.set_spte(
                 sp, index, base_gfn, access, slot, write, user, level=level, fetch=fetch
             )
-        if ret is not RetPf.SPURIOUS and self.pte_prefetch:
+        if ret is not RET_PF_SPURIOUS and self.pte_prefetch:
             self._pte_prefetch(sp, index)  # FNAME(fetch): unless RET_PF_SPURIOUS
         return ret
 
@@ -581,7 +585,7 @@ class ShadowMmu:
         """RET_PF_WRITE_PROTECTED → `kvm_mmu_write_protect_fault()`: emulate the store
         (its `kvm_mmu_track_write()` is the guest's `write_pte` of the value)."""
         self.stat["pf_emulate"] += 1
-        return RetPf.EMULATE
+        return RET_PF_EMULATE
 
     def _mmio_cacheable(self, gfn: int) -> bool:
         return self.cfg.mmio_caching_enabled and not gfn >> (self.cfg.host_phys_bits - PAGE_SHIFT)
@@ -864,7 +868,7 @@ class ShadowMmu:
         self._emit("mark_mmio_spte", **mark_mmio_spte_fields(sp.sptep(index), gfn, spte))
         self.stat["pf_mmio_spte_created"] += 1
         self.stat["pf_emulate"] += 1
-        return RetPf.EMULATE
+        return RET_PF_EMULATE
 
     def set_spte(
         self,
@@ -908,7 +912,7 @@ class ShadowMmu:
         executable = not fetch or not spte & self.cfg.shadow_nx_mask
         if present and spte_to_pfn(spte) == pfn and spte & needs == needs and executable:
             self.stat["pf_spurious"] += 1
-            return RetPf.SPURIOUS
+            return RET_PF_SPURIOUS
         if not is_empty_spte(spte):
             self._zap_leaf(sp, index)
         sp.spt[index] = spte = make_spte(
@@ -935,7 +939,7 @@ class ShadowMmu:
             return self._write_protected()
         if not prefetch:
             self.stat["pf_fixed"] += 1
-        return RetPf.FIXED
+        return RET_PF_FIXED
 
     def set_prefetched_spte(
         self, sp: KvmMmuPage, index: int, gfn: int, access: int, slot: MemorySlot

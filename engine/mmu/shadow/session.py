@@ -55,7 +55,7 @@ from ..guest.session import GuestSession, after_2011
 from ..mmu_notifier import KvmMmuNotifier
 from ..mmu_pages import KvmMmuPage
 from ..params import TdpMmuParams
-from ..spte import RetPf, SpteConfig, spte_config_named
+from ..spte import RET_PF_EMULATE, RET_PF_RETRY, RetPf, SpteConfig, spte_config_named
 from ..vcpu.emulate import MmioBus
 from .cpu import exit_error_code, leaf_allows, leaf_spte
 from .kernel import KERNEL_EVERY, KernelMaps, kernel_access
@@ -215,10 +215,10 @@ class ShadowSession(GuestSession[ShadowStep]):
                 access.vcpu, access.cr3, access.gva, access.write, access.user, access.fetch
             )
         )
-        if ret is RetPf.EMULATE:
+        if ret is RET_PF_EMULATE:
             self._emulate(access)
         guest = ""
-        if ret is RetPf.RETRY and access.vcpu in self.mmu.injected:
+        if ret is RET_PF_RETRY and access.vcpu in self.mmu.injected:
             del self.mmu.injected[access.vcpu]
             guest = self.os.handle_fault(access.cr3, access.gva, access.write)
         # the guest runs the instruction again: after its #PF handler, or at once when an

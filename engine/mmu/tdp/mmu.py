@@ -142,6 +142,11 @@ from ..spte import (
     KVM_MAX_HUGEPAGE_LEVEL,
     PT_PAGE_SIZE_MASK,
     PT_WRITABLE_MASK,
+    RET_PF_EMULATE,
+    RET_PF_FIXED,
+    RET_PF_INVALID,
+    RET_PF_RETRY,
+    RET_PF_SPURIOUS,
     SPTE_BASE_ADDR_MASK,
     SPTE_CONFIGS,
     SPTE_MMU_PRESENT_MASK,
@@ -629,10 +634,10 @@ class TdpMmu:
             gen = self.vm.generation(root.role.smm)
             if handle_mmio_page_fault(self, vcpu, gpa, sp.spt[index], gen, direct=True):
                 self.emulator.emulate(vcpu, gpa, write)  # emulate: x86_emulate_instruction()
-                return RetPf.EMULATE
+                return RET_PF_EMULATE
         self.stat["pf_taken"] += 1
         ret = self.kvm_tdp_mmu_page_fault(vcpu, root, gpa, write, exec_, error_code)
-        if ret is RetPf.EMULATE:
+        if ret is RET_PF_EMULATE:
             self.stat["pf_emulate"] += 1
             self.emulator.emulate(vcpu, gpa, write)
         return ret
@@ -655,23 +660,23 @@ class TdpMmu:
         slot = self._vcpu_gfn_to_memslot(vcpu, gfn)
         fault = KvmPageFault(gfn, write, exec_, slot, error_code=error_code, addr=gpa)
         ret = self.fast_pf.page_fault(vcpu, fault)
-        if ret is not RetPf.INVALID:
+        if ret is not RET_PF_INVALID:
             return ret
         if slot is None:  # kvm_handle_noslot_fault(): vcpu_cache_mmio_info() first
             gen = self.vm.generation(root.role.smm)
             self.mmio_info.cache(vcpu, 0, gfn, ACC_ALL & self.cfg.shadow_mmio_access_mask, gen)
             if not self.cfg.mmio_caching_enabled or gfn > kvm_mmu_max_gfn(self.cfg):
-                return RetPf.EMULATE  # no MMIO spte made
-        if self.levels.kvm_mmu_faultin_pfn(fault) is RetPf.RETRY:
-            return RetPf.RETRY  # an MMU-notifier invalidation of the gfn (mapping_level.py)
+                return RET_PF_EMULATE  # no MMIO spte made
+        if self.levels.kvm_mmu_faultin_pfn(fault) is RET_PF_RETRY:
+            return RET_PF_RETRY  # an MMU-notifier invalidation of the gfn (mapping_level.py)
         if slot is not None and write and slot.flags & KVM_MEM_READONLY:
-            return RetPf.EMULATE
+            return RET_PF_EMULATE
         if self.levels.is_page_fault_stale(fault, bool(root.role.invalid)):  # read_lock
-            return RetPf.RETRY
+            return RET_PF_RETRY
         ret = self.kvm_tdp_mmu_map(fault, root)
-        if ret is RetPf.FIXED:
+        if ret is RET_PF_FIXED:
             self.stat["pf_fixed"] += 1
-        elif ret is RetPf.SPURIOUS:
+        elif ret is RET_PF_SPURIOUS:
             self.stat["pf_spurious"] += 1
         return ret
 
@@ -695,7 +700,7 @@ class TdpMmu:
             if self._nx:
                 self.disallowed_hugepage_adjust(fault, it.old_spte, it.level)
             if it.old_spte == self.frozen:  # is_frozen_spte(): another thread is zapping it
-                return RetPf.RETRY
+                return RET_PF_RETRY
             if it.level == fault.goal_level:
                 return self.tdp_mmu_map_handle_target_level(fault, it)
             if is_shadow_present_pte(it.old_spte) and not is_large_pte(it.old_spte):
@@ -708,10 +713,10 @@ class TdpMmu:
                 r = self.tdp_mmu_link_sp(it, sp, True)
             if r:
                 self.tdp_mmu_free_sp(sp)
-                return RetPf.RETRY
+                return RET_PF_RETRY
             if fault.huge_page_disallowed and fault.req_level >= it.level:
                 self.track_possible_nx_huge_page(sp)
-        return RetPf.RETRY  # the walk ended above the goal level
+        return RET_PF_RETRY  # the walk ended above the goal level
 
     def tdp_mmu_map_handle_target_level(self, fault: KvmPageFault, it: TdpIter) -> RetPf:
         """`tdp_mmu_map_handle_target_level()` (6.18 tdp_mmu.c).  6.13+ (`spurious_era`):
@@ -728,23 +733,23 @@ class TdpMmu:
             and is_access_allowed(self.cfg, fault, old_spte)
             and is_last_spte(old_spte, it.level)
         ):
-            return RetPf.SPURIOUS
+            return RET_PF_SPURIOUS
         if slot is None:
             new_spte = make_mmio_spte(self.cfg, it.gfn, ACC_ALL, self.vm.generation(it.as_id))
         else:
             new_spte = self.make_spte(fault.pfn, it.level, fault.map_writable)
-        ret = RetPf.FIXED
+        ret = RET_PF_FIXED
         if new_spte == it.old_spte:
-            ret = RetPf.SPURIOUS
+            ret = RET_PF_SPURIOUS
         elif self.tdp_mmu_set_spte_atomic(it, new_spte):
-            return RetPf.RETRY
+            return RET_PF_RETRY
         if slot is None:
             self.stat["pf_mmio_spte_created"] += 1
             if self._listener is not None:
                 # tdp_mmu_map_handle_target_level(): trace_mark_mmio_spte(sptep, gfn,
                 # new_spte), whose access is spte & ACC_ALL (6 on EPT), as the shadow MMU's
                 self._emit("mark_mmio_spte", **mark_mmio_spte_fields(it.sptep, it.gfn, new_spte))
-            return RetPf.EMULATE
+            return RET_PF_EMULATE
         if fault.map_writable and slot.flags & KVM_MEM_LOG_DIRTY_PAGES:
             mark_page_dirty_in_slot(self, slot, fault.gfn)  # make_spte()
         listener = self._listener

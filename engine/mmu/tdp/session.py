@@ -49,7 +49,7 @@ from ..guest.ept import (
 from ..guest.session import ACCESS_NS
 from ..mmu_pages import KvmMmuPage
 from ..params import TdpMmuParams
-from ..spte import RetPf, SpteConfig, spte_config_named
+from ..spte import RET_PF_RETRY, RetPf, SpteConfig, spte_config_named
 from .cpu import CpuWalks
 from .iter import TdpIter
 from .mmu import TdpMmu
@@ -271,10 +271,10 @@ class TdpSession(EptSession[TdpStep]):
         fast_page_fault did (`fast_words`, when it fixed it)."""
         mmu = self.mmu
         fixed_fast = mmu.stat["pf_fast"]
-        ret: RetPf | None = RetPf.RETRY
+        ret: RetPf | None = RET_PF_RETRY
         for _ in range(MAX_RETRIES):
             ret = self._fault(access)
-            if ret is not RetPf.RETRY or not self.needs_exit(access):
+            if ret is not RET_PF_RETRY or not self.needs_exit(access):
                 break
         if mmu.stat["pf_fast"] == fixed_fast:
             return ret, ""
