@@ -12,6 +12,7 @@ the same root and region ends in the same table again.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import MutableSequence, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -45,7 +46,8 @@ class CpuWalks:
 
     def __init__(self, mmu: TdpMmu) -> None:
         self.mmu = mmu
-        self._tables: dict[int, dict[int, Table]] = {}  # root seq -> 2M region -> Table
+        #: root seq -> 2M region -> Table (a root's dict made at its first walk)
+        self._tables: defaultdict[int, dict[int, Table]] = defaultdict(dict)
         self._changes = mmu.pages.paging_changes  # when the memo was last known right
         cfg = mmu.cfg
         #: what an access needs of the leaf: `spte & mask == value`.  MMU-present (not
@@ -70,7 +72,7 @@ class CpuWalks:
         """The spte the walk of `root` for `gfn` ends at: a leaf, a spte that is not
         present (or an MMIO spte), or level 1's entry."""
         self._check()
-        spt, index = self._walks_of(root).get(gfn >> 9) or self._walk(root, gfn)
+        spt, index = self._tables[root.seq].get(gfn >> 9) or self._walk(root, gfn)
         return spt[gfn & 511 if index < 0 else index]
 
     def allows(self, spte: int, write: bool, fetch: bool) -> bool:
@@ -85,9 +87,9 @@ class CpuWalks:
         self._check()
         # each vCPU's valid root's walks: while only the CPU runs, no root is loaded or
         # invalidated and no table is linked or taken out
-        roots = self.mmu.roots
+        roots, tables = self.mmu.roots, self._tables
         read, write_, fetch_ = self.stops  # chosen as `Needs.of` does, with no call
-        walks = {v: self._walks_of(root) for v, root in roots.items() if not root.role.invalid}
+        walks = {v: tables[root.seq] for v, root in roots.items() if not root.role.invalid}
         for index in range(start, stop):
             vcpu, gpa, write, fetch = accesses[index]
             regions = walks.get(vcpu)
@@ -103,7 +105,7 @@ class CpuWalks:
     def sets_dirty(self, root: TdpMmuPage, gfn: int) -> bool:
         """A write the leaf allows, to a leaf with D clear: the CPU sets D (EPT A/D bits)
         and, with PML on, logs the gpa.  False when the write exits instead."""
-        spt, index = self._walks_of(root).get(gfn >> 9) or self._walk(root, gfn)
+        spt, index = self._tables[root.seq].get(gfn >> 9) or self._walk(root, gfn)
         index = gfn & 511 if index < 0 else index
         dirty = self.mmu.cfg.shadow_dirty_mask
         if not self.allows(spt[index], True, False) or spt[index] & dirty:
@@ -117,14 +119,8 @@ class CpuWalks:
             self._changes = self.mmu.pages.paging_changes
             self._tables.clear()
 
-    def _walks_of(self, root: TdpMmuPage) -> dict[int, Table]:
-        walks = self._tables.get(root.seq)
-        if walks is None:
-            walks = self._tables[root.seq] = {}
-        return walks
-
     def _walk(self, root: TdpMmuPage, gfn: int) -> Table:
         """The walk from the top (`TdpMmu.last_spte`), remembered."""
         sp, index = self.mmu.last_spte(root, gfn)
-        table = self._walks_of(root)[gfn >> 9] = (sp.spt, index if sp.role.level > 1 else -1)
+        table = self._tables[root.seq][gfn >> 9] = (sp.spt, index if sp.role.level > 1 else -1)
         return table

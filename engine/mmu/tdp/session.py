@@ -347,10 +347,9 @@ class TdpSession(EptSession[TdpStep]):
     def leaf_spte(self, vcpu: int, gfn: int) -> int:
         """The spte the CPU's walk of the vCPU's valid root ends at (0 without one): the
         walk `CpuWalks` remembers, the one that just made the access exit."""
-        root = self._live_root(vcpu)
-        if root is None:
+        root = self.mmu.roots.get(vcpu)
+        if root is None or root.role.invalid:
             return 0
-        assert isinstance(root, TdpMmuPage)
         return self.cpu.leaf_spte(root, gfn)
 
     def _live_root(self, vcpu: int) -> KvmMmuPage | None:
