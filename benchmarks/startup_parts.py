@@ -113,10 +113,17 @@ def textual_steps(markers: tuple[str, ...]) -> None:
     from textual.screen import Screen
 
     wrap(Stylesheet, "_parse_rules", "css-parse", lambda _, css, *a, **k: k.get("read_from", a[:1]))
-    wrap(Stylesheet, "apply", "css-apply")
+    from textual.widget import Widget
+
+    def node_name(_: object, node: Widget, *args: object, **kwargs: object) -> str:
+        parent = node.parent if type(node).__name__ == "DOMNode" else None  # a component
+        return f"{type(parent).__name__} component" if parent else type(node).__name__
+
+    wrap(Stylesheet, "apply", "css-apply", node_name)
     wrap(Stylesheet, "_process_component_classes", "css-apply")
     wrap(Screen, "_refresh_layout", "layout")
     wrap(Screen, "_compositor_refresh", "draw")
+    wrap(Widget, "render_lines", "draw", lambda widget, *a: type(widget).__name__)
     escapes = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
     seen: set[str] = set()
     original_run = App.run

@@ -21,11 +21,16 @@ def test_no_command_module_imports_the_assembling_cli() -> None:
 
 def test_a_command_line_builds_only_its_command_and_lists_every_command() -> None:
     """Start-up: `mmuscope` alone, or with an option whose value names a command, imports
-    no command module, yet `--help` lists every command with its help line; a command
-    gets its arguments."""
+    no command module and builds no command's parser, yet `--help` lists every command
+    with its help line, as argparse's error for a word that is no command does; a
+    command gets its arguments."""
     full = build_parser().format_help()
-    assert build_parser([]).format_help() == full
-    assert build_parser(["--scenario", "simulate"]).format_help() == full
+    assert "rmaps-stat" in full
+    assert build_parser(["--help"]).format_help() == full
+    assert build_parser(["--scenario", "simulate", "--help"]).format_help() == full
+    assert build_parser(["--paused", "nosuch"]).format_help() == full
+    assert "rmaps-stat" not in build_parser(["--scenario", "simulate"]).format_help()
+    assert "rmaps-stat" not in build_parser([]).format_help()
     words = ["lookup", "0x1", "--layout", "max"]
     args = build_parser(words).parse_args(words)
     assert (args.command, args.gfn, args.layout) == ("lookup", 1, "max")

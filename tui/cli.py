@@ -55,10 +55,10 @@ EXTERNAL: dict[str, tuple[str, str, str]] = {
 }  # fmt: skip
 
 
-def command_of(argv: Sequence[str], takes_value: Collection[str]) -> str | None:
-    """The command `argv` names: its first word that is a command and not the value of
-    the option before it (`--scenario vtlb`: an option of `takes_value`), or None (the
-    explorer)."""
+def first_word(argv: Sequence[str], takes_value: Collection[str]) -> str | None:
+    """The first word of `argv` that is not an option nor the value of the option before
+    it (`--scenario vtlb`: an option of `takes_value`): the command, if it is one; None
+    when there is none (the explorer)."""
     skip = False
     for word in argv:
         if skip:
@@ -66,7 +66,7 @@ def command_of(argv: Sequence[str], takes_value: Collection[str]) -> str | None:
         elif word.startswith("-"):
             skip = word in takes_value
         else:
-            return word if word in RUNNERS else None
+            return word
     return None
 
 
@@ -84,9 +84,10 @@ EXAMPLES = (
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The whole parser; given the command line `argv`, only the command it names gets
-    its arguments (the others keep their name and help line for `--help`), so starting
-    the explorer imports no command module; a command needs no other command's parser,
-    unless a help before it lists them (`mmuscope --help simulate`)."""
+    its arguments, and the others their name and help line only where argparse shows
+    them (`--help`, and its error for a word that is no command), so starting the
+    explorer builds no command's parser (each an ArgumentParser: ~10M instructions of
+    its start-up for the thirteen) and imports no command module."""
     from . import __version__
     from .cliparts import CliParser, add_explorer_options
 
@@ -104,9 +105,13 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         _add_commands(sub, only=None)
     else:
         takes_value = {s for action in explorer if action.nargs != 0 for s in action.option_strings}
-        command = command_of(argv, takes_value)
+        word = first_word(argv, takes_value)
+        command = word if word in RUNNERS else None
         before = argv if command is None else argv[: list(argv).index(command)]
-        _add_commands(sub, only=command or "", listed=command is None or _asks_help(before))
+        # argparse shows the list of commands in --help and in the error for a word that
+        # is no command; a command line with neither parses the same without it
+        listed = (word is not None and command is None) or _asks_help(before)
+        _add_commands(sub, only=command or "", listed=listed)
         if command is not None:
             _refuse_explorer_options(parser, argv, command, explorer)
     return parser
