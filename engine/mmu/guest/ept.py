@@ -209,25 +209,26 @@ class EptSession(GuestSession[StepT]):
         """The workload's accesses `first` up to `stop`, drawn at once: nothing an access
         does changes the draws of the next (only a memslot update does, and they come
         between draws, `workload_update`)."""
-        rng, ram, nr_vcpus = self._rng, self._ram, self.nr_vcpus
-        # the generators' methods, looked up once for the whole draw
+        rng, ram, slots, nr_vcpus = self._rng, self._ram, len(self._ram), self.nr_vcpus
+        # the generators' methods, and the list's, looked up once for the whole draw
         getrandbits, draw, draw_fetch = rng.getrandbits, rng.random, self._fetch_rng.random
         netperf, migrate = self.workload == "netperf", self.workload == "migrate"
         accesses: list[Access] = []
+        add = accesses.append
         for at in range(first, stop):
             vcpu = at % nr_vcpus
             if netperf and draw() < 0.7:
                 gpa = NIC_DOORBELL if draw() < 0.8 else LAPIC_EOI
-                accesses.append((vcpu, gpa, True, False))
+                add((vcpu, gpa, True, False))
                 continue
             if migrate and (hot := self.hot_access(rng)) is not None:
-                accesses.append((vcpu, hot[0] << PAGE_SHIFT, hot[1], False))
+                add((vcpu, hot[0] << PAGE_SHIFT, hot[1], False))
                 continue
-            slot = ram[uniform_below(getrandbits, len(ram))]  # rng.choice(ram)
+            slot = ram[uniform_below(getrandbits, slots)]  # rng.choice(ram)
             gfn = slot.base_gfn + uniform_below(getrandbits, slot.npages)  # + randrange(npages)
             write = draw() < 0.3
             fetch = not write and draw_fetch() < FETCH_RATE
-            accesses.append((vcpu, gfn << PAGE_SHIFT, write, fetch))
+            add((vcpu, gfn << PAGE_SHIFT, write, fetch))
         return accesses
 
     # -- dirty logging, KVM_GET_DIRTY_LOG and aging (what makes fast_page_fault() fire)
