@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterator, Mapping
+from functools import lru_cache
 from typing import Any
 
 from ..events import Event, FieldValue, model_name
@@ -52,7 +53,7 @@ _NAME_WIDTH = 20  # trace-cmd pads event names to this
 # (kernel/trace/trace_output.c) and trace-cmd's: comm, pid, cpu, then the flags or the
 # timestamp (`_TIMESTAMP`, seconds and microseconds)
 _FTRACE_HEAD = "%16s-%-7d [%03d] %s "
-_TRACE_CMD_HEAD = "%16s-%-5d [%03d] %s: "
+_TRACE_CMD_COLUMNS = "%16s-%-5d [%03d] "  # then the timestamp and ": "
 _TIMESTAMP = "%5d.%06d"  # %5lu.%06lu
 
 
@@ -98,7 +99,13 @@ def ftrace_head(comm: str, pid: int, cpu: int, flags: str) -> str:
 
 def trace_cmd_head(comm: str, pid: int, cpu: int, ts: float) -> str:
     """A ``trace-cmd report`` line up to the event's name: comm, pid, cpu and timestamp."""
-    return _TRACE_CMD_HEAD % (comm, pid, cpu, _timestamp(ts))
+    return f"{_trace_cmd_columns(comm, pid, cpu)}{_timestamp(ts)}: "
+
+
+@lru_cache(maxsize=1024)
+def _trace_cmd_columns(comm: str, pid: int, cpu: int) -> str:
+    """The columns before the timestamp: the same for each line of a task on one CPU."""
+    return _TRACE_CMD_COLUMNS % (comm, pid, cpu)
 
 
 def trace_cmd_name(name: str) -> str:
