@@ -111,7 +111,9 @@ class EptSession(GuestSession[StepT]):
 
         def leaf_spte(self, vcpu: int, gfn: int) -> int: ...
 
-    def ept_exit(self, vcpu: int, gpa: int, write: bool, fetch: bool) -> int | None:
+    def ept_exit(
+        self, vcpu: int, gpa: int, write: bool, fetch: bool, spte: int | None = None
+    ) -> int | None:
         """The VM exit of an access the CPU's walk did not let through, on the spte the
         walk ends at, as 6.18 vmx.c takes it (vmx.py): `kvm_exit`, then an EPT violation
         traces `kvm_page_fault` with the exit qualification and hands
@@ -122,9 +124,11 @@ class EptSession(GuestSession[StepT]):
         and the vCPU re-enters (None: no `kvm_mmu_page_fault()`); else its error code is
         PFERR_RSVD_MASK.  Under NPT every #NPF is traced and its error code handed over
         (`npf_interception()`, 6.18 svm.c).  The error code: the fault path runs next,
-        then `vm_entry`."""
+        then `vm_entry`.  `spte`: the leaf the CPU's walk ended at, when the caller's walk
+        just read it (else `leaf_spte` walks)."""
         cfg = self.mmu.cfg
-        spte = self.leaf_spte(vcpu, gpa >> PAGE_SHIFT)
+        if spte is None:
+            spte = self.leaf_spte(vcpu, gpa >> PAGE_SHIFT)
         reason = exit_reason(cfg, spte)
         if reason == NPF:
             code = npf_error_code(cfg, spte, write, fetch)

@@ -49,6 +49,9 @@ class CpuWalks:
         #: root seq -> 2M region -> Table (a root's dict made at its first walk)
         self._tables: defaultdict[int, dict[int, Table]] = defaultdict(dict)
         self._changes = mmu.pages.paging_changes  # when the memo was last known right
+        #: the leaf the access `first_exit` stopped at ended its walk at (the spte its
+        #: VM exit reports: `EptSession.ept_exit`)
+        self.exit_spte = 0
         cfg = mmu.cfg
         #: what an access needs of the leaf: `spte & mask == value`.  MMU-present (not
         #: an MMIO spte) and R for a read (access tracking clears RWX), W for a write,
@@ -83,7 +86,8 @@ class CpuWalks:
     def first_exit(self, accesses: Sequence[Access], start: int, stop: int) -> int:
         """Runs `accesses[start:stop]` as the CPU runs them, up to the first one it does
         not let through: whose vCPU has no valid root (its VM entry loads one) or whose
-        walk ends at a leaf that does not allow it.  That one's index, or `stop`."""
+        walk ends at a leaf that does not allow it (`exit_spte`, the exit's).  That one's
+        index, or `stop`."""
         self._check()
         # each vCPU's valid root's walks: while only the CPU runs, no root is loaded or
         # invalidated and no table is linked or taken out
@@ -98,7 +102,9 @@ class CpuWalks:
             gfn = gpa >> PAGE_SHIFT
             spt, i = regions.get(gfn >> 9) or self._walk(roots[vcpu], gfn)
             mask, value = fetch_ if fetch else write_ if write else read
-            if spt[gfn & 511 if i < 0 else i] & mask != value:
+            spte = spt[gfn & 511 if i < 0 else i]
+            if spte & mask != value:
+                self.exit_spte = spte
                 return index
         return stop
 

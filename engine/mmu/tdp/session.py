@@ -210,7 +210,8 @@ class TdpSession(EptSession[TdpStep]):
                 self.dirty_ring_exit(vcpu)  # the PML-full exit's entry (a ring, soft full)
                 index += 1
                 continue
-            exited = (first + index, *self._exit(EptAccess(vcpu, gpa, write, fetch)))
+            access = EptAccess(vcpu, gpa, write, fetch)
+            exited = (first + index, *self._exit(access, self.cpu.exit_spte))
             index += 1
 
     def _slot_of(self, vcpu: int, gpa: int) -> MemorySlot | None:
@@ -265,24 +266,26 @@ class TdpSession(EptSession[TdpStep]):
             due = first if due < 0 else min(due, first)
         return -(-due // ACCESS_NS) if due >= 0 else sys.maxsize
 
-    def _exit(self, access: EptAccess) -> tuple[RetPf | None, str]:
-        """The VM exit and the faults, again while RET_PF_RETRY leaves it unmapped; the
-        last RET_PF_* (None: the exit's handler took the store, `ept_exit`) and what
-        fast_page_fault did (`fast_words`, when it fixed it)."""
+    def _exit(self, access: EptAccess, spte: int) -> tuple[RetPf | None, str]:
+        """The VM exit on `spte` (where the CPU's walk ended) and the faults, again while
+        RET_PF_RETRY leaves it unmapped; the last RET_PF_* (None: the exit's handler took
+        the store, `ept_exit`) and what fast_page_fault did (`fast_words`, when it fixed
+        it)."""
         mmu = self.mmu
         fixed_fast = mmu.stat["pf_fast"]
         ret: RetPf | None = RET_PF_RETRY
-        for _ in range(MAX_RETRIES):
-            ret = self._fault(access)
+        for retry in range(MAX_RETRIES):
+            ret = self._fault(access, None if retry else spte)  # a retry walks again
             if ret is not RET_PF_RETRY or not self.needs_exit(access):
                 break
         if mmu.stat["pf_fast"] == fixed_fast:
             return ret, ""
         return ret, fast_words(mmu.cfg, mmu.fast_pf.last)
 
-    def _fault(self, access: EptAccess) -> RetPf | None:
-        """One exit of the access: `ept_exit`, `kvm_mmu_page_fault()`, the next entry."""
-        error_code = self.ept_exit(access.vcpu, access.gpa, access.write, access.fetch)
+    def _fault(self, access: EptAccess, spte: int | None = None) -> RetPf | None:
+        """One exit of the access (on `spte`, when the caller's walk just read it):
+        `ept_exit`, `kvm_mmu_page_fault()`, the next entry."""
+        error_code = self.ept_exit(access.vcpu, access.gpa, access.write, access.fetch, spte)
         if error_code is None:
             return None
         mmu, vcpu, gpa = self.mmu, access.vcpu, access.gpa
