@@ -4,6 +4,7 @@ pytest-xdist worker under `make test` (`-n 2 --dist=loadgroup`)."""
 from __future__ import annotations
 
 import signal
+import sys
 
 import pytest
 
@@ -61,6 +62,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         group = _group(item.path.name)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """Textual keeps the StylesCache of the last 1024 widgets drawn, with every line each
+    drew, for the life of the process: `StylesCache.get_inner_outer` is an lru_cache on a
+    method, whose keys hold `self` (Textual's issue 6665, open).  In a worker that is
+    ~650,000 objects that every full collection walks (three Pilot-heavy test files: 74 s
+    in the collector, 29 s with the cache let go after each test), and at the end a
+    worker's exit took over 5 s, so that execnet interrupted it (SIGINT): the
+    KeyboardInterrupt in hypothesis' gc callback, the "unraisable exception" warnings."""
+    styles_cache = sys.modules.get("textual._styles_cache")
+    if styles_cache is not None:
+        styles_cache.StylesCache.get_inner_outer.cache_clear()
 
 
 @pytest.fixture(autouse=True)
