@@ -128,18 +128,26 @@ class GuestSession(Generic[StepT]):
         if self._raw is not None:
             self._raw(event.name, event.fields)
         if self._listeners:
-            ts, cpu = self.stamp()
-            stamped = Event(event.name, event.fields, ts, cpu, event.pid, "qemu-kvm")
-            for listener in list(self._listeners):
-                listener(stamped)
+            self._hand_out(event.name, event.fields, event.pid)
+
+    def _hand_out(self, name: str, fields: Mapping[str, FieldValue], pid: int = 0) -> None:
+        """The event, stamped, to each listener."""
+        ts, cpu = self.stamp()
+        stamped = Event(name, fields, ts, cpu, pid, "qemu-kvm")
+        for listener in list(self._listeners):
+            listener(stamped)
 
     def _forward_fields(self, name: str, fields: Mapping[str, FieldValue]) -> None:
-        """`_forward` for an MMU that hands out names and fields: the `Event` is built
-        only when a listener or `_observe` wants one."""
-        if self._listeners or self._observes:
+        """`_forward` for an MMU that hands out names and fields: an `Event` is built
+        only when a listener or `_observe` wants one, and the stamped one alone when no
+        `_observe` does (a zap hands out one per spte of each freed page table)."""
+        if self._observes:
             self._forward(Event(name, fields))
-        elif self._raw is not None:
+            return
+        if self._raw is not None:
             self._raw(name, fields)
+        if self._listeners:
+            self._hand_out(name, fields)
 
     def stamp(self) -> tuple[float, int]:
         """The timestamp (virtual time: ACCESS_NS per access) and CPU of an event now."""
