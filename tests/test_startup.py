@@ -1,12 +1,15 @@
-"""The explorer's start-up does its work once (benchmarks/startup_speed.py measures what
-the first frame costs): it opens in the theme asked for without restyling the app, its
-stylesheet parsed once."""
+"""The explorer's start-up does its work once, and only the first frame's (benchmarks/
+startup_speed.py measures what the first frame costs): it opens in the theme asked for
+without restyling the app, its stylesheet parsed once, and that stylesheet holds no other
+screen's layout."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+from mmuscope.tui.resources import stylesheet
 from mmuscope.tui.themes import BUILTIN_THEMES, DEFAULT_THEME, load_themes
 from textual.color import Color
 from textual.css.stylesheet import Stylesheet
@@ -39,3 +42,16 @@ async def test_the_app_opens_in_its_theme_without_reparsing_its_css(
         assert app.own_themes == list(BUILTIN_THEMES)
         assert screen.styles.background == Color.parse(wanted.background or "")
         assert reparsed == []  # a theme set after App.__init__ would restyle everything
+
+
+async def test_the_app_stylesheet_styles_only_the_first_screen(tmp_path: Path) -> None:
+    """tui/app.tcss, parsed before the first frame, holds what every screen shares and
+    the memslots screen; each other screen's layout is its own DEFAULT_CSS, parsed when
+    it is first shown (each id app.tcss names is on the memslots screen)."""
+    ids = set(re.findall(r"#([a-z][\w-]*)", stylesheet().read_text()))
+    assert {"structure", "slots", "counters"} <= ids
+    app = build(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        screen = memslots(app)
+        assert sorted(i for i in ids if not screen.query(f"#{i}")) == []

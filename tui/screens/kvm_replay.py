@@ -134,6 +134,13 @@ def _n(value: object) -> str:
 
 
 class KvmReplayScreen(ReplayScreen):
+    DEFAULT_CSS = """
+    KvmReplayScreen #replay-state { min-width: 36; }
+    KvmReplayScreen.-narrow #replay-state { min-width: 0; }
+    KvmReplayScreen #kvm-side { width: 2fr; min-width: 48; }
+    KvmReplayScreen.-narrow #kvm-side { width: 36; min-width: 0; }
+    """
+
     def __init__(self, launch: KvmLaunch, pacer: Pacer) -> None:
         pacer.playing = True
         super().__init__(LiveTimeline(), pacer, source=f"kvm {launch.program}", pipe=launch.fifo)

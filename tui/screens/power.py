@@ -47,6 +47,8 @@ class PowerScreen(PlayerScreen):
 
     DEFAULT_CSS = """
     PowerScreen #hpt { height: 1fr; }
+    PowerScreen #power-right { width: 2fr; min-width: 44; }
+    PowerScreen.-narrow #power-right { width: 36; min-width: 0; }
     PowerScreen #power-counters { height: auto; max-height: 24; }
     PowerScreen #fault-steps { height: 1fr; }
     PowerScreen.-short #power-counters, PowerScreen.-captioned #power-counters { height: 1fr; }

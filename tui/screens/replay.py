@@ -101,8 +101,15 @@ class ReplayScreen(PlayerScreen):
         Binding("p", "filter_pids", "Pids", tooltip="Show only some pids' events"),
     ]  # fmt: skip
 
+    # The spte grid keeps its 32 cells a row (and its border and padding): on the kvm
+    # screen, at 120 columns, the statistics beside it leave the kvm->arch panel 36
+    # columns, the grid the other 36 (tui/screens/kvm_replay.py).
     DEFAULT_CSS = """
-    ReplayScreen #replay-body { width: 1fr; }
+    ReplayScreen #replay-body { width: 3fr; }
+    ReplayScreen #replay-left { width: 3fr; min-width: 36; }
+    ReplayScreen.-narrow #replay-left { min-width: 0; }
+    ReplayScreen #replay-state { width: 2fr; min-width: 46; }
+    ReplayScreen.-narrow #replay-state { width: 34; min-width: 0; }
     ReplayScreen #replay-panels { height: 1fr; }
     ReplayScreen #replay-pages { height: 1fr; min-height: 4; }
     ReplayScreen #replay-grid { height: 19; }

@@ -37,6 +37,17 @@ class RmapScreen(PlayerScreen):
         Binding("minus", "slower", "Slower", key_display="-"),
     ]
 
+    # Under the bars (which drop empty buckets first), the kernel's run of the same storm
+    # (the real-kvm scenario), once asked for.
+    DEFAULT_CSS = """
+    RmapScreen #chain { height: 1fr; }
+    RmapScreen #rmap-side { width: 2fr; min-width: 46; }
+    RmapScreen.-narrow #rmap-side { width: 40; min-width: 0; }
+    RmapScreen #bars { height: 1fr; }
+    RmapScreen #kernel { display: none; height: 6; }
+    RmapScreen #kernel.-shown { display: block; }
+    """
+
     view_name = "rmaps"
 
     def __init__(self, pacer: Pacer, *, era: str = "6.4") -> None:

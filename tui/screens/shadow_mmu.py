@@ -119,6 +119,28 @@ class ShadowMmuScreen(PlayerScreen):
                 key_display="]", tooltip="Show the walk's level below in the grid"),
     ]  # fmt: skip
 
+    # Its fault bar may take a fourth row at 120 columns: a fast page fault's spte before
+    # and after, and the dirty log pass that made it.  The guest panel is as tall as its
+    # rows (the vtlb's 16 entries in two columns at 120), up to 16; the counters take the
+    # rest and drop their least important rows.  Short, the guest panel takes at most 60%
+    # of the column (9 of 15 rows at 80x24, 6 under a scenario's caption).
+    DEFAULT_CSS = """
+    ShadowMmuScreen #fault-bar { max-height: 4; }
+    ShadowMmuScreen.-narrow #fault-bar { max-height: 2; }
+    ShadowMmuScreen #levels { height: 1fr; }
+    ShadowMmuScreen #grid { height: 19; }
+    ShadowMmuScreen #mmu-right { width: 2fr; min-width: 46; }
+    ShadowMmuScreen.-narrow #mmu-right { width: 34; min-width: 0; }
+    ShadowMmuScreen #mmu-counters { height: 1fr; }
+    ShadowMmuScreen #guest { height: auto; max-height: 16; }
+    ShadowMmuScreen.-captioned #grid { height: 11; }
+    ShadowMmuScreen.-short #grid { height: 8; }
+    ShadowMmuScreen.-short #guest { max-height: 60%; }
+    ShadowMmuScreen.-short #mmu-counters { min-height: 4; }
+    ShadowMmuScreen.-short.-captioned #levels { min-height: 3; }
+    ShadowMmuScreen.-short.-captioned #grid { height: 1fr; }
+    """
+
     def __init__(self, session: Session, pacer: Pacer, *, seed: int = 1) -> None:
         super().__init__(pacer)
         self.session: Session = session

@@ -44,8 +44,9 @@ class TlbScreen(PlayerScreen):
     ]  # fmt: skip
 
     DEFAULT_CSS = """
-    TlbScreen #lanes { height: 1fr; }
-    TlbScreen #tlb-side { height: 1fr; }
+    TlbScreen #lanes { width: 3fr; height: 1fr; }
+    TlbScreen #tlb-side { width: 2fr; min-width: 42; height: 1fr; }
+    TlbScreen.-narrow #tlb-side { width: 34; min-width: 0; }
     """
 
     view_name = "tlb"
