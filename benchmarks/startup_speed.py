@@ -33,31 +33,40 @@ each dataclass made, each collection), and the millions of instructions of each 
 printed beside the bare app's (repeatable to ~0.1 % on a loaded machine; the cutting
 itself adds ~70M to each app).
 
-Measured (--baseline: main one commit before, the same code but four docstrings; load
-7.0, 2 cores shared): bare Textual 1.183 s (CPU 0.46 s), mmuscope 1.714 s x1.45 (CPU
-0.75 s x1.63), the baseline 1.796 s x1.52 (CPU x1.63): the wall ratio of identical code
-moves by +-0.07 with the load, so x1.5 is met only without margin.  The CPU ratio is
+Measured (--baseline: main before the three start-up commits below, the theme as the
+reactive's first value, no command parsers for the bare explorer, each other screen's
+layout in its own DEFAULT_CSS): the wall ratio of identical code moves by +-0.07 with
+the load and the CPU times are 10 ms ticks, so one run decides little.  --repeat 15 at
+load 0.2-1.5: bare Textual 0.506 s (CPU 0.43 s), mmuscope 0.637 s x1.26 (CPU 0.61 s
+x1.42), main 0.734 s x1.45 (CPU 0.66 s x1.53).  --repeat 9 at load 6.2: bare 1.045 s
+(CPU 0.47 s), mmuscope x1.29 (CPU x1.49), main x1.48 (CPU x1.57); at load 4.2 falling
+to 0.5 (a callgrind run beside it): mmuscope x1.40 (CPU x1.62), main x1.39 (CPU
+x1.57).  The CPU ratio is
 higher than the instructions' because the frame timer starts after the first frame and
 its ticks run until the poll sees the frame; the bare app idles.
 
-Where the instructions to the first frame go (callgrind, headless 120x40, the wheel,
-parts cut at os.getppid() calls: --dump-before=getppid): bare 944M, mmuscope 1,466M
-(x1.55).  The interpreter and Textual's import, 812M, are common.  mmuscope's own:
-imports ~165M (103M before the app is made, the memslots screen's modules when it is
-made; 21 frozen slotted dataclasses among them at ~0.75 ms each make ~75M); CSS parsing
-114-119M against 42M (app.tcss is 27M a parse, parsed twice: `self.theme` set in
-__init__ makes Textual's refresh_css re-parse every source it holds then, ~35M, and the
-stylesheet's parse cache is lost with it); CSS applying 84M against 16M (25 widgets,
-each styled at mount and again when the screen is shown, and 29 component classes);
-drawing 89M against 16M; the collector 43M against 5M (gc.callbacks: a full
-collection, 20M, that the app's allocations reach and the bare app's do not); the blank
-default screen the first screen is pushed over, ~35M (get_default_screen would save it,
-but Textual's switch_screen cannot leave a default screen: it pops a result callback the
-default screen never got).  Moving the other screens' rules out of app.tcss into their
-own CSS would save 12M a parse (the memslots part is 15M of 27M) and cost every other
-screen's first show two full parses (Textual loads a screen's CSS by re-parsing every
-source; the widgets then mounted parse again without a cache) and a restyle of every
-widget.
+Where the instructions to the first frame go (--instructions, one run, millions; the
+cutting adds ~70M to each): bare 1,013.6, main 1,480.9 (x1.461), mmuscope 1,412.6
+(x1.394).  The interpreter and Textual's import are common.  Since main: app.tcss is
+parsed once (52.1 -> 14.3: `self.theme` set after App.__init__ ran the theme's watcher,
+whose refresh_css parsed every source held then a second time in a fresh stylesheet,
+and the other screens' rules are parsed when those screens are first shown), App's
+DEFAULT_CSS once (12.7 -> 6.5), the CLI builds no command's parser (load 882.2 -> 872.6),
+applying 86.8 -> 82.0.  What is left against the bare app's three widgets: mmuscope's
+imports, 81.6 of modules and 77 of its 21 frozen slotted dataclasses (each made by
+`dataclass` compiling five or six methods: ~3.5M a class; all are used by the first
+frame: the VM boots its slots through KVM_SET_USER_MEMORY_REGION's types); applying
+82.0 against 21.6 (25 widgets, each styled at mount and when its screen resumes, and 21
+component classes, each a node styled with its widget: the structure's 12 cost 14.2);
+drawing 89.4 against 35.1 (the whole 120x40 drawn); the collector 71.0 against 35.6 (a
+full collection, 20.5, that the app's allocations reach and the bare app's do not);
+layout 27.5 against 18.0; the themes' TOML (tomllib's import 7.6).  The blank default
+screen the first screen is pushed over costs 35.7 (measured with get_default_screen
+returning the first screen); that would break switch_screen (a screen Textual made as
+the default has no result callback to pop) and rebuilding a scenario's screen, and
+Textual's MODES cost more than they save: _init_mode runs refresh_css for a MODES
+screen (its _css_update_count starts at -1), which parses every source again (measured:
+1,502.5 against 1,439.9 before the CSS split).
 """
 
 from __future__ import annotations
