@@ -90,6 +90,7 @@ import argparse
 import io
 import json
 import os
+import platform
 import random
 import re
 import shutil
@@ -326,8 +327,22 @@ def main() -> None:
                 parser.exit(2, f"tdp_speed.py: --baseline {checkout}: a second {name!r}\n")
             commands[name] = installed_command(Path(tmp) / f"baseline-{name}", checkout)
         rows = measure(args, commands)
-    rows["command"] = {"mmuscope": "editable" if args.editable else "wheel"}
+    rows["command"] = {"mmuscope": "editable" if args.editable else "wheel", **interpreter()}
     _print(rows, args.json)
+
+
+def interpreter() -> dict[str, str]:
+    """The Python that ran it all (the wheels' venvs are made from it): its path, version
+    and whether it runs through libpython.so.  On this project's machines pyenv's 3.11
+    (--enable-shared) does, and ran the installed command 1.2-1.4x slower than Debian's
+    statically linked /usr/bin/python3 (the Makefile's choice): say which one timed it."""
+    maps = Path("/proc/self/maps")
+    shared = ("yes" if "libpython" in maps.read_text() else "no") if maps.exists() else "?"
+    return {
+        "python": os.path.realpath(sys.executable),
+        "version": platform.python_version(),
+        "libpython_so": shared,
+    }
 
 
 def measure(args: argparse.Namespace, commands: dict[str, Path]) -> dict[str, object]:
