@@ -82,6 +82,31 @@ an access, ~530 instructions each, and two calls of `uniform_below`), the CPU's 
 the accesses that do not exit ~290M, the faults' model ~850M (~70 calls a fault, each a
 kernel function), the lines ~430M (`%` at ~1.1k instructions a number), start-up ~296M
 (argparse, typing, dataclasses with inspect, the 15 dataclasses made on the way).
+
+Looked for work the command does not need, at 2,384.9M (callgrind, the wheel of this
+commit; a module's cost counted as `python -c "import ..."` over the modules before it):
+the start-up's 296.1M are the interpreter (35.6M), the standard library the idioms ask
+for (argparse +35.7M, typing +15.0M, dataclasses with inspect +45.2M, random, re), the
+15 dataclasses (a frozen slotted one of 4 fields costs 3.9M to make, a NamedTuple 0.9M;
+12 of them are instantiated on the way, Event, DirtyRing and MmioInfo are types only),
+and ~25M to build the parser and the session and run 10 accesses.  What it imports and
+never uses (the explorer's `--workload` choices and default speed, made to refuse them
+before a command: memslots.workload 2.6M, pacing 0.6M; the trace-line regex of
+`parse_line`, 2.5M) is 0.25% together; no module does more at import than define its
+names and tables (the printk templates are parsed and compiled at first use).  The run:
+the interpreter loop's own instructions 37% of the whole, `%` formatting 104M (4.4%),
+the generators' `getrandbits` 50M in C (368k calls, 1.84 per `uniform_below`: 4 RAM
+slots draw 3 bits and keep half), the collector 38M (9 young collections in the run),
+finalisation 27M.  A fault is ~2,400 bytecodes over ~70 calls, none above 150
+(`kvm_tdp_mmu_map` 147 with its iterator, `make_spte` 134, `try_step_down` 93 and 2.7 a
+fault); an access that does not exit ~110 bytecodes of draws and ~64 of the CPU's walk,
+around 5.4 C calls.  No part left is large enough for a change within the rules to pay:
+each would be an inlined kernel helper, a copy of `random`'s draws, or a lazy layer for
+<1%.  Wall (`--faults 2000 --baseline ../ref-666`, the two wheels the same code, load
+average 0.9-1.5): pyenv 3.11.7 (no PGO) median 51,000 and 51,600 lines/s (best 57,600,
+55,300), in process 61,700; Debian 3.11.2 (PGO) median 62,000 and 64,400 (best 71,400,
+78,700), in process 80,500: the budget is met with PGO's Python, by 3-7% at this load,
+and not without it.
 """
 
 from __future__ import annotations
