@@ -102,11 +102,13 @@ finalisation 27M.  A fault is ~2,400 bytecodes over ~70 calls, none above 150
 fault); an access that does not exit ~110 bytecodes of draws and ~64 of the CPU's walk,
 around 5.4 C calls.  No part left is large enough for a change within the rules to pay:
 each would be an inlined kernel helper, a copy of `random`'s draws, or a lazy layer for
-<1%.  Wall (`--faults 2000 --baseline ../ref-666`, the two wheels the same code, load
-average 0.9-1.5): pyenv 3.11.7 (no PGO) median 51,000 and 51,600 lines/s (best 57,600,
-55,300), in process 61,700; Debian 3.11.2 (PGO) median 62,000 and 64,400 (best 71,400,
-78,700), in process 80,500: the budget is met with PGO's Python, by 3-7% at this load,
-and not without it.
+<1%.  Wall (`--faults 2000 --baseline <a checkout of the same code>`, load average
+0.9-1.5): pyenv's 3.11.7 (built --enable-shared: the interpreter runs through
+libpython.so) median 51,000 and 51,600 lines/s (best 57,600, 55,300), in process 61,700;
+Debian's 3.11.2 (/usr/bin/python3, statically linked, the Makefile's choice) median
+62,000 and 64,400 (best 71,400, 78,700), in process 80,500: the budget is met with
+Debian's python3, by 3-7% at this load, and not with pyenv's.  The `command` row names
+the interpreter that timed a run.
 """
 
 from __future__ import annotations
