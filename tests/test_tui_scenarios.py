@@ -14,6 +14,8 @@ from mmuscope.engine.threads import THREADS
 from mmuscope.tui.app import MmuscopeApp, make_app
 from mmuscope.tui.widgets.caption import Caption
 
+from tests.tui_pilot import until
+
 SIZE = (120, 40)
 MMUSCOPE = Path(sys.executable).parent / "mmuscope"
 
@@ -39,7 +41,7 @@ async def test_the_caption_names_the_thread_it_follows(name: str, tmp_path: Path
     followed = THREADS[scenario.thread].name if scenario.thread else scenario.follows
     app = make_app(scenario=name, export_dir=tmp_path)
     async with app.run_test(size=(200, 50)) as pilot:
-        await settle(pilot)
+        await until(pilot, lambda: "step 1/" in caption_text(app))  # the first step shown
         assert f"{followed} · > next step · < back" in caption_text(app)
         title = str(app.screen.query_one(Caption).border_title)
         assert scenario.thread or "thread" not in title, title
@@ -48,13 +50,16 @@ async def test_the_caption_names_the_thread_it_follows(name: str, tmp_path: Path
 async def test_stepping_back_replays_to_the_same_state(tmp_path: Path) -> None:
     app = make_app(scenario="mmio-caching", export_dir=tmp_path)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await until(pilot, lambda: app.scenario_run is not None and app.scenario_run.index == 0)
+        run = app.scenario_run
+        assert run is not None
         await pilot.press("greater_than_sign")
-        await settle(pilot)
+        await until(pilot, lambda: run.index == 1)
         first = app.screen
         state = (first.session.steps, first.session.exits, dict(first.session.results))  # type: ignore[attr-defined]
         await pilot.press("greater_than_sign", "less_than_sign")
-        await settle(pilot)
+        # `<` makes the screen afresh and replays its steps; the index comes last
+        await until(pilot, lambda: app.screen is not first and run.index == 1)
         again = app.screen
         assert again is not first and app.scenario_run.index == 1  # type: ignore[union-attr]
         assert (again.session.steps, again.session.exits, dict(again.session.results)) == state  # type: ignore[attr-defined]
@@ -102,22 +107,25 @@ async def test_a_clickers_keys_step_on_every_screen_whatever_has_focus(
     app = make_app(scenario=name, export_dir=tmp_path)
     app.animation_level = "none"
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        # each wait ends when the step is there (goto_step sets the index, then the
+        # caption), 10 s at most: a key the focused widget took never brings it
+        await until(pilot, lambda: app.scenario_run is not None and app.scenario_run.index == 0)
         run = app.scenario_run
         assert run is not None and run.index == 0
         focusable = [w for w in app.screen.query("*") if w.focusable]
         if focusable:
             focusable[0].focus()  # whatever takes keys on this screen, focused
-        await settle(pilot)
+        await pilot.pause()
+        assert not focusable or app.focused is focusable[0]
         for key, index in (("pagedown", 1), ("right", 2), ("pageup", 1), ("left", 0)):
             await pilot.press(key)
-            await settle(pilot)
+            await until(pilot, lambda index=index: run.index == index)  # type: ignore[misc]
             assert run.index == index, (key, app.focused)
         await pilot.press("full_stop")
-        await settle(pilot)
+        await until(pilot, lambda: run.index == 1)
         assert run.index == 1
         await pilot.press("b")
-        await settle(pilot)
+        await until(pilot, lambda: run.index == 0)
         assert run.index == 0 and "step 1/" in caption_text(app)
 
 
