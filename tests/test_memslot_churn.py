@@ -14,7 +14,7 @@ from mmuscope.engine.memslots.churn import describe_call, recorded_churn
 from mmuscope.engine.memslots.explorer import MemslotExplorer
 
 from tests.datafiles import REALDATA, fixture_text
-from tests.tui_pilot import build, memslots
+from tests.tui_pilot import build, memslots, until
 
 MMUSCOPE = Path(sys.executable).parent / "mmuscope"
 FORMATS = "qemu-trace-kvm_set_user_memory-formats.txt"
@@ -88,7 +88,7 @@ async def test_j_replays_the_next_call_and_playing_interleaves(tmp_path: Path) -
     churn = recorded_churn(fixture_text(FORMATS), "formats")
     app = build(tmp_path, churn=churn, playing=True, speed=1000)
     async with app.run_test() as pilot:
-        await pilot.pause(1.0)
+        await until(pilot, lambda: churn.next_index > 1)
         assert churn.next_index > 1  # recorded updates between lookups
         memslots(app).explorer.audit()
 

@@ -12,7 +12,7 @@ from mmuscope.tui.app import MmuscopeApp
 from mmuscope.tui.screens.rmaps import RmapScreen
 from mmuscope.tui.widgets.rmap_panels import RmapBars, RmapChain
 
-from tests.tui_pilot import SIZE, build, press_export
+from tests.tui_pilot import SIZE, build, press_export, until
 
 
 def rmaps(app: MmuscopeApp) -> RmapScreen:
@@ -57,7 +57,7 @@ async def test_fork_exit_era_and_buckets(tmp_path: Path) -> None:
         await pilot.press("b")
         assert screen.log2 and "log2" in str(screen.query_one(RmapBars).content)
         await pilot.press("space")
-        await pilot.pause(0.6)
+        await until(pilot, lambda: len(screen.lab.children) > 14)
         assert len(screen.lab.children) > 14
         screen.lab.mmu.audit()
 

@@ -12,7 +12,7 @@ from mmuscope.tui.screens.power import PowerScreen
 from mmuscope.tui.widgets.lookup_bar import LookupBar
 from mmuscope.tui.widgets.power_panels import FaultSteps, HptGroups, PowerCounters
 
-from tests.tui_pilot import build, drawn_lines, press_export
+from tests.tui_pilot import build, drawn_lines, press_export, until
 
 SIZE = (120, 40)
 
@@ -63,7 +63,7 @@ async def test_space_plays_and_pauses_and_speed_keys(tmp_path: Path) -> None:
         await pilot.press("minus", "minus")
         assert screen.pacer.speed < speed
         await pilot.press("space")  # 2 faults a second, each revealed step by step
-        await pilot.pause(0.8)
+        await until(pilot, lambda: screen.run.counters.faults >= 1 and screen.shown >= 1)
         assert screen.pacer.playing and screen.run.counters.faults >= 1
         assert screen.record is not None and 1 <= screen.shown <= len(screen.phases)
         assert "playing" in screen.sub_title
