@@ -40,6 +40,7 @@ from tests.tui_pilot import (
     press_export,
     structure_text,
     text_of,
+    until,
 )
 
 
@@ -221,8 +222,8 @@ async def test_f_redraws_the_log_under_the_new_filter(tmp_path: Path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         screen = memslots(app)
         await pilot.press("n", "n", "n")
-        await pilot.pause(0.3)
-        screen.flush_events(force=True)
+        await pilot.pause()
+        screen.flush_events(force=True)  # the log now, not at the next COUNTER_REDRAW
         log = screen.query_one(EventLog)
         everything = list(log.lines)
         assert any("kvm_page_fault" in line for line in everything)
@@ -512,7 +513,7 @@ async def test_click_on_a_hidden_subtree_reroots_the_window(tmp_path: Path) -> N
 async def test_ctrl_q_quits_cleanly_even_while_playing(tmp_path: Path) -> None:
     app = build(tmp_path, playing=True)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.3)
+        await until(pilot, lambda: memslots(app).lookups_done > 0)
         assert memslots(app).lookups_done > 0
         assert app.return_code is None and app.is_running
         await pilot.press("ctrl+q")

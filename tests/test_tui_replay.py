@@ -31,7 +31,7 @@ from textual.widgets import Input
 
 from tests.datafiles import FIXTURES
 from tests.test_scenario_steps import cut_panels
-from tests.tui_pilot import drawn_lines, paste, press_export
+from tests.tui_pilot import drawn_lines, paste, press_export, until
 
 SAMPLE = FIXTURES / "trace-kvmmmu-sample.txt"
 MMUSCOPE = Path(sys.executable).parent / "mmuscope"
@@ -96,7 +96,7 @@ async def test_the_trace_drives_pages_sptes_and_the_timeline(tmp_path: Path) -> 
         assert cursor.position == 12 and isinstance(app.screen, ReplayScreen)
         screen.pacer.index = len(SPEEDS) - 1
         await pilot.press("space")
-        await pilot.pause(0.3)
+        await until(pilot, lambda: not screen.pacer.playing)
         assert cursor.position == 29 and not screen.pacer.playing  # played to the end
         cursor.model.audit()
 

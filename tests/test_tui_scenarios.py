@@ -146,17 +146,19 @@ async def test_stepping_back_keeps_the_event_filter(tmp_path: Path) -> None:
 
     app = make_app(scenario="mmio-caching", export_dir=tmp_path)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await until(pilot, lambda: app.scenario_run is not None and app.scenario_run.index == 0)
+        run = app.scenario_run
+        assert run is not None
         await pilot.press("greater_than_sign", "greater_than_sign")
-        await settle(pilot)
+        await until(pilot, lambda: run.index == 2)
+        first = app.screen
         await pilot.press("f")
-        await settle(pilot)
+        await until(pilot, lambda: bool(app.screen.query("Input")))  # the filter dialog
         app.screen.query_one("Input").value = "mmio"  # type: ignore[attr-defined]
         await pilot.press("enter")
-        await settle(pilot)
-        first = app.screen
+        await until(pilot, lambda: app.screen is first)  # the dialog closed
         await pilot.press("less_than_sign")
-        await settle(pilot)
+        await until(pilot, lambda: app.screen is not first and run.index == 1)
         assert app.screen is not first and app.scenario_run.index == 1  # type: ignore[union-attr]
         panel = app.screen.query_one(EventPanel)
         assert panel.filter_text == "mmio"

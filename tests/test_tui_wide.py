@@ -29,7 +29,7 @@ from textual.pilot import Pilot
 
 from tests.datafiles import FIXTURES
 from tests.kvm_recorded import recorded_kvm_app, run_read_whole
-from tests.tui_pilot import build, structure_text
+from tests.tui_pilot import build, structure_text, until
 
 SnapCompare = Callable[..., bool]
 SAMPLE = FIXTURES / "trace-kvmmmu-sample.txt"
@@ -91,7 +91,9 @@ async def test_a_log_widened_to_200_columns_keeps_one_form(tmp_path: Path, sourc
     app = build(tmp_path, trace=SAMPLE) if source == "replay" else recorded_kvm_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
         if source == "replay":
-            await pilot.pause(0.3)
+            index = app.screen.timeline.index  # type: ignore[attr-defined]  # built in a thread
+            await until(pilot, lambda: index.done)
+            assert index.done
             await pilot.press("end")
             await pilot.pause()
             app.screen.query_one(EventPanel).flush_log()
