@@ -18,8 +18,10 @@ from .cliparts import CliError, load_layout, read_text
 PROBE_LIMIT = 24  # long linear scans print the head and tail unless --all
 
 
-def load_guest(args: argparse.Namespace) -> tuple[Layout, Vm]:
-    layout = load_layout(args.layout, args.mtree, args.as_id)
+def load_guest(args: argparse.Namespace, layout: Layout | None = None) -> tuple[Layout, Vm]:
+    """The layout asked for (or `layout`, already loaded) and the VM it registers."""
+    if layout is None:
+        layout = load_layout(args.layout, args.mtree, args.as_id)
     try:
         vm = build_vm(layout, args.lookup)
     except KvmError as err:
@@ -97,7 +99,16 @@ def run_export(args: argparse.Namespace) -> int:
     from mmuscope.engine.export.dot import shape_to_dot
     from mmuscope.engine.export.render import ExportError, check_dot_size, write_export
 
-    layout, vm = load_guest(args)
+    layout = load_layout(args.layout, args.mtree, args.as_id)
+    if args.output.suffix.lower() != ".dot":
+        # refused up front, from the layout's slots in that address space: the `max`
+        # layout's 32764 take ~3 s to register and draw before dot would be asked
+        slots_in_as = {region.slot for region in layout.regions if region.as_id == args.as_id}
+        try:
+            check_dot_size(len(slots_in_as), layout.name)
+        except ExportError as err:
+            raise CliError(str(err)) from None
+    layout, vm = load_guest(args, layout)
     if args.path is not None and args.path >= 1 << (64 - PAGE_SHIFT):
         raise CliError(f"--path gfn {args.path:#x} is beyond a 64-bit guest physical space")
     slots = vm.memslot_set(args.as_id)
@@ -105,8 +116,6 @@ def run_export(args: argparse.Namespace) -> int:
     title = f"{layout.name} · {args.lookup} · as {args.as_id}"
     text = shape_to_dot(slots.structure(args.lookup).shape(), title=title, trace=trace)
     try:
-        if args.output.suffix.lower() != ".dot":
-            check_dot_size(len(slots.id_hash), layout.name)
         write_export(text, args.output)
     except ExportError as err:
         raise CliError(str(err)) from None
