@@ -6,7 +6,11 @@ anything whose name starts with an underscore.  Read from the source (its syntax
   exports from a private module and nowhere else (ALLOWED_PRIVATE_MODULES);
 - no `x._name` where `_name` is not one of the project's own (an underscore name that
   engine/ or tui/ defines: a function, a class, a module or class variable, an attribute
-  set on `self`): `screen._compositor`, `app._start_widget`, `strip._filter_cache`;
+  set on `self`): `screen._compositor`, `app._start_widget`, `strip._filter_cache`; an
+  own name that a Textual or Rich class defines as well (`_lines`, `_layout`) passes on
+  `self` and `cls` only (the class rule below decides whose it is there), and
+  `getattr(x, "_name")`, `setattr`, `hasattr`, `delattr` count as `x._name`;
+- no `importlib.import_module("textual._…")` or `__import__("rich._…")` either;
 - no class of tui/ that subclasses a Textual or Rich class touches, sets or overrides,
   on `self` or through `super()`, an underscore name that one of those library classes
   defines: a widget's `self._border_title = …` or `_styles_cache`, a screen's
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import inspect
 import textwrap
 from collections.abc import Iterator
@@ -91,9 +96,42 @@ def library(module: str) -> bool:
     return module.split(".")[0] in LIBRARIES
 
 
+@cache
+def library_defined() -> frozenset[str]:
+    """The underscore names Textual's and Rich's classes define (read from their source,
+    nothing imported)."""
+    names: set[str] = set()
+    for name in LIBRARIES:
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.origin is not None, name
+        for path in sorted(Path(spec.origin).parent.rglob("*.py")):
+            names |= defined_names(ast.parse(path.read_text(encoding="utf-8")))
+    return frozenset(names)
+
+
+def called(node: ast.Call) -> str:
+    """The name of what a call calls: `f(...)` and `m.f(...)` are both `f`."""
+    func = node.func
+    return (
+        func.id
+        if isinstance(func, ast.Name)
+        else func.attr
+        if isinstance(func, ast.Attribute)
+        else ""
+    )
+
+
+def literal(node: ast.expr) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
 def private_imports(tree: ast.Module) -> Iterator[tuple[int, str]]:
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Call) and called(node) in ("import_module", "__import__"):
+            module = literal(node.args[0]) if node.args else None
+            if module and library(module) and any(map(is_private, module.split("."))):
+                yield node.lineno, ast.unparse(node)
+        elif isinstance(node, ast.Import):
             for alias in node.names:
                 if library(alias.name) and any(map(is_private, alias.name.split("."))):
                     yield node.lineno, f"import {alias.name}"
@@ -124,18 +162,41 @@ def imported_from_elsewhere(tree: ast.Module) -> set[str]:
     return names
 
 
+GETATTR = ("getattr", "setattr", "hasattr", "delattr")
+
+
+def attributes(tree: ast.Module) -> Iterator[tuple[ast.AST, ast.expr, str]]:
+    """(node, x, name) for each `x._name`, and each `getattr(x, "_name", …)` (or
+    setattr, hasattr, delattr) with the name written out."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and is_private(node.attr):
+            yield node, node.value, node.attr
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in GETATTR
+            and len(node.args) >= 2
+        ):
+            name = literal(node.args[1])
+            if name is not None and is_private(name):
+                yield node, node.args[0], name
+
+
 def foreign_attributes(tree: ast.Module) -> Iterator[tuple[int, str]]:
-    """`x._name` where `_name` is none of the project's classes'.  On a name imported
-    from elsewhere than Textual and Rich (`argparse._SubParsersAction`, typeshed's name
-    for what add_subparsers() returns) it is not Textual's or Rich's either."""
+    """`x._name` where `_name` is none of the project's classes', or is one that a
+    Textual or Rich class defines too and `x` is not `self` or `cls`.  On a name
+    imported from elsewhere than Textual and Rich (`argparse._SubParsersAction`,
+    typeshed's name for what add_subparsers() returns) it is not Textual's or Rich's
+    either."""
     own = project_names()
     elsewhere = imported_from_elsewhere(tree)
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Attribute) or not is_private(node.attr) or node.attr in own:
+    for node, value, name in attributes(tree):
+        on_self = isinstance(value, ast.Name) and value.id in ("self", "cls")
+        if name in own and (on_self or name not in library_defined()):
             continue
-        if isinstance(node.value, ast.Name) and node.value.id in elsewhere:
+        if isinstance(value, ast.Name) and value.id in elsewhere:
             continue
-        yield node.lineno, ast.unparse(node)
+        yield getattr(node, "lineno", 0), ast.unparse(node)
 
 
 def test_the_scan_finds_what_it_looks_for() -> None:
@@ -146,18 +207,30 @@ def test_the_scan_finds_what_it_looks_for() -> None:
         "from textual.strip import _filter\n"
         "from textual.widgets._header import HeaderTitle\n"
         "import argparse\n"
+        "import importlib\n"
         "def f(strip, app, sub: argparse._SubParsersAction) -> None:\n"
         "    strip._filter_cache.clear()\n"
         "    app._start_widget(app, None)\n"
+        "    getattr(app, '_notifications').clear()\n"
+        "    setattr(app.screen, '_border_title', 'x')\n"
+        "    importlib.import_module('textual._compositor')\n"
+        "    __import__('rich._loop')\n"
+        "    app.screen._layout\n"  # the project has a `_layout` too: not on `self`
+        "    getattr(app, 'title')\n"
     )
     assert [text for _, text in sorted(private_imports(sample))] == [
         "import textual._border",
         "from textual._segment_tools import line_crop",
         "from textual.strip import _filter",
+        "importlib.import_module('textual._compositor')",
+        "__import__('rich._loop')",
     ]
     assert [text for _, text in sorted(foreign_attributes(sample))] == [
         "strip._filter_cache",
         "app._start_widget",
+        "getattr(app, '_notifications')",
+        "setattr(app.screen, '_border_title', 'x')",
+        "app.screen._layout",
     ]
 
 
