@@ -79,8 +79,9 @@ async def test_each_screen_class_mounts_once(
 
 
 def handler_chains_and_title_writes(path: Path) -> list[str]:
-    """`super().on_x(…)`/`super()._on_x(…)` calls (a handler calling its base's, which
-    Textual runs anyway) and writes of `border_title`/`border_subtitle`, in one module."""
+    """`super().on_x(…)`/`super()._on_x(…)` calls, or `Base.on_x(self, …)` (a handler
+    calling its base's, which Textual runs anyway), and writes of `border_title`/
+    `border_subtitle` (`setattr` with the name written out too), in one module."""
     found: list[tuple[int, str]] = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if (
@@ -91,6 +92,25 @@ def handler_chains_and_title_writes(path: Path) -> list[str]:
             and node.value.func.id == "super"
         ):
             found.append((node.lineno, f"super().{node.attr}"))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr.removeprefix("_").startswith("on_")
+            and node.args
+            and isinstance(node.args[0], ast.Name)
+            and node.args[0].id == "self"
+        ):
+            found.append((node.lineno, f"{ast.unparse(node.func)}(self)"))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "setattr"
+            and len(node.args) == 3
+            and isinstance(node.args[1], ast.Constant)
+            and node.args[1].value in ("border_title", "border_subtitle")
+            and path != TITLES_SET_IN
+        ):
+            found.append((node.lineno, f"{ast.unparse(node)}"))
         elif (
             isinstance(node, ast.Attribute)
             and isinstance(node.ctx, ast.Store)
@@ -108,10 +128,15 @@ def test_the_scan_finds_a_chain_and_a_title_write(tmp_path: Path) -> None:
         "    def on_mount(self) -> None:\n"
         "        super().on_mount()\n"
         "        self.query_one('#a').border_title = 'a'\n"
+        "    def on_resize(self, event) -> None:\n"
+        "        MmuScreen.on_resize(self, event)\n"
+        "        setattr(self, 'border_subtitle', 'b')\n"
     )
     assert handler_chains_and_title_writes(sample) == [
         "line 3: super().on_mount",
         "line 4: self.query_one('#a').border_title =",
+        "line 6: MmuScreen.on_resize(self)",
+        "line 7: setattr(self, 'border_subtitle', 'b')",
     ]
 
 
