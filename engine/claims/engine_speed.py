@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
 from ..memslots.vm import Vm
@@ -123,7 +123,7 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Populate:
     gib: float
     gfns: int
@@ -149,7 +149,7 @@ def populate_here(gib: float) -> Populate:
 
 def _populate_main(gib: float) -> None:
     """The child's entry point: one JSON object on stdout."""
-    print(json.dumps(populate_here(gib).__dict__))
+    print(json.dumps(asdict(populate_here(gib))))
 
 
 def populate(gib: float = 6) -> Populate:
