@@ -20,7 +20,6 @@ from textual.strip import Strip
 from ..messages import WindowMoved
 from .highlight import CACHE_HIT, COMPARE, HIT_STATE, IDLE, Highlight
 from .line_diff import LineDiffView
-from .scroll_through import scroll_through
 from .structure_states import (
     DrawnRows,
     TreeStates,
@@ -83,7 +82,6 @@ class StructureView(LineDiffView, can_focus=True):
     zoom: reactive[int] = reactive(1)
     levels: reactive[int] = reactive(0)  # tree levels shown; 0 = fit the height
     follow: reactive[bool] = reactive(True)
-    merge_scrolls = True  # an array's scrolls to a lookup's stages as one (tests: False)
     _width_in_pass: int | None = None  # see _view_width
 
     def __init__(self, *, name: str | None = None, id: str | None = None) -> None:
@@ -142,10 +140,6 @@ class StructureView(LineDiffView, can_focus=True):
         moves the window as if revealed from its first probe), drawn once, at the end."""
         drawn_with = self._drawing()
         stages: tuple[Highlight | None, ...] = (via, highlight) if via is not None else (highlight,)
-        if isinstance(self.shape, ArrayView) and self.merge_scrolls:  # no window to follow
-            self.highlight = highlight
-            scroll_through(self, [self._array_head(stage) for stage in stages])
-            stages = ()
         if self._on_root and highlight is not None:
             self._on_root = False  # lookups scroll from the left edge, as without it
             self.scroll_to(x=0, animate=False, immediate=True)
