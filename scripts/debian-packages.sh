@@ -14,6 +14,11 @@
 #   graphviz      Graphviz's `dot`: export to PDF, SVG and PNG
 #   trace-cmd     turns the binary trace.dat of `trace-cmd record` into the text `replay` reads
 #   chromium      headless Chromium for the browser-mode test (tests/test_serve.py)
+#
+# Without recommends: Chromium's (system-config-printer with samba and avahi, upower,
+# udev, a notification daemon: about 150 packages) serve a desktop, and the headless
+# browser-mode test passes without them.  Graphviz's one, fonts-liberation2, is named
+# (with() below): dot lays out its SVG, PDF and PNG text in those fonts.
 set -u
 
 PYTHON=${PYTHON:-python3}
@@ -24,6 +29,14 @@ present() {
     graphviz) command -v dot >/dev/null 2>&1 ;;
     chromium) command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 ;;
     *) command -v "$1" >/dev/null 2>&1 ;;
+    esac
+}
+
+# the package and what it recommends that we use
+with() {
+    case $1 in
+    graphviz) echo "graphviz fonts-liberation2" ;;
+    *) echo "$1" ;;
     esac
 }
 
@@ -84,9 +97,11 @@ update)
     apt_get update || true ;;
 install)
     for package in $missing; do echo "installing $(purpose "$package") with apt-get"; done
+    wanted=
+    for package in $missing; do wanted="$wanted $(with "$package")"; done
     # shellcheck disable=SC2086  # one word per package
-    apt_get install -y $missing >/dev/null || for package in $missing; do
-        apt_get install -y "$package" >/dev/null || failed "$package"
+    apt_get install -y --no-install-recommends $wanted >/dev/null || for package in $missing; do
+        apt_get install -y --no-install-recommends $(with "$package") >/dev/null || failed "$package"
     done ;;
 *)
     echo "debian-packages.sh: no mode $mode (update or install)" >&2
