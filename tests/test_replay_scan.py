@@ -5,6 +5,7 @@ included; the checkpoint pass that reads only those lines makes the same events.
 from __future__ import annotations
 
 import io
+import sys
 import threading
 from pathlib import Path
 
@@ -15,7 +16,13 @@ from mmuscope.engine.replay.model import MODEL_EVENTS, WALK_EVENTS
 from mmuscope.engine.replay.scan import PACE_EVERY, TraceScan, scan_trace
 from mmuscope.engine.replay.stream import iter_positioned
 from mmuscope.engine.trace.reader import summarize
-from mmuscope.tui.screens.replay_sources import GATE_WAIT, FrameGate, index_trace
+from mmuscope.tui.screens.replay_sources import (
+    GATE_WAIT,
+    INDEX_SWITCH_INTERVAL,
+    SWITCH_INTERVAL,
+    FrameGate,
+    index_trace,
+)
 
 from tests.test_replay_model import fixture_files, wrapped_traces
 
@@ -135,3 +142,18 @@ def test_the_frame_gate_waits_once_for_a_missed_frame_and_again_after_the_next()
     gate.flag = False  # the next frame
     pace()
     assert gate.waits == [GATE_WAIT, GATE_WAIT]
+
+
+def test_overlapping_index_workers_leave_the_switch_interval_as_they_found_it() -> None:
+    """The switch interval is the process's: two index workers that overlap (one ending
+    while the next starts) keep the short one while either runs, and the last one out
+    puts back what the first one found."""
+    before = sys.getswitchinterval()
+    assert before != INDEX_SWITCH_INTERVAL
+    first, second = SWITCH_INTERVAL.short(), SWITCH_INTERVAL.short()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert sys.getswitchinterval() == INDEX_SWITCH_INTERVAL  # the second still runs
+    second.__exit__(None, None, None)
+    assert sys.getswitchinterval() == before

@@ -10,7 +10,8 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from mmuscope.engine.events import Event
@@ -37,6 +38,37 @@ GATE_WAIT = 0.05  # seconds the worker waits at most for a frame to be drawn
 # A pace() that finds the gate open costs one `is_set()`; one whose wait ran out (a
 # frame not drawn within GATE_WAIT) lets the worker on until the gate opens again, so
 # a frame that is never drawn costs the index one GATE_WAIT, not one every 16 events.
+
+
+class SwitchInterval:
+    """`sys.setswitchinterval(INDEX_SWITCH_INTERVAL)` while any index worker runs.  The
+    interval is the process's: a worker that restored what it found when it started
+    would, when two overlap (a screen's worker still ending while the next one starts),
+    leave the short interval behind for good or take it from the one still running.
+    The first worker in saves the interval; the last one out restores it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.workers = 0
+        self.saved = 0.0
+
+    @contextmanager
+    def short(self) -> Iterator[None]:
+        with self.lock:
+            if self.workers == 0:
+                self.saved = sys.getswitchinterval()
+                sys.setswitchinterval(INDEX_SWITCH_INTERVAL)
+            self.workers += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.workers -= 1
+                if self.workers == 0:
+                    sys.setswitchinterval(self.saved)
+
+
+SWITCH_INTERVAL = SwitchInterval()
 
 
 class FrameGate:
@@ -75,16 +107,12 @@ def index_trace(
             posted, scanned = now, index.scan.done
             report(index.progress if scanned and not turn else index.scan.progress, "")
 
-    switch = sys.getswitchinterval()
-    sys.setswitchinterval(INDEX_SWITCH_INTERVAL)
     try:
-        with open_for_index(path) as handle:
+        with SWITCH_INTERVAL.short(), open_for_index(path) as handle:
             pace = None if gate is None else FrameGate(gate)
             build_index(handle, index, cancelled=cancelled, progress=progress, pace=pace)
     except OSError as err:
         report(0.0, f"{path}: {err.strerror or err}")
-    finally:
-        sys.setswitchinterval(switch)
 
 
 def tail_pipe(
