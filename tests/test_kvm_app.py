@@ -20,7 +20,8 @@ from mmuscope.tui.widgets.events import EventPanel
 
 from tests.kvm_host import needs_tracing, our_instances
 from tests.kvm_recorded import run_read_whole
-from tests.test_scenario_steps import cut_panels, screen_text
+from tests.test_scenario_steps import cut_panels
+from tests.tui_pilot import screen_text
 
 
 @needs_tracing

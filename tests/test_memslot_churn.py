@@ -14,7 +14,7 @@ from mmuscope.engine.memslots.churn import describe_call, recorded_churn
 from mmuscope.engine.memslots.explorer import MemslotExplorer
 
 from tests.datafiles import REALDATA, fixture_text
-from tests.tui_pilot import build, memslots, until
+from tests.tui_pilot import build, memslots, toasts, until
 
 MMUSCOPE = Path(sys.executable).parent / "mmuscope"
 FORMATS = "qemu-trace-kvm_set_user_memory-formats.txt"
@@ -106,17 +106,12 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
         assert out.stderr.count("\n") == 1
 
 
-def toasts(app: object) -> list[str]:
-    """The notifications shown now (Textual keeps them on the app)."""
-    return [n.message for n in app._notifications]  # type: ignore[attr-defined]
-
-
 async def test_j_says_the_generation_of_the_calls_address_space_in_one_note(
     tmp_path: Path,
 ) -> None:
     churn = recorded_churn(fixture_text(FORMATS), "formats")
     app = build(tmp_path, churn=churn)
-    async with app.run_test() as pilot:
+    async with app.run_test(notifications=True) as pilot:
         vm = memslots(app).explorer.vm
         await pilot.press("j", "j")  # Slot#1, then AddrSpace#1 Slot#0
         await pilot.pause()

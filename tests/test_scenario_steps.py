@@ -23,9 +23,8 @@ from mmuscope.tui.widgets.event_log import EventLog
 from textual.pilot import Pilot
 from textual.scroll_view import ScrollView
 from textual.scrollbar import ScrollBar, ScrollBarCorner
-from textual.widget import Widget
 
-from tests.tui_pilot import drawn_lines, until
+from tests.tui_pilot import drawn_lines, laid_out, screen_text, until
 
 SIZE = (120, 40)
 WIDE = (200, 60)
@@ -48,25 +47,18 @@ def model_steps(scenario: Scenario) -> list[int]:
     ]
 
 
-def screen_text(app: object) -> str:
-    """The whole screen as drawn, one line per row."""
-    strips = app.screen._compositor.render_strips()  # type: ignore[attr-defined]
-    return "\n".join(strip.text for strip in strips)
-
-
-def cut_panels(app: object) -> list[str]:
+def cut_panels(app: MmuscopeApp) -> list[str]:
     """Each drawn widget whose content is taller than the part of it on screen, with
     no way to see the rest (scrolling views, the log and the tables with a scrollbar,
     are left out): the rows its content takes at its width against the rows shown."""
     cut = []
-    for widget, geometry in app.screen._compositor.full_map.items():  # type: ignore[attr-defined]
-        if widget.children or not geometry.region.area:
+    for widget, region, clip in laid_out(app.screen):
+        if widget.children or not region.area:
             continue
         if isinstance(widget, (ScrollView, ScrollBar, ScrollBarCorner)):
             continue
-        assert isinstance(widget, Widget)
         content = widget.content_region
-        shown = content.intersection(geometry.clip).height
+        shown = content.intersection(clip).height
         drawn_rows = getattr(widget, "drawn_rows", None)  # a panel that fits its rows
         if drawn_rows is not None:
             needed = drawn_rows(content.width)

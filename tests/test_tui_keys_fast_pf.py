@@ -10,17 +10,19 @@ from mmuscope.engine.mmu.direct.session import MmuSession
 from mmuscope.engine.mmu.shadow.session import ShadowSession
 from mmuscope.engine.mmu.spte import SPTE_CONFIGS
 from mmuscope.engine.mmu.tdp.session import TdpSession
+from mmuscope.tui.app import MmuscopeApp
 from mmuscope.tui.screens.shadow_mmu import ShadowMmuScreen
 from mmuscope.tui.widgets.lookup_bar import LookupBar
 from mmuscope.tui.widgets.mmu_panels import MmuCounters
 
-from tests.tui_pilot import SIZE, build, shadow_mmu
+from tests.tui_pilot import SIZE, build, shadow_mmu, toasts
 
 RUNS = 40  # batches of 50 accesses a test may run before the fast path must have fired
 
 
-def notes(app: object) -> str:
-    return " ".join(n.message for n in app._notifications)  # type: ignore[attr-defined]
+def notes(app: MmuscopeApp) -> str:
+    """The notifications on screen, their titles and messages."""
+    return " ".join(toasts(app))
 
 
 async def run_to_fast_fix(mmu: ShadowMmuScreen, words: str) -> None:
@@ -33,7 +35,7 @@ async def run_to_fast_fix(mmu: ShadowMmuScreen, words: str) -> None:
 
 async def test_l_and_g_show_dirty_logging_writes_fixed_without_mmu_lock(tmp_path: Path) -> None:
     app = build(tmp_path)
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
         await pilot.press("f2", "p", "M")  # EPT with direct pages (tdp_mmu=N), PML off
         mmu = shadow_mmu(app)
         assert isinstance(mmu.session, MmuSession) and not mmu.session.dirty_log.pml
@@ -61,7 +63,7 @@ async def test_with_pml_dirty_logging_clears_d_bits_and_takes_no_fault(tmp_path:
     `kvm_mmu_slot_leaf_clear_dirty()` at L, the CPU logs the writes, KVM_GET_DIRTY_LOG
     clears D again (`kvm_mmu_clear_dirty_pt_masked()`): no fast_page_fault at all."""
     app = build(tmp_path)
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
         await pilot.press("f2")
         mmu = shadow_mmu(app)
         for paging in (0, 1):  # the TDP MMU, direct pages
@@ -85,7 +87,7 @@ async def test_a_ages_memory_and_the_fast_path_restores_access_tracked_sptes(
     tmp_path: Path,
 ) -> None:
     app = build(tmp_path)
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
         await pilot.press("f2")
         mmu = shadow_mmu(app)
         mmu.action_set_paging(5)  # EPT without A/D bits, the TDP MMU
@@ -101,7 +103,7 @@ async def test_a_ages_memory_and_the_fast_path_restores_access_tracked_sptes(
 
 async def test_shadow_paging_has_no_fast_path_to_show(tmp_path: Path) -> None:
     app = build(tmp_path)
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
         await pilot.press("f2", "p", "p")  # shadow paging (EPT off)
         mmu = shadow_mmu(app)
         assert isinstance(mmu.session, ShadowSession)

@@ -156,13 +156,13 @@ async def test_brackets_select_a_level_of_the_path(tmp_path: Path) -> None:
         await pilot.press("f2")
         mmu = shadow_mmu(app)
         await pilot.press("n")
-        deepest, _ = mmu._selected()
+        deepest, _ = ShadowMmuScreen._selected(mmu)  # the screen's own, not Textual's
         await pilot.press("left_square_bracket")
-        upper, _ = mmu._selected()
+        upper, _ = ShadowMmuScreen._selected(mmu)
         assert upper is not None and deepest is not None
         assert upper.role.level == deepest.role.level + 1
         await pilot.press("right_square_bracket")
-        assert mmu._selected()[0] is deepest
+        assert ShadowMmuScreen._selected(mmu)[0] is deepest
 
 
 async def test_the_memslots_screen_is_untouched_by_the_mmu_screen(tmp_path: Path) -> None:

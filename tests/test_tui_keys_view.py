@@ -40,6 +40,7 @@ from tests.tui_pilot import (
     press_export,
     structure_text,
     text_of,
+    toasts,
     until,
 )
 
@@ -295,7 +296,7 @@ async def test_shift_s_leaves_the_notifications_out_of_the_picture(tmp_path: Pat
         assert len(svgs) == 1, list(tmp_path.iterdir())
         text = svgs[0].read_text().replace("&#160;", " ")
         assert "memslots" in text and "belongs" not in text
-        assert any("wrote" in n.message for n in app._notifications)  # said after the shot
+        assert any("wrote" in note for note in toasts(app))  # said after the shot
 
 
 async def test_shift_s_saves_an_svg_screenshot(tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ from textual.widgets import Input
 
 from tests.datafiles import FIXTURES
 from tests.test_scenario_steps import cut_panels
-from tests.tui_pilot import drawn_lines, paste, press_export, until
+from tests.tui_pilot import drawn_lines, paste, press_export, toasts, until
 
 SAMPLE = FIXTURES / "trace-kvmmmu-sample.txt"
 MMUSCOPE = Path(sys.executable).parent / "mmuscope"
@@ -252,12 +252,12 @@ async def test_a_frame_gives_the_event_loop_turns_and_a_pause_between_them_ends_
 
 async def test_without_a_trace_there_is_no_replay_view(tmp_path: Path) -> None:
     app = make_app("pc-4g", playing=False, export_dir=tmp_path)
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
         await pilot.press("f7")
         await pilot.pause()
         assert not isinstance(app.screen, ReplayScreen)
         assert not app.has_replay
-        notes = [n.message for n in app._notifications]
+        notes = toasts(app)
         assert any("mmuscope replay TRACE" in n for n in notes), notes  # not silence
 
 

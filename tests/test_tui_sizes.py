@@ -10,7 +10,6 @@ config, and kvm_stat's wall-clock sample pushed out of reach of a snapshot.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -26,10 +25,11 @@ from mmuscope.tui.widgets.events import (
     counters_table,
     event_rows,
 )
-from rich.console import Console
 from textual.pilot import Pilot
+from textual.timer import Timer
 
 from tests.datafiles import FIXTURES
+from tests.tui_pilot import screen_text
 
 SIZES = [(80, 24), (120, 40), (200, 60)]
 SAMPLE = FIXTURES / "trace-kvmmmu-sample.txt"
@@ -112,14 +112,6 @@ def test_every_screen_at_three_sizes(
     if failed:
         raise failed[0]
     assert matches
-
-
-def screen_text(app: MmuscopeApp) -> str:
-    """What the terminal shows, as text (the SVG snapshot's characters)."""
-    width, height = app.size
-    console = Console(width=width, height=height, file=io.StringIO(), record=True)
-    console.print(app.screen._compositor.render_update(full=True))
-    return console.export_text()
 
 
 def assert_no_event_is_cut_inside_its_fields(app: MmuscopeApp, name: str) -> None:
@@ -231,14 +223,27 @@ def test_the_cost_table_shortens_then_drops_worst_then_miss_and_never_wraps() ->
 
 
 @pytest.mark.parametrize("keys", [(), ("f2",), ("f4",)])
-async def test_each_screen_samples_kvm_stat_with_one_timer(keys: tuple[str, ...]) -> None:
+async def test_each_screen_samples_kvm_stat_with_one_timer(
+    keys: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Textual runs each class's on_mount along the MRO and the screens call super()
-    as well: two or three timers sampled a millisecond apart, and CurAvg/s read 0."""
+    as well: two or three timers sampled a millisecond apart, and CurAvg/s read 0.
+    The timers counted as the screens ask Textual for them (set_interval: Textual keeps
+    no public list of a screen's timers)."""
+    started: list[tuple[object, Timer]] = []
+    set_interval = base.MmuScreen.set_interval
+
+    def counting(screen: base.MmuScreen, *args: object, **kwargs: object) -> Timer:
+        timer = set_interval(screen, *args, **kwargs)  # type: ignore[arg-type]
+        started.append((screen, timer))
+        return timer
+
+    monkeypatch.setattr(base.MmuScreen, "set_interval", counting)
     app = make_app("pc-4g", playing=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press(*keys)
         await pilot.pause()
-        timers = [t for t in app.screen._timers if t.name == "counters"]
+        timers = [t for s, t in started if s is app.screen and t.name == "counters"]
         assert len(timers) == 1
 
 

@@ -7,13 +7,14 @@ from pathlib import Path
 
 from mmuscope.tui.widgets.structure import StructureView
 
-from tests.tui_pilot import build, memslots
+from tests.tui_pilot import build, drawn_strips, memslots
 
 
 async def _drawing_after(
     tmp_path: Path, strategy: str, sizes: tuple[tuple[int, int], ...]
 ) -> list[list[object]]:
-    """The structure drawing as composed after three lookups at each of `sizes` in turn."""
+    """The structure drawing as drawn (styled) after three lookups at each of `sizes` in
+    turn."""
     app = build(tmp_path, "assigned-devices", lookup=strategy)
     async with app.run_test(size=sizes[0]) as pilot:
         await pilot.pause()
@@ -25,9 +26,7 @@ async def _drawing_after(
             for _ in range(3):
                 screen.action_next_lookup()
                 await pilot.pause()
-        strips = app.screen._compositor.render_strips()
-        region = view.region
-        return [list(strips[y].crop(region.x, region.right)) for y in region.line_range]
+        return [list(strip) for strip in drawn_strips(view)]
 
 
 async def test_a_resized_drawing_is_the_drawing_made_at_that_size(tmp_path: Path) -> None:

@@ -23,8 +23,9 @@ from textual.scroll_view import ScrollView
 from textual.widget import Widget
 from textual.widgets import Static
 
-from tests.test_tui_sizes import SCREENS, keys_for, screen_app, screen_text
+from tests.test_tui_sizes import SCREENS, keys_for, screen_app
 from tests.test_tui_sizes import deterministic as deterministic  # the same autouse fixture
+from tests.tui_pilot import laid_out, screen_text
 
 WIDE_SIZES = [(120, 40), (200, 60)]
 STATES = {
@@ -137,12 +138,12 @@ def cut_explanations(app: MmuscopeApp, name: str) -> list[str]:
 def visible_leaves(app: MmuscopeApp) -> list[tuple[Widget, Region]]:
     """Every drawn widget without children, with the part of it on screen."""
     leaves = []
-    for widget, geometry in app.screen._compositor.full_map.items():
-        if widget.children or not geometry.region.area:
+    for widget, region, clip in laid_out(app.screen):
+        if widget.children or not region.area:
             continue
-        region = geometry.region.intersection(geometry.clip)
-        if region.area:
-            leaves.append((widget, region))
+        shown = region.intersection(clip)
+        if shown.area:
+            leaves.append((widget, shown))
     return leaves
 
 
