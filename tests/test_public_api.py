@@ -1,5 +1,8 @@
 """The TUI uses Textual's and Rich's public API only: a minor release of either may change
-anything whose name starts with an underscore.  Read from the source (its syntax tree):
+anything whose name starts with an underscore.  The tests read the running app through
+tests/tui_pilot.py, and reach Textual's or Rich's private API nowhere else: there only
+what PRIVATE_READS lists, where no public route serves.  Read from the source (its
+syntax tree):
 
 - no import from a private module (`textual._…`, `rich._…`, `textual.widgets._header`)
   and no private name imported from a public one, but for the few public classes Textual
@@ -17,7 +20,9 @@ anything whose name starts with an underscore.  Read from the source (its syntax
   `def _on_mount`.  (A name of the project's own that a library class happens to use
   as well would be the library's attribute all the same.)
 
-Dunder names (`__init__`, `__rich__`) are public protocol.
+Dunder names (`__init__`, `__rich__`) are public protocol, and so are a named tuple's
+`_replace`, `_asdict`, `_fields`, `_make` and `_field_defaults` (collections.namedtuple's
+API, underscored to keep out of the way of field names; Rich's Segment is one).
 """
 
 from __future__ import annotations
@@ -49,7 +54,13 @@ ALLOWED_PRIVATE_MODULES = {
 }
 
 
+#: collections.namedtuple's documented methods and attributes
+NAMEDTUPLE = frozenset({"_asdict", "_field_defaults", "_fields", "_make", "_replace"})
+
+
 def is_private(name: str) -> bool:
+    if name in NAMEDTUPLE:
+        return False
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
@@ -182,13 +193,15 @@ def attributes(tree: ast.Module) -> Iterator[tuple[ast.AST, ast.expr, str]]:
                 yield node, node.args[0], name
 
 
-def foreign_attributes(tree: ast.Module) -> Iterator[tuple[int, str]]:
+def foreign_attributes(
+    tree: ast.Module, own: frozenset[str] | None = None
+) -> Iterator[tuple[int, str]]:
     """`x._name` where `_name` is none of the project's classes', or is one that a
     Textual or Rich class defines too and `x` is not `self` or `cls`.  On a name
     imported from elsewhere than Textual and Rich (`argparse._SubParsersAction`,
     typeshed's name for what add_subparsers() returns) it is not Textual's or Rich's
     either."""
-    own = project_names()
+    own = project_names() if own is None else own
     elsewhere = imported_from_elsewhere(tree)
     for node, value, name in attributes(tree):
         on_self = isinstance(value, ast.Name) and value.id in ("self", "cls")
@@ -217,6 +230,7 @@ def test_the_scan_finds_what_it_looks_for() -> None:
         "    __import__('rich._loop')\n"
         "    app.screen._layout\n"  # the project has a `_layout` too: not on `self`
         "    getattr(app, 'title')\n"
+        "    strip[0]._replace(text='x')\n"  # a Segment, a named tuple: its public API
     )
     assert [text for _, text in sorted(private_imports(sample))] == [
         "import textual._border",
@@ -349,3 +363,69 @@ def test_no_subclass_touches_a_library_private() -> None:
                 if name in theirs:
                     found.append(f"{own.__module__}.{own.__qualname__} line {line}: {name}")
     assert not found, "Textual's or Rich's private names:\n" + "\n".join(sorted(set(found)))
+
+
+# -- the tests --------------------------------------------------------------------------
+
+#: the one module of the tests that may read Textual's or Rich's private API
+HELPER = ROOT / "tests" / "tui_pilot.py"
+#: what it reads of it (the expression as written: `app.screen._compositor`), each with
+#: the Textual version it was checked on and why no public API serves.  None: checked on
+#: Textual 8.2.8 and Rich 15.0.0, the screen text (App.export_screenshot), the layout
+#: (Screen.find_widget), a widget's drawing (Widget.render_lines) and the notifications
+#: (the toasts a run_test(notifications=True) draws) all have a public route.
+PRIVATE_READS: dict[str, str] = {}
+
+
+def sources_of_tests() -> list[Path]:
+    return sorted((ROOT / "tests").glob("*.py"))
+
+
+@cache
+def own_names_in_tests() -> frozenset[str]:
+    """The underscore names of the project's own: engine/, tui/ and the tests' classes."""
+    names = set(project_names())
+    for path in sources_of_tests():
+        names |= defined_names(tree_of(path))
+    return frozenset(names)
+
+
+def privates_in_test(path: Path) -> list[str]:
+    tree = tree_of(path)
+    found = sorted([*private_imports(tree), *foreign_attributes(tree, own_names_in_tests())])
+    return [f"line {line}: {text}" for line, text in found]
+
+
+def test_a_test_reaching_a_private_is_found(tmp_path: Path) -> None:
+    """What the tests did before tests/tui_pilot.py read for them."""
+    sample = tmp_path / "test_sample.py"
+    sample.write_text(
+        "from textual.widgets._toast import Toast\n"
+        "def toasts(app, pilot) -> list[str]:\n"
+        "    pilot.app.screen._compositor.render_strips()\n"
+        "    return [n.message for n in app._notifications]\n"
+    )
+    assert privates_in_test(sample) == [
+        "line 1: from textual.widgets._toast import Toast",
+        "line 3: pilot.app.screen._compositor",
+        "line 4: app._notifications",
+    ]
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in sources_of_tests() if p != HELPER], ids=lambda p: p.name
+)
+def test_no_test_reaches_a_private_but_through_the_helper(path: Path) -> None:
+    found = privates_in_test(path)
+    assert not found, (
+        f"Textual's or Rich's private API (read it in {HELPER.name}, if no public "
+        "route serves):\n" + "\n".join(found)
+    )
+
+
+def test_the_helper_reads_only_the_privates_it_lists() -> None:
+    found = {text.split(": ", 1)[1] for text in privates_in_test(HELPER)}
+    assert found == set(PRIVATE_READS), (
+        "list each in PRIVATE_READS with the Textual version and why no public API "
+        f"serves; listed but not read: drop it.\nread: {sorted(found)}"
+    )
