@@ -45,10 +45,9 @@ LIBRARIES = ("textual", "rich")
 # Public classes that Textual defines in a private module and exports from no public one:
 # (module, name).  Each is documented as a part of the widget it belongs to.
 ALLOWED_PRIVATE_MODULES = {
-    # Header's three parts, which a header of two rows (widgets/header.py) composes
-    # itself; Textual's docs and CSS name them (`Header HeaderTitle`), textual.widgets
-    # exports Header alone.
-    ("textual.widgets._header", "HeaderClockSpace"),
+    # Header's parts, which a header of two rows (widgets/header.py) composes itself;
+    # Textual's docs and CSS name them (`Header HeaderTitle`), textual.widgets exports
+    # Header alone.
     ("textual.widgets._header", "HeaderIcon"),
     ("textual.widgets._header", "HeaderTitle"),
 }

@@ -12,12 +12,12 @@ from textual.app import ComposeResult
 from textual.content import Content
 from textual.visual import VisualType
 from textual.widgets import Header
-from textual.widgets._header import HeaderClockSpace, HeaderIcon, HeaderTitle
+from textual.widgets._header import HeaderIcon, HeaderTitle
 
 SEPARATOR = " · "
 DASH = " — "
 ICON = 3  # the command palette's icon, narrowed (Textual gives it 8 columns and the
-# clock's empty space on the right 10: mmuscope shows no clock, the state needs them)
+# clock's empty space on the right 10: mmuscope has no clock, the state needs them)
 
 
 def split_title(title: str, sub_title: str, width: int) -> tuple[str, str]:
@@ -56,7 +56,6 @@ class MmuHeader(Header):
     MmuHeader { height: auto; max-height: 2; }
     MmuHeader HeaderTitle { height: auto; text-align: center; }
     MmuHeader HeaderIcon { width: 3; }
-    MmuHeader HeaderClockSpace { display: none; }
     """
 
     def __init__(self, *, one_row_below: int = 0) -> None:
@@ -64,9 +63,11 @@ class MmuHeader(Header):
         self.one_row_below = one_row_below  # terminal widths that keep one row
 
     def compose(self) -> ComposeResult:
+        """Textual's icon and title; not its clock, nor the clock's empty space, which
+        the state's text takes instead (a widget composed only to be hidden would be
+        styled and laid out before the first frame all the same)."""
         yield HeaderIcon().data_bind(Header.icon)
         yield SteadyTitle()
-        yield HeaderClockSpace()
 
     def format_title(self) -> Content:
         title, sub_title = self.screen_title, self.screen_sub_title
