@@ -67,6 +67,18 @@ the default has no result callback to pop) and rebuilding a scenario's screen, a
 Textual's MODES cost more than they save: _init_mode runs refresh_css for a MODES
 screen (its _css_update_count starts at -1), which parses every source again (measured:
 1,502.5 against 1,439.9 before the CSS split).
+
+Later, the header composing no HeaderClockSpace only to hide it: 1,174.6 -> 1,171.2
+(benchmarks/startup_parts.py on an editable install, one run).  The too-small message
+and a scenario's caption, also composed hidden on every screen, cost 3.8 and 7.3 more:
+mounting them on first use would save 0.9 %, not worth the screens' mount-on-demand
+code.  --instructions (wheels, one run): bare 845.6, mmuscope 1,176.7 (x1.391) before
+these three, 1,161.9 (x1.374) with all three.  What is left is spread thin: the 21
+dataclasses (~2.8M each, all used by the first frame), styles applied at mount and again
+when the screen resumes (Textual's own), the structure's restyle when it takes the focus
+(5.4), Screen.DEFAULT_CSS parsed twice (3.7: the default screen and the first screen
+differ in depth, part of Textual's parse cache key), app.tcss 12.5, the themes 7.3 and
+tomllib 7.6, the key bar's bindings 3.3.
 """
 
 from __future__ import annotations
